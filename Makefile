@@ -1,0 +1,51 @@
+# ctr-lambda: `make demo` to see it run, `make test` to check it. `make help` lists the rest.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+CTR := $(VENV)/bin/ctr
+export RUN_DIR ?= $(CURDIR)/run
+
+.PHONY: help setup demo test lint format kafka-up kafka-down kafka-status bench lock clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+setup:  ## create .venv with the pinned dependency set (idempotent)
+	@bash infra/setup.sh
+
+demo: setup kafka-up  ## broker + topics, then generated traffic until Ctrl-C
+	@echo "demo: producing ~200 events/s into $${KAFKA_TOPIC:-ad-events}; Ctrl-C to stop (the broker keeps running: make kafka-down)"
+	@$(CTR) produce --rate $${DEMO_RATE:-200} --duplicates 0.01 --late 0.02 --malformed 0.005
+
+test: setup  ## run the test suite (starts its own broker on a free port)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup  ## ruff format --check, ruff check, mypy --strict
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+
+format: setup  ## apply ruff formatting and fixes
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+kafka-up: setup  ## start the embedded broker (local config) and create the topics
+	@$(CTR) kafka up
+
+kafka-down:  ## stop the embedded broker
+	@if [[ -x $(CTR) ]]; then $(CTR) kafka down; else echo "nothing to stop (no .venv)"; fi
+
+kafka-status: setup  ## brokers, topics, partitions, offsets
+	@$(CTR) kafka status
+
+bench: setup  ## run the benchmarks and print their figures
+	@bash infra/system-packages.sh kcat
+	$(PY) -m bench $(BENCH_ARGS)
+
+lock:  ## re-resolve constraints.txt from pyproject.toml in a scratch venv
+	@bash infra/lock.sh
+
+clean:  ## remove run state (broker logs, pid files); the venv stays
+	rm -rf $(RUN_DIR)

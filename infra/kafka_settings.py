@@ -1,0 +1,80 @@
+"""How every component reaches Kafka: one settings object, read from the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOOPBACK_HOSTS = frozenset({"localhost", "ip6-localhost"})
+
+
+class KafkaSettings(BaseSettings):
+    """Kafka connection and topic layout (environment variables ``KAFKA_*``).
+
+    ``client_config`` carries extra librdkafka properties for a real cluster, e.g.
+    ``KAFKA_CLIENT_CONFIG='{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}'``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KAFKA_", extra="ignore")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = "ad-events"
+    dlq_topic: str = "ad-events-dlq"
+    topic_partitions: int = Field(default=6, ge=1)
+    dlq_partitions: int = Field(default=1, ge=1)
+    # Unset: 1 (no min.insync.replicas) on a loopback broker, 3 with min.insync.replicas=2 on a
+    # real cluster, so that acks=all survives the loss of one broker.
+    replication_factor: int | None = Field(default=None, ge=1)
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+    client_config: dict[str, Any] = Field(default_factory=dict)
+    request_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _normalise_servers(cls, value: str) -> str:
+        servers = [part.strip() for part in value.split(",") if part.strip()]
+        if not servers:
+            raise ValueError("KAFKA_BOOTSTRAP_SERVERS must name at least one host:port")
+        for server in servers:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"KAFKA_BOOTSTRAP_SERVERS: {server!r} is not host:port")
+        return ",".join(servers)
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when every bootstrap server is on this machine (the embedded-broker case)."""
+        return all(_is_loopback_host(s.rpartition(":")[0]) for s in self.servers)
+
+    @property
+    def effective_replication_factor(self) -> int:
+        if self.replication_factor is not None:
+            return self.replication_factor
+        return 1 if self.is_loopback else 3
+
+    @property
+    def effective_min_insync_replicas(self) -> int | None:
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return None if self.is_loopback else 2
+
+    @property
+    def servers(self) -> list[str]:
+        return self.bootstrap_servers.split(",")
+
+    def client(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration for a producer, consumer or admin client."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.client_config, **overrides}
+
+
+def _is_loopback_host(host: str) -> bool:
+    host = host.strip("[]")
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

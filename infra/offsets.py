@@ -1,0 +1,103 @@
+"""Partition offsets that can be trusted, on Apache Kafka and on the embedded Tansu broker.
+
+Tansu 0.6 (memory storage) answers ListOffsets "latest" with the base offset of the partition's
+last record batch + 1 instead of its last offset + 1: after one produce of 5 records it says 1,
+not 5. Its Fetch responses carry the right high watermark, so the end is verified by fetching
+from ``reported_end - 1`` until the client reports end of partition. On Apache Kafka the two
+agree and the check costs one small fetch per non-empty partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from infra.kafka_settings import KafkaSettings
+
+_librdkafka_log = logging.getLogger("librdkafka")
+
+
+@dataclass(frozen=True, order=True)
+class PartitionOffsets:
+    topic: str
+    partition: int
+    earliest: int
+    latest: int  # one past the last record: the next offset to be written
+    reported_latest: int  # what ListOffsets said before verification
+
+    @property
+    def records(self) -> int:
+        return self.latest - self.earliest
+
+
+def offsets_consumer(settings: KafkaSettings, **overrides: Any) -> Consumer:
+    """A consumer for reading by explicit offsets: no group membership, no commits."""
+    return Consumer(
+        settings.client(
+            **{
+                "group.id": "ctr-lambda-offsets",  # required by librdkafka, never joined
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "logger": _librdkafka_log,
+                **overrides,
+            }
+        )
+    )
+
+
+def partition_offsets(
+    settings: KafkaSettings,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    timeout_s: float = 10.0,
+    consumer: Consumer | None = None,
+) -> list[PartitionOffsets]:
+    """Earliest and verified latest offsets of each (topic, partition)."""
+    own = consumer is None
+    client = consumer if consumer is not None else offsets_consumer(settings)
+    try:
+        reported: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, partition in partitions:
+            low, high = client.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s, cached=False
+            )
+            reported[(topic, partition)] = (low, high)
+        verified = _verify_ends(client, reported, timeout_s)
+    finally:
+        if own:
+            client.close()
+    return sorted(
+        PartitionOffsets(t, p, low, max(high, verified.get((t, p), high)), high)
+        for (t, p), (low, high) in reported.items()
+    )
+
+
+def _verify_ends(
+    client: Consumer, reported: dict[tuple[str, int], tuple[int, int]], timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """Fetch from ``high - 1`` of each non-empty partition; the end-of-partition event
+    carries the true end offset."""
+    pending = {key: high for key, (low, high) in reported.items() if high > low}
+    if not pending:
+        return {}
+    ends: dict[tuple[str, int], int] = {}
+    client.assign([TopicPartition(t, p, high - 1) for (t, p), high in pending.items()])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending and time.monotonic() < deadline:
+            for message in client.consume(num_messages=10_000, timeout=0.2):
+                key = (message.topic(), message.partition())
+                error = message.error()
+                if error is None:
+                    ends[key] = max(ends.get(key, 0), message.offset() + 1)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    ends[key] = max(ends.get(key, 0), message.offset())
+                    pending.pop(key, None)
+    finally:
+        client.unassign()
+    return ends

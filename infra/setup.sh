@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Create .venv with the pinned dependency set (constraints.txt) and the project installed
+# in editable mode. Idempotent: when nothing changed since the last run it only checks.
+#
+# pyspark is published only as a large sdist that pip would rebuild in every new venv, so it
+# is built once into a wheel cache outside the repository and installed from there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+WHEEL_CACHE="${CTR_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctr-lambda/wheels}"
+STAMP=.venv/.ctr-setup-stamp
+
+# Spark 4 runs on Java 17 or 21; fail early with a message rather than deep inside Spark.
+if ! command -v java >/dev/null 2>&1; then
+    echo "setup: error: Java 17 is required by Spark but 'java' is not on PATH." >&2
+    echo "       Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless" >&2
+    exit 1
+fi
+java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+if [[ "$java_major" != "17" && "$java_major" != "21" ]]; then
+    echo "setup: error: Spark 4 needs Java 17 (or 21); 'java' is version ${java_major:-unknown}." >&2
+    echo "       Install openjdk-17-jre-headless and put it first on PATH (or set JAVA_HOME)." >&2
+    exit 1
+fi
+
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || {
+    echo "setup: error: Python 3.11 is required (found $("$PYTHON" --version 2>&1))." >&2
+    exit 1
+}
+
+want="$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [[ -x .venv/bin/ctr && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
+    echo "setup: .venv is up to date"
+    exit 0
+fi
+
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+
+pyspark_version="$(sed -n 's/^pyspark==//p' constraints.txt)"
+mkdir -p "$WHEEL_CACHE"
+if ! compgen -G "$WHEEL_CACHE/pyspark-${pyspark_version}-*.whl" >/dev/null; then
+    echo "setup: building the pyspark ${pyspark_version} wheel once into $WHEEL_CACHE (about a minute)"
+    .venv/bin/pip wheel --quiet --no-deps "pyspark==${pyspark_version}" -w "$WHEEL_CACHE"
+fi
+
+echo "setup: installing the pinned dependency set into .venv"
+# This machine's pip configuration names optional local indexes that may not exist; their
+# "is ignored" warnings are noise.
+.venv/bin/pip install --quiet --find-links "$WHEEL_CACHE" -c constraints.txt -e '.[dev]' \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+echo "$want" > "$STAMP"
+echo "setup: done (.venv/bin/ctr --help)"

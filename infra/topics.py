@@ -1,0 +1,128 @@
+"""Reaching the cluster and creating the platform's topics with the Kafka Admin API."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+
+from infra.kafka_settings import KafkaSettings
+
+# librdkafka logs every refused connection to stderr unless given a logger.
+_librdkafka_log = logging.getLogger("librdkafka")
+
+
+class KafkaUnavailableError(RuntimeError):
+    """No broker answered a metadata request in time."""
+
+
+def admin_client(settings: KafkaSettings, **overrides: Any) -> AdminClient:
+    return AdminClient(settings.client(logger=_librdkafka_log, **overrides))
+
+
+def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMetadata:
+    """Return the cluster metadata once a broker answers; raise after ``timeout_s``."""
+    admin = admin_client(settings, **{"socket.connection.setup.timeout.ms": 1000})
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return admin.list_topics(timeout=max(0.2, min(remaining, 2.0)))
+        except KafkaException as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise KafkaUnavailableError(
+                f"no Kafka broker answered at {settings.bootstrap_servers} within "
+                f"{timeout_s:g} s ({_describe(last_error)}); start one with 'make kafka-up' "
+                "or set KAFKA_BOOTSTRAP_SERVERS"
+            )
+        time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    name: str
+    status: Literal["created", "exists"]
+    partitions: int
+
+
+def ensure_topics(settings: KafkaSettings, *, timeout_s: float = 30.0) -> list[TopicResult]:
+    """Create the event topic and the dead-letter topic if missing (idempotent)."""
+    wanted = {
+        settings.topic: settings.topic_partitions,
+        settings.dlq_topic: settings.dlq_partitions,
+    }
+    config: dict[str, str] = {}
+    if settings.effective_min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(settings.effective_min_insync_replicas)
+    return create_topics(
+        settings,
+        wanted,
+        replication_factor=settings.effective_replication_factor,
+        config=config,
+        timeout_s=timeout_s,
+    )
+
+
+def create_topics(
+    settings: KafkaSettings,
+    partitions_by_topic: dict[str, int],
+    *,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> list[TopicResult]:
+    """Create each topic with its partition count unless it exists; report which was which."""
+    metadata = wait_for_cluster(settings, timeout_s=timeout_s)
+    admin = admin_client(settings)
+    missing = [name for name in partitions_by_topic if name not in metadata.topics]
+    if not missing:
+        return [
+            TopicResult(name, "exists", len(metadata.topics[name].partitions))
+            for name in partitions_by_topic
+        ]
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                name,
+                num_partitions=partitions_by_topic[name],
+                replication_factor=replication_factor,
+                config=config or {},
+            )
+            for name in missing
+        ],
+        request_timeout=timeout_s,
+    )
+    created = set()
+    for name, future in futures.items():
+        try:
+            future.result()
+            created.add(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: fine
+                raise
+    metadata = admin.list_topics(timeout=timeout_s)
+    results = []
+    for name in partitions_by_topic:
+        topic = metadata.topics.get(name)
+        count = len(topic.partitions) if topic is not None else partitions_by_topic[name]
+        results.append(TopicResult(name, "created" if name in created else "exists", count))
+    return results
+
+
+def delete_topics(settings: KafkaSettings, names: list[str], *, timeout_s: float = 30.0) -> None:
+    futures = admin_client(settings).delete_topics(names, request_timeout=timeout_s)
+    for future in futures.values():
+        future.result()
+
+
+def _describe(error: Exception | None) -> str:
+    if isinstance(error, KafkaException) and error.args:
+        inner = error.args[0]
+        return inner.str() if isinstance(inner, KafkaError) else str(inner)
+    return str(error) if error else "no answer"

@@ -1,0 +1,204 @@
+"""`ctr produce` and `ctr replay`: events into Kafka."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.console import console, fail, progress_bar
+from infra.kafka_settings import KafkaSettings
+from infra.topics import KafkaUnavailableError
+from ingest.ground_truth import GroundTruth
+from ingest.produce import produce as produce_records
+from ingest.producer import DeliveryStats, EventProducer, TopicMissingError
+from ingest.replay import replay as replay_file
+from ingest.shutdown import StopRequest
+from ingest.traffic import TrafficConfig, TrafficGenerator
+
+DEFAULT_CLOCK_RATE = 1000.0
+
+
+def _parse_time(value: str | None, option: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"not an ISO-8601 time: {value!r}", param_hint=option) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def _open_producer(validate_records: bool = True) -> EventProducer:
+    producer = EventProducer(KafkaSettings(), validate_records=validate_records)
+    try:
+        producer.check_ready()
+    except (KafkaUnavailableError, TopicMissingError) as exc:
+        fail(str(exc))
+    return producer
+
+
+def _report_delivery(stats: DeliveryStats) -> None:
+    console.print(
+        f"delivered {stats.delivered:,} to the event topic, "
+        f"{stats.dead_letter_delivered:,} to the dead-letter topic, {stats.failed:,} failed"
+    )
+    if stats.invalid_reasons:
+        top = ", ".join(f"{field} {n:,}" for field, n in stats.invalid_reasons.most_common(6))
+        console.print(f"dead-lettered by field: {top}")
+    if stats.failed:
+        for error in stats.errors:
+            console.print(f"  [red]{error}[/]")
+        fail(f"{stats.failed:,} record(s) were not delivered")
+
+
+def produce(
+    events: Annotated[
+        int | None, typer.Option(help="Stop after this many records (all kinds). Default: no limit.")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Stop after this many seconds. Default: no limit.")
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(help="Records per second, paced by the wall clock. Default: as fast as possible."),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="RNG seed; with --start the stream is byte-identical.")
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            help="Event time of the first record (ISO-8601, UTC if no offset). Default: now, or "
+            "with --events and no --rate, early enough that the last record is about now."
+        ),
+    ] = None,
+    clock_rate: Annotated[
+        float,
+        typer.Option(help="Without --rate: records per second of event time in the stream."),
+    ] = DEFAULT_CLOCK_RATE,
+    duplicates: Annotated[
+        float, typer.Option(min=0, max=0.5, help="Share of records that resend an earlier event.")
+    ] = 0.0,
+    late: Annotated[
+        float,
+        typer.Option(min=0, max=0.9, help="Share of events whose event_time is 5 min to 3 h old."),
+    ] = 0.0,
+    malformed: Annotated[
+        float, typer.Option(min=0, max=0.5, help="Share of records that break the contract.")
+    ] = 0.0,
+    campaigns: Annotated[int, typer.Option(min=1, help="Number of campaigns.")] = 20,
+    sites: Annotated[int, typer.Option(min=1, help="Number of sites.")] = 300,
+    ground_truth: Annotated[
+        Path | None,
+        typer.Option(help="Write exact counts per minute bucket and dimensions here (CSV)."),
+    ] = None,
+    skip_validation: Annotated[
+        bool,
+        typer.Option(
+            help="Send malformed records to the event topic instead of the dead-letter topic "
+            "(to exercise the pipeline's quarantine)."
+        ),
+    ] = False,
+) -> None:
+    """Generate realistic synthetic ad traffic (impressions and clicks) into Kafka.
+
+    Runs until --events, --duration or Ctrl-C; either way it flushes and reports what was
+    delivered. Malformed records go to the dead-letter topic with their reason.
+    """
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+        console.print(f"seed {seed} (pass --seed {seed} to repeat this stream)")
+    start_ms = _parse_time(start, "--start")
+    events_per_second = rate or clock_rate
+    if start_ms is None:
+        start_ms = int(time.time() * 1000)
+        if events is not None and rate is None:
+            start_ms -= int(events / events_per_second * 1000)
+    try:
+        config = TrafficConfig(
+            seed=seed,
+            start_ms=start_ms,
+            events_per_second=events_per_second,
+            campaigns=campaigns,
+            sites=sites,
+            duplicate_fraction=duplicates,
+            late_fraction=late,
+            malformed_fraction=malformed,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    producer = _open_producer(validate_records=not skip_validation)
+    truth = GroundTruth() if ground_truth is not None else None
+    with StopRequest() as stop, producer, progress_bar("events", total_known=events is not None) as bar:
+        task = bar.add_task("producing", total=events)
+        summary = produce_records(
+            TrafficGenerator(config),
+            producer,
+            limit=events,
+            duration_s=duration,
+            rate=rate,
+            stop=stop,
+            ground_truth=truth,
+            on_progress=lambda n: bar.update(task, completed=n),
+        )
+        bar.update(task, description="flushing")
+    console.print(
+        f"sent {summary.records:,} records in {summary.seconds:.1f} s ({summary.rate:,.0f}/s): "
+        f"{summary.events:,} events ({summary.late:,} late), {summary.duplicates:,} duplicates, "
+        f"{summary.malformed:,} malformed"
+        + (f"; stopped by {summary.stopped_by}" if summary.stopped_by else "")
+    )
+    if truth is not None and ground_truth is not None:
+        rows = truth.write_csv(ground_truth)
+        console.print(
+            f"ground truth: {rows:,} rows, {truth.impressions:,} impressions, "
+            f"{truth.clicks:,} clicks -> {ground_truth}"
+        )
+    _report_delivery(producer.stats)
+
+
+def replay(
+    file: Annotated[
+        Path, typer.Argument(help="JSON Lines file, or CSV with a header row (by .csv suffix).")
+    ],
+    speed: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Keep the original event-time spacing, sped up by this factor. "
+            "Default: as fast as possible.",
+        ),
+    ] = None,
+) -> None:
+    """Replay a file of events into Kafka, preserving event_time.
+
+    Invalid lines go to the dead-letter topic with their reason and FILE:LINE.
+    """
+    if not file.is_file():
+        raise typer.BadParameter(f"no such file: {file}", param_hint="FILE")
+    producer = _open_producer()
+    with StopRequest() as stop, producer, progress_bar("lines", total_known=False) as bar:
+        task = bar.add_task(f"replaying {file.name}")
+        try:
+            summary = replay_file(
+                file,
+                producer,
+                speed=speed,
+                stop=stop,
+                on_progress=lambda n: bar.update(task, completed=n),
+            )
+        except ValueError as exc:
+            fail(str(exc))
+    console.print(
+        f"replayed {summary.lines:,} lines in {summary.seconds:.1f} s: {summary.sent:,} sent, "
+        f"{summary.dead_lettered:,} dead-lettered"
+        + (f"; stopped by {summary.stopped_by}" if summary.stopped_by else "")
+    )
+    _report_delivery(producer.stats)

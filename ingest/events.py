@@ -1,0 +1,265 @@
+"""The ad event contract (../shared/DESIGN.md) and the one validation function for it.
+
+Every path that accepts events (the producer, replay, and later the Spark jobs) calls
+:func:`validate`; a record is either an :class:`Event` or an :class:`Invalid` listing every
+reason it was refused, so the reasons can travel with the record to the dead-letter topic or
+the quarantine table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+import orjson
+
+from ingest.countries import ISO_3166_ALPHA2
+
+SCHEMA_VERSION: Final = 1
+EVENT_TYPES: Final = frozenset({"impression", "click"})
+DEVICE_TYPES: Final = frozenset({"mobile", "desktop", "tablet", "ctv", "other"})
+MAX_EVENT_ID_CHARS: Final = 64
+MAX_ID_CHARS: Final = 128
+MAX_RECORD_BYTES: Final = 8192
+
+EventType = Literal["impression", "click"]
+DeviceType = Literal["mobile", "desktop", "tablet", "ctv", "other"]
+Country = Literal[tuple(sorted(ISO_3166_ALPHA2))]  # type: ignore[valid-type]
+EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
+
+_STRING_FIELDS: Final = (
+    "event_id",
+    "impression_id",
+    "ad_id",
+    "campaign_id",
+    "site_id",
+    "user_id",
+)
+FIELDS: Final = (
+    "event_id",
+    "event_type",
+    "event_time",
+    "impression_id",
+    "ad_id",
+    "campaign_id",
+    "site_id",
+    "country",
+    "device_type",
+    "user_id",
+    "schema_version",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRules:
+    """Bounds on ``event_time``, relative to a reference time in epoch milliseconds.
+
+    ``reference_ms`` is "now" for producers; the Spark jobs pass the Kafka record timestamp so
+    that replaying the same record always gives the same verdict.
+    """
+
+    min_event_time_ms: int = 1_262_304_000_000  # 2010-01-01T00:00:00Z: older is garbage
+    max_future_skew_ms: int = 3_600_000  # one hour of producer clock skew
+
+
+DEFAULT_RULES: Final = ValidationRules()
+
+
+class Event(msgspec.Struct, frozen=True):
+    """One valid ad event, field for field the Kafka JSON value.
+
+    The type annotations are the static half of the contract: msgspec checks them while it
+    decodes, in C, which keeps validation off the producer's critical path. The time bounds,
+    which depend on a reference time, are checked by :func:`validate`.
+    """
+
+    event_id: EventId
+    event_type: EventType
+    event_time: int
+    impression_id: Id
+    ad_id: Id
+    campaign_id: Id
+    site_id: Id
+    country: Country
+    device_type: DeviceType
+    user_id: Id
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+    def to_json(self) -> bytes:
+        return _encoder.encode(self)
+
+    @property
+    def key(self) -> bytes:
+        """The Kafka key: events of one impression share a partition."""
+        return self.impression_id.encode()
+
+
+_decoder: Final = msgspec.json.Decoder(Event)
+_encoder: Final = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A record that failed validation, with every reason found (``field: problem``)."""
+
+    reasons: tuple[str, ...]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+def validate(
+    record: bytes | str | Mapping[str, Any],
+    reference_ms: int,
+    rules: ValidationRules = DEFAULT_RULES,
+) -> Event | Invalid:
+    """Parse and check one record against the event contract.
+
+    Parameters
+    ----------
+    record
+        The raw Kafka value (UTF-8 JSON bytes or text) or an already decoded object.
+    reference_ms
+        "Now" in epoch milliseconds, for the far-future check (see :class:`ValidationRules`).
+
+    Returns
+    -------
+    Event | Invalid
+        The typed event, or every reason the record breaks the contract.
+
+    Examples
+    --------
+    >>> validate(b"{", reference_ms=0).reasons
+    ('record: not valid JSON (unexpected end of data at byte 1)',)
+    """
+    try:
+        if isinstance(record, bytes | str):
+            if len(record) > MAX_RECORD_BYTES:
+                return Invalid(
+                    (f"record: {len(record)} bytes exceeds the limit of {MAX_RECORD_BYTES}",)
+                )
+            event = _decoder.decode(record)
+        else:
+            event = msgspec.convert(record, Event)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return Invalid(_explain(record, reference_ms, rules, exc))
+    event_time = event.event_time
+    if rules.min_event_time_ms <= event_time <= reference_ms + rules.max_future_skew_ms:
+        return event
+    reasons: list[str] = []
+    _check_event_time(event_time, reference_ms, rules, reasons)
+    return Invalid(tuple(reasons))
+
+
+def _explain(
+    record: bytes | str | Mapping[str, Any],
+    reference_ms: int,
+    rules: ValidationRules,
+    error: Exception,
+) -> tuple[str, ...]:
+    """Every reason a record was refused (the decoder stops at the first one)."""
+    if isinstance(record, bytes | str):
+        try:
+            obj = orjson.loads(record)
+        except orjson.JSONDecodeError as exc:
+            return (f"record: not valid JSON ({_json_error(exc)})",)
+    else:
+        obj = record
+    # _reasons spells out the rules the Event type encodes; the tests hold the two to agreeing.
+    return _reasons(obj, reference_ms, rules) or (f"record: {error}",)
+
+
+def _reasons(obj: object, reference_ms: int, rules: ValidationRules) -> tuple[str, ...]:
+    """Every rule the record breaks, one ``field: problem`` line each."""
+    if not isinstance(obj, Mapping):
+        return (f"record: expected a JSON object, got {_json_type(obj)}",)
+
+    reasons: list[str] = []
+    missing = [name for name in FIELDS if name not in obj]
+    if missing:
+        reasons.append(f"record: missing field(s) {', '.join(missing)}")
+
+    for name in _STRING_FIELDS:
+        if name in obj:
+            limit = MAX_EVENT_ID_CHARS if name == "event_id" else MAX_ID_CHARS
+            _check_string(obj[name], name, limit, reasons)
+
+    event_type = obj.get("event_type")
+    if "event_type" in obj and not _member(event_type, EVENT_TYPES):
+        reasons.append(f"event_type: must be 'impression' or 'click', got {_show(event_type)}")
+
+    if "event_time" in obj:
+        _check_event_time(obj["event_time"], reference_ms, rules, reasons)
+
+    country = obj.get("country")
+    if "country" in obj and not _member(country, ISO_3166_ALPHA2):
+        reasons.append(
+            f"country: must be an ISO 3166-1 alpha-2 code like 'US', got {_show(country)}"
+        )
+
+    device = obj.get("device_type")
+    if "device_type" in obj and not _member(device, DEVICE_TYPES):
+        allowed = ", ".join(sorted(DEVICE_TYPES))
+        reasons.append(f"device_type: must be one of {allowed}, got {_show(device)}")
+
+    version = obj.get("schema_version")
+    if "schema_version" in obj and (type(version) is not int or version != SCHEMA_VERSION):
+        reasons.append(f"schema_version: must be {SCHEMA_VERSION}, got {_show(version)}")
+    return tuple(reasons)
+
+
+def _member(value: object, allowed: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in allowed
+
+
+def _check_string(value: object, name: str, limit: int, reasons: list[str]) -> None:
+    if not isinstance(value, str):
+        reasons.append(f"{name}: must be a string, got {_json_type(value)}")
+    elif not value:
+        reasons.append(f"{name}: must not be empty")
+    elif len(value) > limit:
+        reasons.append(f"{name}: {len(value)} characters exceeds the limit of {limit}")
+
+
+def _check_event_time(
+    value: object, reference_ms: int, rules: ValidationRules, reasons: list[str]
+) -> None:
+    # bool is an int subclass in Python but not an integer in JSON.
+    if type(value) is not int:
+        reasons.append(f"event_time: must be an integer (epoch milliseconds), got {_show(value)}")
+    elif value < rules.min_event_time_ms:
+        reasons.append(
+            f"event_time: {value} is before {rules.min_event_time_ms} (ancient or not milliseconds)"
+        )
+    elif value > reference_ms + rules.max_future_skew_ms:
+        ahead_s = (value - reference_ms) // 1000
+        reasons.append(f"event_time: {value} is {ahead_s} s in the future")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, Mapping) else type(value).__name__
+
+
+def _show(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else _json_type(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        text = f"number {value}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_error(exc: orjson.JSONDecodeError) -> str:
+    return f"{exc.msg} at byte {exc.pos}"

@@ -1,0 +1,94 @@
+"""The produce loop: a record stream into the producer, paced or flat out, until told to stop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ingest.ground_truth import GroundTruth
+from ingest.producer import EventProducer
+from ingest.shutdown import StopRequest
+from ingest.traffic import Record
+
+ProgressCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ProduceSummary:
+    records: int
+    events: int
+    duplicates: int
+    malformed: int
+    late: int
+    seconds: float
+    stopped_by: str | None
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def produce(
+    records: Iterable[Record],
+    producer: EventProducer,
+    *,
+    limit: int | None = None,
+    duration_s: float | None = None,
+    rate: float | None = None,
+    stop: StopRequest | None = None,
+    ground_truth: GroundTruth | None = None,
+    on_progress: ProgressCallback | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProduceSummary:
+    """Send records until ``limit`` records, ``duration_s`` seconds or a stop request.
+
+    With ``rate`` (records/s) the loop waits for the wall clock, serving delivery reports while
+    it waits; without it, it sends as fast as the producer accepts. ``ground_truth`` counts the
+    original events the producer accepted for the event topic.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    if rate is not None and rate <= 0:
+        raise ValueError(f"rate must be positive, got {rate}")
+    start = clock()
+    deadline = start + duration_s if duration_s is not None else None
+    counts = {"event": 0, "duplicate": 0, "malformed": 0}
+    late = sent = 0
+    stopped_by = None
+    iterator = iter(records)
+    while limit is None or sent < limit:
+        if sent % 256 == 0:
+            if stop is not None and stop.requested:
+                stopped_by = stop.signal_name
+                break
+            if deadline is not None and clock() >= deadline:
+                break
+            if on_progress is not None:
+                on_progress(sent)
+        if rate is not None:
+            ahead = start + sent / rate - clock()
+            if ahead > 0.001:
+                producer.poll(ahead)  # serve delivery reports while waiting
+        try:
+            record = next(iterator)
+        except StopIteration:
+            break
+        accepted = producer.send(record.value, record.key)
+        counts[record.kind] += 1
+        if record.kind == "event":
+            late += record.late
+            if accepted and ground_truth is not None and record.event is not None:
+                ground_truth.add(record.event)
+        sent += 1
+    if on_progress is not None:
+        on_progress(sent)
+    return ProduceSummary(
+        records=sent,
+        events=counts["event"],
+        duplicates=counts["duplicate"],
+        malformed=counts["malformed"],
+        late=late,
+        seconds=clock() - start,
+        stopped_by=stopped_by,
+    )
