@@ -6,6 +6,7 @@ here runs. Tansu keeps data in memory: a restart loses every record (see README,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -79,6 +80,7 @@ class EmbeddedBroker:
         host, _, port = kafka.bootstrap_servers.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
+        self._process: subprocess.Popen[bytes] | None = None
 
     def state(self) -> BrokerState:
         pid = _read_pid(self.settings.pid_file)
@@ -119,6 +121,7 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C in the shell that started it must not stop it
             )
+        self._process = process
         self.settings.pid_file.write_text(f"{process.pid}\n")
         deadline = time.monotonic() + self.settings.start_timeout_s
         while True:
@@ -135,8 +138,9 @@ class EmbeddedBroker:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise BrokerError(
-                        f"Tansu did not answer a metadata request on {self.kafka.bootstrap_servers} "
-                        f"within {self.settings.start_timeout_s:.0f} s ({exc}); "
+                        "Tansu did not answer a metadata request on "
+                        f"{self.kafka.bootstrap_servers} within "
+                        f"{self.settings.start_timeout_s:.0f} s ({exc}); "
                         f"log: {self.settings.log_file}"
                     ) from exc
 
@@ -152,7 +156,11 @@ class EmbeddedBroker:
             time.sleep(0.1)
         if _is_tansu(pid):
             os.kill(pid, signal.SIGKILL)
-        _reap(pid)
+        if self._process is not None and self._process.pid == pid:
+            self._process.wait(timeout=timeout_s)
+            self._process = None
+        else:
+            _reap(pid)
         self.settings.pid_file.unlink(missing_ok=True)
         return True
 
@@ -176,10 +184,8 @@ def _is_tansu(pid: int) -> bool:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):  # not our child: init reaps it
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # not our child: its parent (init) reaps it
 
 
 def _tail(path: Path, lines: int = 15) -> str:

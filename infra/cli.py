@@ -76,7 +76,9 @@ def status() -> None:
     out.print(f"brokers: {', '.join(report.brokers)} (controller {report.controller_id})")
     table = Table("topic", "partition", "earliest", "latest", "records")
     for p in report.partitions:
-        table.add_row(p.topic, str(p.partition), f"{p.earliest:,}", f"{p.latest:,}", f"{p.records:,}")
+        table.add_row(
+            p.topic, str(p.partition), f"{p.earliest:,}", f"{p.latest:,}", f"{p.records:,}"
+        )
     out.print(table)
     if not report.partitions:
         out.print("no topics yet: run `ctr kafka create-topics`")

@@ -91,12 +91,15 @@ def _verify_ends(
     try:
         while pending and time.monotonic() < deadline:
             for message in client.consume(num_messages=10_000, timeout=0.2):
-                key = (message.topic(), message.partition())
+                topic, partition, offset = message.topic(), message.partition(), message.offset()
+                if topic is None or partition is None or offset is None:
+                    continue
+                key = (topic, partition)
                 error = message.error()
                 if error is None:
-                    ends[key] = max(ends.get(key, 0), message.offset() + 1)
+                    ends[key] = max(ends.get(key, 0), offset + 1)
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    ends[key] = max(ends.get(key, 0), message.offset())
+                    ends[key] = max(ends.get(key, 0), offset)
                     pending.pop(key, None)
     finally:
         client.unassign()

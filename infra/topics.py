@@ -108,15 +108,16 @@ def create_topics(
                 raise
     metadata = admin.list_topics(timeout=timeout_s)
     results = []
-    for name in partitions_by_topic:
+    for name, wanted in partitions_by_topic.items():
         topic = metadata.topics.get(name)
-        count = len(topic.partitions) if topic is not None else partitions_by_topic[name]
+        count = len(topic.partitions) if topic is not None else wanted
         results.append(TopicResult(name, "created" if name in created else "exists", count))
     return results
 
 
 def delete_topics(settings: KafkaSettings, names: list[str], *, timeout_s: float = 30.0) -> None:
-    futures = admin_client(settings).delete_topics(names, request_timeout=timeout_s)
+    admin = admin_client(settings)  # must outlive the futures
+    futures = admin.delete_topics(names, request_timeout=timeout_s)
     for future in futures.values():
         future.result()
 

@@ -60,14 +60,17 @@ def _report_delivery(stats: DeliveryStats) -> None:
 
 def produce(
     events: Annotated[
-        int | None, typer.Option(help="Stop after this many records (all kinds). Default: no limit.")
+        int | None,
+        typer.Option(help="Stop after this many records (all kinds). Default: no limit."),
     ] = None,
     duration: Annotated[
         float | None, typer.Option(help="Stop after this many seconds. Default: no limit.")
     ] = None,
     rate: Annotated[
         float | None,
-        typer.Option(help="Records per second, paced by the wall clock. Default: as fast as possible."),
+        typer.Option(
+            help="Records per second, paced by the wall clock. Default: as fast as possible."
+        ),
     ] = None,
     seed: Annotated[
         int | None, typer.Option(help="RNG seed; with --start the stream is byte-identical.")
@@ -88,7 +91,7 @@ def produce(
     ] = 0.0,
     late: Annotated[
         float,
-        typer.Option(min=0, max=0.9, help="Share of events whose event_time is 5 min to 3 h old."),
+        typer.Option(min=0, max=0.9, help="Share of events whose event_time is 10 min to 3 h old."),
     ] = 0.0,
     malformed: Annotated[
         float, typer.Option(min=0, max=0.5, help="Share of records that break the contract.")
@@ -136,7 +139,11 @@ def produce(
         raise typer.BadParameter(str(exc)) from None
     producer = _open_producer(validate_records=not skip_validation)
     truth = GroundTruth() if ground_truth is not None else None
-    with StopRequest() as stop, producer, progress_bar("events", total_known=events is not None) as bar:
+    with (
+        StopRequest() as stop,
+        producer,
+        progress_bar("events", total_known=events is not None) as bar,
+    ):
         task = bar.add_task("producing", total=events)
         summary = produce_records(
             TrafficGenerator(config),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
@@ -54,6 +54,9 @@ class ProducerSettings(BaseSettings):
     def client_overrides(self) -> dict[str, Any]:
         return {
             "enable.idempotence": True,
+            # Same key -> partition mapping as the Java client, so producers in any language
+            # agree on where an impression's events live.
+            "partitioner": "murmur2_random",
             "acks": "all",
             "compression.type": self.compression,
             "linger.ms": self.linger_ms,
@@ -110,8 +113,10 @@ class DeliveryStats:
     def dead_letter_delivered(self) -> int:
         if self.reports_all or not self.flushed:
             return self.dead_letter_reported
-        return self.dead_lettered - self.failed_dead_letter - (
-            self.undelivered - self._undelivered_share(self.sent)
+        return (
+            self.dead_lettered
+            - self.failed_dead_letter
+            - (self.undelivered - self._undelivered_share(self.sent))
         )
 
     @property
@@ -152,7 +157,7 @@ class EventProducer:
         self._topic = kafka.topic
         # One delivery callback for both topics, set in the configuration rather than per
         # record: passing it to every produce() call costs measurably at 200k records/s.
-        self._producer: ProducerLike = producer or Producer(
+        self._producer: ProducerLike = producer or Producer(  # type: ignore[assignment]
             kafka.client(
                 logger=_librdkafka_log,
                 on_delivery=self._on_delivery,
@@ -184,8 +189,8 @@ class EventProducer:
                 key = result.key  # type: ignore[union-attr]
         try:
             self._producer.produce(self._topic, value, key)
-        except BufferError:
-            self._produce(self._topic, value, key, None)
+        except (BufferError, KafkaException):
+            self._produce(self._topic, value, key, None)  # waits for room, or reports
         else:
             self._since_poll += 1
             if self._since_poll >= _POLL_EVERY:
@@ -193,6 +198,48 @@ class EventProducer:
                 self._producer.poll(0)
         self.stats.sent += 1
         return True
+
+    def send_many(
+        self, records: Iterable[tuple[bytes, bytes | None]], *, source: str = "producer"
+    ) -> int:
+        """:meth:`send` for many (value, key) pairs; returns how many went to the event topic.
+
+        The same rules and routing as ``send``, in one loop with its lookups hoisted: at a few
+        hundred thousand records a second, per-call overhead is a third of the cost.
+        """
+        produce = self._producer.produce
+        poll = self._producer.poll
+        topic = self._topic
+        rules = self._rules
+        check = self._validate
+        clock = self._clock
+        since_poll = self._since_poll
+        # "Now" for the future-time rule, refreshed at every poll: reading the clock per
+        # record would cost as much as a tenth of the loop.
+        now_ms = int(clock() * 1000)
+        accepted = 0
+        for value, given_key in records:
+            key = given_key
+            if check:
+                result = validate(value, now_ms, rules)
+                if type(result) is Invalid:
+                    self.dead_letter(value, key, result, source=source)
+                    continue
+                if key is None:
+                    key = result.key  # type: ignore[union-attr]
+            try:
+                produce(topic, value, key)
+            except (BufferError, KafkaException):
+                self._produce(topic, value, key, None)  # waits for room, or reports
+            accepted += 1
+            since_poll += 1
+            if since_poll >= _POLL_EVERY:
+                since_poll = 0
+                poll(0)
+                now_ms = int(clock() * 1000)
+        self._since_poll = since_poll
+        self.stats.sent += accepted
+        return accepted
 
     def send_event(self, event: Event) -> None:
         """Send an already validated event."""

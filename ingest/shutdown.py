@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -18,10 +19,9 @@ class StopRequest:
 
     def __enter__(self) -> Self:
         for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
+            # Outside the main thread signals stay with the caller.
+            with contextlib.suppress(ValueError):
                 self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:  # not the main thread: leave signals to the caller
-                pass
         return self
 
     def __exit__(

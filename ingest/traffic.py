@@ -67,7 +67,8 @@ class TrafficConfig:
     min_ctr: float = 0.002
     max_ctr: float = 0.05
     click_delay_s: tuple[float, float] = (2.0, 300.0)
-    late_delay_s: tuple[float, float] = (300.0, 3 * 3600.0)
+    # Late by more than the longest click delay, so a late click is late too.
+    late_delay_s: tuple[float, float] = (600.0, 3 * 3600.0)
     duplicate_fraction: float = 0.0
     late_fraction: float = 0.0
     malformed_fraction: float = 0.0
@@ -206,6 +207,7 @@ class TrafficGenerator:
             country=str(self._countries.pick(rng)),
             device_type=self._devices.pick(rng),  # type: ignore[arg-type]
             user_id=f"user-{rng.randrange(cfg.users):07d}",
+            schema_version=1,
         )
         if rng.random() < ad.ctr:
             click_time = event_time + int(_log_uniform(rng, *cfg.click_delay_s) * 1000)

@@ -1,0 +1,58 @@
+"""One Kafka broker per test session: the embedded Tansu on a free port, or the cluster named
+by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.broker import BrokerSettings, EmbeddedBroker
+from infra.kafka_settings import KafkaSettings
+from infra.topics import delete_topics, ensure_topics
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield KafkaSettings(bootstrap_servers=external)
+        return
+    settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
+    broker = EmbeddedBroker(settings, BrokerSettings(run_dir=tmp_path_factory.mktemp("run")))
+    broker.start()
+    yield settings
+    broker.stop()
+
+
+@pytest.fixture
+def topics(kafka: KafkaSettings) -> Iterator[KafkaSettings]:
+    """Kafka settings naming a fresh event topic (6 partitions) and dead-letter topic."""
+    name = f"ad-events-{uuid.uuid4().hex[:10]}"
+    settings = kafka.model_copy(update={"topic": name, "dlq_topic": f"{name}-dlq"})
+    ensure_topics(settings)
+    yield settings
+    delete_topics(settings, [settings.topic, settings.dlq_topic])
+
+
+@pytest.fixture
+def kafka_env(topics: KafkaSettings, tmp_path: Path) -> dict[str, str]:
+    """Environment for a `ctr` subprocess that talks to this test's topics."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=topics.bootstrap_servers,
+        KAFKA_TOPIC=topics.topic,
+        KAFKA_DLQ_TOPIC=topics.dlq_topic,
+        RUN_DIR=str(tmp_path / "run"),
+    )
+    return env

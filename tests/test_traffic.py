@@ -1,0 +1,116 @@
+"""The synthetic traffic model (pure logic: no broker)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from msgspec.structs import replace as struct_replace
+
+from ingest.events import Event, validate
+from ingest.ground_truth import GroundTruth, format_bucket, read_csv
+from ingest.traffic import Record, TrafficConfig, TrafficGenerator
+
+START_MS = 1_790_000_000_000
+
+
+def take(config: TrafficConfig, n: int) -> list[Record]:
+    return list(itertools.islice(TrafficGenerator(config), n))
+
+
+def test_a_seed_and_start_fix_the_stream() -> None:
+    config = TrafficConfig(seed=11, start_ms=START_MS, duplicate_fraction=0.1,
+                           late_fraction=0.1, malformed_fraction=0.1)  # fmt: skip
+    first = [r.value for r in take(config, 3000)]
+    assert first == [r.value for r in take(config, 3000)]
+    assert first != [r.value for r in take(config.with_seed(12), 3000)]
+
+
+def test_events_are_valid_and_clicks_follow_their_impression() -> None:
+    records = take(TrafficConfig(seed=1, start_ms=START_MS, late_fraction=0.2), 30_000)
+    impressions: dict[str, Event] = {}
+    clicks = 0
+    for record in records:
+        event = validate(record.value, START_MS + 10**8)
+        assert isinstance(event, Event)
+        assert event == record.event
+        if event.event_type == "impression":
+            impressions[event.impression_id] = event
+        else:
+            clicks += 1
+            impression = impressions[event.impression_id]  # emitted earlier
+            assert impression.event_time < event.event_time
+            assert (impression.ad_id, impression.site_id, impression.country) == (
+                event.ad_id, event.site_id, event.country,
+            )  # fmt: skip
+            assert record.emit_ms >= impression.event_time
+    # True CTRs between 0.2 % and 5 %, so overall between those bounds too.
+    assert 0.002 < clicks / len(impressions) < 0.05
+
+
+def test_popularity_is_skewed_and_mixes_look_real() -> None:
+    records = take(TrafficConfig(seed=3, start_ms=START_MS), 20_000)
+    campaigns = Counter(r.event.campaign_id for r in records if r.event)
+    devices = Counter(r.event.device_type for r in records if r.event)
+    top, *_, bottom = [n for _, n in campaigns.most_common()]
+    assert top > 5 * bottom  # Zipf-like, not uniform
+    assert devices.most_common(1)[0][0] == "mobile"
+    assert set(devices) <= {"mobile", "desktop", "tablet", "ctv", "other"}
+
+
+@pytest.mark.parametrize("kind", ["duplicate_fraction", "late_fraction", "malformed_fraction"])
+def test_fractions_are_honoured(kind: str) -> None:
+    change: dict[str, Any] = {kind: 0.1}
+    config = dataclasses.replace(TrafficConfig(seed=5, start_ms=START_MS), **change)
+    records = take(config, 20_000)
+    if kind == "late_fraction":
+        share = sum(r.late for r in records) / len(records)
+        assert all(r.emit_ms - r.event.event_time >= 300_000 for r in records if r.late and r.event)
+    else:
+        label = "duplicate" if kind == "duplicate_fraction" else "malformed"
+        share = sum(r.kind == label for r in records) / len(records)
+    assert share == pytest.approx(0.1, abs=0.01)
+
+
+def test_malformed_records_are_all_invalid() -> None:
+    records = take(TrafficConfig(seed=9, start_ms=START_MS, malformed_fraction=0.5), 5000)
+    bad = [r for r in records if r.kind == "malformed"]
+    assert len(bad) > 2000
+    assert all(not isinstance(validate(r.value, START_MS + 10**8), Event) for r in bad)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("duplicate_fraction", 1.0, "duplicate_fraction must be in"),
+        ("late_fraction", -0.1, "late_fraction must be in"),
+        ("events_per_second", 0.0, "events_per_second must be positive"),
+        ("campaigns", 0, "campaigns must be at least 1"),
+    ],
+)
+def test_bad_configuration_is_refused(field: str, value: float, message: str) -> None:
+    change: dict[str, Any] = {field: value}
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(TrafficConfig(seed=1, start_ms=START_MS), **change)
+
+
+def test_ground_truth_counts_per_minute_bucket_and_round_trips(tmp_path: Path) -> None:
+    truth = GroundTruth()
+    base = Event(event_id="1", event_type="impression", event_time=0, impression_id="i",
+                 ad_id="a", campaign_id="c", site_id="s", country="US", device_type="mobile",
+                 user_id="u", schema_version=1)  # fmt: skip
+    minute = START_MS - START_MS % 60_000
+    truth.add(struct_replace(base, event_time=minute))
+    truth.add(struct_replace(base, event_id="2", event_time=minute + 59_999))
+    truth.add(struct_replace(base, event_id="3", event_type="click", event_time=minute + 60_000))
+    path = tmp_path / "truth.csv"
+    assert truth.write_csv(path) == 2
+    assert path.read_text().splitlines()[1] == f"{format_bucket(minute)},c,a,s,US,mobile,2,0"
+    assert read_csv(path) == {
+        (minute, "c", "a", "s", "US", "mobile"): (2, 0),
+        (minute + 60_000, "c", "a", "s", "US", "mobile"): (0, 1),
+    }

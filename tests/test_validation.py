@@ -1,0 +1,587 @@
+"""The event contract, held to :func:`ingest.events.validate`.
+
+Unit tests pin every field rule, its boundaries and the garbage a Kafka topic can carry; the
+property tests hold the two halves of the validator to agreeing: the fast path (msgspec decoding
+into :class:`Event`) accepts a record exactly when the reason path (``_reasons``) finds nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingest.countries import ISO_3166_ALPHA2
+from ingest.events import (
+    DEFAULT_RULES,
+    DEVICE_TYPES,
+    EVENT_TYPES,
+    FIELDS,
+    MAX_EVENT_ID_CHARS,
+    MAX_ID_CHARS,
+    MAX_RECORD_BYTES,
+    Event,
+    Invalid,
+    ValidationRules,
+    _reasons,
+    validate,
+)
+
+REF = 1_700_000_000_000  # 2023-11-14T22:13:20Z, the "now" every test validates against
+MIN_MS = DEFAULT_RULES.min_event_time_ms
+MAX_MS = REF + DEFAULT_RULES.max_future_skew_ms
+ID_FIELDS = ("impression_id", "ad_id", "campaign_id", "site_id", "user_id")
+REASON_PREFIX = re.compile(rf"^({'|'.join((*FIELDS, 'record'))}): \S")
+
+PROPERTY = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,  # nothing written under the working tree
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def valid() -> dict[str, Any]:
+    """A valid click, as its JSON object."""
+    return {
+        "event_id": "evt-0001",
+        "event_type": "click",
+        "event_time": REF - 60_000,
+        "impression_id": "imp-0001",
+        "ad_id": "ad-17",
+        "campaign_id": "cmp-3",
+        "site_id": "site-9",
+        "country": "US",
+        "device_type": "mobile",
+        "user_id": "user-42",
+        "schema_version": 1,
+    }
+
+
+def as_bytes(obj: Any) -> bytes:
+    return orjson.dumps(obj)
+
+
+def as_str(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def as_mapping(obj: Any) -> Any:
+    return obj
+
+
+FORMS: list[Any] = [
+    pytest.param(as_bytes, id="bytes"),
+    pytest.param(as_str, id="str"),
+    pytest.param(as_mapping, id="mapping"),
+]
+Form = Callable[[Any], Any]
+
+
+def fields_of(event: Event) -> dict[str, Any]:
+    return msgspec.structs.asdict(event)
+
+
+def refused(result: Event | Invalid) -> tuple[str, ...]:
+    """The reasons of a result that must be an Invalid."""
+    assert isinstance(result, Invalid), f"expected Invalid, got {result!r}"
+    assert result.reasons, "an Invalid must carry at least one reason"
+    return result.reasons
+
+
+# --- valid records ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_valid_record_gives_the_event_field_for_field(form: Form) -> None:
+    event = validate(form(valid()), REF)
+    assert isinstance(event, Event)
+    assert fields_of(event) == valid()
+    assert event.key == b"imp-0001"
+
+
+def test_to_json_round_trips_through_validate() -> None:
+    event = validate(as_bytes(valid()), REF)
+    assert isinstance(event, Event)
+    assert orjson.loads(event.to_json()) == valid()
+    assert validate(event.to_json(), REF) == event
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_unknown_fields_are_ignored(form: Form) -> None:
+    record = {**valid(), "campaign_name": "spring sale", "extra": {"nested": [1, None, 2.5]}}
+    event = validate(form(record), REF)
+    assert isinstance(event, Event)
+    assert fields_of(event) == valid()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("event_id", "e" * MAX_EVENT_ID_CHARS, id="event_id-64-chars"),
+        pytest.param("event_id", "x", id="event_id-1-char"),
+        pytest.param("event_id", "é" * MAX_EVENT_ID_CHARS, id="event_id-64-non-ascii-chars"),
+        *(pytest.param(name, "i" * MAX_ID_CHARS, id=f"{name}-128-chars") for name in ID_FIELDS),
+        pytest.param("ad_id", "😀" * MAX_ID_CHARS, id="ad_id-128-astral-chars"),
+        *(pytest.param("event_type", kind, id=f"event_type-{kind}") for kind in EVENT_TYPES),
+        *(pytest.param("device_type", kind, id=f"device-{kind}") for kind in DEVICE_TYPES),
+        pytest.param("country", "GB", id="country-GB"),
+        pytest.param("country", "ZW", id="country-ZW"),
+        pytest.param("country", "AX", id="country-AX"),
+        pytest.param("event_time", MIN_MS, id="event_time-exactly-min"),
+        pytest.param("event_time", MAX_MS, id="event_time-exactly-reference-plus-skew"),
+        pytest.param("event_time", REF, id="event_time-exactly-reference"),
+    ],
+)
+@pytest.mark.parametrize("form", FORMS)
+def test_values_at_the_edge_of_the_contract_are_valid(form: Form, field: str, value: Any) -> None:
+    record = {**valid(), field: value}
+    event = validate(form(record), REF)
+    assert isinstance(event, Event), event
+    assert fields_of(event) == record
+
+
+# --- one bad field at a time ------------------------------------------------------------------
+
+
+def _string_field_cases(name: str, limit: int) -> list[Any]:
+    return [
+        pytest.param(name, 7, "must be a string, got number", id=f"{name}-int"),
+        pytest.param(name, None, "must be a string, got null", id=f"{name}-null"),
+        pytest.param(name, True, "must be a string, got boolean", id=f"{name}-bool"),
+        pytest.param(name, ["a"], "must be a string, got array", id=f"{name}-array"),
+        pytest.param(name, {"a": "b"}, "must be a string, got object", id=f"{name}-object"),
+        pytest.param(name, "", "must not be empty", id=f"{name}-empty"),
+        pytest.param(
+            name,
+            "z" * (limit + 1),
+            f"{limit + 1} characters exceeds the limit of {limit}",
+            id=f"{name}-{limit + 1}-chars",
+        ),
+    ]
+
+
+BAD_FIELDS: list[Any] = [
+    *_string_field_cases("event_id", MAX_EVENT_ID_CHARS),
+    *(case for name in ID_FIELDS for case in _string_field_cases(name, MAX_ID_CHARS)),
+    pytest.param("event_type", "conversion", "got 'conversion'", id="event_type-conversion"),
+    pytest.param("event_type", "Click", "got 'Click'", id="event_type-wrong-case"),
+    pytest.param("event_type", "", "got ''", id="event_type-empty"),
+    pytest.param("event_type", 1, "got number 1", id="event_type-int"),
+    pytest.param("event_type", None, "got null", id="event_type-null"),
+    pytest.param("event_time", str(REF), "must be an integer", id="event_time-string"),
+    pytest.param(
+        "event_time",
+        True,
+        "must be an integer (epoch milliseconds), got boolean",
+        id="event_time-bool",
+    ),
+    pytest.param("event_time", float(REF), f"got number {float(REF)}", id="event_time-float"),
+    pytest.param("event_time", REF + 0.5, "must be an integer", id="event_time-fractional"),
+    pytest.param("event_time", None, "got null", id="event_time-null"),
+    pytest.param("event_time", [REF], "got array", id="event_time-array"),
+    pytest.param(
+        "event_time",
+        MIN_MS - 1,
+        f"{MIN_MS - 1} is before {MIN_MS} (ancient",
+        id="event_time-min-minus-1",
+    ),
+    pytest.param("event_time", 0, "is before", id="event_time-epoch-zero"),
+    pytest.param(
+        "event_time", REF // 1000, "ancient or not milliseconds", id="event_time-seconds-not-ms"
+    ),
+    pytest.param(
+        "event_time",
+        MAX_MS + 1,
+        f"{MAX_MS + 1} is 3600 s in the future",
+        id="event_time-reference-plus-skew-plus-1",
+    ),
+    pytest.param("event_time", REF * 1000, "in the future", id="event_time-microseconds"),
+    pytest.param("country", "XX", "got 'XX'", id="country-XX"),
+    pytest.param("country", "us", "got 'us'", id="country-lowercase"),
+    pytest.param("country", "USA", "got 'USA'", id="country-alpha3"),
+    pytest.param("country", "", "got ''", id="country-empty"),
+    pytest.param("country", 1, "got number 1", id="country-int"),
+    pytest.param("country", None, "got null", id="country-null"),
+    pytest.param("device_type", "phone", "got 'phone'", id="device-phone"),
+    pytest.param("device_type", "Mobile", "got 'Mobile'", id="device-wrong-case"),
+    pytest.param("device_type", None, "got null", id="device-null"),
+    pytest.param("schema_version", 2, "must be 1, got number 2", id="schema-2"),
+    pytest.param("schema_version", 0, "must be 1, got number 0", id="schema-0"),
+    pytest.param("schema_version", "1", "must be 1, got '1'", id="schema-string"),
+    pytest.param("schema_version", True, "must be 1, got boolean", id="schema-bool"),
+    pytest.param("schema_version", 1.0, "must be 1, got number 1.0", id="schema-float"),
+    pytest.param("schema_version", None, "must be 1, got null", id="schema-null"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), BAD_FIELDS)
+@pytest.mark.parametrize("form", FORMS)
+def test_a_bad_field_is_refused_with_its_reason(
+    form: Form, field: str, value: Any, problem: str
+) -> None:
+    reasons = refused(validate(form({**valid(), field: value}), REF))
+    assert len(reasons) == 1, reasons
+    assert reasons[0].startswith(f"{field}: "), reasons
+    assert problem in reasons[0], reasons
+
+
+def test_country_must_be_an_assigned_alpha2_code() -> None:
+    assert len(ISO_3166_ALPHA2) == 249
+    assert all(re.fullmatch("[A-Z]{2}", code) for code in ISO_3166_ALPHA2)
+    for code in ("US", "DE", "JP", "BR"):
+        assert isinstance(validate({**valid(), "country": code}, REF), Event)
+    for code in ("XX", "UK", "EU", "ZZ"):  # unassigned or reserved, not in the list
+        assert refused(validate({**valid(), "country": code}, REF))[0].startswith("country: ")
+
+
+def test_long_values_are_shortened_in_the_reason() -> None:
+    (reason,) = refused(validate({**valid(), "country": "Q" * 500}, REF))
+    assert reason.startswith("country: ")
+    assert reason.endswith("...")
+    assert len(reason) < 120
+
+
+# --- custom rules -----------------------------------------------------------------------------
+
+STRICT = ValidationRules(min_event_time_ms=REF - 1_000, max_future_skew_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("event_time", "problem"),
+    [
+        pytest.param(REF - 1_000, None, id="exactly-custom-min"),
+        pytest.param(REF, None, id="exactly-reference-no-skew"),
+        pytest.param(
+            REF - 1_001, f"{REF - 1_001} is before {REF - 1_000}", id="custom-min-minus-1"
+        ),
+        pytest.param(REF + 1, f"{REF + 1} is 0 s in the future", id="reference-plus-1"),
+        pytest.param(REF + 5_000, f"{REF + 5_000} is 5 s in the future", id="reference-plus-5s"),
+        pytest.param(REF - 60_000, "is before", id="valid-by-default-rules-only"),
+    ],
+)
+@pytest.mark.parametrize("form", FORMS)
+def test_custom_rules_move_the_time_bounds(
+    form: Form, event_time: int, problem: str | None
+) -> None:
+    result = validate(form({**valid(), "event_time": event_time}), REF, STRICT)
+    if problem is None:
+        assert isinstance(result, Event), result
+        assert result.event_time == event_time
+    else:
+        (reason,) = refused(result)
+        assert reason.startswith("event_time: ")
+        assert problem in reason
+
+
+def test_the_reference_time_moves_the_future_bound() -> None:
+    record = as_bytes({**valid(), "event_time": REF + 2 * 3_600_000})
+    assert refused(validate(record, REF))[0].startswith("event_time: ")
+    assert isinstance(validate(record, REF + 3_600_000), Event)
+
+
+# --- garbage ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        pytest.param(b"not json at all", "record: not valid JSON (", id="text"),
+        pytest.param("not json at all", "record: not valid JSON (", id="text-str"),
+        pytest.param(as_bytes(valid())[:40], "record: not valid JSON (", id="truncated"),
+        pytest.param(
+            b"{", "record: not valid JSON (unexpected end of data at byte 1)", id="open-brace"
+        ),
+        pytest.param(b"\xff\xfe\x00garbage", "record: not valid JSON (", id="binary"),
+        pytest.param(b"", "record: not valid JSON (", id="empty-bytes"),
+        pytest.param("", "record: not valid JSON (", id="empty-str"),
+        pytest.param(b"   \n", "record: not valid JSON (", id="whitespace"),
+        pytest.param(b"{'event_id': 'e1'}", "record: not valid JSON (", id="python-repr"),
+        pytest.param(as_bytes(valid()) + b"}", "record: not valid JSON (", id="trailing-brace"),
+        pytest.param(b"NaN", "record: not valid JSON (", id="nan"),
+        pytest.param(b"[]", "record: expected a JSON object, got array", id="array"),
+        pytest.param(
+            as_bytes([valid()]), "record: expected a JSON object, got array", id="event-in-array"
+        ),
+        pytest.param(b"null", "record: expected a JSON object, got null", id="null"),
+        pytest.param(b"42", "record: expected a JSON object, got number", id="number"),
+        pytest.param(b"-1.5e3", "record: expected a JSON object, got number", id="float"),
+        pytest.param(b'"hello"', "record: expected a JSON object, got string", id="string"),
+        pytest.param(b"true", "record: expected a JSON object, got boolean", id="boolean"),
+        pytest.param(None, "record: expected a JSON object, got null", id="python-none"),
+        pytest.param([valid()], "record: expected a JSON object, got array", id="python-list"),
+    ],
+)
+def test_garbage_is_refused_with_one_record_reason(record: Any, expected: str) -> None:
+    (reason,) = refused(validate(record, REF))
+    assert reason.startswith(expected), reason
+
+
+def _padded(total_bytes: int) -> bytes:
+    """A valid event whose JSON is exactly ``total_bytes`` long, padded by an unknown field."""
+    base = as_bytes({**valid(), "pad": ""})
+    record = as_bytes({**valid(), "pad": "p" * (total_bytes - len(base))})
+    assert len(record) == total_bytes
+    return record
+
+
+@pytest.mark.parametrize("form", [pytest.param(bytes, id="bytes"), pytest.param(str, id="str")])
+def test_record_size_limit_boundary(form: Callable[[bytes], Any]) -> None:
+    def as_form(raw: bytes) -> Any:
+        return raw if form is bytes else raw.decode()
+
+    assert isinstance(validate(as_form(_padded(MAX_RECORD_BYTES)), REF), Event)
+    (reason,) = refused(validate(as_form(_padded(MAX_RECORD_BYTES + 1)), REF))
+    assert reason == f"record: {MAX_RECORD_BYTES + 1} bytes exceeds the limit of {MAX_RECORD_BYTES}"
+
+
+def test_oversize_record_is_refused_before_parsing() -> None:
+    record = as_bytes({**valid(), "comment": "c" * 9000})
+    (reason,) = refused(validate(record, REF))
+    assert reason.startswith("record: ")
+    assert f"exceeds the limit of {MAX_RECORD_BYTES}" in reason
+    # Size is checked first: an oversize non-JSON blob gets the size reason, not a parse error.
+    (reason,) = refused(validate(b"\xff" * 10_000, REF))
+    assert reason == f"record: 10000 bytes exceeds the limit of {MAX_RECORD_BYTES}"
+
+
+def test_oversize_str_record_is_measured_in_utf8_bytes() -> None:
+    # 3,000 euro signs are 3,000 characters but 9,000 UTF-8 bytes: the same record is refused as
+    # bytes, and the str form of it must be too (MAX_RECORD_BYTES is a byte limit).
+    raw = as_bytes({**valid(), "comment": "€" * 3_000})
+    text = raw.decode()
+    assert len(raw) > MAX_RECORD_BYTES >= len(text)
+    assert refused(validate(raw, REF))[0].startswith("record: ")
+    reasons = refused(validate(text, REF))
+    assert reasons[0].startswith("record: "), reasons
+    assert f"exceeds the limit of {MAX_RECORD_BYTES}" in reasons[0]
+
+
+def test_str_record_that_is_not_utf8_encodable_is_refused_not_raised() -> None:
+    # A str holding a lone surrogate (e.g. bytes decoded with errors="surrogateescape") has no
+    # UTF-8 form; validate must return an Invalid, never raise.
+    record = as_str(valid()).replace("evt-0001", "evt-\udcff")
+    reasons = refused(validate(record, REF))
+    assert reasons[0].startswith(("record: ", "event_id: ")), reasons
+
+
+@pytest.mark.parametrize("missing", [pytest.param(name, id=name) for name in FIELDS])
+@pytest.mark.parametrize("form", FORMS)
+def test_each_field_is_required(form: Form, missing: str) -> None:
+    record = {name: value for name, value in valid().items() if name != missing}
+    assert refused(validate(form(record), REF)) == (f"record: missing field(s) {missing}",)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_missing_fields_are_all_listed_in_contract_order(form: Form) -> None:
+    record = {
+        name: value
+        for name, value in valid().items()
+        if name not in {"user_id", "event_type", "country"}
+    }
+    reasons = refused(validate(form(record), REF))
+    assert reasons == ("record: missing field(s) event_type, country, user_id",)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_empty_object_lists_every_field(form: Form) -> None:
+    reasons = refused(validate(form({}), REF))
+    assert reasons == (f"record: missing field(s) {', '.join(FIELDS)}",)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_problem_is_reported_not_just_the_first(form: Form) -> None:
+    record = {
+        **valid(),
+        "event_id": "",
+        "event_type": "conversion",
+        "event_time": True,
+        "ad_id": "a" * 200,
+        "country": "XX",
+        "device_type": "phone",
+        "schema_version": 2,
+    }
+    del record["user_id"]
+    reasons = refused(validate(form(record), REF))
+    assert sorted(reason.split(":", 1)[0] for reason in reasons) == sorted(
+        [
+            "record",
+            "event_id",
+            "event_type",
+            "event_time",
+            "ad_id",
+            "country",
+            "device_type",
+            "schema_version",
+        ]
+    )
+    assert "record: missing field(s) user_id" in reasons
+    assert "event_id: must not be empty" in reasons
+    assert "ad_id: 200 characters exceeds the limit of 128" in reasons
+    assert "event_time: must be an integer (epoch milliseconds), got boolean" in reasons
+    assert "schema_version: must be 1, got number 2" in reasons
+    assert Invalid(reasons).reason == "; ".join(reasons)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_bad_time_is_reported_alongside_type_errors(form: Form) -> None:
+    record = {**valid(), "event_time": MIN_MS - 1, "country": "us"}
+    reasons = refused(validate(form(record), REF))
+    assert [reason.split(":", 1)[0] for reason in reasons] == ["event_time", "country"]
+    assert "ancient" in reasons[0]
+
+
+# --- properties -------------------------------------------------------------------------------
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | INT64
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=8,
+)
+# Values that sit on or near a rule, so that replacements are often valid or barely invalid.
+near_values = st.sampled_from(
+    [
+        "",
+        "x",
+        "e" * MAX_EVENT_ID_CHARS,
+        "e" * (MAX_EVENT_ID_CHARS + 1),
+        "i" * MAX_ID_CHARS,
+        "i" * (MAX_ID_CHARS + 1),
+        "impression",
+        "click",
+        "conversion",
+        "US",
+        "us",
+        "XX",
+        "USA",
+        "mobile",
+        "ctv",
+        "phone",
+        0,
+        1,
+        2,
+        1.0,
+        "1",
+        True,
+        False,
+        MIN_MS,
+        MIN_MS - 1,
+        MAX_MS,
+        MAX_MS + 1,
+        float(REF),
+        str(REF),
+    ]
+)
+field_values = st.one_of(json_values, near_values, st.integers(MIN_MS - 10, MAX_MS + 10))
+extra_fields = st.dictionaries(
+    st.text(max_size=10).filter(lambda key: key not in FIELDS), json_values, max_size=3
+)
+
+
+def check_agreement(obj: dict[str, Any]) -> None:
+    """The fast path accepts exactly what _reasons finds nothing wrong with, on every input form."""
+    expected = _reasons(obj, REF, DEFAULT_RULES)
+    forms: list[Any] = [obj]
+    raw = orjson.dumps(obj)
+    if len(raw) <= MAX_RECORD_BYTES:
+        forms += [raw, raw.decode()]
+    for record in forms:
+        result = validate(record, REF)
+        if expected:
+            assert isinstance(result, Invalid), (record, expected, result)
+            assert result.reasons == expected
+        else:
+            assert isinstance(result, Event), (record, result)
+            assert fields_of(result) == {name: obj[name] for name in FIELDS}
+
+
+@PROPERTY
+@given(replaced=st.dictionaries(st.sampled_from(FIELDS), field_values), extra=extra_fields)
+def test_fast_path_and_reasons_agree_on_replaced_values(
+    replaced: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    check_agreement({**valid(), **extra, **replaced})
+
+
+@PROPERTY
+@given(
+    dropped=st.sets(st.sampled_from(FIELDS), max_size=3),
+    replaced=st.dictionaries(st.sampled_from(FIELDS), field_values, max_size=2),
+)
+def test_fast_path_and_reasons_agree_when_fields_are_missing(
+    dropped: set[str], replaced: dict[str, Any]
+) -> None:
+    obj = {**valid(), **replaced}
+    for name in dropped:
+        del obj[name]
+    check_agreement(obj)
+
+
+@PROPERTY
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_raise(record: bytes) -> None:
+    result = validate(record, REF)
+    if isinstance(result, Invalid):
+        assert result.reasons
+        assert all(REASON_PREFIX.match(reason) for reason in result.reasons), result.reasons
+    else:
+        assert isinstance(result, Event)
+
+
+@PROPERTY
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_raises(record: str) -> None:
+    result = validate(record, REF)
+    assert isinstance(result, Event | Invalid)
+    if isinstance(result, Invalid):
+        assert all(REASON_PREFIX.match(reason) for reason in result.reasons), result.reasons
+
+
+def ids(max_size: int) -> st.SearchStrategy[str]:
+    return st.text(min_size=1, max_size=max_size)
+
+
+@st.composite
+def valid_events(draw: st.DrawFn) -> tuple[int, dict[str, Any]]:
+    reference = draw(st.integers(MIN_MS, 4_102_444_800_000))  # up to 2100-01-01
+    event = {
+        "event_id": draw(ids(MAX_EVENT_ID_CHARS)),
+        "event_type": draw(st.sampled_from(sorted(EVENT_TYPES))),
+        "event_time": draw(
+            st.integers(MIN_MS, reference + DEFAULT_RULES.max_future_skew_ms)
+            | st.sampled_from([MIN_MS, reference + DEFAULT_RULES.max_future_skew_ms])
+        ),
+        "impression_id": draw(ids(MAX_ID_CHARS)),
+        "ad_id": draw(ids(MAX_ID_CHARS)),
+        "campaign_id": draw(ids(MAX_ID_CHARS)),
+        "site_id": draw(ids(MAX_ID_CHARS)),
+        "country": draw(st.sampled_from(sorted(ISO_3166_ALPHA2))),
+        "device_type": draw(st.sampled_from(sorted(DEVICE_TYPES))),
+        "user_id": draw(ids(MAX_ID_CHARS)),
+        "schema_version": 1,
+    }
+    return reference, event
+
+
+@PROPERTY
+@given(valid_events())
+def test_generated_valid_events_validate_to_themselves(case: tuple[int, dict[str, Any]]) -> None:
+    reference, record = case
+    for form in (as_bytes, as_str, as_mapping):
+        event = validate(form(record), reference)
+        assert isinstance(event, Event), (form.__name__, event)
+        assert fields_of(event) == record
+        assert validate(event.to_json(), reference) == event
