@@ -1,0 +1,423 @@
+"""A Kafka source for Spark on the Python Data Source API (streaming and batch).
+
+It produces exactly the columns of Spark's own ``kafka`` source and takes the same options, so a
+deployment with the spark-sql-kafka jar switches with ``SPARK_KAFKA_FORMAT=kafka``:
+
+- ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics, required);
+- ``startingOffsets``: ``earliest`` (streaming default is ``latest`` in Spark; here, as there,
+  the caller chooses), ``latest`` or JSON ``{"topic": {"0": 42}}`` (-2 earliest, -1 latest);
+- ``endingOffsets`` (batch reads): ``latest`` or JSON;
+- ``maxOffsetsPerTrigger``: cap on records per micro-batch, spread over partitions by backlog;
+- ``failOnDataLoss`` (default true): offsets that no longer exist are an error; when false, a
+  logged skip to the earliest offset still there;
+- ``kafka.*``: passed to the librdkafka consumer with the prefix removed.
+
+Reads are by explicit offsets with ``assign()``: no consumer group; progress lives in Spark's
+checkpoint. One input partition per Kafka partition range. Ends of partitions are verified by
+fetching (see ``infra.offsets``), which makes AvailableNow complete on the embedded broker too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from infra.kafka_settings import KafkaSettings
+from infra.offsets import offsets_consumer, partition_offsets
+from infra.topics import admin_client
+
+log = logging.getLogger("ctr.connectors.kafka")
+
+# Spark's kafka source schema, column for column.
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+)
+# confluent-kafka timestamp types -> Java's TimestampType ids, as Spark reports them.
+_TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
+_BATCH_ROWS = 20_000
+
+Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": next offset}}
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone from Kafka (retention, or a broker that lost its log)."""
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    starting: str | Offsets = "earliest"
+    ending: str | Offsets = "latest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_s: float = 120.0
+    client_config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        servers = opts.get("kafka.bootstrap.servers")
+        if not servers:
+            raise ValueError("option 'kafka.bootstrap.servers' is required")
+        if "assign" in opts or "subscribepattern" in opts:
+            raise ValueError("only the 'subscribe' option is supported (not assign/subscribePattern)")
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        if not topics:
+            raise ValueError("option 'subscribe' must name at least one topic")
+        max_offsets = opts.get("maxoffsetspertrigger")
+        if max_offsets is not None and (not max_offsets.isdigit() or int(max_offsets) < 1):
+            raise ValueError(f"option 'maxOffsetsPerTrigger' must be a positive integer: {max_offsets}")
+        fail = opts.get("failondataloss", "true").lower()
+        if fail not in ("true", "false"):
+            raise ValueError(f"option 'failOnDataLoss' must be true or false: {fail}")
+        client = {
+            k.removeprefix("kafka."): v
+            for k, v in opts.items()
+            if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+        }
+        return cls(
+            bootstrap_servers=servers,
+            topics=topics,
+            starting=_offsets_option(opts.get("startingoffsets", "earliest"), "startingOffsets"),
+            ending=_offsets_option(opts.get("endingoffsets", "latest"), "endingOffsets"),
+            max_offsets_per_trigger=int(max_offsets) if max_offsets else None,
+            fail_on_data_loss=fail == "true",
+            poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000,
+            client_config=client,
+        )
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, client_config=self.client_config)
+
+
+def _offsets_option(value: str, name: str) -> str | Offsets:
+    if value in ("earliest", "latest"):
+        return value
+    try:
+        parsed = json.loads(value)
+        return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(
+            f"option '{name}' must be earliest, latest or JSON like "
+            f'{{"topic": {{"0": 42}}}}, got {value!r}'
+        ) from None
+
+
+class KafkaRange(InputPartition):
+    """One Kafka partition's offsets [start, end): one Spark task."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class KafkaDataSource(DataSource):
+    """``spark.read[Stream].format("ctr-kafka")``: Spark's kafka source, in Python."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ctr-kafka"
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaBatchReader(KafkaOptions.parse(self.options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(KafkaOptions.parse(self.options))
+
+
+class _KafkaPlanner:
+    """Driver-side offset arithmetic shared by the batch and the streaming reader."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+
+    def partitions_of_topics(self) -> list[tuple[str, int]]:
+        metadata = admin_client(self.options.kafka).list_topics(timeout=30)
+        found: list[tuple[str, int]] = []
+        for topic in self.options.topics:
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                raise RuntimeError(
+                    f"Kafka topic {topic!r} does not exist on {self.options.bootstrap_servers}"
+                )
+            found += [(topic, p) for p in sorted(info.partitions)]
+        return found
+
+    def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(earliest, verified latest) of every partition of the subscribed topics."""
+        offsets = partition_offsets(self.options.kafka, self.partitions_of_topics(), timeout_s=30)
+        return {(o.topic, o.partition): (o.earliest, o.latest) for o in offsets}
+
+    def resolve(self, spec: str | Offsets, bounds: dict[tuple[str, int], tuple[int, int]]) -> Offsets:
+        resolved: Offsets = {}
+        for (topic, partition), (earliest, latest) in bounds.items():
+            if spec == "earliest":
+                offset = earliest
+            elif spec == "latest":
+                offset = latest
+            else:
+                assert isinstance(spec, dict)
+                given = spec.get(topic, {}).get(str(partition), -2)
+                offset = earliest if given == -2 else latest if given == -1 else given
+            resolved.setdefault(topic, {})[str(partition)] = offset
+        return resolved
+
+    def ranges(
+        self, start: Offsets, end: Offsets, bounds: dict[tuple[str, int], tuple[int, int]]
+    ) -> list[KafkaRange]:
+        """Input partitions for [start, end), checking that the offsets still exist."""
+        ranges = []
+        for topic, parts in end.items():
+            for key, until in parts.items():
+                partition = int(key)
+                earliest, latest = bounds.get((topic, partition), (0, until))
+                begin = start.get(topic, {}).get(key, earliest)  # a new partition: from its start
+                if until < begin:
+                    begin = self.data_loss(
+                        f"{topic}[{partition}] now ends at offset {until}, but the query has "
+                        f"already read up to {begin}: the broker lost records (an in-memory "
+                        "broker restarted, or the topic was recreated)",
+                        earliest,
+                    )
+                elif begin < earliest:
+                    begin = self.data_loss(
+                        f"{topic}[{partition}] offsets {begin}..{earliest - 1} no longer exist "
+                        "(removed by retention before the query read them)",
+                        earliest,
+                    )
+                if until > begin:
+                    ranges.append(KafkaRange(topic, partition, begin, until))
+        return ranges
+
+    def data_loss(self, message: str, resume_at: int) -> int:
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{message}. Some data may have been lost. To skip it, set failOnDataLoss=false "
+                "(the query continues from the earliest offset still available); to start over, "
+                "use a new checkpoint."
+            )
+        log.warning("%s; skipping to offset %d (failOnDataLoss=false)", message, resume_at)
+        return resume_at
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read.format("ctr-kafka")``: a fixed offset range (replays, the Kappa path)."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = _KafkaPlanner(self.options)
+        bounds = planner.bounds()
+        start = planner.resolve(self.options.starting, bounds)
+        end = planner.resolve(self.options.ending, bounds)
+        return planner.ranges(start, end, bounds)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self.options, partition)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("ctr-kafka")``."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self.target: Offsets | None = None  # AvailableNow: nothing past this
+
+    def initialOffset(self) -> dict[str, Any]:
+        planner = _KafkaPlanner(self.options)
+        return planner.resolve(self.options.starting, planner.bounds())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        planner = _KafkaPlanner(self.options)
+        self.target = planner.resolve("latest", planner.bounds())
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        planner = _KafkaPlanner(self.options)
+        bounds = planner.bounds()
+        latest = planner.resolve("latest", bounds)
+        end: Offsets = {}
+        backlog: dict[tuple[str, str], int] = {}
+        for topic, parts in latest.items():
+            for key, until in parts.items():
+                begin = start.get(topic, {}).get(key)
+                if begin is None:  # a partition added since the last batch
+                    begin = bounds[(topic, int(key))][0]
+                if self.target is not None:
+                    # AvailableNow: stop at the target; partitions born after it stay put.
+                    until = min(until, self.target.get(topic, {}).get(key, begin))
+                end.setdefault(topic, {})[key] = until
+                if until > begin:
+                    backlog[(topic, key)] = until - begin
+        if isinstance(limit, ReadMaxRows) and sum(backlog.values()) > limit.max_rows:
+            _cap(end, start, backlog, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        planner = _KafkaPlanner(self.options)
+        return planner.resolve("latest", planner.bounds())
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        planner = _KafkaPlanner(self.options)
+        return planner.ranges(start, end, planner.bounds())
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint, not in a consumer group."""
+
+
+def _cap(end: Offsets, start: Offsets, backlog: dict[tuple[str, str], int], limit: int) -> None:
+    """Shrink ``end`` so at most ``limit`` records are read, shared by backlog size."""
+    total = sum(backlog.values())
+    granted = {tp: lag * limit // total for tp, lag in backlog.items()}
+    spare = limit - sum(granted.values())
+    for tp in sorted(backlog, key=lambda t: backlog[t] - granted[t], reverse=True):
+        if spare == 0:
+            break
+        if granted[tp] < backlog[tp]:
+            granted[tp] += 1
+            spare -= 1
+    for (topic, key), lag in backlog.items():
+        end[topic][key] = end[topic][key] - lag + granted[(topic, key)]
+
+
+def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Fetch [start, end) of one partition as Arrow record batches (runs in a Spark task)."""
+    consumer: Consumer = offsets_consumer(
+        options.kafka, **{"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}
+    )
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        yield from _fetch(consumer, options, part)
+    finally:
+        consumer.close()
+
+
+def _fetch(consumer: Consumer, options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    stamps: list[int] = []
+    kinds: list[int] = []
+    position = part.start
+    last_progress = time.monotonic()
+    while position < part.end:
+        messages = consumer.consume(num_messages=10_000, timeout=1.0)
+        if not messages:
+            if time.monotonic() - last_progress > options.poll_timeout_s:
+                raise TimeoutError(
+                    f"no records from {part.topic}[{part.partition}] at offset {position} for "
+                    f"{options.poll_timeout_s:.0f} s (expected up to {part.end})"
+                )
+            continue
+        last_progress = time.monotonic()
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                code = error.code()
+                if code == KafkaError._PARTITION_EOF:
+                    eof = message.offset() or 0
+                    if eof >= part.end:
+                        position = part.end  # the rest were control records or compacted away
+                        break
+                    continue
+                if code == KafkaError.OFFSET_OUT_OF_RANGE:
+                    message_text = (
+                        f"{part.topic}[{part.partition}] offset {position} is out of range "
+                        f"(expected records up to {part.end})"
+                    )
+                    if options.fail_on_data_loss:
+                        raise DataLossError(f"{message_text}; set failOnDataLoss=false to skip")
+                    log.warning("%s; skipping the rest of this range", message_text)
+                    position = part.end
+                    break
+                raise RuntimeError(f"Kafka error reading {part.topic}[{part.partition}]: {error}")
+            offset = message.offset() or 0
+            if offset >= part.end:
+                position = part.end
+                break
+            kind, stamp = message.timestamp()
+            keys.append(message.key())  # type: ignore[arg-type]
+            values.append(message.value())  # type: ignore[arg-type]
+            offsets.append(offset)
+            stamps.append(stamp)
+            kinds.append(_TIMESTAMP_TYPES.get(kind, -1))
+            position = offset + 1
+        if len(offsets) >= _BATCH_ROWS:
+            yield _batch(part, keys, values, offsets, stamps, kinds)
+            keys, values, offsets, stamps, kinds = [], [], [], [], []
+    if offsets:
+        yield _batch(part, keys, values, offsets, stamps, kinds)
+
+
+def _batch(
+    part: KafkaRange,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    offsets: list[int],
+    stamps: list[int],
+    kinds: list[int],
+) -> pa.RecordBatch:
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([part.topic] * n, pa.string()),
+            pa.array([part.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            pa.array(kinds, pa.int32()),
+        ],
+        schema=_ARROW_SCHEMA,
+    )
