@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from infra import cli as infra_cli
 from ingest import cli as ingest_cli
+from master_dataset import cli as master_cli
 
 app = typer.Typer(
     name="ctr",
@@ -21,6 +22,7 @@ app = typer.Typer(
 app.add_typer(infra_cli.app, name="kafka")
 app.command()(ingest_cli.produce)
 app.command()(ingest_cli.replay)
+app.command()(master_cli.archive)
 
 
 def main() -> None:

@@ -163,7 +163,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         files = _files(messages)
         commit_files(
             self.options,
-            to_arrow_schema(self.schema),
+            to_arrow_schema(self.schema, timezone="UTC"),
             files,
             overwrite=self.overwrite,
             txn=_txn(self.options),
@@ -186,7 +186,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         app_id = self.options.txn_app_id or f"ctr-stream:{self.options.path}"
         commit_files(
             self.options,
-            to_arrow_schema(self.schema),
+            to_arrow_schema(self.schema, timezone="UTC"),
             _files(messages),
             overwrite=False,
             txn=(app_id, batchId),

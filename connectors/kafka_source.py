@@ -332,7 +332,12 @@ def _cap(end: Offsets, start: Offsets, backlog: dict[tuple[str, str], int], limi
 def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Fetch [start, end) of one partition as Arrow record batches (runs in a Spark task)."""
     consumer: Consumer = offsets_consumer(
-        options.kafka, **{"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}
+        options.kafka,
+        **{
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 10_485_760,
+            "queued.min.messages": 500_000,
+        },
     )
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
@@ -342,15 +347,10 @@ def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBat
 
 
 def _fetch(consumer: Consumer, options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    stamps: list[int] = []
-    kinds: list[int] = []
     position = part.start
     last_progress = time.monotonic()
     while position < part.end:
-        messages = consumer.consume(num_messages=10_000, timeout=1.0)
+        messages = consumer.consume(num_messages=_BATCH_ROWS, timeout=1.0)
         if not messages:
             if time.monotonic() - last_progress > options.poll_timeout_s:
                 raise TimeoutError(
@@ -359,49 +359,52 @@ def _fetch(consumer: Consumer, options: KafkaOptions, part: KafkaRange) -> Itera
                 )
             continue
         last_progress = time.monotonic()
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                code = error.code()
-                if code == KafkaError._PARTITION_EOF:
-                    eof = message.offset() or 0
-                    if eof >= part.end:
-                        position = part.end  # the rest were control records or compacted away
-                        break
-                    continue
-                if code == KafkaError.OFFSET_OUT_OF_RANGE:
-                    message_text = (
+        records = messages
+        if any(m.error() for m in messages):
+            records = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    records.append(message)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    if (message.offset() or 0) >= part.end:
+                        position = part.end  # what is left were control records
+                elif error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                    text = (
                         f"{part.topic}[{part.partition}] offset {position} is out of range "
                         f"(expected records up to {part.end})"
                     )
                     if options.fail_on_data_loss:
-                        raise DataLossError(f"{message_text}; set failOnDataLoss=false to skip")
-                    log.warning("%s; skipping the rest of this range", message_text)
+                        raise DataLossError(f"{text}; set failOnDataLoss=false to skip")
+                    log.warning("%s; skipping the rest of this range", text)
                     position = part.end
-                    break
-                raise RuntimeError(f"Kafka error reading {part.topic}[{part.partition}]: {error}")
-            offset = message.offset() or 0
-            if offset >= part.end:
-                position = part.end
-                break
-            kind, stamp = message.timestamp()
-            keys.append(message.key())  # type: ignore[arg-type]
-            values.append(message.value())  # type: ignore[arg-type]
-            offsets.append(offset)
-            stamps.append(stamp)
-            kinds.append(_TIMESTAMP_TYPES.get(kind, -1))
-            position = offset + 1
-        if len(offsets) >= _BATCH_ROWS:
-            yield _batch(part, keys, values, offsets, stamps, kinds)
-            keys, values, offsets, stamps, kinds = [], [], [], [], []
-    if offsets:
-        yield _batch(part, keys, values, offsets, stamps, kinds)
+                else:
+                    raise RuntimeError(f"Kafka error reading {part.topic}[{part.partition}]: {error}")
+        # One pass per column: list comprehensions are several times faster than a loop with
+        # appends here, and this loop is the source's throughput.
+        offsets = [m.offset() for m in records]
+        if offsets and offsets[-1] >= part.end:  # type: ignore[operator]
+            cut = next(i for i, o in enumerate(offsets) if o >= part.end)  # type: ignore[operator]
+            records, offsets = records[:cut], offsets[:cut]
+            position = part.end
+        if not records:
+            continue
+        position = max(position, offsets[-1] + 1)  # type: ignore[operator]
+        stamps = [m.timestamp() for m in records]
+        yield _batch(
+            part,
+            [m.key() for m in records],
+            [m.value() for m in records],
+            offsets,  # type: ignore[arg-type]
+            [s[1] for s in stamps],
+            [_TIMESTAMP_TYPES.get(s[0], -1) for s in stamps],
+        )
 
 
 def _batch(
     part: KafkaRange,
-    keys: list[bytes | None],
-    values: list[bytes | None],
+    keys: list[Any],
+    values: list[Any],
     offsets: list[int],
     stamps: list[int],
     kinds: list[int],

@@ -43,6 +43,7 @@ def offsets_consumer(settings: KafkaSettings, **overrides: Any) -> Consumer:
                 "group.id": "ctr-lambda-offsets",  # required by librdkafka, never joined
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,  # answer "end of partition" quickly
                 "logger": _librdkafka_log,
                 **overrides,
             }
@@ -90,7 +91,7 @@ def _verify_ends(
     deadline = time.monotonic() + timeout_s
     try:
         while pending and time.monotonic() < deadline:
-            for message in client.consume(num_messages=10_000, timeout=0.2):
+            for message in client.consume(num_messages=10_000, timeout=0.05):
                 topic, partition, offset = message.topic(), message.partition(), message.offset()
                 if topic is None or partition is None or offset is None:
                     continue

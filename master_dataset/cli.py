@@ -1,0 +1,69 @@
+"""`ctr archive`: keep the master dataset (every Kafka record, exactly once, in Delta)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.console import console, fail, progress_bar
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from ingest.shutdown import StopRequest
+
+
+def archive(
+    available_now: Annotated[
+        bool,
+        typer.Option(
+            "--available-now",
+            help="Archive what the topic holds now, then exit (AvailableNow trigger).",
+        ),
+    ] = False,
+) -> None:
+    """Stream the event topic into master/events and master/rejected, exactly once.
+
+    Valid events go to master/events (partitioned by event_date) with their Kafka partition,
+    offset and ingest time; invalid records go to master/rejected with the reason and the raw
+    bytes. Progress is checkpointed under CHECKPOINT_ROOT: restart it any time.
+    """
+    from master_dataset.archiver import ArchiverSettings, ArchiveProgress, run
+
+    kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
+    settings = ArchiverSettings()
+    console.print(
+        f"archiving {kafka.topic} from {kafka.bootstrap_servers} into {lake.events} and "
+        f"{lake.rejected} (checkpoint {lake.checkpoint(settings.checkpoint_name)})"
+    )
+    from infra.spark import spark_session
+
+    spark = spark_session(spark_settings)
+    with StopRequest() as stop, progress_bar("rows", total_known=False) as bar:
+        task = bar.add_task("archiving")
+        archived = 0
+
+        def show(progress: ArchiveProgress) -> None:
+            nonlocal archived
+            archived += progress.input_rows
+            behind = "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
+            bar.update(
+                task,
+                completed=archived,
+                description=f"batch {progress.batch_id}: {progress.rows_per_second:,.0f} rows/s{behind}",
+            )
+
+        try:
+            total = run(
+                spark,
+                kafka=kafka,
+                lake=lake,
+                spark_settings=spark_settings,
+                settings=settings,
+                available_now=available_now,
+                on_progress=show,
+                should_stop=lambda: stop.requested,
+            )
+        except RuntimeError as exc:
+            fail(str(exc))
+    console.print(f"archived {total:,} records" + (" (caught up)" if available_now else ""))
