@@ -92,7 +92,9 @@ def statistics(table: pa.Table) -> str:
     nulls: dict[str, int] = {}
     for name, column in zip(table.column_names, table.columns, strict=True):
         nulls[name] = column.null_count
-        if not any(check(column.type) for check in _STATS_TYPES) or column.null_count == len(column):
+        if not any(check(column.type) for check in _STATS_TYPES) or column.null_count == len(
+            column
+        ):
             continue
         bounds = pc.min_max(column)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()

@@ -28,7 +28,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, Schema
@@ -81,7 +80,9 @@ class DeltaOptions:
             raise ValueError(f"option 'txnVersion' must be an integer, got {version!r}")
         return cls(
             path=path.removeprefix("file://"),
-            partition_by=tuple(c.strip() for c in opts.get("partitionby", "").split(",") if c.strip()),
+            partition_by=tuple(
+                c.strip() for c in opts.get("partitionby", "").split(",") if c.strip()
+            ),
             replace_where=opts.get("replacewhere") or None,
             txn_app_id=opts.get("txnappid"),
             txn_version=int(version) if version is not None else None,
@@ -144,7 +145,9 @@ def count_outside(data: pa.Table, predicate: str) -> int:
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
         con.register("batch", data)
-        row = con.execute(f"SELECT count(*) FROM batch WHERE NOT coalesce(({predicate}), false)").fetchone()
+        row = con.execute(
+            f"SELECT count(*) FROM batch WHERE NOT coalesce(({predicate}), false)"
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -309,7 +312,9 @@ def _replace_where(
                 keep = keep.select(schema.names).cast(schema)
                 for f in write_files(root, keep, partition_columns):
                     adds.append(
-                        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+                        AddAction(
+                            f.path, f.size, f.partition_values, f.modification_time, True, f.stats
+                        )
                     )
     return removes, adds
 
@@ -329,7 +334,9 @@ def _scan_sql(
             cast = f"CAST({_quote(value)} AS {_duck_type(schema.field(column).type)})"
             columns.append(f'{"NULL" if value is None else cast} AS "{column}"')
         full = _quote(str(Path(root) / path))
-        parts.append(f"SELECT *, {', '.join(columns)} FROM read_parquet({full}, hive_partitioning = false)")
+        parts.append(
+            f"SELECT *, {', '.join(columns)} FROM read_parquet({full}, hive_partitioning = false)"
+        )
     return "WITH scan AS (" + " UNION ALL BY NAME ".join(parts) + ")"
 
 
@@ -349,4 +356,3 @@ def _duck_type(arrow_type: pa.DataType) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-

@@ -86,4 +86,5 @@ def read_delta(
     files = table.file_uris()
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).option("basePath", path).parquet(*files)
+    frame = spark.read.schema(schema).option("basePath", path).parquet(*files)
+    return frame.select(*schema.fieldNames())  # partition columns back in table order

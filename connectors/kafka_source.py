@@ -92,13 +92,17 @@ class KafkaOptions:
         if not servers:
             raise ValueError("option 'kafka.bootstrap.servers' is required")
         if "assign" in opts or "subscribepattern" in opts:
-            raise ValueError("only the 'subscribe' option is supported (not assign/subscribePattern)")
+            raise ValueError(
+                "only the 'subscribe' option is supported (not assign/subscribePattern)"
+            )
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
         if not topics:
             raise ValueError("option 'subscribe' must name at least one topic")
         max_offsets = opts.get("maxoffsetspertrigger")
         if max_offsets is not None and (not max_offsets.isdigit() or int(max_offsets) < 1):
-            raise ValueError(f"option 'maxOffsetsPerTrigger' must be a positive integer: {max_offsets}")
+            raise ValueError(
+                f"option 'maxOffsetsPerTrigger' must be a positive integer: {max_offsets}"
+            )
         fail = opts.get("failondataloss", "true").lower()
         if fail not in ("true", "false"):
             raise ValueError(f"option 'failOnDataLoss' must be true or false: {fail}")
@@ -120,7 +124,9 @@ class KafkaOptions:
 
     @property
     def kafka(self) -> KafkaSettings:
-        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, client_config=self.client_config)
+        return KafkaSettings(
+            bootstrap_servers=self.bootstrap_servers, client_config=self.client_config
+        )
 
 
 def _offsets_option(value: str, name: str) -> str | Offsets:
@@ -187,7 +193,9 @@ class _KafkaPlanner:
         offsets = partition_offsets(self.options.kafka, self.partitions_of_topics(), timeout_s=30)
         return {(o.topic, o.partition): (o.earliest, o.latest) for o in offsets}
 
-    def resolve(self, spec: str | Offsets, bounds: dict[tuple[str, int], tuple[int, int]]) -> Offsets:
+    def resolve(
+        self, spec: str | Offsets, bounds: dict[tuple[str, int], tuple[int, int]]
+    ) -> Offsets:
         resolved: Offsets = {}
         for (topic, partition), (earliest, latest) in bounds.items():
             if spec == "earliest":
@@ -209,7 +217,7 @@ class _KafkaPlanner:
         for topic, parts in end.items():
             for key, until in parts.items():
                 partition = int(key)
-                earliest, latest = bounds.get((topic, partition), (0, until))
+                earliest = bounds.get((topic, partition), (0, until))[0]
                 begin = start.get(topic, {}).get(key, earliest)  # a new partition: from its start
                 if until < begin:
                     begin = self.data_loss(
@@ -284,7 +292,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: Offsets = {}
         backlog: dict[tuple[str, str], int] = {}
         for topic, parts in latest.items():
-            for key, until in parts.items():
+            for key, available in parts.items():
+                until = available
                 begin = start.get(topic, {}).get(key)
                 if begin is None:  # a partition added since the last batch
                     begin = bounds[(topic, int(key))][0]
@@ -379,7 +388,9 @@ def _fetch(consumer: Consumer, options: KafkaOptions, part: KafkaRange) -> Itera
                     log.warning("%s; skipping the rest of this range", text)
                     position = part.end
                 else:
-                    raise RuntimeError(f"Kafka error reading {part.topic}[{part.partition}]: {error}")
+                    raise RuntimeError(
+                        f"Kafka error reading {part.topic}[{part.partition}]: {error}"
+                    )
         # One pass per column: list comprehensions are several times faster than a loop with
         # appends here, and this loop is the source's throughput.
         offsets = [m.offset() for m in records]
@@ -417,9 +428,9 @@ def _batch(
             pa.array([part.topic] * n, pa.string()),
             pa.array([part.partition] * n, pa.int32()),
             pa.array(offsets, pa.int64()),
-            pa.array(stamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
+            pa.array(stamps, pa.int64())
+            .cast(pa.timestamp("ms", tz="UTC"))
+            .cast(pa.timestamp("us", tz="UTC")),
             pa.array(kinds, pa.int32()),
         ],
         schema=_ARROW_SCHEMA,

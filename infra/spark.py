@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,8 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PYTHON_KAFKA_FORMAT = "ctr-kafka"
-PYTHON_DELTA_FORMAT = "ctr-delta"
+PYTHON_KAFKA_FORMAT: Final = "ctr-kafka"
+PYTHON_DELTA_FORMAT: Final = "ctr-delta"
 
 
 class SparkSettings(BaseSettings):
@@ -64,6 +64,7 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
     conf: dict[str, Any] = dict(settings.conf)

@@ -244,7 +244,7 @@ def run(
             if should_stop():
                 query.stop()
                 break
-            query.awaitTermination(0.5)
+            query.awaitTermination(0.5)  # type: ignore[arg-type]  # seconds; floats work
             progress = progress_of(query)
             if progress is not None and progress.batch_id != seen_batch:
                 seen_batch = progress.batch_id
@@ -261,4 +261,3 @@ def run(
         if int(progress_dict["batchId"]) > seen_batch:
             rows += int(progress_dict.get("numInputRows", 0))
     return rows
-

@@ -28,7 +28,7 @@ def archive(
     offset and ingest time; invalid records go to master/rejected with the reason and the raw
     bytes. Progress is checkpointed under CHECKPOINT_ROOT: restart it any time.
     """
-    from master_dataset.archiver import ArchiverSettings, ArchiveProgress, run
+    from master_dataset.archiver import ArchiveProgress, ArchiverSettings, run
 
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = ArchiverSettings()
@@ -46,11 +46,12 @@ def archive(
         def show(progress: ArchiveProgress) -> None:
             nonlocal archived
             archived += progress.input_rows
-            behind = "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
+            behind = (
+                "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
+            )
+            rate = f"{progress.rows_per_second:,.0f} rows/s"
             bar.update(
-                task,
-                completed=archived,
-                description=f"batch {progress.batch_id}: {progress.rows_per_second:,.0f} rows/s{behind}",
+                task, completed=archived, description=f"batch {progress.batch_id}: {rate}{behind}"
             )
 
         try:

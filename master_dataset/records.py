@@ -76,7 +76,7 @@ def parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
             continue
         result = validate(value, reference_ms)
         if type(result) is Invalid:
-            reason[i] = result.reason  # type: ignore[union-attr]
+            reason[i] = result.reason
             raw[i] = value
             continue
         event_id[i] = result.event_id  # type: ignore[union-attr]

@@ -9,10 +9,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
+from pyspark.sql import SparkSession
 
 from infra.broker import BrokerSettings, EmbeddedBroker
 from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings, spark_session
 from infra.topics import delete_topics, ensure_topics
 
 
@@ -56,3 +60,35 @@ def kafka_env(topics: KafkaSettings, tmp_path: Path) -> dict[str, str]:
         RUN_DIR=str(tmp_path / "run"),
     )
     return env
+
+
+@pytest.fixture(scope="session")
+def spark_settings() -> SparkSettings:
+    return SparkSettings(master="local[2]", shuffle_partitions=2)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
+    """The test session's one SparkSession (started on first use: ~8 s)."""
+    session = spark_session(spark_settings)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> LakeSettings:
+    return LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+
+
+def delta_duckdb() -> duckdb.DuckDBPyConnection:
+    """DuckDB with the delta extension loaded from its PyPI package (no downloads)."""
+    import duckdb_extension_delta
+
+    [extension] = Path(duckdb_extension_delta.__file__).parent.glob(
+        "extensions/*/delta.duckdb_extension"
+    )
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    con.execute(f"LOAD '{extension}'")
+    return con

@@ -1,0 +1,146 @@
+"""The archiver: every Kafka record exactly once in master/events or master/rejected, through
+restarts and SIGKILLs, against the real broker, Spark and Delta tables."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from ingest.produce import ProduceSummary, produce
+from ingest.producer import EventProducer
+from ingest.traffic import TrafficConfig, TrafficGenerator
+from master_dataset.archiver import ArchiverSettings, run
+from tests.consume import read_topic
+
+CTR = str(Path(sys.executable).with_name("ctr"))
+
+
+def _produce_mixed(topics: KafkaSettings, n: int, seed: int) -> ProduceSummary:
+    config = TrafficConfig(seed=seed, start_ms=int(time.time() * 1000) - n,
+                           duplicate_fraction=0.02, malformed_fraction=0.05)  # fmt: skip
+    with EventProducer(topics, validate_records=False) as producer:  # malformed reach the topic
+        return produce(TrafficGenerator(config), producer, limit=n)
+
+
+def _archived(lake: LakeSettings) -> tuple[pa.Table, pa.Table]:
+    return (
+        DeltaTable(lake.events).to_pyarrow_table(),
+        DeltaTable(lake.rejected).to_pyarrow_table(),
+    )
+
+
+def _assert_exactly_once(topics: KafkaSettings, lake: LakeSettings) -> tuple[int, int]:
+    records = {(r.partition, r.offset): r for r in read_topic(topics, topics.topic)}
+    events, rejected = _archived(lake)
+    coordinates = list(
+        zip(events.column("kafka_partition").to_pylist(), events.column("kafka_offset").to_pylist(),
+            strict=True)
+    ) + list(
+        zip(rejected.column("kafka_partition").to_pylist(),
+            rejected.column("kafka_offset").to_pylist(), strict=True)
+    )  # fmt: skip
+    assert len(coordinates) == len(set(coordinates)), "a record was archived twice"
+    assert set(coordinates) == set(records), "a record is missing"
+    for row in rejected.to_pylist():
+        original = records[(row["kafka_partition"], row["kafka_offset"])]
+        assert row["value"] == original.value  # raw bytes kept
+        assert row["reason"]
+    return events.num_rows, rejected.num_rows
+
+
+@pytest.mark.parametrize("write_path", ["tasks", "dataframe"])
+def test_available_now_archives_every_record_once(
+    spark: SparkSession,
+    topics: KafkaSettings,
+    lake: LakeSettings,
+    spark_settings: SparkSettings,
+    write_path: str,
+) -> None:
+    summary = _produce_mixed(topics, 3000, seed=21)
+    settings = ArchiverSettings(write_path=write_path, max_offsets_per_trigger=1000)  # type: ignore[arg-type]
+    archived = run(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+                   settings=settings, available_now=True)  # fmt: skip
+    assert archived == 3000
+    events, rejected = _assert_exactly_once(topics, lake)
+    assert (events, rejected) == (summary.events + summary.duplicates, summary.malformed)
+
+    table = DeltaTable(lake.events)
+    assert table.metadata().partition_columns == ["event_date"]
+    rows = table.to_pyarrow_table().to_pylist()
+    assert all(r["event_date"] == r["event_time"].date() for r in rows)
+    assert all(r["ingest_time"].tzinfo is not None for r in rows)
+    reasons = DeltaTable(lake.rejected).to_pyarrow_table().column("reason").to_pylist()
+    assert any(r.startswith("record: not valid JSON") for r in reasons)
+
+    # Nothing new: a second run archives nothing and commits nothing.
+    version = table.version()
+    assert run(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+               settings=settings, available_now=True) == 0  # fmt: skip
+    assert DeltaTable(lake.events).version() == version
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_and_restart_never_loses_or_repeats_a_record(
+    kafka_env: dict[str, str], topics: KafkaSettings, tmp_path: Path
+) -> None:
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    env = {
+        **kafka_env,
+        "LAKE_ROOT": str(lake.lake_root),
+        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+        "ARCHIVER_TRIGGER_SECONDS": "0.5",
+        "ARCHIVER_MAX_OFFSETS_PER_TRIGGER": "1500",
+        "SPARK_SHUFFLE_PARTITIONS": "2",
+    }
+    stop = threading.Event()
+
+    def traffic() -> None:
+        config = TrafficConfig(seed=5, start_ms=int(time.time() * 1000), malformed_fraction=0.03)
+        generator = TrafficGenerator(config)
+        with EventProducer(topics, validate_records=False) as producer:
+            while not stop.is_set():
+                produce(generator, producer, limit=100)
+                producer.poll(0.2)  # ~500 records/s
+
+    producer_thread = threading.Thread(target=traffic)
+    producer_thread.start()
+    rng = random.Random(1)
+    kills = 0
+    try:
+        for _ in range(3):
+            # Its own process group: SIGKILL takes the Python driver and Spark's JVM down
+            # together, as a crash of the machine or container would.
+            process = subprocess.Popen(
+                [CTR, "archive"], env=env, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            time.sleep(rng.uniform(9, 20))  # Spark starts in ~8 s: kill before, during, after
+            assert process.poll() is None, "the archiver died on its own"
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+            kills += 1
+    finally:
+        stop.set()
+        producer_thread.join(timeout=60)
+    assert kills == 3
+    env["ARCHIVER_MAX_OFFSETS_PER_TRIGGER"] = "100000"
+    done = subprocess.run([CTR, "archive", "--available-now"], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    events, rejected = _assert_exactly_once(topics, lake)
+    assert events > 1000
+    assert rejected > 0
