@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo test lint format kafka-up kafka-down kafka-status bench lock clean
+.PHONY: help setup demo demo-down test lint format kafka-up kafka-down kafka-status bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -15,9 +15,11 @@ help:  ## list the targets
 setup:  ## create .venv with the pinned dependency set (idempotent)
 	@bash infra/setup.sh
 
-demo: setup kafka-up  ## broker + topics, then generated traffic until Ctrl-C
-	@echo "demo: producing ~200 events/s into $${KAFKA_TOPIC:-ad-events}; Ctrl-C to stop (the broker keeps running: make kafka-down)"
-	@$(CTR) produce --rate $${DEMO_RATE:-200} --duplicates 0.01 --late 0.02 --malformed 0.005
+demo: setup  ## broker + topics, archiver in the background, generated traffic until Ctrl-C
+	@bash infra/demo.sh
+
+demo-down:  ## stop what `make demo` started (archiver, then broker)
+	@bash infra/demo-down.sh
 
 test: setup  ## run the test suite (starts its own broker on a free port)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -40,7 +42,7 @@ kafka-down:  ## stop the embedded broker
 kafka-status: setup  ## brokers, topics, partitions, offsets
 	@$(CTR) kafka status
 
-bench: setup  ## run the benchmarks and print their figures
+bench: setup  ## run the benchmarks and print their figures (BENCH_ARGS="ingest" for one)
 	@bash infra/system-packages.sh kcat
 	$(PY) -m bench $(BENCH_ARGS)
 

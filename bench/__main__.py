@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import ingest
+from bench import archive, ingest
 
-BENCHMARKS = {"ingest": ingest.main}
+BENCHMARKS = {"ingest": ingest.main, "archive": archive.main}
 
 
 def main(argv: list[str] | None = None) -> int:

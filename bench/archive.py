@@ -1,0 +1,92 @@
+"""Archiver benchmark: N events pre-produced, then `ctr archive --available-now` timed.
+
+The events (with 1 % malformed records, which go to master/rejected) are produced into a fresh
+6-partition topic on a broker of its own; the archiver then runs in-process on a warm
+SparkSession (local[2]) with default settings, and the figure is records archived per second of
+the run. Per-batch Spark timings show where the time goes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from infra.broker import BrokerSettings, EmbeddedBroker
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings, spark_session
+from infra.topics import ensure_topics
+from ingest.produce import produce
+from ingest.producer import EventProducer
+from ingest.traffic import TrafficConfig, TrafficGenerator
+from master_dataset.archiver import ArchiverSettings, ArchiveProgress, run
+
+DEFAULT_EVENTS = 2_000_000
+RESULTS = Path("bench/results")
+
+
+def main(events: int | None = None) -> dict[str, object]:
+    events = events or DEFAULT_EVENTS
+    with tempfile.TemporaryDirectory(prefix="ctr-bench-archive-") as scratch:
+        work = Path(scratch)
+        kafka = KafkaSettings()
+        broker = None
+        if kafka.is_loopback:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", topic="bench-archive")
+            broker = EmbeddedBroker(kafka, BrokerSettings(run_dir=work / "run"))
+            broker.start()
+        try:
+            return _run(kafka, work, events)
+        finally:
+            if broker is not None:
+                broker.stop()
+
+
+def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
+    ensure_topics(kafka)
+    print(f"bench archive: producing {events:,} events ...", flush=True)
+    config = TrafficConfig(seed=7, start_ms=int(time.time() * 1000) - events,
+                           malformed_fraction=0.01)  # fmt: skip
+    with EventProducer(kafka, validate_records=False) as producer:
+        produce(TrafficGenerator(config), producer, limit=events)
+    lake = LakeSettings(lake_root=work / "lake", checkpoint_root=work / "checkpoints")
+    spark_settings = SparkSettings()
+    spark = spark_session(spark_settings)
+    batches: list[ArchiveProgress] = []
+    print("bench archive: archiving (available-now) ...", flush=True)
+    started = time.perf_counter()
+    archived = run(spark, kafka=kafka, lake=lake, spark_settings=spark_settings,
+                   settings=ArchiverSettings(), available_now=True, on_progress=batches.append)  # fmt: skip
+    seconds = time.perf_counter() - started
+    stored = DeltaTable(lake.events).count() + DeltaTable(lake.rejected).count()
+    if archived != events or stored != events:
+        raise RuntimeError(f"archived {archived:,} and stored {stored:,} of {events:,} records")
+    rate = events / seconds
+    result = {
+        "benchmark": "archive",
+        "events": events,
+        "seconds": round(seconds, 2),
+        "events_per_s": round(rate),
+        "goal": ">= 100000",
+        "batches": [
+            {"rows": b.input_rows, "rows_per_s": round(b.rows_per_second)} for b in batches
+        ],
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
+    }
+    for b in batches:
+        print(f"  batch {b.batch_id}: {b.input_rows:,} rows at {b.rows_per_second:,.0f} rows/s")
+    print(f"bench archive: {events:,} records in {seconds:.1f} s = {rate:,.0f} records/s "
+          "(goal >= 100,000)")  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "archive.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
