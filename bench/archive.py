@@ -26,7 +26,7 @@ from infra.topics import ensure_topics
 from ingest.produce import produce
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from master_dataset.archiver import ArchiverSettings, ArchiveProgress, run
+from master_dataset.archiver import ArchiveProgress, ArchiverSettings, run
 
 DEFAULT_EVENTS = 2_000_000
 RESULTS = Path("bench/results")
@@ -65,8 +65,10 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     batches: list[ArchiveProgress] = []
     print("bench archive: archiving (available-now) ...", flush=True)
     started = time.perf_counter()
-    archived = run(spark, kafka=kafka, lake=lake, spark_settings=spark_settings,
-                   settings=ArchiverSettings(), available_now=True, on_progress=batches.append)  # fmt: skip
+    archived = run(
+        spark, kafka=kafka, lake=lake, spark_settings=spark_settings,
+        settings=ArchiverSettings(), available_now=True, on_progress=batches.append,
+    )  # fmt: skip
     seconds = time.perf_counter() - started
     stored = DeltaTable(lake.events).count() + DeltaTable(lake.rejected).count()
     if archived != events or stored != events:

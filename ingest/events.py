@@ -139,31 +139,26 @@ def validate(
     >>> validate(b"{", reference_ms=0).reasons
     ('record: not valid JSON (unexpected end of data at byte 1)',)
     """
-    if type(record) is bytes and len(record) <= MAX_RECORD_BYTES:
-        # The common case first, with as little Python around the C decoder as possible.
-        try:
-            event = _decode(record)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return Invalid(_explain(record, reference_ms, rules, exc))
-        event_time = event.event_time
-        if rules.min_event_time_ms <= event_time <= reference_ms + rules.max_future_skew_ms:
-            return event
-        return Invalid(_time_reasons(event_time, reference_ms, rules))
-    if isinstance(record, str):
-        try:
-            record = record.encode()
-        except UnicodeEncodeError as exc:  # lone surrogates: text that is not Unicode
-            return Invalid((f"record: not valid UTF-8 text ({exc.reason} at {exc.start})",))
-    if isinstance(record, bytes):
+    if type(record) is bytes or isinstance(record, bytes):
         if len(record) > MAX_RECORD_BYTES:
             return Invalid(
                 (f"record: {len(record)} bytes exceeds the limit of {MAX_RECORD_BYTES}",)
             )
-        return validate(record, reference_ms, rules)
-    try:
-        event = msgspec.convert(record, Event)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        return Invalid(_explain(record, reference_ms, rules, exc))
+        try:
+            event = _decode(record)  # the static rules, checked in C while decoding
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return Invalid(_explain(record, reference_ms, rules, exc))
+    elif isinstance(record, str):
+        try:
+            encoded = record.encode()
+        except UnicodeEncodeError as exc:  # lone surrogates: text that is not Unicode
+            return Invalid((f"record: not valid UTF-8 text ({exc.reason} at {exc.start})",))
+        return validate(encoded, reference_ms, rules)
+    else:
+        try:
+            event = msgspec.convert(record, Event)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return Invalid(_explain(record, reference_ms, rules, exc))
     event_time = event.event_time
     if rules.min_event_time_ms <= event_time <= reference_ms + rules.max_future_skew_ms:
         return event
