@@ -7,6 +7,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
+from batch_layer import cli as batch_cli
 from infra import cli as infra_cli
 from ingest import cli as ingest_cli
 from master_dataset import cli as master_cli
@@ -23,6 +24,8 @@ app.add_typer(infra_cli.app, name="kafka")
 app.command()(ingest_cli.produce)
 app.command()(ingest_cli.replay)
 app.command()(master_cli.archive)
+app.command()(batch_cli.batch)
+app.command()(batch_cli.backfill)
 
 
 def main() -> None:

@@ -70,20 +70,30 @@ def write_delta(
 
 
 def read_delta(
-    spark: SparkSession, path: str, *, spark_settings: SparkSettings, version: int | None = None
+    spark: SparkSession,
+    path: str,
+    *,
+    spark_settings: SparkSettings,
+    version: int | None = None,
+    partitions: dict[str, list[str]] | None = None,
 ) -> DataFrame:
-    """The Delta table at ``path`` (its latest version, or ``version``) as a DataFrame."""
+    """The Delta table at ``path`` (its latest version, or ``version``) as a DataFrame;
+    ``partitions`` ({column: [values]}) keeps only those partitions' files."""
     if spark_settings.delta_format != PYTHON_DELTA_FORMAT:
         reader = spark.read.format(spark_settings.delta_format)
         if version is not None:
             reader = reader.option("versionAsOf", version)
-        return reader.load(path)
+        frame = reader.load(path)
+        for column, values in (partitions or {}).items():
+            frame = frame.where(frame[column].cast("string").isin(values))
+        return frame
     from deltalake import DeltaTable
     from pyspark.sql.pandas.types import from_arrow_schema
 
     table = DeltaTable(path, version=version)
     schema = from_arrow_schema(pa.schema(table.schema().to_arrow()))
-    files = table.file_uris()
+    filters = [(column, "in", values) for column, values in (partitions or {}).items()]
+    files = table.file_uris(file_pruning_predicate=filters or None)
     if not files:
         return spark.createDataFrame([], schema)
     frame = spark.read.schema(schema).option("basePath", path).parquet(*files)

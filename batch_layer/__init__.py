@@ -1,0 +1,1 @@
+"""The batch layer: exact views recomputed from the master dataset, interval by interval."""

@@ -1,0 +1,52 @@
+"""batch/coverage: which intervals a finished batch run made exact.
+
+One row per run, appended only after the run's rows are committed to the view's table, so a
+covered interval never points at rows that are not there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from connectors.formats import write_delta
+from infra.spark import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+COVERAGE_SCHEMA = (
+    "run_id string, view string, interval_start timestamp, interval_end timestamp, "
+    "input_version long, rows_written long, finished_at timestamp"
+)
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    run_id: str
+    view: str
+    interval_start: dt.datetime
+    interval_end: dt.datetime
+    input_version: int
+    rows_written: int
+    finished_at: dt.datetime
+
+
+def record(
+    spark: SparkSession, path: str, row: CoverageRow, *, spark_settings: SparkSettings
+) -> None:
+    values = (
+        row.run_id,
+        row.view,
+        row.interval_start,
+        row.interval_end,
+        row.input_version,
+        row.rows_written,
+        row.finished_at,
+    )
+    frame = spark.createDataFrame([values], COVERAGE_SCHEMA)
+    # Keyed by run id: writing the same run's coverage again (a retry) is a no-op.
+    write_delta(
+        frame.coalesce(1), path, spark_settings=spark_settings, txn=(f"coverage:{row.run_id}", 0)
+    )

@@ -1,0 +1,75 @@
+"""The time intervals batch runs cover: [start, end), UTC, whole minutes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+class IntervalError(ValueError):
+    """An interval a batch run cannot cover."""
+
+
+@dataclass(frozen=True, order=True)
+class Interval:
+    start: dt.datetime
+    end: dt.datetime
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value: dt.datetime = getattr(self, name)
+            if value.tzinfo is None:
+                raise IntervalError(f"{name} must be timezone-aware (UTC), got {value}")
+            if value.second or value.microsecond:
+                raise IntervalError(f"{name} must be a whole minute, got {value.isoformat()}")
+        if self.end <= self.start:
+            raise IntervalError(
+                f"end ({self.end.isoformat()}) must be after start ({self.start.isoformat()})"
+            )
+
+    @classmethod
+    def parse(cls, start: str, end: str) -> Interval:
+        return cls(parse_time(start, "start"), parse_time(end, "end"))
+
+    @property
+    def days(self) -> list[dt.date]:
+        """The event_date partitions the interval touches."""
+        last = (self.end - dt.timedelta(microseconds=1)).date()
+        return [
+            self.start.date() + dt.timedelta(days=n)
+            for n in range((last - self.start.date()).days + 1)
+        ]
+
+    def hours(self) -> Iterator[Interval]:
+        """The interval cut at hour boundaries (the unit of `ctr backfill`)."""
+        cursor = self.start
+        while cursor < self.end:
+            step = (cursor + dt.timedelta(hours=1)).replace(minute=0)
+            yield Interval(cursor, min(step, self.end))
+            cursor = min(step, self.end)
+
+    def sql_predicate(self, column: str) -> str:
+        """``column`` in [start, end), as SQL with timestamp literals (no user text)."""
+        return (
+            f"{column} >= TIMESTAMP '{_sql_time(self.start)}' "
+            f"AND {column} < TIMESTAMP '{_sql_time(self.end)}'"
+        )
+
+    def __str__(self) -> str:
+        return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+
+def parse_time(text: str, name: str) -> dt.datetime:
+    """ISO-8601 (a bare date means midnight); no offset means UTC."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise IntervalError(
+            f"{name}: {text!r} is not an ISO-8601 time like 2026-11-22T10:00:00Z"
+        ) from None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _sql_time(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S+00:00")

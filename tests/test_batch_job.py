@@ -1,0 +1,160 @@
+"""The batch job on small inline event sets: real Spark, real Delta tables on disk."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from batch_layer.interval import Interval, IntervalError
+from batch_layer.job import MissingTableError, run
+from connectors import write_delta
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from master_dataset.records import EVENTS_SCHEMA
+
+T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
+HOUR = Interval(T0, T0 + dt.timedelta(hours=1))
+
+
+def at(minutes: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+def event(
+    event_id: str, kind: str, when: dt.datetime, ad: str = "ad-1", offset: int = 0
+) -> dict[str, object]:
+    return {
+        "event_id": event_id,
+        "event_type": kind,
+        "event_time": when,
+        "impression_id": f"i-{event_id}",
+        "ad_id": ad,
+        "campaign_id": "cmp-1",
+        "site_id": "site-1",
+        "country": "US",
+        "device_type": "mobile",
+        "user_id": "u",
+        "schema_version": 1,
+        "event_date": when.date(),
+        "kafka_partition": 0,
+        "kafka_offset": offset,
+        "ingest_time": when,
+    }
+
+
+def archive(
+    spark: SparkSession, lake: LakeSettings, settings: SparkSettings, rows: list[dict[str, object]]
+) -> None:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frame = spark.createDataFrame(
+        [tuple(r[name] for name in EVENTS_SCHEMA.names) for r in rows],
+        from_arrow_schema(EVENTS_SCHEMA),
+    )
+    write_delta(frame, lake.events, spark_settings=settings, partition_by=["event_date"])
+
+
+def view(lake: LakeSettings) -> list[tuple[object, ...]]:
+    table = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table()
+    return sorted(
+        (r["bucket_start"], r["ad_id"], r["impressions"], r["clicks"]) for r in table.to_pylist()
+    )
+
+
+def coverage(lake: LakeSettings) -> list[dict[str, object]]:
+    return sorted(
+        DeltaTable(lake.table("batch/coverage")).to_pyarrow_table().to_pylist(),
+        key=lambda r: (r["interval_start"], r["run_id"]),
+    )
+
+
+def test_counts_are_exact_deduplicated_and_bounded(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    archive(spark, lake, spark_settings, [
+        event("a", "impression", at(0)),          # exactly at start: counted
+        event("a", "impression", at(0), offset=9),  # the same event again: not counted twice
+        event("b", "impression", at(0.5)),
+        event("c", "click", at(1)),
+        event("d", "impression", at(59.99), ad="ad-2"),
+        event("e", "impression", at(60)),         # exactly at end: not in this interval
+        event("f", "impression", at(-1)),         # before start: not in this interval
+    ])  # fmt: skip
+    result = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    assert view(lake) == [
+        (at(0), "ad-1", 2, 0),
+        (at(1), "ad-1", 0, 1),
+        (at(59), "ad-2", 1, 0),
+    ]
+    assert result.rows_written == 3
+    [row] = coverage(lake)
+    assert (row["interval_start"], row["interval_end"], row["rows_written"]) == (at(0), at(60), 3)
+    assert row["input_version"] == 0
+    assert row["view"] == "ctr"
+    table = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table()
+    assert set(table.column("run_id").to_pylist()) == {result.run_id}
+
+
+def test_late_events_count_when_their_interval_is_recomputed_and_reruns_are_identical(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    archive(spark, lake, spark_settings, [event("a", "impression", at(5))])
+    first = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    again = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    assert again.run_id == first.run_id
+    assert view(lake) == [(at(5), "ad-1", 1, 0)]
+    # A click for that minute arrives late (archived later): the next run counts it.
+    archive(spark, lake, spark_settings, [event("late", "click", at(5.5), offset=1)])
+    late = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    assert late.input_version == 1
+    assert view(lake) == [(at(5), "ad-1", 1, 1)]
+    assert [r["run_id"] for r in coverage(lake)] == sorted([first.run_id, late.run_id])
+
+
+def test_rows_outside_the_interval_are_untouched_and_an_empty_interval_writes_nothing(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    archive(spark, lake, spark_settings, [
+        event("a", "impression", at(10)), event("b", "impression", at(70)),
+    ])  # fmt: skip
+    run(spark, Interval(at(0), at(120)), lake=lake, spark_settings=spark_settings)
+    assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
+    # An hour with no events: no rows, a coverage row saying so, nothing else touched.
+    empty = run(spark, Interval(at(120), at(180)), lake=lake, spark_settings=spark_settings)
+    assert empty.rows_written == 0
+    assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
+    # Recomputing the second hour replaces its row and leaves the first hour's alone.
+    run(spark, Interval(at(60), at(120)), lake=lake, spark_settings=spark_settings)
+    assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
+    assert [r["rows_written"] for r in coverage(lake)] == [2, 1, 0]
+
+
+def test_no_coverage_without_committed_rows(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings, tmp_path: Path
+) -> None:
+    archive(spark, lake, spark_settings, [event("a", "impression", at(1))])
+    blocker = Path(lake.table("batch/ctr"))
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a table")  # the view's write fails
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any failure of the write will do
+        run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    assert not DeltaTable.is_deltatable(lake.table("batch/coverage"))
+
+
+def test_clear_errors_for_bad_arguments(lake: LakeSettings, spark: SparkSession) -> None:
+    with pytest.raises(IntervalError, match=r"end \(.*\) must be after start"):
+        Interval.parse("2026-11-22T10:00:00Z", "2026-11-22T10:00:00Z")
+    with pytest.raises(IntervalError, match="start: 'yesterday' is not an ISO-8601 time"):
+        Interval.parse("yesterday", "2026-11-22T10:00:00Z")
+    with pytest.raises(IntervalError, match="must be a whole minute"):
+        Interval.parse("2026-11-22T10:00:30Z", "2026-11-22T11:00:00Z")
+    with pytest.raises(MissingTableError, match="run `ctr archive` first"):
+        run(spark, HOUR, lake=lake)
+    assert [str(h) for h in Interval.parse("2026-11-22T10:30", "2026-11-22T12:00").hours()] == [
+        "[2026-11-22T10:30:00+00:00, 2026-11-22T11:00:00+00:00)",
+        "[2026-11-22T11:00:00+00:00, 2026-11-22T12:00:00+00:00)",
+    ]
