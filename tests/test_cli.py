@@ -21,7 +21,7 @@ def test_top_level_help_lists_every_subcommand_with_a_line() -> None:
         ("batch", "Recompute batch/ctr"),
         ("backfill", "hour by hour"),
     ]:
-        line = next(line for line in result.output.splitlines() if f" {command} " in line)
+        line = next(line for line in result.output.splitlines() if line.startswith(f"│ {command} "))
         assert words in line
 
 
