@@ -48,5 +48,8 @@ def record(
     frame = spark.createDataFrame([values], COVERAGE_SCHEMA)
     # Keyed by run id: writing the same run's coverage again (a retry) is a no-op.
     write_delta(
-        frame.coalesce(1), path, spark_settings=spark_settings, txn=(f"coverage:{row.run_id}", 0)
+        frame.coalesce(1),
+        path,
+        spark_settings=spark_settings,
+        txn=(f"coverage:{row.run_id}:v{row.input_version}", 0),
     )

@@ -1,0 +1,39 @@
+"""Entry point for `spark-submit batch_layer/submit.py --start T1 --end T2` (the Airflow task).
+
+spark-submit chooses the cluster (`--master`); the job itself is `batch_layer.job.run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Recompute batch/ctr for [start, end).")
+    parser.add_argument("--start", required=True, help="ISO-8601 UTC, whole minute")
+    parser.add_argument("--end", required=True, help="ISO-8601 UTC, whole minute, after start")
+    parser.add_argument("--run-id", help="recorded in batch/ctr and batch/coverage")
+    args = parser.parse_args(argv)
+
+    from batch_layer.interval import Interval, IntervalError
+    from batch_layer.job import MissingTableError, run
+    from infra.lake import LakeSettings
+    from infra.spark import SparkSettings, spark_session
+
+    try:
+        interval = Interval.parse(args.start, args.end)
+    except IntervalError as exc:
+        parser.error(str(exc))
+    spark = spark_session(SparkSettings())
+    try:
+        result = run(spark, interval, lake=LakeSettings(), run_id=args.run_id, on_step=print)
+    except MissingTableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"done: run {result.run_id}, {result.rows_written} rows for {interval}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
