@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     except IntervalError as exc:
         parser.error(str(exc))
     spark = spark_session(SparkSettings())
+    print(f"spark master: {spark.sparkContext.master}")
     try:
         result = run(spark, interval, lake=LakeSettings(), run_id=args.run_id, on_step=print)
     except MissingTableError as exc:
