@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down test lint format kafka-up kafka-down kafka-status bench lock clean
+.PHONY: help setup demo demo-down airflow-up airflow-down test lint format kafka-up kafka-down kafka-status bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -32,6 +32,12 @@ lint: setup  ## ruff format --check, ruff check, mypy --strict
 format: setup  ## apply ruff formatting and fixes
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+airflow-up: setup  ## Airflow standalone on 127.0.0.1:8080 (SQLite under run/), DAGs unpaused
+	@bash infra/airflow-up.sh
+
+airflow-down:  ## stop Airflow standalone
+	@bash infra/airflow-down.sh
 
 kafka-up: setup  ## start the embedded broker (local config) and create the topics
 	@$(CTR) kafka up

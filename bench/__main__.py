@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import archive, ingest
+from bench import archive, batch, ingest
 
-BENCHMARKS = {"ingest": ingest.main, "archive": archive.main}
+BENCHMARKS = {"ingest": ingest.main, "archive": archive.main, "batch": batch.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,3 +158,36 @@ def test_clear_errors_for_bad_arguments(lake: LakeSettings, spark: SparkSession)
         "[2026-11-22T10:30:00+00:00, 2026-11-22T11:00:00+00:00)",
         "[2026-11-22T11:00:00+00:00, 2026-11-22T12:00:00+00:00)",
     ]
+
+
+def test_backfill_command_runs_hour_by_hour(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    archive(spark, lake, spark_settings, [
+        event("a", "impression", at(10)),
+        event("b", "click", at(70)),
+        event("c", "impression", at(155)),  # 12:35, past --to
+    ])  # fmt: skip
+    env = {**os.environ, "LAKE_ROOT": str(lake.lake_root), "SPARK_MASTER": "local[1]"}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ctr")), "backfill",
+         "--from", "2026-11-22T10:00Z", "--to", "2026-11-22T12:30Z"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "backfilled 3 hour(s)" in done.stderr
+    assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 0, 1)]
+    assert [(r["interval_start"], r["interval_end"]) for r in coverage(lake)] == [
+        (at(0), at(60)), (at(60), at(120)), (at(120), at(150)),
+    ]  # fmt: skip
+    bad = subprocess.run(
+        [str(Path(sys.executable).with_name("ctr")), "backfill", "--from", "2026-11-22T12:00Z",
+         "--to", "2026-11-22T11:00Z"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "must be after start" in bad.stderr

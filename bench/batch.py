@@ -1,0 +1,179 @@
+"""Batch benchmark: the batch job over one day of 10M events against DuckDB doing the same.
+
+The events (2 % of them resent duplicates) are generated straight into a Delta master/events
+table (one event_date partition). In one run: the batch job for the whole day on a warm
+local[2] SparkSession, then DuckDB (delta extension) computing the same view with the same
+dedup rule over the same table; both results are checked to agree, and the ratio is printed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from batch_layer.interval import Interval
+from batch_layer.job import run
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings, spark_session
+from ingest.traffic import COUNTRY_MIX, DEVICE_MIX
+from master_dataset.records import EVENTS_SCHEMA
+
+DEFAULT_EVENTS = 10_000_000
+DAY = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+RESULTS = Path("bench/results")
+
+DUCKDB_VIEW = """
+WITH events AS (
+    SELECT * FROM delta_scan('{path}')
+    WHERE event_date = DATE '{day}'
+      AND event_time >= TIMESTAMPTZ '{start}' AND event_time < TIMESTAMPTZ '{end}'
+), first AS (
+    SELECT * FROM events
+    QUALIFY row_number() OVER (
+        PARTITION BY event_id ORDER BY ingest_time, kafka_partition, kafka_offset) = 1
+)
+SELECT time_bucket(INTERVAL 1 minute, event_time) AS bucket_start,
+       campaign_id, ad_id, site_id, country, device_type,
+       count(*) FILTER (WHERE event_type = 'impression') AS impressions,
+       count(*) FILTER (WHERE event_type = 'click') AS clicks
+FROM first GROUP BY ALL
+"""
+
+
+def main(events: int | None = None) -> dict[str, object]:
+    events = events or DEFAULT_EVENTS
+    with tempfile.TemporaryDirectory(prefix="ctr-bench-batch-") as scratch:
+        lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
+        print(f"bench batch: generating {events:,} events into master/events ...", flush=True)
+        started = time.perf_counter()
+        _generate(lake.events, events)
+        print(f"bench batch: generated in {time.perf_counter() - started:.0f} s", flush=True)
+        return _measure(lake, events)
+
+
+def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
+    rng = np.random.default_rng(42)
+    ads = np.array([f"ad-{c:03d}-{a:02d}" for c in range(1, 21) for a in range(1, 9)])
+    campaigns = np.array([a[:7].replace("ad-", "cmp-") for a in ads])
+    sites = np.array([f"site-{s:04d}" for s in range(1, 301)])
+    ad_p = 1 / np.arange(1, len(ads) + 1) ** 1.1
+    site_p = 1 / np.arange(1, len(sites) + 1) ** 1.1
+    countries, country_p = np.array(list(COUNTRY_MIX)), np.array(list(COUNTRY_MIX.values()), float)
+    devices, device_p = np.array(list(DEVICE_MIX)), np.array(list(DEVICE_MIX.values()), float)
+    day_us = int(DAY.timestamp() * 1_000_000)
+    unique = int(events / 1.02)
+    offset = 0
+    for start in range(0, events, chunk):
+        n = min(chunk, events - start)
+        positions = np.arange(start, start + n)
+        # The last 2 % of the rows resend earlier events: an event's content follows from its
+        # id, so a duplicate is an exact copy (only its Kafka offset differs).
+        ids = np.where(positions < unique, positions, rng.integers(0, unique, n))
+        seed = ids.astype(np.uint64) * np.uint64(2654435761) % np.uint64(2**32)
+        when = day_us + (seed * np.uint64(20_116)) % np.uint64(86_400_000_000)
+        pick = seed % np.uint64(1_000_003)
+        ad = _choose(pick, ad_p)
+        table = pa.table(
+            {
+                "event_id": pa.array(ids.astype(str)),
+                "event_type": pa.array(np.where(seed % np.uint64(50) == 0, "click", "impression")),
+                "event_time": pa.array(when.astype(np.int64), pa.timestamp("us", tz="UTC")),
+                "impression_id": pa.array(ids.astype(str)),
+                "ad_id": pa.array(ads[ad]),
+                "campaign_id": pa.array(campaigns[ad]),
+                "site_id": pa.array(sites[_choose(_key(seed, 7), site_p)]),
+                "country": pa.array(countries[_choose(_key(seed, 11), country_p)]),
+                "device_type": pa.array(devices[_choose(_key(seed, 13), device_p)]),
+                "user_id": pa.array((seed % np.uint64(200_000)).astype(str)),
+                "schema_version": pa.array(np.ones(n, np.int32)),
+                "event_date": pa.array(np.full(n, DAY.date())),
+                "kafka_partition": pa.array((ids % 6).astype(np.int32)),
+                "kafka_offset": pa.array(np.arange(offset, offset + n, dtype=np.int64)),
+                "ingest_time": pa.array(when.astype(np.int64) + 1000, pa.timestamp("us", tz="UTC")),
+            }
+        ).cast(EVENTS_SCHEMA)
+        offset += n
+        write_deltalake(path, table, mode="append", partition_by=["event_date"])
+
+
+def _key(seed: np.ndarray, salt: int) -> np.ndarray:
+    return seed // np.uint64(salt) % np.uint64(1_000_003)
+
+
+def _choose(uniform_key: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Index drawn with ``weights`` from a deterministic key in [0, 1_000_003)."""
+    cumulative = np.cumsum(weights / weights.sum())
+    return np.minimum(np.searchsorted(cumulative, uniform_key / 1_000_003), len(weights) - 1)
+
+
+def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
+    import duckdb
+    import duckdb_extension_delta
+
+    interval = Interval(DAY, DAY + dt.timedelta(days=1))
+    spark_settings = SparkSettings()
+    spark = spark_session(spark_settings)
+    print("bench batch: batch job (Spark) over the day ...", flush=True)
+    started = time.perf_counter()
+    steps: list[tuple[float, str]] = []
+    result = run(
+        spark, interval, lake=lake, spark_settings=spark_settings,
+        on_step=lambda step: steps.append((time.perf_counter(), step)),
+    )  # fmt: skip
+    spark_seconds = time.perf_counter() - started
+    # Where the time went: each step lasts until the next one starts.
+    ends = [t for t, _ in steps[1:]] + [started + spark_seconds]
+    profile = {step: round(end - t, 1) for (t, step), end in zip(steps, ends, strict=True)}
+    for step, seconds in profile.items():
+        print(f"  {seconds:6.1f} s  {step}")
+
+    package = Path(duckdb_extension_delta.__file__).parent
+    [extension] = package.glob("extensions/*/delta.duckdb_extension")
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    con.execute(f"LOAD '{extension}'")
+    con.execute("SET TimeZone = 'UTC'")
+    sql = DUCKDB_VIEW.format(path=lake.events, day=DAY.date(), start=DAY.isoformat(),
+                             end=interval.end.isoformat())  # fmt: skip
+    print("bench batch: DuckDB over the same table ...", flush=True)
+    started = time.perf_counter()
+    duck = con.execute(f"SELECT count(*), sum(impressions), sum(clicks) FROM ({sql})").fetchone()
+    duck_seconds = time.perf_counter() - started
+
+    view = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table(columns=["impressions", "clicks"])
+    ours = (
+        view.num_rows,
+        sum(view.column("impressions").to_pylist()),
+        sum(view.column("clicks").to_pylist()),
+    )
+    if duck is None or tuple(duck) != ours:
+        raise RuntimeError(f"the two disagree: Spark {ours}, DuckDB {duck}")
+    ratio = spark_seconds / duck_seconds
+    outcome = {
+        "benchmark": "batch",
+        "events": events,
+        "view_rows": result.rows_written,
+        "spark_seconds": round(spark_seconds, 2),
+        "duckdb_seconds": round(duck_seconds, 2),
+        "ratio": round(ratio, 2),
+        "goal": "<= 3",
+        "spark_profile_seconds": profile,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
+    }
+    print(
+        f"bench batch: {events:,} events -> {result.rows_written:,} rows; Spark batch job "
+        f"{spark_seconds:.1f} s, DuckDB {duck_seconds:.1f} s, ratio {ratio:.2f} (goal <= 3)"
+    )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "batch.json").write_text(json.dumps(outcome, indent=2) + "\n")
+    return outcome
