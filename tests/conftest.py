@@ -3,6 +3,7 @@ by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -18,6 +19,11 @@ from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from infra.spark import SparkSettings, spark_session
 from infra.topics import delete_topics, ensure_topics
+
+
+# Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
+# connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def free_port() -> int:
