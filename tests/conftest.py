@@ -20,7 +20,6 @@ from infra.lake import LakeSettings
 from infra.spark import SparkSettings, spark_session
 from infra.topics import delete_topics, ensure_topics
 
-
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
 # connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.
 logging.getLogger("py4j").setLevel(logging.WARNING)
