@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import tempfile
 import time
 from pathlib import Path
 
 from deltalake import DeltaTable
 
-from infra.broker import BrokerSettings, EmbeddedBroker
+from infra.broker import scratch_broker
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from infra.spark import SparkSettings, spark_session
@@ -37,19 +36,10 @@ def main(events: int | None = None) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="ctr-bench-archive-") as scratch:
         work = Path(scratch)
         kafka = KafkaSettings()
-        broker = None
-        if kafka.is_loopback:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", topic="bench-archive")
-            broker = EmbeddedBroker(kafka, BrokerSettings(run_dir=work / "run"))
-            broker.start()
-        try:
+        if not kafka.is_loopback:
             return _run(kafka, work, events)
-        finally:
-            if broker is not None:
-                broker.stop()
+        with scratch_broker(work / "run", topic="bench-archive") as local:
+            return _run(local, work, events)
 
 
 def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:

@@ -22,6 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from batch_layer.interval import Interval
 from batch_layer.job import run
+from connectors.duckdb_delta import delta_duckdb
 from infra.lake import LakeSettings
 from infra.spark import SparkSettings, spark_session
 from ingest.traffic import COUNTRY_MIX, DEVICE_MIX
@@ -116,9 +117,6 @@ def _choose(uniform_key: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
-    import duckdb
-    import duckdb_extension_delta
-
     interval = Interval(DAY, DAY + dt.timedelta(days=1))
     spark_settings = SparkSettings()
     spark = spark_session(spark_settings)
@@ -136,13 +134,7 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     for step, seconds in profile.items():
         print(f"  {seconds:6.1f} s  {step}")
 
-    package = Path(duckdb_extension_delta.__file__).parent
-    [extension] = package.glob("extensions/*/delta.duckdb_extension")
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    con.execute(f"LOAD '{extension}'")
-    con.execute("SET TimeZone = 'UTC'")
+    con = delta_duckdb()
     sql = DUCKDB_VIEW.format(path=lake.events, day=DAY.date(), start=DAY.isoformat(),
                              end=interval.end.isoformat())  # fmt: skip
     print("bench batch: DuckDB over the same table ...", flush=True)

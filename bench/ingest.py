@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import confluent_kafka
 
-from infra.broker import BrokerSettings, EmbeddedBroker
+from infra.broker import scratch_broker
 from infra.kafka_settings import KafkaSettings
 from infra.offsets import partition_offsets
 from infra.topics import create_topics, delete_topics
@@ -50,20 +49,17 @@ def main(events: int | None = None) -> dict[str, object]:
 def _fresh_topic(kafka: KafkaSettings, work: Path, prefix: str) -> Iterator[KafkaSettings]:
     """A new 6-partition topic; on a local setup, on a broker of its own, started for this run
     and stopped after it, so every run starts from the same empty in-memory log."""
-    broker = None
-    if kafka.is_loopback:
-        kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{_free_port()}")
-        broker = EmbeddedBroker(kafka, BrokerSettings(run_dir=work / "run"))
-        broker.start()
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    if kafka.is_loopback:
+        with scratch_broker(work / "run", topic=topic) as local:
+            create_topics(local, {topic: 6})
+            yield local
+        return
     create_topics(kafka, {topic: 6})
     try:
         yield kafka.model_copy(update={"topic": topic})
     finally:
-        if broker is not None:
-            broker.stop()
-        else:
-            delete_topics(kafka, [topic])
+        delete_topics(kafka, [topic])
 
 
 def _run(kafka: KafkaSettings, kcat: str, work: Path, events: int) -> dict[str, object]:
@@ -161,12 +157,6 @@ def _bundled_librdkafka(work: Path) -> Path:
     target.mkdir(exist_ok=True)
     (target / "librdkafka.so.1").symlink_to(library)
     return target
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _machine() -> str:

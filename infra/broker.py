@@ -9,8 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +166,25 @@ class EmbeddedBroker:
             _reap(pid)
         self.settings.pid_file.unlink(missing_ok=True)
         return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def scratch_broker(run_dir: Path, topic: str = "ad-events") -> Iterator[KafkaSettings]:
+    """An embedded broker of its own on a free port (tests, benchmarks), stopped afterwards."""
+    settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", topic=topic)
+    broker = EmbeddedBroker(settings, BrokerSettings(run_dir=run_dir))
+    broker.start()
+    try:
+        yield settings
+    finally:
+        broker.stop()
 
 
 def _read_pid(path: Path) -> int | None:

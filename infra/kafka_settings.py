@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOOPBACK_HOSTS = frozenset({"localhost", "ip6-localhost"})
+# librdkafka logs every refused connection to stderr unless given a logger.
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
 class KafkaSettings(BaseSettings):
@@ -30,7 +33,6 @@ class KafkaSettings(BaseSettings):
     replication_factor: int | None = Field(default=None, ge=1)
     min_insync_replicas: int | None = Field(default=None, ge=1)
     client_config: dict[str, Any] = Field(default_factory=dict)
-    request_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -67,7 +69,12 @@ class KafkaSettings(BaseSettings):
 
     def client(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration for a producer, consumer or admin client."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.client_config, **overrides}
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": LIBRDKAFKA_LOG,
+            **self.client_config,
+            **overrides,
+        }
 
 
 def _is_loopback_host(host: str) -> bool:

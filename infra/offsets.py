@@ -9,7 +9,6 @@ agree and the check costs one small fetch per non-empty partition.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,8 +17,6 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from infra.kafka_settings import KafkaSettings
-
-_librdkafka_log = logging.getLogger("librdkafka")
 
 
 @dataclass(frozen=True, order=True)
@@ -44,7 +41,6 @@ def offsets_consumer(settings: KafkaSettings, **overrides: Any) -> Consumer:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "fetch.wait.max.ms": 10,  # answer "end of partition" quickly
-                "logger": _librdkafka_log,
                 **overrides,
             }
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -12,16 +11,13 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from infra.kafka_settings import KafkaSettings
 
-# librdkafka logs every refused connection to stderr unless given a logger.
-_librdkafka_log = logging.getLogger("librdkafka")
-
 
 class KafkaUnavailableError(RuntimeError):
     """No broker answered a metadata request in time."""
 
 
 def admin_client(settings: KafkaSettings, **overrides: Any) -> AdminClient:
-    return AdminClient(settings.client(logger=_librdkafka_log, **overrides))
+    return AdminClient(settings.client(**overrides))
 
 
 def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMetadata:

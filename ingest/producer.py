@@ -6,7 +6,6 @@ its headers, or is counted as a delivery failure with the broker's error: nothin
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -27,7 +26,6 @@ REASON_HEADER = "ctr.reason"
 SOURCE_HEADER = "ctr.source"
 TOPIC_HEADER = "ctr.original_topic"
 
-_librdkafka_log = logging.getLogger("librdkafka")
 _POLL_EVERY = 1000  # serve delivery callbacks this often, so the queue never fills with them
 _MAX_ERRORS_KEPT = 20
 
@@ -159,7 +157,6 @@ class EventProducer:
         # record: passing it to every produce() call costs measurably at 200k records/s.
         self._producer: ProducerLike = producer or Producer(  # type: ignore[assignment]
             kafka.client(
-                logger=_librdkafka_log,
                 on_delivery=self._on_delivery,
                 **self.settings.client_overrides(),
             )
@@ -180,24 +177,7 @@ class EventProducer:
 
         Returns True if the record went to the event topic.
         """
-        if self._validate:
-            result = validate(value, int(self._clock() * 1000), self._rules)
-            if type(result) is Invalid:
-                self.dead_letter(value, key, result, source=source)
-                return False
-            if key is None:
-                key = result.key  # type: ignore[union-attr]
-        try:
-            self._producer.produce(self._topic, value, key)
-        except (BufferError, KafkaException):
-            self._produce(self._topic, value, key, None)  # waits for room, or reports
-        else:
-            self._since_poll += 1
-            if self._since_poll >= _POLL_EVERY:
-                self._since_poll = 0
-                self._producer.poll(0)
-        self.stats.sent += 1
-        return True
+        return self.send_many(((value, key),), source=source) == 1
 
     def send_many(
         self, records: Iterable[tuple[bytes, bytes | None]], *, source: str = "producer"

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 from pyspark.sql import SparkSession
 
-from infra.broker import BrokerSettings, EmbeddedBroker
+from infra.broker import scratch_broker
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from infra.spark import SparkSettings, spark_session
@@ -25,23 +23,14 @@ from infra.topics import delete_topics, ensure_topics
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if external:
         yield KafkaSettings(bootstrap_servers=external)
         return
-    settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
-    broker = EmbeddedBroker(settings, BrokerSettings(run_dir=tmp_path_factory.mktemp("run")))
-    broker.start()
-    yield settings
-    broker.stop()
+    with scratch_broker(tmp_path_factory.mktemp("run")) as settings:
+        yield settings
 
 
 @pytest.fixture
@@ -83,17 +72,3 @@ def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeSettings:
     return LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
-
-
-def delta_duckdb() -> duckdb.DuckDBPyConnection:
-    """DuckDB with the delta extension loaded from its PyPI package (no downloads)."""
-    import duckdb_extension_delta
-
-    [extension] = Path(duckdb_extension_delta.__file__).parent.glob(
-        "extensions/*/delta.duckdb_extension"
-    )
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    con.execute(f"LOAD '{extension}'")
-    return con

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.broker import BrokerError, BrokerSettings, EmbeddedBroker
+from infra.broker import BrokerError, BrokerSettings, EmbeddedBroker, free_port
 from infra.kafka_settings import KafkaSettings
 from infra.topics import KafkaUnavailableError, wait_for_cluster
-from tests.conftest import free_port
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 
@@ -94,7 +93,7 @@ def test_kafka_up_status_down_commands(tmp_path: Path) -> None:
     assert "no Kafka broker answered" in failed.stderr
 
 
-def test_kafka_up_with_a_remote_cluster_starts_nothing(tmp_path: Path) -> None:
+def test_kafka_down_with_a_remote_cluster_stops_nothing(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": "kafka-1.example:9092",

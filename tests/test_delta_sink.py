@@ -12,8 +12,8 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors import read_delta, write_delta
+from connectors.duckdb_delta import delta_duckdb
 from infra.spark import SparkSettings
-from tests.conftest import delta_duckdb
 
 ROWS = [
     (1, "a", dt.date(2026, 1, 1), dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)),

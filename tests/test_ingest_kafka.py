@@ -15,6 +15,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from infra.broker import free_port
 from infra.kafka_settings import KafkaSettings
 from infra.offsets import partition_offsets
 from infra.topics import ensure_topics
@@ -30,7 +31,6 @@ from ingest.producer import (
 )
 from ingest.replay import replay
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from tests.conftest import free_port
 from tests.consume import read_topic
 
 START_MS = 1_790_000_000_000  # 2026-09-21T14:13:20Z

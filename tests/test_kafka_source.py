@@ -20,7 +20,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors import DataLossError, read_kafka
+from connectors import read_kafka
 from infra.kafka_settings import KafkaSettings
 from infra.spark import SparkSettings
 from infra.topics import create_topics, delete_topics
@@ -215,4 +215,3 @@ def test_bad_options_are_named() -> None:
     with pytest.raises(ValueError, match="'startingOffsets' must be earliest, latest or JSON"):
         KafkaOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
                             "startingOffsets": "yesterday"})  # fmt: skip
-    _ = DataLossError
