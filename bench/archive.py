@@ -21,11 +21,12 @@ from infra.broker import scratch_broker
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from infra.spark import SparkSettings, spark_session
+from infra.streaming import StreamProgress
 from infra.topics import ensure_topics
 from ingest.produce import produce
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from master_dataset.archiver import ArchiveProgress, ArchiverSettings, run
+from master_dataset.archiver import ArchiverSettings, run
 
 DEFAULT_EVENTS = 2_000_000
 RESULTS = Path("bench/results")
@@ -52,7 +53,7 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     lake = LakeSettings(lake_root=work / "lake", checkpoint_root=work / "checkpoints")
     spark_settings = SparkSettings()
     spark = spark_session(spark_settings)
-    batches: list[ArchiveProgress] = []
+    batches: list[StreamProgress] = []
     print("bench archive: archiving (available-now) ...", flush=True)
     started = time.perf_counter()
     archived = run(
@@ -71,12 +72,14 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
         "events_per_s": round(rate),
         "goal": ">= 100000",
         "batches": [
-            {"rows": b.input_rows, "rows_per_s": round(b.rows_per_second)} for b in batches
+            {"rows": b.input_rows, "rows_per_s": round(b.processed_rows_per_second)}
+            for b in batches
         ],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
     }
     for b in batches:
-        print(f"  batch {b.batch_id}: {b.input_rows:,} rows at {b.rows_per_second:,.0f} rows/s")
+        rate_b = b.processed_rows_per_second
+        print(f"  batch {b.batch_id}: {b.input_rows:,} rows at {rate_b:,.0f} rows/s")
     print(f"bench archive: {events:,} records in {seconds:.1f} s = {rate:,.0f} records/s "
           "(goal >= 100,000)")  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from batch_layer import cli as batch_cli
 from infra import cli as infra_cli
 from ingest import cli as ingest_cli
 from master_dataset import cli as master_cli
+from speed_layer import cli as speed_cli
 
 app = typer.Typer(
     name="ctr",
@@ -26,6 +27,7 @@ app.command()(ingest_cli.replay)
 app.command()(master_cli.archive)
 app.command()(batch_cli.batch)
 app.command()(batch_cli.backfill)
+app.add_typer(speed_cli.app, name="speed")
 
 
 def main() -> None:

@@ -14,10 +14,8 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 from pydantic import Field
@@ -29,6 +27,7 @@ from connectors.formats import read_kafka, write_delta
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from infra.spark import PYTHON_DELTA_FORMAT, SparkSettings
+from infra.streaming import StreamProgress, drive, query_id
 from master_dataset.records import (
     EVENTS_SCHEMA,
     PARSED_SCHEMA,
@@ -58,14 +57,6 @@ class ArchiverSettings(BaseSettings):
     # pass; the driver commits them (the Python Delta sink only). "dataframe": parse with
     # mapInArrow and write each table through the configured Delta format (JVM delta too).
     write_path: Literal["tasks", "dataframe"] = "tasks"
-
-
-@dataclass(frozen=True)
-class ArchiveProgress:
-    batch_id: int
-    input_rows: int
-    rows_per_second: float
-    offsets_behind: int | None
 
 
 def build_query(
@@ -115,7 +106,7 @@ def _batch_writer(
     rejected_columns = REJECTED_SCHEMA.names
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        app_id = f"ctr-archiver-{_query_id(checkpoint)}"
+        app_id = f"ctr-archiver-{query_id(checkpoint)}"
         batch = batch.persist()
         try:
             write_delta(
@@ -146,7 +137,7 @@ def _task_writer(lake: LakeSettings, checkpoint: str) -> Callable[[DataFrame, in
     events_root, rejected_root = lake.events, lake.rejected
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        app_id = f"ctr-archiver-{_query_id(checkpoint)}"
+        app_id = f"ctr-archiver-{query_id(checkpoint)}"
         archive = partial(_archive_task, events_root, rejected_root)
         written = batch.mapInArrow(archive, _FILES_SCHEMA).collect()
         files: dict[str, list[DataFile]] = {"events": [], "rejected": []}
@@ -185,38 +176,6 @@ def _archive_task(
     )
 
 
-def _query_id(checkpoint: str) -> str:
-    """The query's id, kept in its checkpoint: a fresh checkpoint is a new application."""
-    metadata = json.loads((Path(checkpoint) / "metadata").read_text())
-    return str(metadata["id"])
-
-
-def progress_of(query: StreamingQuery) -> ArchiveProgress | None:
-    progress: dict[str, Any] | None = query.lastProgress
-    if not progress:
-        return None
-    behind = None
-    for source in progress.get("sources", []):
-        latest, end = source.get("latestOffset"), source.get("endOffset")
-        if latest and end:
-            try:
-                latest_map = json.loads(latest) if isinstance(latest, str) else latest
-                end_map = json.loads(end) if isinstance(end, str) else end
-                behind = sum(
-                    int(offset) - int(end_map.get(topic, {}).get(p, 0))
-                    for topic, parts in latest_map.items()
-                    for p, offset in parts.items()
-                )
-            except (ValueError, AttributeError, TypeError):
-                behind = None
-    return ArchiveProgress(
-        batch_id=int(progress["batchId"]),
-        input_rows=int(progress.get("numInputRows", 0)),
-        rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
-        offsets_behind=behind,
-    )
-
-
 def run(
     spark: SparkSession,
     *,
@@ -225,7 +184,7 @@ def run(
     spark_settings: SparkSettings | None = None,
     settings: ArchiverSettings | None = None,
     available_now: bool = False,
-    on_progress: Callable[[ArchiveProgress], None] | None = None,
+    on_progress: Callable[[StreamProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Run the archiver until caught up (available_now) or told to stop; returns rows archived."""
@@ -237,27 +196,4 @@ def run(
         settings=settings or ArchiverSettings(),
         available_now=available_now,
     )
-    seen_batch = -1
-    rows = 0
-    try:
-        while query.isActive:
-            if should_stop():
-                query.stop()
-                break
-            query.awaitTermination(0.5)  # type: ignore[arg-type]  # seconds; floats work
-            progress = progress_of(query)
-            if progress is not None and progress.batch_id != seen_batch:
-                seen_batch = progress.batch_id
-                rows += progress.input_rows
-                if on_progress is not None:
-                    on_progress(progress)
-        exception = query.exception()
-        if exception is not None:
-            raise RuntimeError(f"the archiver stopped with an error: {exception}")
-    finally:
-        if query.isActive:
-            query.stop()
-    for progress_dict in query.recentProgress:
-        if int(progress_dict["batchId"]) > seen_batch:
-            rows += int(progress_dict.get("numInputRows", 0))
-    return rows
+    return drive(query, "the archiver", on_progress=on_progress, should_stop=should_stop)

@@ -10,6 +10,7 @@ from cli.console import console, fail, progress_bar
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from infra.spark import SparkSettings
+from infra.streaming import StreamProgress
 from ingest.shutdown import StopRequest
 
 
@@ -28,7 +29,7 @@ def archive(
     offset and ingest time; invalid records go to master/rejected with the reason and the raw
     bytes. Progress is checkpointed under CHECKPOINT_ROOT: restart it any time.
     """
-    from master_dataset.archiver import ArchiveProgress, ArchiverSettings, run
+    from master_dataset.archiver import ArchiverSettings, run
 
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = ArchiverSettings()
@@ -43,13 +44,13 @@ def archive(
         task = bar.add_task("archiving")
         archived = 0
 
-        def show(progress: ArchiveProgress) -> None:
+        def show(progress: StreamProgress) -> None:
             nonlocal archived
             archived += progress.input_rows
             behind = (
                 "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
             )
-            rate = f"{progress.rows_per_second:,.0f} rows/s"
+            rate = f"{progress.processed_rows_per_second:,.0f} rows/s"
             bar.update(
                 task, completed=archived, description=f"batch {progress.batch_id}: {rate}{behind}"
             )

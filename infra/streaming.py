@@ -1,0 +1,153 @@
+"""What the streaming jobs share: reading their checkpoints and their progress.
+
+Spark's checkpoint holds, per micro-batch, the offsets it reads and the batch's metadata (its
+event-time watermark and its timestamp) *before* the batch runs, so a replayed batch sees the
+same values. The jobs use them to make their writes deterministic.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    """A micro-batch as the checkpoint's offset log records it."""
+
+    batch_id: int
+    watermark_ms: int  # event-time watermark the batch runs under (0 before any event)
+    timestamp_ms: int  # the batch's processing time, fixed for replays
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    batch_id: int
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    batch_duration_ms: int
+    offsets_behind: int | None
+    watermark: dt.datetime | None
+    metrics: dict[str, int]  # the query's observed metrics (Dataset.observe), flattened
+
+
+def query_id(checkpoint: str) -> str:
+    """The query's id, kept in its checkpoint: a fresh checkpoint is a new application."""
+    metadata = json.loads((Path(checkpoint) / "metadata").read_text())
+    return str(metadata["id"])
+
+
+def batch_metadata(checkpoint: str, batch_id: int) -> BatchMetadata:
+    """The offset log entry of ``batch_id`` (written before the batch runs)."""
+    lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise ValueError(f"unexpected offset log entry {checkpoint}/offsets/{batch_id}")
+    metadata = json.loads(lines[1])
+    return BatchMetadata(
+        batch_id=batch_id,
+        watermark_ms=int(metadata.get("batchWatermarkMs", 0)),
+        timestamp_ms=int(metadata.get("batchTimestampMs", 0)),
+    )
+
+
+def progress_of(query: StreamingQuery) -> StreamProgress | None:
+    """The query's last progress report, with how many offsets the source is behind."""
+    progress: dict[str, Any] | None = query.lastProgress
+    if not progress:
+        return None
+    behind: int | None = None
+    for source in progress.get("sources", []):
+        lag = _offsets_behind(source.get("latestOffset"), source.get("endOffset"))
+        if lag is not None:
+            behind = lag + (behind or 0)
+    watermark = (progress.get("eventTime") or {}).get("watermark")
+    if watermark and _parse_time(watermark).timestamp() == 0:
+        watermark = None  # no event seen yet
+    return StreamProgress(
+        batch_id=int(progress["batchId"]),
+        input_rows=int(progress.get("numInputRows", 0)),
+        input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
+        processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+        batch_duration_ms=int(progress.get("batchDuration") or 0),
+        offsets_behind=behind,
+        watermark=_parse_time(watermark) if watermark else None,
+        metrics={
+            f"{name}.{key}": int(value)
+            for name, row in (progress.get("observedMetrics") or {}).items()
+            for key, value in _as_dict(row).items()
+            if isinstance(value, int | float)
+        },
+    )
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    """An observed-metrics row: a pyspark Row in a live query, a dict once serialized."""
+    return row.asDict() if hasattr(row, "asDict") else dict(row)
+
+
+def _offsets_behind(latest: object, end: object) -> int | None:
+    """Sum over partitions of latest - end, for Kafka-style offsets {topic: {partition: n}}."""
+    if not latest or not end:
+        return None
+    try:
+        latest_map: dict[str, dict[str, int]] = (
+            json.loads(latest) if isinstance(latest, str) else latest  # type: ignore[assignment]
+        )
+        end_map: dict[str, dict[str, int]] = (
+            json.loads(end) if isinstance(end, str) else end  # type: ignore[assignment]
+        )
+        return sum(
+            max(0, int(offset) - int(end_map.get(topic, {}).get(p, 0)))
+            for topic, parts in latest_map.items()
+            for p, offset in parts.items()
+        )
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _parse_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def drive(
+    query: StreamingQuery,
+    name: str,
+    *,
+    on_progress: Callable[[StreamProgress], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    poll_seconds: float = 0.5,
+) -> int:
+    """Wait for ``query`` (until it ends, or ``should_stop()``), reporting each new micro-batch;
+    returns the rows it read. A query that failed raises RuntimeError naming ``name``."""
+    seen_batch = -1
+    rows = 0
+    try:
+        while query.isActive:
+            if should_stop():
+                query.stop()
+                break
+            query.awaitTermination(poll_seconds)  # type: ignore[arg-type]  # seconds; floats work
+            progress = progress_of(query)
+            if progress is not None and progress.batch_id != seen_batch:
+                seen_batch = progress.batch_id
+                rows += progress.input_rows
+                if on_progress is not None:
+                    on_progress(progress)
+        exception = query.exception()
+        if exception is not None:
+            raise RuntimeError(f"{name} stopped with an error: {exception}")
+    finally:
+        if query.isActive:
+            query.stop()
+    for progress_dict in query.recentProgress:
+        if int(progress_dict["batchId"]) > seen_batch:
+            rows += int(progress_dict.get("numInputRows", 0))
+    return rows

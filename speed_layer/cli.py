@@ -1,0 +1,131 @@
+"""`ctr speed`: keep speed/ctr fresh; `ctr speed status`: how it is doing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+import typer
+
+from cli.console import console, fail, progress_bar
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from infra.streaming import StreamProgress
+from ingest.shutdown import StopRequest
+
+app = typer.Typer(no_args_is_help=False, invoke_without_command=True)
+
+
+@app.callback()
+def speed(
+    ctx: typer.Context,
+    available_now: Annotated[
+        bool,
+        typer.Option(
+            "--available-now", help="Process what the topic holds now, then exit (AvailableNow)."
+        ),
+    ] = False,
+    reset: Annotated[
+        bool,
+        typer.Option(
+            "--reset",
+            help="Empty speed/ctr and speed/late and delete the speed checkpoint, then exit: the "
+            "next start rebuilds them from the retained log.",
+        ),
+    ] = False,
+) -> None:
+    """Stream the event topic into speed/ctr: per-minute impressions and clicks, within seconds.
+
+    Approximate by design: duplicates are counted, events later than the watermark
+    (SPEED_WATERMARK, default 10 minutes) are dropped and counted in speed/late. The batch layer
+    replaces these numbers with exact ones as it covers each interval. Progress is checkpointed
+    under CHECKPOINT_ROOT: restart it any time. `ctr speed status` shows its health.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from speed_layer.job import SpeedSettings, SpeedStateError
+    from speed_layer.job import reset as reset_speed
+    from speed_layer.job import run as run_speed
+
+    kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
+    settings = SpeedSettings()
+    if reset:
+        reset_speed(lake, settings)
+        console.print("speed/ctr and speed/late emptied, checkpoint deleted")
+        return
+    console.print(
+        f"speed layer: {kafka.topic} from {kafka.bootstrap_servers} into "
+        f"{lake.table('speed/ctr')} (watermark {settings.watermark}, trigger "
+        f"{settings.trigger_seconds:g} s, checkpoint {lake.checkpoint(settings.checkpoint_name)})"
+    )
+    from infra.spark import spark_session
+
+    spark = spark_session(spark_settings)
+    with StopRequest() as stop, progress_bar("rows", total_known=False) as bar:
+        task = bar.add_task("starting")
+        processed = 0
+
+        def show(progress: StreamProgress) -> None:
+            nonlocal processed
+            processed += progress.input_rows
+            behind = (
+                "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
+            )
+            bar.update(
+                task,
+                completed=processed,
+                description=f"batch {progress.batch_id}: {progress.batch_duration_ms} ms{behind}",
+            )
+
+        try:
+            total = run_speed(
+                spark,
+                kafka=kafka,
+                lake=lake,
+                spark_settings=spark_settings,
+                settings=settings,
+                available_now=available_now,
+                on_progress=show,
+                should_stop=lambda: stop.requested,
+            )
+        except SpeedStateError as exc:
+            fail(str(exc))
+        except RuntimeError as exc:
+            fail(str(exc))
+    console.print(f"processed {total:,} records" + (" (caught up)" if available_now else ""))
+
+
+@app.command()
+def status(
+    json_output: Annotated[bool, typer.Option("--json", help="Print the raw status JSON.")] = False,
+) -> None:
+    """Show the speed job's last reported micro-batch: rates, duration, lag, watermark."""
+    import json
+
+    from speed_layer.status import read_status, status_path
+
+    lake = LakeSettings()
+    current = read_status(lake)
+    if current is None:
+        fail(
+            f"no status at {status_path(lake)}: the speed job has not run with this CHECKPOINT_ROOT"
+        )
+    if json_output:
+        typer.echo(json.dumps(current, indent=2))
+        return
+    updated = dt.datetime.fromisoformat(current["updated_at"])
+    age = (dt.datetime.now(dt.UTC) - updated).total_seconds()
+    behind = current.get("offsets_behind")
+    lines = [
+        f"last batch     {current['batch_id']} ({age:,.0f} s ago)",
+        f"input rate     {current['input_rows_per_second']:,.0f} rows/s",
+        f"processing     {current['processed_rows_per_second']:,.0f} rows/s",
+        f"batch duration {current['batch_duration_ms']:,} ms",
+        f"offsets behind {'unknown' if behind is None else f'{behind:,}'}",
+        f"watermark      {current.get('watermark') or 'none yet'}",
+        f"invalid        {current.get('invalid_records', 0):,} in the last batch",
+    ]
+    typer.echo("\n".join(lines))
+    if age > 60:
+        console.print(f"[yellow]warning:[/] no progress for {age:,.0f} s: is `ctr speed` running?")

@@ -1,0 +1,277 @@
+"""The speed job: approximate CTR views of the last minutes, fresh within seconds.
+
+A Structured Streaming query from the event topic: records are parsed with the shared
+validator (invalid ones are skipped and counted; the archiver keeps them), the event-time
+watermark trails the newest event by ``SPEED_WATERMARK``, and each micro-batch goes through the
+same view function as the batch layer, :func:`views.ctr.ctr`. Buckets whose end the watermark
+has passed are closed: their events are dropped and counted per bucket in ``speed/late``; the
+rest are added to ``speed/ctr`` by a Delta MERGE on (bucket, dimensions). Both commits carry
+(query id, batch id), so a micro-batch replayed after a crash changes nothing twice.
+
+Approximate by design: no deduplication (a duplicated event counts twice until the batch layer
+covers its bucket) and late events beyond the watermark are not counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from batch_layer.maintenance import prune_speed
+from connectors.formats import read_kafka
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from infra.streaming import StreamProgress, batch_metadata, drive, query_id
+from master_dataset.records import PARSED_SCHEMA, parse_batches
+from speed_layer.status import write_status
+from speed_layer.tables import LATE_SCHEMA, SPEED_CTR_SCHEMA, append_late, committed, merge_counts
+from views.ctr import DIMENSIONS, ctr
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("ctr.speed")
+
+SPEED_CTR: Final = "speed/ctr"
+SPEED_LATE: Final = "speed/late"
+BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
+OBSERVATION: Final = "speed"
+_DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$", re.IGNORECASE)
+
+
+class SpeedSettings(BaseSettings):
+    """The speed job's knobs (environment variables ``SPEED_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPEED_", extra="ignore")
+
+    trigger_seconds: float = Field(default=1.0, gt=0)
+    # How far behind the newest event time a bucket stays open for late events.
+    watermark: str = "10 minutes"
+    # Where a first start (no checkpoint) begins: the whole retained log by default.
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = Field(default=200_000, ge=1)
+    checkpoint_name: str = "speed"
+    # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
+    maintenance_seconds: float = Field(default=300.0, gt=0)
+    vacuum_retention_hours: float = Field(default=1.0, ge=0)
+
+    @field_validator("watermark")
+    @classmethod
+    def _check_watermark(cls, value: str) -> str:
+        if not _DURATION.match(value):
+            raise ValueError(
+                f"SPEED_WATERMARK must look like '10 minutes' or '30 seconds', got {value!r}"
+            )
+        return value.strip()
+
+
+class SpeedStateError(RuntimeError):
+    """speed/ctr holds counts from another streaming query (its checkpoint is gone)."""
+
+
+def build_query(
+    spark: SparkSession,
+    *,
+    kafka: KafkaSettings,
+    lake: LakeSettings,
+    spark_settings: SparkSettings,
+    settings: SpeedSettings,
+    available_now: bool = False,
+) -> StreamingQuery:
+    """Start the speed query (it runs until stopped, or until caught up if available_now)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    checkpoint = lake.checkpoint(settings.checkpoint_name)
+    _check_fresh_start(lake, checkpoint)
+    raw = read_kafka(
+        spark,
+        kafka,
+        stream=True,
+        spark_settings=spark_settings,
+        startingOffsets=settings.starting_offsets,
+        maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
+    )
+    events = (
+        raw.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
+        .observe(
+            OBSERVATION,
+            F.count(F.lit(1)).alias("records"),
+            F.count(F.when(F.col("reason").isNotNull(), 1)).alias("invalid"),
+        )
+        .where(F.col("reason").isNull())
+        .select("event_time", "event_type", *DIMENSIONS)
+        .withWatermark("event_time", settings.watermark)
+    )
+    writer = (
+        events.writeStream.foreachBatch(BatchWriter(lake, checkpoint, settings))
+        .option("checkpointLocation", checkpoint)
+        .queryName("ctr-speed")
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
+    return writer.start()
+
+
+def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
+    """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
+    from deltalake import DeltaTable
+
+    path = lake.table(SPEED_CTR)
+    if (Path(checkpoint) / "metadata").exists() or not DeltaTable.is_deltatable(path):
+        return
+    if DeltaTable(path).count() > 0:
+        raise SpeedStateError(
+            f"{path} holds counts but the speed checkpoint {checkpoint} is missing, so the job "
+            "would count the retained log again; run `ctr speed --reset` to rebuild speed/ctr "
+            "from the log (the batch layer is unaffected)"
+        )
+
+
+class BatchWriter:
+    """foreachBatch function: view of the micro-batch, split at the watermark, two commits."""
+
+    def __init__(self, lake: LakeSettings, checkpoint: str, settings: SpeedSettings) -> None:
+        self.ctr_path = lake.table(SPEED_CTR)
+        self.late_path = lake.table(SPEED_LATE)
+        self.lake = lake
+        self.checkpoint = checkpoint
+        self.settings = settings
+        self.late_events = 0  # since this process started
+        self._last_maintenance = time.monotonic()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        app_id = f"ctr-speed-{query_id(self.checkpoint)}"
+        if committed(self.ctr_path, app_id, batch_id):
+            log.info("batch %d already committed; skipping its replay", batch_id)
+            return
+        metadata = batch_metadata(self.checkpoint, batch_id)
+        view = batch.transform(ctr).toArrow()
+        stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
+        on_time, late = split_late(view, metadata.watermark_ms)
+        if late.num_rows:
+            late = late.append_column("batch_id", pa.array([batch_id] * late.num_rows, pa.int64()))
+            late = late.append_column("recorded_at", pa.array([stamp] * late.num_rows))
+            append_late(self.late_path, late, app_id, batch_id)
+            self.late_events += int(pc.sum(late["impressions"]).as_py() or 0)
+            self.late_events += int(pc.sum(late["clicks"]).as_py() or 0)
+        on_time = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
+        merge_counts(self.ctr_path, on_time, app_id, batch_id)
+        if time.monotonic() - self._last_maintenance >= self.settings.maintenance_seconds:
+            self._last_maintenance = time.monotonic()
+            maintain(self.lake, self.settings)
+
+
+def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:
+    """(rows of open buckets, late counts per closed bucket) of a micro-batch's view rows.
+
+    A bucket is closed once the watermark reaches its end (Spark's rule for event-time windows):
+    its rows in this batch are late events, summed per bucket into ``LATE_SCHEMA``'s first
+    three columns.
+    """
+    if watermark_ms <= 0 or view.num_rows == 0:
+        return view, _late_counts(view.schema, None)
+    close_before_us = (watermark_ms - _ms(BUCKET)) * 1000
+    starts = view["bucket_start"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    closed = pc.less_equal(starts, close_before_us)
+    return view.filter(pc.invert(closed)), _late_counts(view.schema, view.filter(closed))
+
+
+def _late_counts(schema: pa.Schema, closed: pa.Table | None) -> pa.Table:
+    if closed is None or closed.num_rows == 0:
+        return pa.table(
+            {"bucket_start": pa.array([], schema.field("bucket_start").type),
+             "impressions": pa.array([], pa.int64()), "clicks": pa.array([], pa.int64())}
+        )  # fmt: skip
+    summed = closed.group_by("bucket_start").aggregate([("impressions", "sum"), ("clicks", "sum")])
+    return summed.rename_columns(["bucket_start", "impressions", "clicks"]).sort_by("bucket_start")
+
+
+def maintain(lake: LakeSettings, settings: SpeedSettings) -> None:
+    """Drop buckets the batch layer now covers, compact small files, vacuum old ones."""
+    from deltalake import DeltaTable
+
+    path = lake.table(SPEED_CTR)
+    if not DeltaTable.is_deltatable(path):
+        return
+    try:
+        pruned = prune_speed(lake)
+        table = DeltaTable(path)
+        metrics = table.optimize.compact()
+        table.vacuum(
+            retention_hours=int(settings.vacuum_retention_hours),
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+        log.info(
+            "speed/ctr maintenance: %d covered rows pruned, %s files compacted",
+            pruned,
+            metrics.get("numFilesRemoved", 0),
+        )
+    except Exception as exc:  # maintenance must never stop the stream
+        log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
+
+
+def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
+    """Forget the speed job's progress: empty speed/ctr and speed/late, delete the checkpoint."""
+    import shutil
+
+    from speed_layer.tables import reset as reset_table
+
+    reset_table(lake.table(SPEED_CTR), SPEED_CTR_SCHEMA)
+    reset_table(lake.table(SPEED_LATE), LATE_SCHEMA)
+    shutil.rmtree(lake.checkpoint(settings.checkpoint_name), ignore_errors=True)
+
+
+def run(
+    spark: SparkSession,
+    *,
+    kafka: KafkaSettings | None = None,
+    lake: LakeSettings | None = None,
+    spark_settings: SparkSettings | None = None,
+    settings: SpeedSettings | None = None,
+    available_now: bool = False,
+    on_progress: Callable[[StreamProgress], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> int:
+    """Run the speed job until caught up (available_now) or told to stop; returns rows read."""
+    lake = lake or LakeSettings()
+    query = build_query(
+        spark,
+        kafka=kafka or KafkaSettings(),
+        lake=lake,
+        spark_settings=spark_settings or SparkSettings(),
+        settings=settings or SpeedSettings(),
+        available_now=available_now,
+    )
+
+    def report(progress: StreamProgress) -> None:
+        write_status(lake, progress)
+        log.info(
+            "batch %d: %d rows, %.0f rows/s in, %.0f rows/s processed, %d ms, %s offsets behind",
+            progress.batch_id, progress.input_rows, progress.input_rows_per_second,
+            progress.processed_rows_per_second, progress.batch_duration_ms,
+            "?" if progress.offsets_behind is None else progress.offsets_behind,
+        )  # fmt: skip
+        if on_progress is not None:
+            on_progress(progress)
+
+    return drive(query, "the speed job", on_progress=report, should_stop=should_stop)
+
+
+def _ms(delta: dt.timedelta) -> int:
+    return int(delta.total_seconds() * 1000)

@@ -1,0 +1,53 @@
+"""The speed job's health, as a small JSON file others read (`ctr speed status`, the API).
+
+Written after every micro-batch to ``{CHECKPOINT_ROOT}/speed.status.json`` (replaced
+atomically, so a reader never sees half a file).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from infra.lake import LakeSettings
+from infra.streaming import StreamProgress
+
+STATUS_FILE = "speed.status.json"
+
+
+def status_path(lake: LakeSettings) -> Path:
+    return lake.checkpoint_root / STATUS_FILE
+
+
+def write_status(
+    lake: LakeSettings, progress: StreamProgress, *, now: dt.datetime | None = None
+) -> None:
+    now = now or dt.datetime.now(dt.UTC)
+    status = {
+        "updated_at": now.isoformat(),
+        "batch_id": progress.batch_id,
+        "input_rows": progress.input_rows,
+        "watermark": progress.watermark.isoformat() if progress.watermark else None,
+        "offsets_behind": progress.offsets_behind,
+        "input_rows_per_second": round(progress.input_rows_per_second, 1),
+        "processed_rows_per_second": round(progress.processed_rows_per_second, 1),
+        "batch_duration_ms": progress.batch_duration_ms,
+        "invalid_records": progress.metrics.get("speed.invalid", 0),
+    }
+    path = status_path(lake)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(status, indent=2))
+    scratch.replace(path)
+
+
+def read_status(lake: LakeSettings) -> dict[str, Any] | None:
+    """The last status the job wrote, or None if it never ran (or the file is unreadable)."""
+    try:
+        data: dict[str, Any] = json.loads(status_path(lake).read_text())
+    except (OSError, ValueError):
+        return None
+    return data

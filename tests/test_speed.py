@@ -1,0 +1,295 @@
+"""The speed layer against the real broker, Spark and Delta: exact when the input is clean,
+inflated by exactly the duplicates, late events dropped and counted, no double counting
+through SIGKILLs and restarts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+import batch_layer.job
+import speed_layer.job
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from infra.streaming import StreamProgress
+from ingest.events import Event, validate
+from ingest.produce import produce
+from ingest.producer import EventProducer
+from ingest.traffic import TrafficConfig, TrafficGenerator
+from speed_layer import SpeedSettings, SpeedStateError, read_status, reset, run
+from tests.consume import read_topic
+from views.ctr import ctr as the_view
+
+CTR = str(Path(sys.executable).with_name("ctr"))
+T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
+SETTINGS = SpeedSettings(trigger_seconds=0.5)
+
+
+def at(minutes: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+def event(event_id: str, kind: str, when: dt.datetime, ad: str = "ad-1") -> dict[str, object]:
+    return {
+        "event_id": event_id,
+        "event_type": kind,
+        "event_time": int(when.timestamp() * 1000),
+        "impression_id": f"i-{event_id}",
+        "ad_id": ad,
+        "campaign_id": "cmp-1",
+        "site_id": "site-1",
+        "country": "US",
+        "device_type": "mobile",
+        "user_id": "u",
+        "schema_version": 1,
+    }
+
+
+def send(topics: KafkaSettings, *events: dict[str, object], raw: bytes | None = None) -> None:
+    with EventProducer(topics, validate_records=False) as producer:
+        producer.send_many((orjson.dumps(e), str(e["impression_id"]).encode()) for e in events)
+        if raw is not None:
+            producer.send_many([(raw, None)])
+
+
+def speed_rows(lake: LakeSettings) -> list[tuple[dt.datetime, str, int, int]]:
+    table = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table()
+    return sorted(
+        (r["bucket_start"], r["ad_id"], r["impressions"], r["clicks"]) for r in table.to_pylist()
+    )
+
+
+def late_rows(lake: LakeSettings) -> dict[dt.datetime, tuple[int, int]]:
+    path = lake.table("speed/late")
+    if not DeltaTable.is_deltatable(path):
+        return {}
+    totals: dict[dt.datetime, tuple[int, int]] = {}
+    for r in DeltaTable(path).to_pyarrow_table().to_pylist():
+        impressions, clicks = totals.get(r["bucket_start"], (0, 0))
+        totals[r["bucket_start"]] = (impressions + r["impressions"], clicks + r["clicks"])
+    return totals
+
+
+def run_until_caught_up(
+    spark: SparkSession,
+    topics: KafkaSettings,
+    lake: LakeSettings,
+    spark_settings: SparkSettings,
+    settings: SpeedSettings = SETTINGS,
+) -> int:
+    return run(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+               settings=settings, available_now=True)  # fmt: skip
+
+
+def test_clean_input_gives_exact_counts(
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    send(
+        topics,
+        event("e1", "impression", at(0.1)),
+        event("e2", "impression", at(0.9)),
+        event("e3", "click", at(0.95)),
+        event("e4", "impression", at(1.2), ad="ad-2"),
+        event("e5", "click", at(1.5), ad="ad-2"),
+        event("e6", "click", at(1.6), ad="ad-2"),
+        raw=b"{not json",
+    )
+    assert run_until_caught_up(spark, topics, lake, spark_settings) == 7
+    assert speed_rows(lake) == [(at(0), "ad-1", 2, 1), (at(1), "ad-2", 1, 2)]
+    assert late_rows(lake) == {}
+    status = read_status(lake)
+    assert status is not None
+    assert status["invalid_records"] == 1  # skipped and counted (the archiver keeps it)
+    assert status["offsets_behind"] == 0
+
+    # More events for an open bucket are added to it; a rerun with nothing new changes nothing.
+    send(topics, event("e7", "impression", at(1.7), ad="ad-2"))
+    assert run_until_caught_up(spark, topics, lake, spark_settings) == 1
+    assert speed_rows(lake) == [(at(0), "ad-1", 2, 1), (at(1), "ad-2", 2, 2)]
+    version = DeltaTable(lake.table("speed/ctr")).version()
+    assert run_until_caught_up(spark, topics, lake, spark_settings) == 0
+    assert DeltaTable(lake.table("speed/ctr")).version() == version
+
+
+def test_duplicates_inflate_counts_by_exactly_the_duplicates(
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    impression, click = event("d1", "impression", at(3.2)), event("d2", "click", at(3.4))
+    send(topics, impression, click, event("d3", "impression", at(3.5)), impression, click, click)
+    run_until_caught_up(spark, topics, lake, spark_settings)
+    # Exact: 2 impressions, 1 click. Speed: + 1 duplicated impression, + 2 duplicated clicks.
+    assert speed_rows(lake) == [(at(3), "ad-1", 3, 3)]
+
+
+def test_events_later_than_the_watermark_are_dropped_and_counted(
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    # Batch 0 sees 10:30, so the next batches run with the watermark at 10:20 (10 minutes).
+    send(topics, event("n1", "impression", at(30)))
+    late = [
+        event("l1", "impression", at(5)),  # bucket 10:05 closed long ago
+        event("l2", "click", at(5.5)),
+        event("l3", "impression", at(19.5)),  # bucket [10:19, 10:20): closed exactly at 10:20
+    ]
+    on_time = [event("o1", "impression", at(20.1)), event("o2", "click", at(29))]
+    sent_late = False
+
+    def after_batch(progress: StreamProgress) -> None:
+        nonlocal sent_late
+        if not sent_late and progress.input_rows:
+            send(topics, *late, *on_time)
+            sent_late = True
+
+    seen = run(
+        spark, kafka=topics, lake=lake, spark_settings=spark_settings, settings=SETTINGS,
+        on_progress=after_batch, should_stop=lambda: sent_late and _caught_up(lake, 6),
+    )  # fmt: skip
+    assert seen == 6
+    assert speed_rows(lake) == [
+        (at(20), "ad-1", 1, 0),
+        (at(29), "ad-1", 0, 1),
+        (at(30), "ad-1", 1, 0),
+    ]
+    assert late_rows(lake) == {at(5): (1, 1), at(19): (1, 0)}
+
+
+def _caught_up(lake: LakeSettings, events: int) -> bool:
+    """Whether speed/ctr and speed/late together account for ``events`` events."""
+    if not DeltaTable.is_deltatable(lake.table("speed/ctr")):
+        return False
+    counted = sum(i + c for _, _, i, c in speed_rows(lake))
+    dropped = sum(i + c for i, c in late_rows(lake).values())
+    return counted + dropped >= events
+
+
+def test_speed_and_batch_layers_share_the_one_view_function() -> None:
+    assert speed_layer.job.ctr is the_view
+    assert batch_layer.job.ctr is the_view
+    source = Path(speed_layer.job.__file__).read_text()
+    assert "groupBy" not in source
+    assert "window(" not in source
+
+
+def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
+    ts = pa.timestamp("us", tz="UTC")
+    view = pa.table(
+        {
+            "bucket_start": pa.array([at(8), at(9), at(9), at(10)], ts),
+            "ad_id": ["a", "a", "b", "a"],
+            "impressions": pa.array([1, 2, 3, 4], pa.int64()),
+            "clicks": pa.array([0, 1, 1, 0], pa.int64()),
+        }
+    )
+    open_rows, late = speed_layer.split_late(view, int(at(10).timestamp() * 1000))
+    assert open_rows.column("impressions").to_pylist() == [4]
+    assert late.to_pylist() == [
+        {"bucket_start": at(8), "impressions": 1, "clicks": 0},
+        {"bucket_start": at(9), "impressions": 5, "clicks": 2},
+    ]
+    everything, nothing = speed_layer.split_late(view, 0)  # no watermark yet
+    assert everything.num_rows == 4
+    assert nothing.num_rows == 0
+
+
+def test_a_lost_checkpoint_is_refused_until_reset(
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+) -> None:
+    send(topics, event("c1", "impression", at(40)))
+    run_until_caught_up(spark, topics, lake, spark_settings)
+    checkpoint = Path(lake.checkpoint(SETTINGS.checkpoint_name))
+    os.rename(checkpoint, checkpoint.with_name("moved"))
+    with pytest.raises(SpeedStateError, match="ctr speed --reset"):
+        run_until_caught_up(spark, topics, lake, spark_settings)
+    reset(lake, SETTINGS)
+    assert speed_rows(lake) == []
+    run_until_caught_up(spark, topics, lake, spark_settings)  # rebuilt from the retained log
+    assert speed_rows(lake) == [(at(40), "ad-1", 1, 0)]
+
+
+def _exact_counts(topics: KafkaSettings) -> Counter[tuple[object, ...]]:
+    counts: Counter[tuple[object, ...]] = Counter()
+    for record in read_topic(topics, topics.topic):
+        result = validate(record.value, int(time.time() * 1000))
+        if isinstance(result, Event):
+            bucket = result.event_time // 60_000 * 60_000
+            key = (bucket, result.campaign_id, result.ad_id, result.site_id, result.country,
+                   result.device_type)  # fmt: skip
+            counts[(*key, result.event_type)] += 1
+    return counts
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_and_restart_never_count_a_bucket_twice(
+    kafka_env: dict[str, str], topics: KafkaSettings, tmp_path: Path
+) -> None:
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    env = {
+        **kafka_env,
+        "LAKE_ROOT": str(lake.lake_root),
+        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+        "SPEED_TRIGGER_SECONDS": "0.5",
+        "SPEED_MAX_OFFSETS_PER_TRIGGER": "700",
+        "SPARK_SHUFFLE_PARTITIONS": "2",
+    }
+    stop = threading.Event()
+
+    def traffic() -> None:
+        config = TrafficConfig(seed=8, start_ms=int(time.time() * 1000), malformed_fraction=0.02)
+        generator = TrafficGenerator(config)
+        with EventProducer(topics, validate_records=False) as producer:
+            while not stop.is_set():
+                produce(generator, producer, limit=100)
+                producer.poll(0.2)  # ~500 records/s
+
+    producer_thread = threading.Thread(target=traffic)
+    producer_thread.start()
+    rng = random.Random(3)
+    try:
+        for _ in range(3):
+            # Its own process group: SIGKILL takes the driver and Spark's JVM down together.
+            process = subprocess.Popen(
+                [CTR, "speed"], env=env, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            time.sleep(rng.uniform(10, 20))  # Spark starts in ~8 s: kill during and between
+            assert process.poll() is None, "the speed job died on its own"
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    finally:
+        stop.set()
+        producer_thread.join(timeout=60)
+    env["SPEED_MAX_OFFSETS_PER_TRIGGER"] = "100000"
+    done = subprocess.run([CTR, "speed", "--available-now"], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    assert late_rows(lake) == {}  # events in time order, well within the watermark
+    expected = _exact_counts(topics)
+    table = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table().to_pylist()
+    got: Counter[tuple[object, ...]] = Counter()
+    for r in table:
+        key = (int(r["bucket_start"].timestamp() * 1000), r["campaign_id"], r["ad_id"],
+               r["site_id"], r["country"], r["device_type"])  # fmt: skip
+        got[(*key, "impression")] += r["impressions"]
+        got[(*key, "click")] += r["clicks"]
+    got = +got  # drop zero counts
+    assert sum(expected.values()) > 5000
+    assert got == expected
+    status = json.loads((lake.checkpoint_root / "speed.status.json").read_text())
+    assert status["offsets_behind"] == 0
