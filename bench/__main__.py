@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import archive, batch, ingest
+from bench import archive, batch, ingest, speed
 
-BENCHMARKS = {"ingest": ingest.main, "archive": archive.main, "batch": batch.main}
+BENCHMARKS = {
+    "ingest": ingest.main,
+    "archive": archive.main,
+    "batch": batch.main,
+    "speed": speed.main,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

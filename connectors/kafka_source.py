@@ -43,7 +43,6 @@ from pyspark.sql.streaming.datasource import (
 
 from infra.kafka_settings import KafkaSettings
 from infra.offsets import offsets_consumer, partition_offsets
-from infra.topics import admin_client
 
 log = logging.getLogger("ctr.connectors.kafka")
 
@@ -83,6 +82,7 @@ class KafkaOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_s: float = 120.0
+    max_input_partitions: int | None = None
     client_config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -103,6 +103,9 @@ class KafkaOptions:
             raise ValueError(
                 f"option 'maxOffsetsPerTrigger' must be a positive integer: {max_offsets}"
             )
+        max_parts = opts.get("maxinputpartitions")
+        if max_parts is not None and (not max_parts.isdigit() or int(max_parts) < 1):
+            raise ValueError(f"option 'maxInputPartitions' must be a positive integer: {max_parts}")
         fail = opts.get("failondataloss", "true").lower()
         if fail not in ("true", "false"):
             raise ValueError(f"option 'failOnDataLoss' must be true or false: {fail}")
@@ -119,6 +122,7 @@ class KafkaOptions:
             max_offsets_per_trigger=int(max_offsets) if max_offsets else None,
             fail_on_data_loss=fail == "true",
             poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000,
+            max_input_partitions=int(max_parts) if max_parts else None,
             client_config=client,
         )
 
@@ -153,6 +157,31 @@ class KafkaRange(InputPartition):
         self.end = end
 
 
+class KafkaRanges(InputPartition):
+    """Several partitions' ranges read by one Spark task (option ``maxInputPartitions``)."""
+
+    def __init__(self, ranges: list[KafkaRange]) -> None:
+        super().__init__(tuple(r.value for r in ranges))
+        self.ranges = ranges
+
+
+def group_ranges(ranges: list[KafkaRange], most: int | None) -> list[KafkaRange | KafkaRanges]:
+    """At most ``most`` input partitions, ranges balanced by size (largest first).
+
+    Small micro-batches pay a fixed cost per Spark task (a Python worker round trip and a
+    consumer connection): a low-latency job reads several small ranges per task instead.
+    """
+    if most is None or len(ranges) <= most:
+        return list(ranges)
+    bins: list[list[KafkaRange]] = [[] for _ in range(most)]
+    sizes = [0] * most
+    for r in sorted(ranges, key=lambda r: r.end - r.start, reverse=True):
+        smallest = sizes.index(min(sizes))
+        bins[smallest].append(r)
+        sizes[smallest] += r.end - r.start
+    return [KafkaRanges(b) for b in bins if b]
+
+
 class KafkaDataSource(DataSource):
     """``spark.read[Stream].format("ctr-kafka")``: Spark's kafka source, in Python."""
 
@@ -171,13 +200,28 @@ class KafkaDataSource(DataSource):
 
 
 class _KafkaPlanner:
-    """Driver-side offset arithmetic shared by the batch and the streaming reader."""
+    """Driver-side offset arithmetic shared by the batch and the streaming reader.
+
+    Holds one consumer for metadata and offsets (connecting costs more than the requests):
+    the streaming reader keeps its planner for the life of the query.
+    """
 
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
+        self._consumer: Consumer | None = None
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = offsets_consumer(self.options.kafka)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     def partitions_of_topics(self) -> list[tuple[str, int]]:
-        metadata = admin_client(self.options.kafka).list_topics(timeout=30)
+        metadata = self._client().list_topics(timeout=30)
         found: list[tuple[str, int]] = []
         for topic in self.options.topics:
             info = metadata.topics.get(topic)
@@ -190,7 +234,9 @@ class _KafkaPlanner:
 
     def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
         """(earliest, verified latest) of every partition of the subscribed topics."""
-        offsets = partition_offsets(self.options.kafka, self.partitions_of_topics(), timeout_s=30)
+        offsets = partition_offsets(
+            self.options.kafka, self.partitions_of_topics(), timeout_s=30, consumer=self._client()
+        )
         return {(o.topic, o.partition): (o.earliest, o.latest) for o in offsets}
 
     def resolve(
@@ -255,14 +301,18 @@ class KafkaBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = _KafkaPlanner(self.options)
-        bounds = planner.bounds()
-        start = planner.resolve(self.options.starting, bounds)
-        end = planner.resolve(self.options.ending, bounds)
-        return planner.ranges(start, end, bounds)
+        try:
+            bounds = planner.bounds()
+            start = planner.resolve(self.options.starting, bounds)
+            end = planner.resolve(self.options.ending, bounds)
+            return group_ranges(
+                planner.ranges(start, end, bounds), self.options.max_input_partitions
+            )
+        finally:
+            planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaRange)
-        return read_range(self.options, partition)
+        return read_partition(self.options, partition)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -271,10 +321,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
         self.target: Offsets | None = None  # AvailableNow: nothing past this
+        self._planner: _KafkaPlanner | None = None
+        # The bounds latestOffset saw: planning and progress reporting of the same batch reuse
+        # them instead of asking the brokers again.
+        self._bounds: dict[tuple[str, int], tuple[int, int]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get a copy for read(): without the driver's consumer.
+        return {**self.__dict__, "_planner": None, "_bounds": None}
+
+    @property
+    def planner(self) -> _KafkaPlanner:
+        if self._planner is None:
+            self._planner = _KafkaPlanner(self.options)
+        return self._planner
+
+    def _current_bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        if self._bounds is None:
+            self._bounds = self.planner.bounds()
+        return self._bounds
 
     def initialOffset(self) -> dict[str, Any]:
-        planner = _KafkaPlanner(self.options)
-        return planner.resolve(self.options.starting, planner.bounds())
+        return self.planner.resolve(self.options.starting, self.planner.bounds())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -282,13 +350,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        planner = _KafkaPlanner(self.options)
-        self.target = planner.resolve("latest", planner.bounds())
+        self.target = self.planner.resolve("latest", self.planner.bounds())
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        planner = _KafkaPlanner(self.options)
-        bounds = planner.bounds()
-        latest = planner.resolve("latest", bounds)
+        bounds = self._bounds = self.planner.bounds()
+        latest = self.planner.resolve("latest", bounds)
         end: Offsets = {}
         backlog: dict[tuple[str, str], int] = {}
         for topic, parts in latest.items():
@@ -308,19 +374,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        planner = _KafkaPlanner(self.options)
-        return planner.resolve("latest", planner.bounds())
+        return self.planner.resolve("latest", self._current_bounds())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        planner = _KafkaPlanner(self.options)
-        return planner.ranges(start, end, planner.bounds())
+        bounds = self._current_bounds()
+        if any(
+            offset > bounds.get((topic, int(key)), (0, offset))[1]
+            for topic, parts in end.items()
+            for key, offset in parts.items()
+        ):  # a replayed batch planned before this process saw the brokers
+            bounds = self._bounds = self.planner.bounds()
+        return group_ranges(
+            self.planner.ranges(start, end, bounds), self.options.max_input_partitions
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaRange)
-        return read_range(self.options, partition)
+        return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in a consumer group."""
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
 
 
 def _cap(end: Offsets, start: Offsets, backlog: dict[tuple[str, str], int], limit: int) -> None:
@@ -338,28 +414,42 @@ def _cap(end: Offsets, start: Offsets, backlog: dict[tuple[str, str], int], limi
         end[topic][key] = end[topic][key] - lag + granted[(topic, key)]
 
 
-def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Fetch [start, end) of one partition as Arrow record batches (runs in a Spark task)."""
-    consumer: Consumer = offsets_consumer(
-        options.kafka,
-        **{
-            "fetch.max.bytes": 52_428_800,
-            "max.partition.fetch.bytes": 10_485_760,
-            "queued.min.messages": 500_000,
-        },
-    )
-    try:
-        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-        yield from _fetch(consumer, options, part)
-    finally:
-        consumer.close()
+def read_partition(options: KafkaOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The records of one Spark input partition (one range, or a group of them)."""
+    if isinstance(partition, KafkaRange):
+        return read_range(options, partition)
+    assert isinstance(partition, KafkaRanges)
+    return read_range(options, *partition.ranges)
+
+
+def read_range(options: KafkaOptions, *parts: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Fetch [start, end) of each range as Arrow record batches (runs in a Spark task)."""
+    for part in parts:
+        # A consumer per range: a consumer reassigned to another partition may still hand out
+        # records it prefetched for the previous one.
+        consumer: Consumer = offsets_consumer(
+            options.kafka,
+            **{
+                "fetch.max.bytes": 52_428_800,
+                "max.partition.fetch.bytes": 10_485_760,
+                "queued.min.messages": 500_000,
+            },
+        )
+        try:
+            consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+            yield from _fetch(consumer, options, part)
+        finally:
+            consumer.close()
 
 
 def _fetch(consumer: Consumer, options: KafkaOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
     position = part.start
     last_progress = time.monotonic()
     while position < part.end:
-        messages = consumer.consume(num_messages=_BATCH_ROWS, timeout=1.0)
+        # Ask for no more than the range still holds: consume() waits for num_messages (or
+        # the timeout), so asking for a full batch would stall a short range for the timeout.
+        wanted = max(1, min(_BATCH_ROWS, part.end - position))
+        messages = consumer.consume(num_messages=wanted, timeout=1.0)
         if not messages:
             if time.monotonic() - last_progress > options.poll_timeout_s:
                 raise TimeoutError(

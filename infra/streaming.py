@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from confluent_kafka import Consumer
     from pyspark.sql.streaming import StreamingQuery
+
+    from infra.kafka_settings import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class StreamProgress:
     offsets_behind: int | None
     watermark: dt.datetime | None
     metrics: dict[str, int]  # the query's observed metrics (Dataset.observe), flattened
+    end_offsets: dict[str, dict[str, int]] | None = None  # Kafka offsets the batch read up to
 
 
 def query_id(checkpoint: str) -> str:
@@ -64,10 +68,12 @@ def progress_of(query: StreamingQuery) -> StreamProgress | None:
     if not progress:
         return None
     behind: int | None = None
+    end_offsets: dict[str, dict[str, int]] | None = None
     for source in progress.get("sources", []):
         lag = _offsets_behind(source.get("latestOffset"), source.get("endOffset"))
         if lag is not None:
             behind = lag + (behind or 0)
+        end_offsets = _kafka_offsets(source.get("endOffset")) or end_offsets
     watermark = (progress.get("eventTime") or {}).get("watermark")
     if watermark and _parse_time(watermark).timestamp() == 0:
         watermark = None  # no event seen yet
@@ -85,12 +91,54 @@ def progress_of(query: StreamingQuery) -> StreamProgress | None:
             for key, value in _as_dict(row).items()
             if isinstance(value, int | float)
         },
+        end_offsets=end_offsets,
     )
 
 
 def _as_dict(row: Any) -> dict[str, Any]:
     """An observed-metrics row: a pyspark Row in a live query, a dict once serialized."""
     return row.asDict() if hasattr(row, "asDict") else dict(row)
+
+
+def _kafka_offsets(value: object) -> dict[str, dict[str, int]] | None:
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+        if not isinstance(parsed, dict):
+            return None
+        return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+class KafkaLag:
+    """How far a query's committed offsets are behind the brokers' ends, asked from the
+    driver between batches (Spark's own figure only counts what maxOffsetsPerTrigger held
+    back when the batch was planned)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._consumer: Consumer | None = None
+
+    def behind(self, end_offsets: dict[str, dict[str, int]] | None) -> int | None:
+        if not end_offsets:
+            return None
+        from infra.offsets import offsets_consumer, partition_offsets
+
+        try:
+            if self._consumer is None:
+                self._consumer = offsets_consumer(self.settings)
+            partitions = [(t, int(p)) for t, parts in end_offsets.items() for p in parts]
+            ends = partition_offsets(
+                self.settings, partitions, timeout_s=5, consumer=self._consumer
+            )
+        except Exception:  # a health figure: never let it stop the job
+            return None
+        return sum(max(0, o.latest - end_offsets[o.topic][str(o.partition)]) for o in ends)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 def _offsets_behind(latest: object, end: object) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Annotated
 
 import typer
@@ -61,6 +62,11 @@ def speed(
     )
     from infra.spark import spark_session
 
+    if not console.is_terminal:  # under a supervisor or in a log file: one line per batch
+        logging.basicConfig(
+            level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("ctr").setLevel(logging.INFO)
     spark = spark_session(spark_settings)
     with StopRequest() as stop, progress_bar("rows", total_known=False) as bar:
         task = bar.add_task("starting")

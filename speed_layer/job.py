@@ -14,6 +14,7 @@ covers its bucket) and late events beyond the watermark are not counted.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import re
@@ -31,8 +32,8 @@ from batch_layer.maintenance import prune_speed
 from connectors.formats import read_kafka
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
-from infra.streaming import StreamProgress, batch_metadata, drive, query_id
+from infra.spark import PYTHON_KAFKA_FORMAT, SparkSettings
+from infra.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
 from master_dataset.records import PARSED_SCHEMA, parse_batches
 from speed_layer.status import write_status
 from speed_layer.tables import LATE_SCHEMA, SPEED_CTR_SCHEMA, append_late, committed, merge_counts
@@ -63,6 +64,9 @@ class SpeedSettings(BaseSettings):
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     checkpoint_name: str = "speed"
+    # Spark tasks reading Kafka per micro-batch (Python Kafka source): default, the cluster's
+    # default parallelism (local[2]: 2), so a small batch is read in one wave.
+    input_partitions: int | None = Field(default=None, ge=1)
     # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
     maintenance_seconds: float = Field(default=300.0, gt=0)
     vacuum_retention_hours: float = Field(default=1.0, ge=0)
@@ -96,14 +100,15 @@ def build_query(
 
     checkpoint = lake.checkpoint(settings.checkpoint_name)
     _check_fresh_start(lake, checkpoint)
-    raw = read_kafka(
-        spark,
-        kafka,
-        stream=True,
-        spark_settings=spark_settings,
-        startingOffsets=settings.starting_offsets,
-        maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
-    )
+    options = {
+        "startingOffsets": settings.starting_offsets,
+        "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
+    }
+    if spark_settings.kafka_format == PYTHON_KAFKA_FORMAT:
+        # Seconds matter: read the few records of a micro-batch in one wave of tasks.
+        tasks = settings.input_partitions or spark.sparkContext.defaultParallelism
+        options["maxInputPartitions"] = str(tasks)
+    raw = read_kafka(spark, kafka, stream=True, spark_settings=spark_settings, **options)
     events = (
         raw.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
         .observe(
@@ -250,16 +255,22 @@ def run(
 ) -> int:
     """Run the speed job until caught up (available_now) or told to stop; returns rows read."""
     lake = lake or LakeSettings()
+    kafka = kafka or KafkaSettings()
     query = build_query(
         spark,
-        kafka=kafka or KafkaSettings(),
+        kafka=kafka,
         lake=lake,
         spark_settings=spark_settings or SparkSettings(),
         settings=settings or SpeedSettings(),
         available_now=available_now,
     )
+    lag = KafkaLag(kafka)
 
     def report(progress: StreamProgress) -> None:
+        behind = lag.behind(progress.end_offsets)
+        progress = dataclasses.replace(
+            progress, offsets_behind=behind if behind is not None else progress.offsets_behind
+        )
         write_status(lake, progress)
         log.info(
             "batch %d: %d rows, %.0f rows/s in, %.0f rows/s processed, %d ms, %s offsets behind",
@@ -270,7 +281,10 @@ def run(
         if on_progress is not None:
             on_progress(progress)
 
-    return drive(query, "the speed job", on_progress=report, should_stop=should_stop)
+    try:
+        return drive(query, "the speed job", on_progress=report, should_stop=should_stop)
+    finally:
+        lag.close()
 
 
 def _ms(delta: dt.timedelta) -> int:

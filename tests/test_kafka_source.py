@@ -21,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from connectors import read_kafka
+from connectors.kafka_source import KafkaRange, KafkaRanges, group_ranges
 from infra.kafka_settings import KafkaSettings
 from infra.spark import SparkSettings
 from infra.topics import create_topics, delete_topics
@@ -114,6 +115,27 @@ def test_batch_read_of_an_offset_range(
         *[(1, n, b"b%d" % n, b"kb%d" % n) for n in range(4)],
     ]
     assert {(r.topic, r.timestampType) for r in rows} == {(topic.topic, 0)}  # CreateTime
+
+
+def test_max_input_partitions_groups_ranges_into_fewer_tasks(
+    spark: SparkSession, kafka: KafkaSettings, spark_settings: SparkSettings
+) -> None:
+    topic = _topic(kafka, partitions=3)
+    records = [(p, b"%d-%d" % (p, n)) for p in range(3) for n in range(5 + p)]
+    _produce(topic, records)
+    df = read_kafka(spark, topic, stream=False, spark_settings=spark_settings,
+                    maxInputPartitions="2")  # fmt: skip
+    assert df.rdd.getNumPartitions() == 2
+    assert sorted((r.partition, r.value) for r in df.collect()) == sorted(records)
+
+
+def test_group_ranges_balances_by_size() -> None:
+    ranges = [KafkaRange("t", p, 0, size) for p, size in enumerate([10, 1, 7, 3, 5])]
+    groups = group_ranges(ranges, 2)
+    grouped = [sorted(r.partition for r in g.ranges) for g in groups if isinstance(g, KafkaRanges)]
+    assert grouped == [[0, 3], [1, 2, 4]]  # 10+3 and 7+5+1 offsets
+    assert group_ranges(ranges, 9) == ranges  # few enough already: one task per range
+    assert group_ranges(ranges, None) == ranges
 
 
 def test_available_now_reads_the_newest_batch_too(
