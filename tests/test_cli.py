@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from infra.lake import LakeSettings
+from infra.streaming import StreamProgress
+from speed_layer.status import write_status
 
 runner = CliRunner()
 
@@ -20,6 +27,7 @@ def test_top_level_help_lists_every_subcommand_with_a_line() -> None:
         ("archive", "exactly once"),
         ("batch", "Recompute batch/ctr"),
         ("backfill", "hour by hour"),
+        ("speed", "speed/ctr"),
     ]:
         line = next(line for line in result.output.splitlines() if line.startswith(f"│ {command} "))
         assert words in line
@@ -36,6 +44,8 @@ def test_top_level_help_lists_every_subcommand_with_a_line() -> None:
         (["archive"], ["--available-now", "master/rejected", "CHECKPOINT_ROOT"]),
         (["batch"], ["--start", "--end", "batch/coverage"]),
         (["backfill"], ["--from", "--to", "airflow backfill create"]),
+        (["speed"], ["--available-now", "--reset", "SPEED_WATERMARK", "status"]),
+        (["speed", "status"], ["--json", "lag", "watermark"]),
     ],
 )
 def test_subcommand_help(args: list[str], expected: list[str]) -> None:
@@ -57,3 +67,24 @@ def test_bad_option_values_name_the_option() -> None:
     assert result.exit_code == 2
     assert "--start" in result.output
     assert "ISO-8601" in result.output
+
+
+def test_speed_status_reads_the_jobs_status_file(tmp_path: Path) -> None:
+    env = {"CHECKPOINT_ROOT": str(tmp_path), "COLUMNS": "200"}
+    missing = runner.invoke(app, ["speed", "status"], env=env)
+    assert missing.exit_code == 1
+    assert "has not run" in missing.output
+
+    progress = StreamProgress(
+        batch_id=7, input_rows=5000, input_rows_per_second=5012.5,
+        processed_rows_per_second=6100.0, batch_duration_ms=820, offsets_behind=130,
+        watermark=dt.datetime(2026, 11, 22, 9, 50, tzinfo=dt.UTC), metrics={"speed.invalid": 3},
+    )  # fmt: skip
+    write_status(LakeSettings(checkpoint_root=tmp_path), progress)
+    shown = runner.invoke(app, ["speed", "status"], env=env)
+    assert shown.exit_code == 0, shown.output
+    for words in ("last batch     7", "5,012 rows/s", "820 ms", "offsets behind 130",
+                  "2026-11-22T09:50:00+00:00", "3 in the last batch"):  # fmt: skip
+        assert words in shown.output
+    raw = runner.invoke(app, ["speed", "status", "--json"], env=env)
+    assert json.loads(raw.output)["offsets_behind"] == 130
