@@ -45,6 +45,18 @@ class Coverage:
         i = bisect.bisect_right(self._starts, bucket) - 1
         return i >= 0 and bucket < self.intervals[i].end
 
+    def within(self, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+        """The covered parts of [start, end), in order."""
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        parts = []
+        for interval in self.intervals[i:]:
+            if interval.start >= end:
+                break
+            lo, hi = max(start, interval.start), min(end, interval.end)
+            if lo < hi:
+                parts.append((lo, hi))
+        return parts
+
     def covered_span(self, start: dt.datetime, end: dt.datetime) -> dt.timedelta:
         """How much of [start, end) is covered."""
         total = dt.timedelta(0)

@@ -135,43 +135,97 @@ class CtrQuery:
         return STEP[self.granularity]
 
 
+# Up to this many covered intervals in a query's range become a range predicate (fast, pushed
+# into the Parquet scan); beyond it the query as-of joins the covered-interval table.
+MAX_PREDICATE_INTERVALS: Final = 64
+
+
 def ctr_sql(
-    query: CtrQuery, *, batch: str, speed: str, covered: str
+    query: CtrQuery,
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
 ) -> tuple[str, dict[str, object]]:
     """SQL and bound parameters for ``query`` over registered relations.
 
     ``batch`` and ``speed`` hold base-view rows, ``covered`` the disjoint covered intervals
     (``interval_start``, ``interval_end``). Per minute bucket the rule is: covered → batch rows,
-    else speed rows. Columns: bucket_start, the group_by dimensions, impressions, clicks, ctr,
-    run_ids. One row more than ``query.limit`` so the caller can tell a truncated answer.
+    else speed rows. ``intervals``, when given, are the same disjoint intervals as far as they
+    meet the query's range (at most :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into
+    a range predicate instead of an as-of join. Columns: bucket_us (bucket start, microseconds
+    since the epoch), the group_by dimensions, impressions, clicks, ctr, run_ids. One row more
+    than ``query.limit``, so the caller can tell a truncated answer.
     """
     params: dict[str, object] = {"start": query.start, "end": query.end}
-    where = ["bucket_start >= $start", "bucket_start < $end"]
+    where = ["t.bucket_start >= $start", "t.bucket_start < $end"]
     for name, values in query.filters:
         placeholders = []
         for i, value in enumerate(values):
             params[f"{name}_{i}"] = value
             placeholders.append(f"${name}_{i}")
-        where.append(f"{name} IN ({', '.join(placeholders)})")
-    bucket = (
-        "bucket_start"
-        if query.granularity == "minute"
-        else f"date_trunc('{query.granularity}', bucket_start)"
-    )
-    outer = ", ".join([f"{bucket} AS bucket_start", *query.group_by])
+        where.append(f"t.{name} IN ({', '.join(placeholders)})")
+    columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in query.group_by)])
+    if intervals is not None:
+        if len(intervals) > MAX_PREDICATE_INTERVALS:
+            raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
+        ranges = []
+        for i, (start, end) in enumerate(intervals):
+            params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
+            ranges.append(f"(t.bucket_start >= $cov_start_{i} AND t.bucket_start < $cov_end_{i})")
+        is_covered = f"({' OR '.join(ranges)})" if ranges else "false"
+        merged = f"""
+            SELECT {columns}, t.impressions, t.clicks, t.run_id
+            FROM {batch} t WHERE {" AND ".join(where)} AND {is_covered}
+            UNION ALL
+            SELECT {columns}, t.impressions, t.clicks, NULL::VARCHAR
+            FROM {speed} t WHERE {" AND ".join(where)} AND NOT {is_covered}
+        """
+    else:
+        merged = f"""
+            SELECT {columns}, t.impressions, t.clicks, t.run_id
+            FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
+            WHERE {" AND ".join(where)} AND t.bucket_start < c.interval_end
+            UNION ALL
+            SELECT {columns}, t.impressions, t.clicks, NULL::VARCHAR
+            FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
+            WHERE {" AND ".join(where)}
+              AND (c.interval_end IS NULL OR t.bucket_start >= c.interval_end)
+        """
+    # Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
+    # multiples of their length, and integer division is far cheaper than date_trunc on a
+    # TIMESTAMPTZ (which goes through the ICU calendar for every row).
+    params["step_us"] = query.step // dt.timedelta(microseconds=1)
+    groups = ["bucket_us", *query.group_by]
     ordered = {k.column for k in query.order_by}
-    order = [f"{k.column} {'DESC' if k.descending else 'ASC'} NULLS LAST" for k in query.order_by]
-    order += [c for c in ("bucket_start", *query.group_by) if c not in ordered]
+    order = [
+        f"{'bucket_us' if k.column == 'bucket_start' else k.column} "
+        f"{'DESC' if k.descending else 'ASC'} NULLS LAST"
+        for k in query.order_by
+    ]
+    order += [
+        c
+        for c in groups
+        if c not in ordered and not (c == "bucket_us" and "bucket_start" in ordered)
+    ]
     params["limit"] = query.limit + 1
+    # Two stages: sums per group and run first (cheap), then the run ids per group.
     sql = f"""
-        SELECT {outer},
+        WITH merged AS ({merged}),
+        per_run AS (
+            SELECT (epoch_us(bucket_start) // $step_us) * $step_us AS bucket_us,
+                   {", ".join([*query.group_by, ""])}run_id,
+                   sum(impressions) AS impressions, sum(clicks) AS clicks
+            FROM merged GROUP BY ALL
+        )
+        SELECT {", ".join(groups)},
                sum(impressions)::BIGINT AS impressions,
                sum(clicks)::BIGINT AS clicks,
                CASE WHEN sum(impressions) > 0
                     THEN sum(clicks)::DOUBLE / sum(impressions) END AS ctr,
-               list_sort(list(DISTINCT run_id) FILTER (WHERE run_id IS NOT NULL)) AS run_ids
-        FROM ({merged_sql(batch=batch, speed=speed, covered=covered, dimensions=query.group_by)})
-        WHERE {" AND ".join(where)}
+               list_sort(list(run_id) FILTER (WHERE run_id IS NOT NULL)) AS run_ids
+        FROM per_run
         GROUP BY ALL
         ORDER BY {", ".join(order)}
         LIMIT $limit

@@ -88,9 +88,7 @@ def run_sql(
             types = [str(d[1]) for d in cursor.description]
             rows = cursor.fetchmany(max_rows + 1)
         except duckdb.InterruptException:
-            raise SqlError(
-                f"the query was stopped at the time limit of {timeout_s:g} s"
-            ) from None
+            raise SqlError(f"the query was stopped at the time limit of {timeout_s:g} s") from None
         except duckdb.Error as exc:
             raise SqlError(_clean(exc)) from None
     finally:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from infra.lake import LakeSettings
 from serving_layer.coverage import Coverage, CoveredInterval, Source
 from serving_layer.freshness import Freshness
-from serving_layer.query import CtrQuery, ctr_sql
+from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql
 from serving_layer.relations import create_arrow_table, create_relation
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
 from serving_layer.wilson import wilson_interval
@@ -40,6 +40,7 @@ _PREFIX: Final = {
 _MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
 # A superseded relation stays this long for requests that pinned it before it was replaced.
 _GRACE_S: Final = 120.0
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,14 @@ class ServingLayer:
         speed = self._relation(snap["speed/ctr"])
         coverage = self.coverage(snap)
         covered = self._covered_relation(snap["batch/coverage"])
-        sql, params = ctr_sql(query, batch=batch.name, speed=speed.name, covered=covered)
+        within = coverage.within(query.start, query.end)
+        sql, params = ctr_sql(
+            query,
+            batch=batch.name,
+            speed=speed.name,
+            covered=covered,
+            intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
+        )
         with self.cursor() as cur:
             fetched = cur.execute(sql, params).fetchall()
         truncated = len(fetched) > query.limit
@@ -131,7 +139,7 @@ class ServingLayer:
         groups = query.group_by
         rows = []
         for record in fetched[: query.limit]:
-            bucket: dt.datetime = record[0].astimezone(dt.UTC)
+            bucket = _EPOCH + dt.timedelta(microseconds=record[0])
             impressions, clicks, ctr, run_ids = record[-4:]
             interval = wilson_interval(clicks, impressions)
             source = coverage.source(max(bucket, query.start), min(bucket + step, query.end))
@@ -159,7 +167,9 @@ class ServingLayer:
             speed_updated_at=status.updated_at if status else None,
             speed_watermark=status.watermark if status else None,
             speed_lag_records=status.offsets_behind if status else None,
-            versions={name: snap[name].version for name in ("batch/ctr", "batch/coverage", "speed/ctr")},
+            versions={
+                name: snap[name].version for name in ("batch/ctr", "batch/coverage", "speed/ctr")
+            },
         )
 
     def views(self, snapshot: LakeSnapshot | None = None) -> list[ViewInfo]:
