@@ -47,14 +47,18 @@ def combos(n: int = COMBOS) -> dict[str, np.ndarray]:
     campaign = rng.integers(1, 21, n)
     return {
         "campaign_id": np.array([f"cmp-{c:03d}" for c in campaign]),
-        "ad_id": np.array([f"ad-{c:03d}-{a:02d}" for c, a in zip(campaign, rng.integers(1, 9, n), strict=True)]),
+        "ad_id": np.array(
+            [f"ad-{c:03d}-{a:02d}" for c, a in zip(campaign, rng.integers(1, 9, n), strict=True)]
+        ),
         "site_id": np.array([f"site-{s:04d}" for s in rng.integers(1, 301, n)]),
         "country": rng.choice(["US", "DE", "GB", "FR", "JP", "BR", "IN", "CA"], n),
         "device_type": rng.choice(["mobile", "desktop", "tablet", "ctv", "other"], n),
     }
 
 
-def minute_rows(start: dt.datetime, minutes: int, dims: dict[str, np.ndarray], seed: int) -> pa.Table:
+def minute_rows(
+    start: dt.datetime, minutes: int, dims: dict[str, np.ndarray], seed: int
+) -> pa.Table:
     """Every combination in every minute of [start, start + minutes)."""
     rng = np.random.default_rng(seed)
     n = len(dims["campaign_id"])

@@ -114,7 +114,8 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     if len(statements) != 1:
         raise SqlRefusedError(f"one statement per query, got {len(statements)}")
     [statement] = statements
-    text = _LEADING_COMMENTS.sub("", statement.query)
+    # The original text: DuckDB rewrites some statements (PRAGMA x becomes a SELECT).
+    text = _LEADING_COMMENTS.sub("", sql)
     match = re.match(r"\(|[A-Za-z_]+", text)
     keyword = match.group(0).upper() if match else text[:20]
     # PRAGMA statements parse as SELECTs of pragma functions: the keyword check catches them.
@@ -124,7 +125,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
             "one query (SELECT, WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE or "
             f"EXPLAIN) over the views {', '.join([*SANDBOX_VIEWS, 'covered', 'ctr'])}"
         )
-    return str(statement.query)
+    return sql
 
 
 def sandbox(

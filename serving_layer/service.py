@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, TypeVar, cast
 
 import duckdb
 import pyarrow as pa
@@ -40,6 +40,7 @@ _PREFIX: Final = {
 _MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
 # A superseded relation stays this long for requests that pinned it before it was replaced.
 _GRACE_S: Final = 120.0
+_T = TypeVar("_T")
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -215,9 +216,7 @@ class ServingLayer:
                 ).fetchall()
             return {str(kind): int(n) for kind, n in rows}
 
-        result = self._derived(snap["master/rejected"], "by_reason", count)
-        assert isinstance(result, dict)
-        return result
+        return self._derived(snap["master/rejected"], "by_reason", count)
 
     def coverage(self, snapshot: LakeSnapshot) -> Coverage:
         """The covered intervals of the snapshot's ``batch/coverage``, merged."""
@@ -231,9 +230,7 @@ class ServingLayer:
                 ).fetchall()
             return Coverage((s.astimezone(dt.UTC), e.astimezone(dt.UTC)) for s, e in rows)
 
-        result = self._derived(table, "coverage", load)
-        assert isinstance(result, Coverage)
-        return result
+        return self._derived(table, "coverage", load)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -284,9 +281,7 @@ class ServingLayer:
                 create_arrow_table(cur, covered, data)
             return covered
 
-        result = self._derived(table, "covered", create)
-        assert isinstance(result, str)
-        return result
+        return self._derived(table, "covered", create)
 
     def _latest_speed_bucket(self, table: TableSnapshot) -> dt.datetime | None:
         value = self._derived(
@@ -294,15 +289,15 @@ class ServingLayer:
         )
         return value.astimezone(dt.UTC) if isinstance(value, dt.datetime) else None
 
-    def _derived(self, table: TableSnapshot, what: str, compute: Callable[[str], object]) -> object:
+    def _derived(self, table: TableSnapshot, what: str, compute: Callable[[str], _T]) -> _T:
         """A value computed once per table version (coverage intervals, row counts, …)."""
         relation = self._relation(table)
         if what not in relation.derived:
             # Racing requests may both compute it; the results are equal.
             relation.derived[what] = compute(relation.name)
-        return relation.derived[what]
+        return cast(_T, relation.derived[what])
 
-    def _scalar(self, sql: str) -> object:
+    def _scalar(self, sql: str) -> Any:
         with self.cursor() as cur:
             row = cur.execute(sql).fetchone()
         return row[0] if row else None

@@ -42,7 +42,9 @@ def ctr_row(
     )
 
 
-def write(lake: LakeSettings, table: str, rows: Sequence[dict[str, object]], **extra: object) -> None:
+def write(
+    lake: LakeSettings, table: str, rows: Sequence[dict[str, object]], **extra: object
+) -> None:
     """Append ``rows`` (plus constant columns ``extra``) to ``table`` in one commit."""
     schema = SCHEMAS[table]
     full = [{**row, **extra} for row in rows]
