@@ -92,7 +92,9 @@ def serve(settings: ApiSettings, lake: LakeSettings) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def base_url(lake: LakeSettings) -> Iterator[str]:
-    yield from serve(ApiSettings(token=TOKEN, refresh_s=0, max_rows=1000, sql_timeout_s=2), lake)
+    yield from serve(
+        ApiSettings(token=TOKEN, refresh_s=0, max_rows=1000, sql_timeout_s=2, cache_stale_s=0), lake
+    )
 
 
 @pytest.fixture(scope="module")

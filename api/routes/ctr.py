@@ -83,7 +83,7 @@ def get_ctr(
     except QueryError as exc:
         raise ParameterError(exc.parameter, exc.message) from None
     snapshot = serving.snapshot()
-    body = cache.get(("ctr", query, snapshot.key), lambda: render(serving.ctr(query, snapshot)))
+    body = cache.get(("ctr", query), snapshot.key, lambda: render(serving.ctr(query, snapshot)))
     return Response(body, media_type="application/json")
 
 
