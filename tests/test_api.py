@@ -11,6 +11,7 @@ import httpx
 import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from api import ApiSettings, create_app
 from infra.broker import free_port
@@ -93,7 +94,10 @@ def serve(settings: ApiSettings, lake: LakeSettings) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def base_url(lake: LakeSettings) -> Iterator[str]:
     yield from serve(
-        ApiSettings(token=TOKEN, refresh_s=0, max_rows=1000, sql_timeout_s=2, cache_stale_s=0), lake
+        ApiSettings(
+            token=SecretStr(TOKEN), refresh_s=0, max_rows=1000, sql_timeout_s=2, cache_stale_s=0
+        ),
+        lake,
     )
 
 
@@ -311,7 +315,7 @@ def test_openapi_and_docs(base_url: str) -> None:
 
 def test_a_fresh_deployment_answers_empty(tmp_path: Path) -> None:
     empty = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
-    for url in serve(ApiSettings(token=TOKEN, refresh_s=0), empty):
+    for url in serve(ApiSettings(token=SecretStr(TOKEN), refresh_s=0), empty):
         ctr = httpx.get(f"{url}/api/v1/ctr", params=RANGE, headers=AUTH)
         assert ctr.status_code == 200
         assert ctr.json()["rows"] == []
@@ -345,7 +349,7 @@ def test_settings_refuse_a_missing_or_short_token() -> None:
     with pytest.raises(ValueError, match="token"):
         ApiSettings.model_validate({})
     with pytest.raises(ValueError, match="at least 16 characters"):
-        ApiSettings(token="short")
+        ApiSettings(token=SecretStr("short"))
 
 
 def test_dashboard_is_served_without_token(
@@ -356,9 +360,9 @@ def test_dashboard_is_served_without_token(
     (static / "index.html").write_text("<html>dashboard</html>")
     (static / "app.js").write_text("console.log(1)")
     monkeypatch.setattr("api.routes.dashboard.STATIC_DIR", static)
-    for url in serve(ApiSettings(token=TOKEN), lake):
+    for url in serve(ApiSettings(token=SecretStr(TOKEN)), lake):
         assert httpx.get(f"{url}/").text == "<html>dashboard</html>"
         assert httpx.get(f"{url}/static/app.js").text == "console.log(1)"
     (static / "index.html").unlink()
-    for url in serve(ApiSettings(token=TOKEN), lake):
+    for url in serve(ApiSettings(token=SecretStr(TOKEN)), lake):
         assert httpx.get(f"{url}/").status_code == 404
