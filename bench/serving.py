@@ -305,7 +305,7 @@ def main(events: int | None = None) -> dict[str, object]:
             "speed_commits_during_run": writer.commits,
         }
         for line in metrics.splitlines():
-            if line.startswith(("ctr_api_cache_hits_total", "ctr_api_cache_misses_total")):
+            if line.startswith("ctr_api_cache_") and "_created" not in line and "#" not in line:
                 name, value = line.split()
                 api[name.removeprefix("ctr_api_")] = float(value)
         print(f"bench serving: the floor, in-process DuckDB, {CLIENTS} threads ...", flush=True)
