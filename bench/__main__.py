@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import archive, batch, ingest, speed
+from bench import archive, batch, ingest, serving, speed
 
 BENCHMARKS = {
     "ingest": ingest.main,
     "archive": archive.main,
     "batch": batch.main,
     "speed": speed.main,
+    "serving": serving.main,
 }
 
 

@@ -7,10 +7,12 @@ import sys
 import typer
 from pydantic import ValidationError
 
+from api import cli as api_cli
 from batch_layer import cli as batch_cli
 from infra import cli as infra_cli
 from ingest import cli as ingest_cli
 from master_dataset import cli as master_cli
+from serving_layer import cli as serving_cli
 from speed_layer import cli as speed_cli
 
 app = typer.Typer(
@@ -28,6 +30,8 @@ app.command()(master_cli.archive)
 app.command()(batch_cli.batch)
 app.command()(batch_cli.backfill)
 app.add_typer(speed_cli.app, name="speed")
+app.command()(api_cli.serve)
+app.command()(serving_cli.sql)
 
 
 def main() -> None:

@@ -1,0 +1,336 @@
+"""Serving benchmark: the dashboard query over HTTP with 32 concurrent clients, against DuckDB.
+
+A realistic lake (24 h of minute buckets x a few hundred dimension combinations: batch/ctr
+with coverage for the first 22 h, speed/ctr for the rest) is written with delta-rs. The API
+server runs in a subprocess (uvicorn, one worker) while a writer commits to speed/ctr every
+second, as the streaming job does, so snapshots keep changing. The dashboard query (last 24 h,
+hourly, grouped by campaign) runs from 32 concurrent clients for 30 s: p50/p99 latency and
+requests/s. Then the floor: the same query's SQL in-process in DuckDB over the same snapshot,
+from 32 threads for the same time. Results go to bench/results/serving.json.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from infra.broker import free_port
+from infra.lake import LakeSettings
+from serving_layer.tables import SCHEMAS
+from views import DIMENSIONS
+
+END = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.UTC)
+HOURS = 24
+COVERED_HOURS = 22
+COMBOS = 300
+CLIENTS = 32
+DURATION_S = 30.0
+RESULTS = Path("bench/results")
+TOKEN = "bench-token-0123456789abcdef"
+
+
+def combos(n: int = COMBOS) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    campaign = rng.integers(1, 21, n)
+    return {
+        "campaign_id": np.array([f"cmp-{c:03d}" for c in campaign]),
+        "ad_id": np.array(
+            [f"ad-{c:03d}-{a:02d}" for c, a in zip(campaign, rng.integers(1, 9, n), strict=True)]
+        ),
+        "site_id": np.array([f"site-{s:04d}" for s in rng.integers(1, 301, n)]),
+        "country": rng.choice(["US", "DE", "GB", "FR", "JP", "BR", "IN", "CA"], n),
+        "device_type": rng.choice(["mobile", "desktop", "tablet", "ctv", "other"], n),
+    }
+
+
+def minute_rows(
+    start: dt.datetime, minutes: int, dims: dict[str, np.ndarray], seed: int
+) -> pa.Table:
+    """Every combination in every minute of [start, start + minutes)."""
+    rng = np.random.default_rng(seed)
+    n = len(dims["campaign_id"])
+    base = int(start.timestamp() * 1_000_000)
+    stamps = np.repeat(base + np.arange(minutes, dtype=np.int64) * 60_000_000, n)
+    impressions = rng.poisson(40, n * minutes).astype(np.int64)
+    clicks = rng.binomial(impressions, 0.03).astype(np.int64)
+    columns: dict[str, pa.Array] = {
+        "bucket_start": pa.array(stamps, pa.timestamp("us", tz="UTC")),
+    }
+    for name in DIMENSIONS:
+        columns[name] = pa.array(np.tile(dims[name], minutes))
+    columns["impressions"] = pa.array(impressions)
+    columns["clicks"] = pa.array(clicks)
+    return pa.table(columns)
+
+
+def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
+    """batch/ctr hour by hour with coverage for the first COVERED_HOURS, speed/ctr for the
+    last hour covered (not pruned yet) and the uncovered rest, in 1-minute commits' worth of
+    files. Returns the rows written."""
+    dims = combos()
+    start = end - dt.timedelta(hours=HOURS)
+    rows = 0
+    for hour in range(COVERED_HOURS):
+        at = start + dt.timedelta(hours=hour)
+        run_id = f"run-{hour:02d}"
+        table = minute_rows(at, 60, dims, seed=hour)
+        table = table.append_column("run_id", pa.array([run_id] * len(table)))
+        write_deltalake(lake.table("batch/ctr"), table.cast(SCHEMAS["batch/ctr"]), mode="append")
+        coverage = pa.Table.from_pylist(
+            [
+                {
+                    "run_id": run_id,
+                    "view": "ctr",
+                    "interval_start": at,
+                    "interval_end": at + dt.timedelta(hours=1),
+                    "input_version": hour,
+                    "rows_written": len(table),
+                    "finished_at": at + dt.timedelta(hours=1, minutes=5),
+                }
+            ],
+            schema=SCHEMAS["batch/coverage"],
+        )
+        write_deltalake(lake.table("batch/coverage"), coverage, mode="append")
+        rows += len(table)
+    speed_start = start + dt.timedelta(hours=COVERED_HOURS - 1)
+    for chunk in range(0, (HOURS - COVERED_HOURS + 1) * 60, 10):
+        table = minute_rows(speed_start + dt.timedelta(minutes=chunk), 10, dims, seed=1000 + chunk)
+        table = table.append_column(
+            "updated_at", pa.array([end] * len(table), pa.timestamp("us", tz="UTC"))
+        )
+        write_deltalake(lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append")
+        rows += len(table)
+    return rows
+
+
+def dashboard_params(end: dt.datetime = END) -> dict[str, str]:
+    start = end - dt.timedelta(hours=24)
+    return {
+        "start": start.isoformat().replace("+00:00", "Z"),
+        "end": end.isoformat().replace("+00:00", "Z"),
+        "granularity": "hour",
+        "group_by": "campaign_id",
+    }
+
+
+def _percentiles(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    q = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "max_ms": ordered[-1] * 1000}
+
+
+class SpeedWriter(threading.Thread):
+    """Commits a small speed/ctr batch every second (beyond the queried range), as the stream
+    does, so the API keeps seeing new snapshot versions."""
+
+    def __init__(self, lake: LakeSettings) -> None:
+        super().__init__(daemon=True)
+        self.lake = lake
+        self.stop = threading.Event()
+        self.commits = 0
+
+    def run(self) -> None:
+        dims = combos(20)
+        while not self.stop.wait(1.0):
+            table = minute_rows(
+                END + dt.timedelta(minutes=self.commits), 1, dims, seed=self.commits
+            )
+            table = table.append_column(
+                "updated_at", pa.array([END] * len(table), pa.timestamp("us", tz="UTC"))
+            )
+            write_deltalake(
+                self.lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append"
+            )
+            self.commits += 1
+
+
+async def _load(url: str, duration_s: float, clients: int) -> tuple[list[float], int]:
+    """``clients`` keep-alive connections, each sending the dashboard query back to back.
+
+    A minimal HTTP/1.1 client on asyncio streams: httpx's pool costs more CPU per request than
+    the server does on a cache hit, and the load generator shares the machine's two cores.
+    """
+    import asyncio
+    from urllib.parse import urlencode, urlsplit
+
+    target = urlsplit(url)
+    request = (
+        f"GET /api/v1/ctr?{urlencode(dashboard_params())} HTTP/1.1\r\n"
+        f"Host: {target.netloc}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    ).encode()
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + duration_s
+
+    async def worker() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(target.hostname, target.port)
+        try:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                latencies.append(time.perf_counter() - started)
+                if not head.startswith(b"HTTP/1.1 200") or b'"rows":[{' not in body:
+                    errors += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return latencies, errors
+
+
+def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
+    """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
+    from serving_layer import CtrQuery, ServingLayer
+    from serving_layer.query import ctr_sql
+
+    serving = ServingLayer(lake, refresh_s=3600)
+    snap = serving.snapshot()
+    p = dashboard_params()
+    query = CtrQuery.create(
+        start=dt.datetime.fromisoformat(p["start"]),
+        end=dt.datetime.fromisoformat(p["end"]),
+        granularity="hour",
+        group_by=["campaign_id"],
+    )
+    coverage = serving.coverage(snap)
+    sql, params = ctr_sql(
+        query,
+        batch=serving.relation_name(snap["batch/ctr"]),
+        speed=serving.relation_name(snap["speed/ctr"]),
+        covered="unused",
+        intervals=coverage.within(query.start, query.end),
+    )
+    rows = len(serving.ctr(query, snap).rows)
+    single: list[float] = []
+    with serving.cursor() as cur:
+        for _ in range(20):
+            started = time.perf_counter()
+            cur.execute(sql, params).fetchall()
+            single.append(time.perf_counter() - started)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    def worker() -> None:
+        with serving.cursor() as cur:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                cur.execute(sql, params).fetchall()
+                latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    serving.close()
+    return {
+        **_percentiles(latencies),
+        "requests_per_s": len(latencies) / duration_s,
+        "single_client_median_ms": statistics.median(single) * 1000,
+        "rows": rows,
+    }
+
+
+def main(events: int | None = None) -> dict[str, object]:
+    """``events`` is ignored (the lake's size is fixed: 24 h x COMBOS combinations)."""
+    import asyncio
+
+    import httpx
+
+    duration = float(os.environ.get("BENCH_SERVING_SECONDS", DURATION_S))
+    with tempfile.TemporaryDirectory(prefix="ctr-bench-serving-") as scratch:
+        lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
+        print("bench serving: writing the lake ...", flush=True)
+        rows = build_lake(lake)
+        port = free_port()
+        env = {
+            **os.environ,
+            "LAKE_ROOT": str(lake.lake_root),
+            "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+            "API_TOKEN": TOKEN,
+            "API_PORT": str(port),
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from cli.main import main; main()", "serve"], env=env
+        )
+        writer = SpeedWriter(lake)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the API server did not start")
+                time.sleep(0.2)
+            asyncio.run(_load(url, 2.0, CLIENTS))  # warm-up
+            writer.start()
+            print(f"bench serving: {CLIENTS} clients for {duration:.0f} s ...", flush=True)
+            latencies, errors = asyncio.run(_load(url, duration, CLIENTS))
+            writer.stop.set()
+            writer.join()
+            metrics = httpx.get(f"{url}/metrics").text
+        finally:
+            writer.stop.set()
+            server.terminate()
+            server.wait(timeout=30)
+        api = {
+            **_percentiles(latencies),
+            "requests_per_s": len(latencies) / duration,
+            "requests": len(latencies),
+            "errors": errors,
+            "speed_commits_during_run": writer.commits,
+        }
+        for line in metrics.splitlines():
+            if line.startswith("ctr_api_cache_") and "_created" not in line and "#" not in line:
+                name, value = line.split()
+                api[name.removeprefix("ctr_api_")] = float(value)
+        print(f"bench serving: the floor, in-process DuckDB, {CLIENTS} threads ...", flush=True)
+        floor = _floor(lake, duration, CLIENTS)
+    result: dict[str, object] = {
+        "benchmark": "serving",
+        "query": dashboard_params(),
+        "lake_rows": rows,
+        "clients": CLIENTS,
+        "duration_s": duration,
+        "api": api,
+        "duckdb_floor": floor,
+        "p99_ratio": api["p99_ms"] / floor["p99_ms"],
+        "goal": "api p99 <= 50 ms and <= 2x the floor",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "serving.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"API (HTTP, {CLIENTS} clients): p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms, "
+        f"{api['requests_per_s']:,.0f} req/s, {errors} errors, "
+        f"{writer.commits} speed commits during the run\n"
+        f"DuckDB floor ({CLIENTS} threads): p50 {floor['p50_ms']:.1f} ms, "
+        f"p99 {floor['p99_ms']:.1f} ms, {floor['requests_per_s']:,.0f} q/s "
+        f"(one client: {floor['single_client_median_ms']:.1f} ms)\n"
+        f"p99 ratio API/floor: {result['p99_ratio']:.2f}"
+    )
+    return result
