@@ -81,6 +81,17 @@ function timeTicks(granularity) {
   };
 }
 
+const TICK_STEPS_MIN = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440];
+
+/** Tick positions on whole minutes/hours, at most about ten of them. */
+function roundTimeTicks(min, max) {
+  const minutes = (max - min) / 60_000;
+  const stepMs = (TICK_STEPS_MIN.find((s) => minutes / s <= 10) ?? 1440) * 60_000;
+  const ticks = [];
+  for (let t = Math.ceil(min / stepMs) * stepMs; t <= max; t += stepMs) ticks.push(t);
+  return ticks;
+}
+
 function formatTime(ms) {
   return `${new Date(ms).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 }
@@ -101,11 +112,16 @@ function baseOptions() {
 function timeAxis(view) {
   return {
     type: "linear",
+    offset: false, // bars sit on their bucket start, like the line points
+    grid: { offset: false },
     // Half a bucket of margin on each side, so the first and last bars are whole.
     min: view.start - view.stepMs / 2,
     max: view.end - view.stepMs / 2,
     title: { display: true, text: "bucket start (UTC)" },
-    ticks: { callback: timeTicks(view.granularity), maxTicksLimit: 12, maxRotation: 0 },
+    ticks: { callback: timeTicks(view.granularity), maxRotation: 0 },
+    afterBuildTicks: (axis) => {
+      axis.ticks = roundTimeTicks(axis.min, axis.max).map((value) => ({ value }));
+    },
   };
 }
 
