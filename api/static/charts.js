@@ -97,6 +97,7 @@ function formatTime(ms) {
 }
 
 const pct = (x) => `${(100 * x).toFixed(2)} %`;
+const pctTick = (x) => `${Number((100 * x).toFixed(2))} %`;
 const int = (x) => Math.round(x).toLocaleString("en-US");
 
 function baseOptions() {
@@ -159,7 +160,7 @@ export class SeriesCharts {
       },
       options: {
         ...baseOptions(),
-        scales: { x: { type: "linear" }, y: { beginAtZero: true, ticks: { callback: (v) => pct(v) } } },
+        scales: { x: { type: "linear" }, y: { beginAtZero: true, ticks: { callback: pctTick } } },
         plugins: {
           ...baseOptions().plugins,
           tooltip: {
@@ -217,7 +218,19 @@ export class SeriesCharts {
           },
         },
         plugins: {
-          ...baseOptions().plugins,
+          legend: {
+            labels: {
+              boxWidth: 14,
+              // The legend shows each series' colour; provenance has its own legend on the page.
+              generateLabels: (chart) =>
+                Chart.defaults.plugins.legend.labels.generateLabels(chart).map((item) => ({
+                  ...item,
+                  fillStyle: [ORANGE, BLUE][item.datasetIndex],
+                  strokeStyle: [ORANGE, BLUE][item.datasetIndex],
+                  lineDash: [],
+                })),
+            },
+          },
           tooltip: {
             callbacks: {
               title: (items) => formatTime(items[0].parsed.x),
@@ -269,7 +282,7 @@ export class BreakdownChart {
         ...baseOptions(),
         indexAxis: "y",
         interaction: { mode: "nearest", axis: "y", intersect: false },
-        scales: { x: { beginAtZero: true, ticks: { callback: (v) => pct(v) } } },
+        scales: { x: { beginAtZero: true, ticks: { callback: pctTick, maxRotation: 0 } } },
         plugins: {
           legend: { display: false },
           tooltip: {

@@ -1,0 +1,386 @@
+"""The dashboard in headless Chromium, against the real API over Delta tables the test writes.
+
+The lake holds 50 minutes ending now: batch rows and a finished run covering the first 30,
+speed rows for the last 30 (the 10 minutes they overlap are covered, so the page must show the
+batch numbers there). The page has to show exactly those buckets with their provenance.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from infra.broker import free_port
+from infra.lake import LakeSettings
+from tests.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "dashboard-test-token"
+MINUTE = dt.timedelta(minutes=1)
+UTC_TS = pa.timestamp("us", tz="UTC")
+DIMENSIONS = ("campaign_id", "ad_id", "site_id", "country", "device_type")
+# (campaign, ad, site, country, device) of the rows written for every minute.
+KEYS = [
+    ("c1", "a1", "s1", "US", "mobile"),
+    ("c2", "a2", "s1", "DE", "desktop"),
+    ("c3", "a3", "s2", "FR", "mobile"),
+]
+
+
+def _counts(minute: int, key: int, layer: str) -> tuple[int, int]:
+    """Impressions and clicks of one row (`minute`: minutes since the epoch); speed differs
+    from batch so a wrong merge shows."""
+    minute %= 60
+    impressions = 100 + 40 * key + minute
+    clicks = (minute * (key + 2)) % 9 + key + 1
+    return (impressions + 7, clicks + 1) if layer == "speed" else (impressions, clicks)
+
+
+def _ctr_table(buckets: list[dt.datetime], layer: str, extra: dict[str, Any]) -> pa.Table:
+    rows: dict[str, list[Any]] = {"bucket_start": []}
+    rows.update({d: [] for d in DIMENSIONS})
+    rows.update(impressions=[], clicks=[])
+    for bucket in buckets:
+        minute = int(bucket.timestamp() // 60)
+        for k, key in enumerate(KEYS):
+            rows["bucket_start"].append(bucket)
+            for name, value in zip(DIMENSIONS, key, strict=True):
+                rows[name].append(value)
+            impressions, clicks = _counts(minute, k, layer)
+            rows["impressions"].append(impressions)
+            rows["clicks"].append(clicks)
+    n = len(rows["bucket_start"])
+    columns = {
+        "bucket_start": pa.array(rows["bucket_start"], UTC_TS),
+        **{d: pa.array(rows[d], pa.string()) for d in DIMENSIONS},
+        "impressions": pa.array(rows["impressions"], pa.int64()),
+        "clicks": pa.array(rows["clicks"], pa.int64()),
+    }
+    for name, (value, typ) in extra.items():
+        columns[name] = pa.array([value] * n, typ)
+    return pa.table(columns)
+
+
+class Lake:
+    """The Delta tables of the test and the per-minute numbers the page must show."""
+
+    def __init__(self, root: Path, now: dt.datetime) -> None:
+        self.settings = LakeSettings(lake_root=root, checkpoint_root=root / "checkpoints")
+        self.now = now.replace(second=0, microsecond=0)
+        self.batch_minutes = [self.now - (50 - i) * MINUTE for i in range(30)]  # [T-50, T-20)
+        self.speed_minutes = [self.now - (30 - i) * MINUTE for i in range(31)]  # [T-30, T]
+        self.covered_end = self.batch_minutes[-1] + MINUTE
+
+    def write(self) -> None:
+        run_id = "run-dashboard-test"
+        write_deltalake(
+            self.settings.table("batch/ctr"),
+            _ctr_table(self.batch_minutes, "batch", {"run_id": (run_id, pa.string())}),
+        )
+        coverage = pa.table(
+            {
+                "run_id": pa.array([run_id]),
+                "view": pa.array(["ctr"]),
+                "interval_start": pa.array([self.batch_minutes[0]], UTC_TS),
+                "interval_end": pa.array([self.covered_end], UTC_TS),
+                "input_version": pa.array([0], pa.int64()),
+                "rows_written": pa.array([len(self.batch_minutes) * len(KEYS)], pa.int64()),
+                "finished_at": pa.array([self.now], UTC_TS),
+            }
+        )
+        write_deltalake(self.settings.table("batch/coverage"), coverage)
+        self.write_speed(self.speed_minutes)
+
+    def write_speed(self, minutes: list[dt.datetime]) -> None:
+        table = _ctr_table(minutes, "speed", {"updated_at": (self.now, UTC_TS)})
+        write_deltalake(self.settings.table("speed/ctr"), table, mode="append")
+
+    def expected_series(self) -> list[list[Any]]:
+        """[bucket ms, source, impressions, clicks] per minute with data, as the page holds it."""
+        out = []
+        for bucket in sorted(set(self.batch_minutes) | set(self.speed_minutes)):
+            layer = "batch" if bucket < self.covered_end else "speed"
+            minute = int(bucket.timestamp() // 60)
+            counts = [_counts(minute, k, layer) for k in range(len(KEYS))]
+            out.append(
+                [
+                    int(bucket.timestamp() * 1000),
+                    layer,
+                    sum(c[0] for c in counts),
+                    sum(c[1] for c in counts),
+                ]
+            )
+        return out
+
+    def expected_ranking(self, dimension: str) -> list[str]:
+        """Values of `dimension` by total clicks over the data, most first (ties by name)."""
+        clicks: dict[str, int] = {}
+        impressions: dict[str, int] = {}
+        for bucket in sorted(set(self.batch_minutes) | set(self.speed_minutes)):
+            layer = "batch" if bucket < self.covered_end else "speed"
+            minute = int(bucket.timestamp() // 60)
+            for k, key in enumerate(KEYS):
+                value = key[DIMENSIONS.index(dimension)]
+                i, c = _counts(minute, k, layer)
+                clicks[value] = clicks.get(value, 0) + c
+                impressions[value] = impressions.get(value, 0) + i
+        return sorted(clicks, key=lambda v: (-clicks[v], -impressions[v], v))
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Lake:
+    # Far enough from a minute's end that the page's "last hour" holds every bucket written.
+    now = dt.datetime.now(dt.UTC)
+    if now.second > 50:
+        time.sleep(61 - now.second)
+        now = dt.datetime.now(dt.UTC)
+    lake = Lake(tmp_path / "lake", now)
+    lake.write()
+    return lake
+
+
+@pytest.fixture
+def api_url(lake: Lake, tmp_path: Path) -> Iterator[str]:
+    """The real API (uvicorn, `api.main:app`) on a free loopback port over the test's lake."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("LAKE_ROOT", "API_TOKEN")}
+    env.update(LAKE_ROOT=str(lake.settings.lake_root), API_TOKEN=TOKEN)
+    log = (tmp_path / "api.log").open("wb")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "api.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    pytest.fail(f"the API did not start: {(tmp_path / 'api.log').read_text()}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Page]:
+    if chromium_binary() is None:
+        pytest.fail(CHROMIUM_MISSING)
+    with chromium_page(tmp_path / "chromium") as page:
+        yield page
+    assert page.exceptions == [], f"the page threw: {page.exceptions}"
+
+
+def _api(url: str, path: str) -> Any:
+    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.load(answer)
+
+
+def _bucket_text(value: str) -> str:
+    stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M UTC")
+
+
+STATE = "document.body.dataset.state"
+SERIES = """ctrDashboard.state.series.filter((s) => s.row)
+    .map((s) => [s.t, s.row.source, s.row.impressions, s.row.clicks])"""
+# Points and bars Chart.js laid out inside the chart area, per chart.
+DRAWN = """(() => {
+  const c = ctrDashboard.charts;
+  const inside = (chart, i) => {
+    const a = chart.chartArea;
+    const values = chart.data.datasets[i].data;
+    return chart.getDatasetMeta(i).data.filter((el, j) => (typeof values[j] === "object" ? values[j].y : values[j]) !== null
+      && !el.skip && Number.isFinite(el.y)
+      && el.x >= a.left - 1 && el.x <= a.right + 1
+      && el.y >= a.top - 1 && el.y <= a.bottom + 1).length;
+  };
+  return { ctr: inside(c.series.ctr, 0), clicks: inside(c.series.volume, 0),
+           impressions: inside(c.series.volume, 1), campaigns: inside(c.campaign_id.chart, 0),
+           countries: inside(c.country.chart, 0), devices: inside(c.device_type.chart, 0) };
+})()"""
+# Alpha of the canvas pixel at the middle of every campaign bar: painted, not just laid out.
+BAR_PIXELS = """(() => {
+  const chart = ctrDashboard.charts.campaign_id.chart;
+  const g = chart.canvas.getContext("2d");
+  const r = window.devicePixelRatio;
+  return chart.getDatasetMeta(0).data.map((bar) => {
+    const x = Math.round(((bar.x + bar.base) / 2) * r), y = Math.round(bar.y * r);
+    return g.getImageData(x, y, 1, 1).data[3];
+  });
+})()"""
+
+
+def test_dashboard_renders_the_merged_view(
+    api_url: str, lake: Lake, page: Page, tmp_path: Path
+) -> None:
+    # No token yet: the page asks for one instead of failing silently.
+    page.navigate(f"{api_url}/")
+    page.wait_for(f"{STATE} === 'token' && document.getElementById('token-dialog').open")
+
+    # A wrong token from the URL fragment: 401, asked again; the fragment leaves the address bar.
+    page.navigate("about:blank")
+    page.navigate(f"{api_url}/#token=wrong")
+    reason = page.wait_for(
+        f"{STATE} === 'token' && document.getElementById('token-reason').textContent"
+    )
+    assert "401" in reason
+    assert page.evaluate("location.hash") == ""
+
+    # The right token through the dialog: the charts load.
+    page.evaluate(
+        f"""document.getElementById('token-input').value = {json.dumps(TOKEN)};
+        document.getElementById('token-form').requestSubmit()"""
+    )
+    page.wait_for(f"{STATE} === 'ready'")
+    assert page.evaluate("localStorage.getItem('ctr-lambda.api-token')") == TOKEN
+    assert page.evaluate(
+        "ctrDashboard.state.view.name + ' ' + ctrDashboard.state.view.granularity"
+    ) == ("1h minute")
+
+    # Every bucket with data, with its provenance and counts: batch where covered, else speed.
+    expected = lake.expected_series()
+    assert page.evaluate(SERIES) == expected
+    ctr_points = page.evaluate(
+        "ctrDashboard.charts.series.ctr.data.datasets[0].data.filter((p) => p.y !== null)"
+    )
+    assert [[p["x"], p["y"]] for p in ctr_points] == [
+        [t, pytest.approx(clicks / impressions)] for t, _, impressions, clicks in expected
+    ]
+    assert page.evaluate(DRAWN) == {
+        "ctr": len(expected),
+        "clicks": len(expected),
+        "impressions": len(expected),
+        "campaigns": 3,
+        "countries": 3,
+        "devices": 2,
+    }
+    assert page.evaluate("ctrDashboard.charts.campaign_id.chart.data.labels") == (
+        lake.expected_ranking("campaign_id")
+    )
+    assert page.evaluate("ctrDashboard.charts.country.chart.data.labels") == (
+        lake.expected_ranking("country")
+    )
+    assert page.evaluate("ctrDashboard.charts.device_type.chart.data.labels") == (
+        lake.expected_ranking("device_type")
+    )
+    assert all(alpha > 0 for alpha in page.evaluate(BAR_PIXELS))
+
+    # The provenance legend and the freshness indicator, as the API reports freshness.
+    legend = page.evaluate("document.getElementById('provenance-legend').innerText")
+    assert re.findall(r"exact \(batch\)|approximate \(speed\)|mixed", legend) == [
+        "exact (batch)",
+        "approximate (speed)",
+        "mixed",
+    ]
+    summary = page.evaluate("document.getElementById('ctr-summary').textContent")
+    assert summary == "· minute buckets: 30 exact (batch), 21 approximate (speed)"
+    freshness = _api(api_url, "/api/v1/ctr?" + _window(lake))["freshness"]
+    shown = page.evaluate(
+        "['fresh-batch', 'fresh-speed', 'fresh-lag']"
+        ".map((id) => document.getElementById(id).textContent)"
+    )
+    assert shown[:2] == [
+        _bucket_text(freshness["latest_covered_bucket"]),
+        _bucket_text(freshness["latest_speed_bucket"]),
+    ]
+    assert re.fullmatch(r"\d+ (s|min)|unknown", shown[2])
+
+    # Screenshot of the loaded page, kept as a test artifact.
+    shot = page.screenshot(tmp_path / "dashboard.png")
+    for target in (os.environ.get("CTR_ARTIFACTS"), os.environ.get("CTR_DASHBOARD_SCREENSHOT")):
+        if target:
+            destination = Path(target)
+            if destination.suffix != ".png":
+                destination = destination / "dashboard.png"
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shot, destination)
+
+    # Auto-refresh: a new campaign streams in and takes the lead without a reload.
+    refreshes = page.evaluate("ctrDashboard.state.refreshes")
+    late = [lake.now - 2 * MINUTE]
+    _write_leader(lake, late)
+    page.wait_for(
+        f"ctrDashboard.state.refreshes > {refreshes} && "
+        "ctrDashboard.charts.campaign_id.chart.data.labels[0] === 'c9'",
+        timeout=20,
+    )
+
+    # The network goes away: said on the page, last charts kept; it comes back: recovered.
+    page.set_offline(True)
+    page.evaluate("document.getElementById('refresh-now').click()")
+    error = page.wait_for(f"{STATE} === 'error' && document.getElementById('error').textContent")
+    assert "cannot reach the API" in error
+    assert page.evaluate(SERIES)[0] == expected[0]
+    page.set_offline(False)
+    page.evaluate("document.getElementById('refresh-now').click()")
+    page.wait_for(f"{STATE} === 'ready' && document.getElementById('error').hidden")
+
+
+def _window(lake: Lake) -> str:
+    start = (lake.now - 59 * MINUTE).strftime("%Y-%m-%dT%H:%M:%SZ")
+    end = (lake.now + MINUTE).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"start={start}&end={end}&granularity=minute"
+
+
+def _write_leader(lake: Lake, minutes: list[dt.datetime]) -> None:
+    """A speed row of campaign c9 with more clicks than all the others together."""
+    n = len(minutes)
+    table = pa.table(
+        {
+            "bucket_start": pa.array(minutes, UTC_TS),
+            "campaign_id": pa.array(["c9"] * n),
+            "ad_id": pa.array(["a9"] * n),
+            "site_id": pa.array(["s9"] * n),
+            "country": pa.array(["US"] * n),
+            "device_type": pa.array(["tablet"] * n),
+            "impressions": pa.array([5_000] * n, pa.int64()),
+            "clicks": pa.array([600] * n, pa.int64()),
+            "updated_at": pa.array([lake.now] * n, UTC_TS),
+        }
+    )
+    write_deltalake(lake.settings.table("speed/ctr"), table, mode="append")
+
+
+def test_vendored_chart_library_is_the_locked_version() -> None:
+    lock = json.loads((ROOT / "dashboard/package-lock.json").read_text())
+    locked = lock["packages"]["node_modules/chart.js"]["version"]
+    banner = (ROOT / "api/static/vendor/chart.umd.min.js").read_text()[:200]
+    assert f"Chart.js v{locked}\n" in banner, (
+        "api/static/vendor/chart.umd.min.js is not the Chart.js version pinned in "
+        "dashboard/package-lock.json: run `make dashboard` and commit the result"
+    )
