@@ -224,7 +224,8 @@ DRAWN = """(() => {
   const inside = (chart, i) => {
     const a = chart.chartArea;
     const values = chart.data.datasets[i].data.map((v) => (typeof v === "object" ? v.y : v));
-    return chart.getDatasetMeta(i).data.filter((el, j) => values[j] !== null && !el.skip && Number.isFinite(el.y)
+    return chart.getDatasetMeta(i).data.filter((el, j) => values[j] !== null
+      && !el.skip && Number.isFinite(el.y)
       && el.x >= a.left - 1 && el.x <= a.right + 1
       && el.y >= a.top - 1 && el.y <= a.bottom + 1).length;
   };
