@@ -104,6 +104,18 @@ class Lake:
         )
         write_deltalake(self.settings.table("batch/coverage"), coverage)
         self.write_speed(self.speed_minutes)
+        # What the streaming job reports about itself (serving_layer.tables.read_speed_status).
+        status = self.settings.checkpoint_root / "speed.status.json"
+        status.parent.mkdir(parents=True, exist_ok=True)
+        status.write_text(
+            json.dumps(
+                {
+                    "updated_at": dt.datetime.now(dt.UTC).isoformat(),
+                    "watermark": (self.now - 2 * MINUTE).isoformat(),
+                    "offsets_behind": 1234,
+                }
+            )
+        )
 
     def write_speed(self, minutes: list[dt.datetime]) -> None:
         table = _ctr_table(minutes, "speed", {"updated_at": (self.now, UTC_TS)})
@@ -158,7 +170,11 @@ def api_url(lake: Lake, tmp_path: Path) -> Iterator[str]:
     """The real API (uvicorn, `api.main:app`) on a free loopback port over the test's lake."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("LAKE_ROOT", "API_TOKEN")}
-    env.update(LAKE_ROOT=str(lake.settings.lake_root), API_TOKEN=TOKEN)
+    env.update(
+        LAKE_ROOT=str(lake.settings.lake_root),
+        CHECKPOINT_ROOT=str(lake.settings.checkpoint_root),
+        API_TOKEN=TOKEN,
+    )
     log = (tmp_path / "api.log").open("wb")
     server = subprocess.Popen(
         [
@@ -311,14 +327,16 @@ def test_dashboard_renders_the_merged_view(
     assert summary == "· minute buckets: 30 exact (batch), 21 approximate (speed)"
     freshness = _api(api_url, "/api/v1/ctr?" + _window(lake))["freshness"]
     shown = page.evaluate(
-        "['fresh-batch', 'fresh-speed', 'fresh-lag']"
+        "['fresh-batch', 'fresh-speed', 'fresh-lag', 'fresh-stream']"
         ".map((id) => document.getElementById(id).textContent)"
     )
-    assert shown[:2] == [
+    assert freshness["speed_lag_records"] == 1234
+    assert shown[:3] == [
         _bucket_text(freshness["latest_covered_bucket"]),
         _bucket_text(freshness["latest_speed_bucket"]),
+        "1,234 records",
     ]
-    assert re.fullmatch(r"\d+ (s|min)|unknown", shown[2])
+    assert re.fullmatch(r"\d+ s ago", shown[3]), shown[3]
 
     # Screenshot of the loaded page, kept as a test artifact.
     shot = page.screenshot(tmp_path / "dashboard.png")

@@ -207,27 +207,27 @@ function formatBucket(value) {
   return `${new Date(value).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 }
 
-function formatSeconds(seconds) {
-  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "unknown";
-  if (seconds < 120) return `${Math.round(seconds)} s`;
-  if (seconds < 2 * 3600) return `${Math.round(seconds / 60)} min`;
-  return `${(seconds / 3600).toFixed(1)} h`;
+function formatAge(value, nowMs) {
+  if (!value) return "unknown";
+  const seconds = Math.max(0, (nowMs - Date.parse(value)) / 1000);
+  if (seconds < 120) return `${Math.round(seconds)} s ago`;
+  if (seconds < 2 * 3600) return `${Math.round(seconds / 60)} min ago`;
+  return `${(seconds / 3600).toFixed(1)} h ago`;
 }
 
+/** The response's freshness (serving_layer.Freshness): exact and approximate horizons, lag. */
 function renderFreshness(freshness, nowMs) {
   const f = freshness ?? {};
   $("fresh-batch").textContent = formatBucket(f.latest_covered_bucket);
   $("fresh-speed").textContent = formatBucket(f.latest_speed_bucket);
-  let lag = f.speed_lag_seconds;
-  if ((lag === null || lag === undefined) && f.latest_speed_bucket) {
-    // The API does not know the consumer lag: show how far the newest speed bucket trails now.
-    lag = (nowMs - Date.parse(f.latest_speed_bucket)) / 1000;
-    $("fresh-lag").title = "age of the latest speed bucket (consumer lag not reported)";
-  } else {
-    $("fresh-lag").title = "speed layer lag reported by the API";
-  }
-  $("fresh-lag").textContent = formatSeconds(lag);
-  $("fresh-updated").textContent = new Date(nowMs).toISOString().slice(11, 19) + " UTC";
+  const lag = f.speed_lag_records;
+  $("fresh-lag").textContent =
+    lag === null || lag === undefined ? "unknown" : `${lag.toLocaleString("en-US")} records`;
+  $("fresh-stream").textContent = formatAge(f.speed_updated_at, nowMs);
+  $("fresh-stream").title = f.speed_watermark
+    ? `speed layer watermark: ${formatBucket(f.speed_watermark)}`
+    : "the speed layer has not reported a watermark";
+  $("fresh-updated").textContent = `${new Date(nowMs).toISOString().slice(11, 19)} UTC`;
 }
 
 function renderSummary() {
