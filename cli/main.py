@@ -7,10 +7,12 @@ import sys
 import typer
 from pydantic import ValidationError
 
+from api import cli as api_cli
 from batch_layer import cli as batch_cli
 from infra import cli as infra_cli
 from ingest import cli as ingest_cli
 from master_dataset import cli as master_cli
+from serving_layer import cli as serving_cli
 
 app = typer.Typer(
     name="ctr",
@@ -26,6 +28,8 @@ app.command()(ingest_cli.replay)
 app.command()(master_cli.archive)
 app.command()(batch_cli.batch)
 app.command()(batch_cli.backfill)
+app.command()(api_cli.serve)
+app.command()(serving_cli.sql)
 
 
 def main() -> None:

@@ -1,0 +1,54 @@
+"""The FastAPI application: routers, error handlers, metrics, the dashboard's static files."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CollectorRegistry
+
+from api import errors
+from api.deps import require_token
+from api.metrics import LakeCollector, RequestMetrics
+from api.response_cache import ResponseCache
+from api.routes import ctr, dashboard, health, sql, views
+from api.settings import ApiSettings
+from infra.lake import LakeSettings
+from serving_layer import ServingLayer
+
+
+def create_app(settings: ApiSettings, lake: LakeSettings | None = None) -> FastAPI:
+    """The API over ``lake`` (default: ``LAKE_ROOT``/``CHECKPOINT_ROOT`` from the environment)."""
+    lake = lake or LakeSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.serving = ServingLayer(lake, refresh_s=settings.refresh_s)
+        try:
+            yield
+        finally:
+            app.state.serving.close()
+
+    app = FastAPI(
+        title="ctr-lambda",
+        summary="Ad click-through rates: exact batch views merged with fresh speed views.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.cache = ResponseCache(settings.cache_entries)
+    registry = CollectorRegistry()
+    registry.register(LakeCollector(lambda: app.state.serving, lambda: app.state.cache))
+    app.state.registry = registry
+    errors.install(app)
+    protected = [Depends(require_token)]
+    for router in (ctr.router, views.router, sql.router):
+        app.include_router(router, dependencies=protected)
+    app.include_router(health.router)
+    app.include_router(dashboard.router)
+    if dashboard.STATIC_DIR.is_dir():
+        app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
+    app.add_middleware(RequestMetrics, registry=registry)
+    return app

@@ -1,0 +1,114 @@
+"""Prometheus metrics: requests (count, latency) per route, and the lake's state per scrape."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.response_cache import ResponseCache
+from serving_layer import ServingLayer
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class RequestMetrics:
+    """Pure ASGI middleware (cheaper than BaseHTTPMiddleware) counting requests per route
+    template, so ``/api/v1/ctr?…`` is one series whatever its parameters."""
+
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+        self.app = app
+        self.requests = Counter(
+            "ctr_api_requests",
+            "HTTP requests by method, route and status",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "ctr_api_request_duration_seconds",
+            "HTTP request latency by route",
+            ["route"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.requests.labels(scope["method"], route, str(status)).inc()
+            self.latency.labels(route).observe(time.perf_counter() - started)
+
+
+class LakeCollector(Collector):
+    """Table versions, freshness, speed-job status and quarantined records, read per scrape."""
+
+    def __init__(self, serving: Callable[[], ServingLayer], cache: Callable[[], ResponseCache]):
+        self._serving = serving
+        self._cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        serving = self._serving()
+        snap = serving.snapshot()
+        versions = GaugeMetricFamily(
+            "ctr_table_version",
+            "Delta version of each table (-1: not created yet)",
+            labels=["table"],
+        )
+        for name, version in snap.versions().items():
+            versions.add_metric([name], -1 if version is None else version)
+        yield versions
+        fresh = serving.freshness(snap)
+        for name, value, help_text in (
+            ("ctr_latest_covered_bucket", fresh.latest_covered_bucket, "last exact minute"),
+            ("ctr_latest_speed_bucket", fresh.latest_speed_bucket, "newest speed minute"),
+            ("ctr_speed_status_updated", fresh.speed_updated_at, "last speed job report"),
+            ("ctr_speed_watermark", fresh.speed_watermark, "speed job watermark"),
+        ):
+            if value is not None:
+                yield GaugeMetricFamily(
+                    f"{name}_timestamp_seconds", f"{help_text} (Unix time)", value.timestamp()
+                )
+        status = snap.status
+        if status is not None:
+            for name, number, help_text in (
+                ("ctr_speed_lag_records", status.offsets_behind, "Kafka records not read yet"),
+                ("ctr_speed_input_rows_per_second", status.input_rows_per_second, "input rate"),
+                (
+                    "ctr_speed_processed_rows_per_second",
+                    status.processed_rows_per_second,
+                    "processing rate",
+                ),
+                ("ctr_speed_batch_duration_seconds", status.batch_duration_ms, "last micro-batch"),
+            ):
+                if number is not None:
+                    scale = 0.001 if name.endswith("duration_seconds") else 1.0
+                    yield GaugeMetricFamily(name, help_text, number * scale)
+        rejected = CounterMetricFamily(
+            "ctr_rejected_records",
+            "records in master/rejected by reason kind (the field a reason names)",
+            labels=["reason"],
+        )
+        for reason, count in serving.rejected_by_reason(snap).items():
+            rejected.add_metric([reason], count)
+        yield rejected
+        cache = self._cache()
+        yield CounterMetricFamily("ctr_api_cache_hits", "response cache hits", cache.hits)
+        yield CounterMetricFamily("ctr_api_cache_misses", "response cache misses", cache.misses)

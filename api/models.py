@@ -1,0 +1,110 @@
+"""Response and request models of the HTTP API (they define the OpenAPI schema)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+    parameter: str | None = Field(default=None, description="the request parameter at fault")
+
+
+class Freshness(BaseModel):
+    latest_covered_bucket: dt.datetime | None = Field(
+        description="start of the last minute the batch layer made exact"
+    )
+    latest_speed_bucket: dt.datetime | None = Field(description="newest minute in speed/ctr")
+    speed_updated_at: dt.datetime | None = Field(description="last report of the speed job")
+    speed_watermark: dt.datetime | None
+    speed_lag_records: int | None = Field(description="Kafka records the speed job has not read")
+    versions: dict[str, int | None] = Field(description="Delta table versions the answer read")
+
+
+class CtrRow(BaseModel):
+    """One bucket and group. Dimension fields are present when grouped by them."""
+
+    bucket_start: dt.datetime
+    campaign_id: str | None = None
+    ad_id: str | None = None
+    site_id: str | None = None
+    country: str | None = None
+    device_type: str | None = None
+    impressions: int
+    clicks: int
+    ctr: float | None = Field(description="clicks / impressions; null without impressions")
+    ctr_ci_low: float | None = Field(description="95% Wilson interval, lower bound")
+    ctr_ci_high: float | None = Field(description="95% Wilson interval, upper bound")
+    source: Literal["batch", "speed", "mixed"] = Field(
+        description="batch: every minute of the bucket (in range) is covered by a batch run; "
+        "speed: none is; mixed: some are"
+    )
+    run_ids: list[str] = Field(description="the batch runs whose rows the bucket holds")
+
+
+class CtrQueryEcho(BaseModel):
+    """The query as answered (start/end rounded up to the minute)."""
+
+    start: dt.datetime
+    end: dt.datetime
+    granularity: Literal["minute", "hour", "day"]
+    group_by: list[str]
+    filters: dict[str, list[str]]
+    order_by: list[str]
+    limit: int
+
+
+class CtrResponse(BaseModel):
+    rows: list[CtrRow]
+    truncated: bool = Field(description="more rows matched than 'limit'")
+    query: CtrQueryEcho
+    freshness: Freshness
+
+
+class CoveredInterval(BaseModel):
+    start: dt.datetime
+    end: dt.datetime
+
+
+class TableInfo(BaseModel):
+    table: str
+    version: int | None = Field(description="Delta version; null if the table does not exist")
+    rows: int
+    files: int
+
+
+class ViewInfo(BaseModel):
+    name: str
+    covered_intervals: list[CoveredInterval]
+    runs: int = Field(description="batch runs recorded in batch/coverage")
+    latest_covered_bucket: dt.datetime | None
+    latest_speed_bucket: dt.datetime | None
+    tables: dict[str, TableInfo]
+
+
+class ViewsResponse(BaseModel):
+    views: list[ViewInfo]
+    freshness: Freshness
+
+
+class SqlRequest(BaseModel):
+    sql: str = Field(
+        max_length=100_000, examples=["SELECT source, sum(clicks) FROM ctr GROUP BY 1"]
+    )
+    max_rows: int | None = Field(default=None, ge=1, description="at most API_SQL_MAX_ROWS")
+
+
+class SqlResponse(BaseModel):
+    columns: list[str]
+    types: list[str]
+    rows: list[list[object]]
+    truncated: bool
+    elapsed_ms: float
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    versions: dict[str, int | None]

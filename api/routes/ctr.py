@@ -1,0 +1,130 @@
+"""GET /api/v1/ctr: the merged CTR view, rolled up, filtered, grouped, ordered."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Final
+
+import orjson
+from fastapi import APIRouter, Query, Request, Response
+
+from api.deps import CacheDep, ServingDep, SettingsDep
+from api.errors import ParameterError
+from api.models import CtrResponse, ErrorResponse
+from api.rendering import freshness_json
+from serving_layer import CtrQuery, CtrResult, QueryError
+from views import DIMENSIONS
+
+router = APIRouter(prefix="/api/v1", tags=["ctr"])
+
+DEFAULT_RANGE: Final = dt.timedelta(hours=24)
+_COMMON: Final = frozenset({"start", "end", "granularity", "group_by", "order_by", "limit"})
+Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
+
+
+@router.get(
+    "/ctr",
+    response_model=CtrResponse,
+    responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}},
+    summary="CTR per time bucket: batch where covered, speed elsewhere",
+)
+def get_ctr(
+    request: Request,
+    serving: ServingDep,
+    settings: SettingsDep,
+    cache: CacheDep,
+    start: Annotated[
+        dt.datetime | None, Query(description="ISO-8601; default: end - 24 h; no offset = UTC")
+    ] = None,
+    end: Annotated[
+        dt.datetime | None, Query(description="ISO-8601, exclusive; default: now")
+    ] = None,
+    granularity: Annotated[str, Query(description="minute | hour | day")] = "hour",
+    group_by: Annotated[
+        str | None, Query(description=f"comma-separated subset of {', '.join(DIMENSIONS)}")
+    ] = None,
+    order_by: Annotated[
+        str | None,
+        Query(
+            description="comma-separated: bucket_start, impressions, clicks, ctr or a grouped "
+            "dimension; '-' prefix for descending (e.g. -clicks). Default: bucket_start"
+        ),
+    ] = None,
+    limit: Annotated[int, Query(description="rows at most (API_MAX_ROWS caps it)")] = 10_000,
+    campaign_id: Filter = None,
+    ad_id: Filter = None,
+    site_id: Filter = None,
+    country: Filter = None,
+    device_type: Filter = None,
+) -> Response:
+    unknown = sorted(set(request.query_params) - _COMMON - set(DIMENSIONS))
+    if unknown:
+        raise ParameterError(
+            unknown[0],
+            f"unknown parameter; allowed: {', '.join(sorted(_COMMON))}, {', '.join(DIMENSIONS)}",
+        )
+    values = dict(zip(DIMENSIONS, (campaign_id, ad_id, site_id, country, device_type), strict=True))
+    end_at = _utc(end) if end is not None else dt.datetime.now(dt.UTC)
+    try:
+        query = CtrQuery.create(
+            start=_utc(start) if start is not None else end_at - DEFAULT_RANGE,
+            end=end_at,
+            granularity=granularity,
+            group_by=_split(group_by),
+            filters={name: v for name, v in values.items() if v},
+            order_by=_split(order_by),
+            limit=limit,
+            max_range=dt.timedelta(days=settings.max_range_days),
+            max_limit=settings.max_rows,
+        )
+    except QueryError as exc:
+        raise ParameterError(exc.parameter, exc.message) from None
+    snapshot = serving.snapshot()
+    body = cache.get(("ctr", query, snapshot.key), lambda: render(serving.ctr(query, snapshot)))
+    return Response(body, media_type="application/json")
+
+
+def render(result: CtrResult) -> bytes:
+    """The response body; rows built as plain dicts (validating them again costs more than
+    the query for large answers)."""
+    query = result.query
+    rows = []
+    for row in result.rows:
+        item: dict[str, object] = {"bucket_start": row.bucket_start}
+        item.update(row.dimensions)
+        item.update(
+            impressions=row.impressions,
+            clicks=row.clicks,
+            ctr=row.ctr,
+            ctr_ci_low=row.ctr_ci_low,
+            ctr_ci_high=row.ctr_ci_high,
+            source=row.source,
+            run_ids=list(row.run_ids),
+        )
+        rows.append(item)
+    return orjson.dumps(
+        {
+            "rows": rows,
+            "truncated": result.truncated,
+            "query": {
+                "start": query.start,
+                "end": query.end,
+                "granularity": query.granularity,
+                "group_by": list(query.group_by),
+                "filters": {name: list(v) for name, v in query.filters},
+                "order_by": [str(k) for k in query.order_by],
+                "limit": query.limit,
+            },
+            "freshness": freshness_json(result.freshness),
+        },
+        option=orjson.OPT_UTC_Z,
+    )
+
+
+def _split(value: str | None) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()] if value else []
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    # A time without an offset is taken as UTC (the API speaks UTC only).
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value

@@ -1,0 +1,46 @@
+"""GET /api/v1/views: what each view holds — coverage, freshness, table versions, rows."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import ServingDep
+from api.models import (
+    CoveredInterval,
+    ErrorResponse,
+    Freshness,
+    TableInfo,
+    ViewInfo,
+    ViewsResponse,
+)
+from api.rendering import freshness_json
+
+router = APIRouter(prefix="/api/v1", tags=["views"])
+
+
+@router.get(
+    "/views",
+    response_model=ViewsResponse,
+    responses={401: {"model": ErrorResponse}},
+    summary="Views: covered intervals, latest speed bucket, row counts, Delta versions",
+)
+def get_views(serving: ServingDep) -> ViewsResponse:
+    snapshot = serving.snapshot()
+    views = [
+        ViewInfo(
+            name=view.name,
+            covered_intervals=[
+                CoveredInterval(start=i.start, end=i.end) for i in view.covered_intervals
+            ],
+            runs=view.runs,
+            latest_covered_bucket=view.latest_covered_bucket,
+            latest_speed_bucket=view.latest_speed_bucket,
+            tables={
+                role: TableInfo(table=t.table, version=t.version, rows=t.rows, files=t.files)
+                for role, t in view.tables.items()
+            },
+        )
+        for view in serving.views(snapshot)
+    ]
+    freshness = Freshness.model_validate(freshness_json(serving.freshness(snapshot)))
+    return ViewsResponse(views=views, freshness=freshness)

@@ -1,0 +1,36 @@
+"""``ApiSettings``: the HTTP API's configuration, from ``API_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_TOKEN_LENGTH = 16
+
+
+class ApiSettings(BaseSettings):
+    """``API_TOKEN`` is required: the server refuses to start without one (no open default)."""
+
+    model_config = SettingsConfigDict(env_prefix="API_", extra="ignore")
+
+    token: SecretStr
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    max_range_days: int = Field(default=31, ge=1)
+    max_rows: int = Field(default=100_000, ge=1)
+    sql_max_rows: int = Field(default=10_000, ge=1)
+    sql_timeout_s: float = Field(default=10.0, gt=0)
+    sql_memory_limit: str = "1GB"
+    refresh_s: float = Field(default=0.5, ge=0)
+    cache_entries: int = Field(default=256, ge=0)
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value().strip()
+        if len(secret) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"API_TOKEN must be at least {MIN_TOKEN_LENGTH} characters "
+                "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return SecretStr(secret)

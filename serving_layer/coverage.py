@@ -1,0 +1,77 @@
+"""Which minute buckets the batch layer has made exact, as disjoint intervals.
+
+``batch/coverage`` has one row per finished run; runs overlap (hourly runs with a lookback,
+reruns, backfills). Their union, as sorted disjoint [start, end) intervals, answers "is this
+bucket covered" with one comparison and tells a rolled-up bucket how much of it is exact.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Source = Literal["batch", "speed", "mixed"]
+
+
+@dataclass(frozen=True, order=True)
+class CoveredInterval:
+    start: dt.datetime
+    end: dt.datetime
+
+
+class Coverage:
+    """The union of covered intervals; the empty coverage covers nothing."""
+
+    def __init__(self, intervals: Iterable[tuple[dt.datetime, dt.datetime]]) -> None:
+        merged: list[CoveredInterval] = []
+        for start, end in sorted(i for i in intervals if i[0] < i[1]):
+            if merged and start <= merged[-1].end:
+                if end > merged[-1].end:
+                    merged[-1] = CoveredInterval(merged[-1].start, end)
+            else:
+                merged.append(CoveredInterval(start, end))
+        self.intervals: Sequence[CoveredInterval] = tuple(merged)
+        self._starts = [i.start for i in merged]
+
+    @property
+    def latest_bucket(self) -> dt.datetime | None:
+        """Start of the last covered minute."""
+        return self.intervals[-1].end - dt.timedelta(minutes=1) if self.intervals else None
+
+    def covers(self, bucket: dt.datetime) -> bool:
+        i = bisect.bisect_right(self._starts, bucket) - 1
+        return i >= 0 and bucket < self.intervals[i].end
+
+    def within(self, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+        """The covered parts of [start, end), in order."""
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        parts = []
+        for interval in self.intervals[i:]:
+            if interval.start >= end:
+                break
+            lo, hi = max(start, interval.start), min(end, interval.end)
+            if lo < hi:
+                parts.append((lo, hi))
+        return parts
+
+    def covered_span(self, start: dt.datetime, end: dt.datetime) -> dt.timedelta:
+        """How much of [start, end) is covered."""
+        total = dt.timedelta(0)
+        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        for interval in self.intervals[i:]:
+            if interval.start >= end:
+                break
+            overlap = min(end, interval.end) - max(start, interval.start)
+            if overlap > dt.timedelta(0):
+                total += overlap
+        return total
+
+    def source(self, start: dt.datetime, end: dt.datetime) -> Source:
+        """``batch`` if [start, end) is all covered, ``speed`` if none of it, else ``mixed``."""
+        covered = self.covered_span(start, end)
+        if covered >= end - start:
+            return "batch"
+        return "speed" if covered == dt.timedelta(0) else "mixed"

@@ -1,0 +1,21 @@
+"""How fresh an answer is: the newest exact bucket, the newest approximate one, stream lag."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """Per response. ``latest_covered_bucket``: the last minute the batch layer made exact;
+    ``latest_speed_bucket``: the newest minute in speed/ctr; ``speed_*``: what the streaming job
+    last reported (None when unknown): when, its watermark, and how many Kafka records it has
+    not read yet (consumer lag). ``versions``: the Delta table versions the answer read."""
+
+    latest_covered_bucket: dt.datetime | None
+    latest_speed_bucket: dt.datetime | None
+    speed_updated_at: dt.datetime | None
+    speed_watermark: dt.datetime | None
+    speed_lag_records: int | None
+    versions: dict[str, int | None]

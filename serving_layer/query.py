@@ -1,0 +1,269 @@
+"""A CTR query: validated parameters, and the DuckDB SQL that answers it with bound values.
+
+Only identifiers from fixed allow-lists (the dimensions, the measures, the registered table
+names) are written into the SQL text; every value a user sent travels as a bound parameter.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+from views import DIMENSIONS
+
+Granularity = Literal["minute", "hour", "day"]
+GRANULARITIES: Final = get_args(Granularity)
+STEP: Final[Mapping[str, dt.timedelta]] = {
+    "minute": dt.timedelta(minutes=1),
+    "hour": dt.timedelta(hours=1),
+    "day": dt.timedelta(days=1),
+}
+MEASURES: Final = ("impressions", "clicks", "ctr")
+MAX_FILTER_VALUES: Final = 100
+
+
+class QueryError(ValueError):
+    """A query parameter is invalid; ``parameter`` names it."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(f"{parameter}: {message}")
+        self.parameter = parameter
+        self.message = message
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    column: str
+    descending: bool = False
+
+    def __str__(self) -> str:
+        return f"-{self.column}" if self.descending else self.column
+
+
+@dataclass(frozen=True)
+class CtrQuery:
+    """Impressions, clicks and CTR per time bucket and dimension group over [start, end).
+
+    A minute bucket belongs to the query when its start lies in [start, end); both bounds are
+    rounded up to the minute (which selects the same buckets), so equal queries share a cache
+    entry. Build it with :meth:`create`, which validates every parameter.
+    """
+
+    start: dt.datetime
+    end: dt.datetime
+    granularity: Granularity = "hour"
+    group_by: tuple[str, ...] = ()
+    filters: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    order_by: tuple[OrderKey, ...] = ()
+    limit: int = 10_000
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        start: dt.datetime,
+        end: dt.datetime,
+        granularity: str = "hour",
+        group_by: Sequence[str] = (),
+        filters: Mapping[str, Sequence[str]] | None = None,
+        order_by: Sequence[str] = (),
+        limit: int = 10_000,
+        max_range: dt.timedelta = dt.timedelta(days=31),
+        max_limit: int = 100_000,
+    ) -> CtrQuery:
+        start = _minute_ceil(_utc(start, "start"))
+        end = _minute_ceil(_utc(end, "end"))
+        if end <= start:
+            raise QueryError(
+                "end", f"must be after start ({end.isoformat()} <= {start.isoformat()})"
+            )
+        if end - start > max_range:
+            raise QueryError(
+                "end",
+                f"range {end - start} is too large: at most {max_range} per query; "
+                "narrow start/end",
+            )
+        if granularity not in GRANULARITIES:
+            raise QueryError(
+                "granularity", f"must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
+            )
+        groups: list[str] = []
+        for name in group_by:
+            if name not in DIMENSIONS:
+                raise QueryError(
+                    "group_by", f"unknown dimension {name!r}; one of: {', '.join(DIMENSIONS)}"
+                )
+            if name not in groups:
+                groups.append(name)
+        pinned: list[tuple[str, tuple[str, ...]]] = []
+        for name, values in sorted((filters or {}).items()):
+            if name not in DIMENSIONS:
+                raise QueryError(name, f"unknown dimension; one of: {', '.join(DIMENSIONS)}")
+            unique = tuple(sorted(set(values)))
+            if len(unique) > MAX_FILTER_VALUES:
+                raise QueryError(name, f"at most {MAX_FILTER_VALUES} values, got {len(unique)}")
+            if unique:
+                pinned.append((name, unique))
+        keys: list[OrderKey] = []
+        for raw in order_by:
+            key = OrderKey(raw[1:], True) if raw.startswith("-") else OrderKey(raw)
+            allowed = ("bucket_start", *groups, *MEASURES)
+            if key.column not in allowed:
+                hint = " (group by it first)" if key.column in DIMENSIONS else ""
+                raise QueryError(
+                    "order_by",
+                    f"cannot order by {key.column!r}{hint}; one of: {', '.join(allowed)}, "
+                    "with a leading '-' for descending",
+                )
+            keys.append(key)
+        if not 1 <= limit <= max_limit:
+            raise QueryError("limit", f"must be between 1 and {max_limit}, got {limit}")
+        return cls(
+            start=start,
+            end=end,
+            granularity=granularity,  # type: ignore[arg-type]  # checked above
+            group_by=tuple(groups),
+            filters=tuple(pinned),
+            order_by=tuple(keys),
+            limit=limit,
+        )
+
+    @property
+    def step(self) -> dt.timedelta:
+        return STEP[self.granularity]
+
+
+# Up to this many covered intervals in a query's range become a range predicate (fast, pushed
+# into the Parquet scan); beyond it the query as-of joins the covered-interval table.
+MAX_PREDICATE_INTERVALS: Final = 64
+
+
+def ctr_sql(
+    query: CtrQuery,
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+) -> tuple[str, dict[str, object]]:
+    """SQL and bound parameters for ``query`` over registered relations.
+
+    ``batch`` and ``speed`` hold base-view rows, ``covered`` the disjoint covered intervals
+    (``interval_start``, ``interval_end``). Per minute bucket the rule is: covered → batch rows,
+    else speed rows. ``intervals``, when given, are the same disjoint intervals as far as they
+    meet the query's range (at most :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into
+    a range predicate instead of an as-of join. Columns: bucket_us (bucket start, microseconds
+    since the epoch), the group_by dimensions, impressions, clicks, ctr, run_ids. One row more
+    than ``query.limit``, so the caller can tell a truncated answer.
+    """
+    params: dict[str, object] = {"start": query.start, "end": query.end}
+    where = ["t.bucket_start >= $start", "t.bucket_start < $end"]
+    for name, values in query.filters:
+        placeholders = []
+        for i, value in enumerate(values):
+            params[f"{name}_{i}"] = value
+            placeholders.append(f"${name}_{i}")
+        where.append(f"t.{name} IN ({', '.join(placeholders)})")
+    columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in query.group_by)])
+    if intervals is not None:
+        if len(intervals) > MAX_PREDICATE_INTERVALS:
+            raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
+        ranges = []
+        for i, (start, end) in enumerate(intervals):
+            params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
+            ranges.append(f"(t.bucket_start >= $cov_start_{i} AND t.bucket_start < $cov_end_{i})")
+        is_covered = f"({' OR '.join(ranges)})" if ranges else "false"
+        merged = f"""
+            SELECT {columns}, t.impressions, t.clicks, t.run_id
+            FROM {batch} t WHERE {" AND ".join(where)} AND {is_covered}
+            UNION ALL
+            SELECT {columns}, t.impressions, t.clicks, NULL::VARCHAR
+            FROM {speed} t WHERE {" AND ".join(where)} AND NOT {is_covered}
+        """
+    else:
+        merged = f"""
+            SELECT {columns}, t.impressions, t.clicks, t.run_id
+            FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
+            WHERE {" AND ".join(where)} AND t.bucket_start < c.interval_end
+            UNION ALL
+            SELECT {columns}, t.impressions, t.clicks, NULL::VARCHAR
+            FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
+            WHERE {" AND ".join(where)}
+              AND (c.interval_end IS NULL OR t.bucket_start >= c.interval_end)
+        """
+    # Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
+    # multiples of their length, and integer division is far cheaper than date_trunc on a
+    # TIMESTAMPTZ (which goes through the ICU calendar for every row).
+    params["step_us"] = query.step // dt.timedelta(microseconds=1)
+    groups = ["bucket_us", *query.group_by]
+    ordered = {k.column for k in query.order_by}
+    order = [
+        f"{'bucket_us' if k.column == 'bucket_start' else k.column} "
+        f"{'DESC' if k.descending else 'ASC'} NULLS LAST"
+        for k in query.order_by
+    ]
+    order += [
+        c
+        for c in groups
+        if c not in ordered and not (c == "bucket_us" and "bucket_start" in ordered)
+    ]
+    params["limit"] = query.limit + 1
+    # Two stages: sums per group and run first (cheap), then the run ids per group.
+    sql = f"""
+        WITH merged AS ({merged}),
+        per_run AS (
+            SELECT (epoch_us(bucket_start) // $step_us) * $step_us AS bucket_us,
+                   {", ".join([*query.group_by, ""])}run_id,
+                   sum(impressions) AS impressions, sum(clicks) AS clicks
+            FROM merged GROUP BY ALL
+        )
+        SELECT {", ".join(groups)},
+               sum(impressions)::BIGINT AS impressions,
+               sum(clicks)::BIGINT AS clicks,
+               CASE WHEN sum(impressions) > 0
+                    THEN sum(clicks)::DOUBLE / sum(impressions) END AS ctr,
+               list_sort(list(run_id) FILTER (WHERE run_id IS NOT NULL)) AS run_ids
+        FROM per_run
+        GROUP BY ALL
+        ORDER BY {", ".join(order)}
+        LIMIT $limit
+    """
+    return sql, params
+
+
+def merged_sql(
+    *, batch: str, speed: str, covered: str, dimensions: Sequence[str] = DIMENSIONS
+) -> str:
+    """The merge rule at minute grain, as one SELECT (also the sandbox's ``ctr`` view).
+
+    Per minute bucket: covered by a batch run → the batch rows, else the speed rows. Columns:
+    bucket_start, ``dimensions``, impressions, clicks, source ('batch' | 'speed'), run_id.
+    ``covered`` must hold disjoint intervals, so the as-of join finds the one that could hold a
+    bucket. ``dimensions`` come from :data:`views.DIMENSIONS`, never from a request.
+    """
+    unknown = set(dimensions) - set(DIMENSIONS)
+    if unknown:
+        raise ValueError(f"'dimensions' must be among {DIMENSIONS}, got {sorted(unknown)}")
+    columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in dimensions)])
+    return f"""
+        SELECT {columns}, t.impressions, t.clicks, 'batch' AS source, t.run_id
+        FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
+        WHERE t.bucket_start < c.interval_end
+        UNION ALL
+        SELECT {columns}, t.impressions, t.clicks, 'speed' AS source, NULL::VARCHAR AS run_id
+        FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
+        WHERE c.interval_end IS NULL OR t.bucket_start >= c.interval_end
+    """
+
+
+def _utc(value: dt.datetime, name: str) -> dt.datetime:
+    if value.tzinfo is None:
+        raise QueryError(name, f"must carry a UTC offset, got {value.isoformat()}")
+    return value.astimezone(dt.UTC)
+
+
+def _minute_ceil(value: dt.datetime) -> dt.datetime:
+    floor = value.replace(second=0, microsecond=0)
+    return floor if floor == value else floor + dt.timedelta(minutes=1)

@@ -1,0 +1,228 @@
+"""The Delta tables the serving layer reads, pinned to one version each per request.
+
+A :class:`LakeSnapshot` names one version of every table (or says a table does not exist yet)
+with the Parquet files of that version, so every query of a request reads the same data even
+while the speed layer commits a new version every second. :class:`SnapshotSource` keeps one
+delta-rs handle per table and refreshes it at most every ``refresh_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from infra.lake import LakeSettings
+from master_dataset.records import EVENTS_SCHEMA, REJECTED_SCHEMA
+from views import DIMENSIONS
+
+_TS = pa.timestamp("us", tz="UTC")
+_CTR_FIELDS = [("bucket_start", _TS), *((d, pa.string()) for d in DIMENSIONS)]
+_MEASURES = [("impressions", pa.int64()), ("clicks", pa.int64())]
+
+# The table contracts (../shared/DESIGN.md): the schema a table has before it is first written.
+SCHEMAS: Final[Mapping[str, pa.Schema]] = {
+    "batch/ctr": pa.schema([*_CTR_FIELDS, *_MEASURES, ("run_id", pa.string())]),
+    "batch/coverage": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("view", pa.string()),
+            ("interval_start", _TS),
+            ("interval_end", _TS),
+            ("input_version", pa.int64()),
+            ("rows_written", pa.int64()),
+            ("finished_at", _TS),
+        ]
+    ),
+    "speed/ctr": pa.schema([*_CTR_FIELDS, *_MEASURES, ("updated_at", _TS)]),
+    "master/events": EVENTS_SCHEMA,
+    "master/rejected": REJECTED_SCHEMA,
+}
+CTR_TABLES: Final = ("batch/ctr", "batch/coverage", "speed/ctr")
+ALL_TABLES: Final = (*CTR_TABLES, "master/events", "master/rejected")
+# Reader features whose data a plain Parquet scan of the file list would get wrong.
+_UNSUPPORTED_FEATURES: Final = frozenset({"deletionVectors", "columnMapping"})
+
+
+class UnsupportedTableError(RuntimeError):
+    """A table uses a Delta feature the serving layer cannot read (deletion vectors, ...)."""
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """One version of one table: its data files, or ``version=None`` if it does not exist."""
+
+    name: str
+    path: str
+    version: int | None
+    files: tuple[str, ...]
+    partition_columns: tuple[str, ...]
+    schema: pa.Schema = field(compare=False)
+
+    @property
+    def exists(self) -> bool:
+        return self.version is not None
+
+
+@dataclass(frozen=True)
+class SpeedStatus:
+    """What the streaming job last reported (``{CHECKPOINT_ROOT}/speed.status.json``)."""
+
+    updated_at: dt.datetime
+    batch_id: int | None
+    watermark: dt.datetime | None
+    offsets_behind: int | None
+    input_rows_per_second: float | None
+    processed_rows_per_second: float | None
+    batch_duration_ms: int | None
+
+
+@dataclass(frozen=True)
+class LakeSnapshot:
+    """A consistent view of the lake: one pinned version per table, plus the speed status."""
+
+    tables: Mapping[str, TableSnapshot]
+    status: SpeedStatus | None
+    status_stamp: int | None = None
+
+    def __getitem__(self, name: str) -> TableSnapshot:
+        return self.tables[name]
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Identifies the snapshot's content: equal keys, equal answers."""
+        return (*((n, t.version) for n, t in sorted(self.tables.items())), self.status_stamp)
+
+    def versions(self) -> dict[str, int | None]:
+        return {name: table.version for name, table in self.tables.items()}
+
+
+class SnapshotSource:
+    """Hands out the latest :class:`LakeSnapshot`, re-reading the Delta logs at most every
+    ``refresh_s`` seconds (0: on every call)."""
+
+    def __init__(
+        self,
+        lake: LakeSettings,
+        *,
+        tables: tuple[str, ...] = ALL_TABLES,
+        refresh_s: float = 0.5,
+    ) -> None:
+        if refresh_s < 0:
+            raise ValueError(f"'refresh_s' must be >= 0, got {refresh_s}")
+        unknown = set(tables) - set(SCHEMAS)
+        if unknown:
+            raise ValueError(f"'tables' names unknown tables: {sorted(unknown)}")
+        self.lake = lake
+        self.tables = tables
+        self.refresh_s = refresh_s
+        self._handles: dict[str, DeltaTable] = {}
+        self._current: LakeSnapshot | None = None
+        self._refreshed_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def current(self) -> LakeSnapshot:
+        now = time.monotonic()
+        current = self._current
+        if current is not None and now - self._refreshed_at < self.refresh_s:
+            return current
+        with self._lock:
+            if self._current is not None and time.monotonic() - self._refreshed_at < self.refresh_s:
+                return self._current
+            self._current = self._refresh(self._current)
+            self._refreshed_at = time.monotonic()
+            return self._current
+
+    def _refresh(self, previous: LakeSnapshot | None) -> LakeSnapshot:
+        tables = {}
+        for name in self.tables:
+            old = previous.tables.get(name) if previous is not None else None
+            tables[name] = self._table(name, old)
+        status_path = Path(self.lake.checkpoint_root) / "speed.status.json"
+        try:
+            stamp: int | None = status_path.stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if previous is not None and stamp == previous.status_stamp:
+            status = previous.status
+        else:
+            status = read_speed_status(status_path) if stamp is not None else None
+        return LakeSnapshot(tables=tables, status=status, status_stamp=stamp)
+
+    def _table(self, name: str, old: TableSnapshot | None) -> TableSnapshot:
+        path = self.lake.table(name)
+        handle = self._handles.get(name)
+        if handle is None:
+            if not DeltaTable.is_deltatable(path):
+                return TableSnapshot(name, path, None, (), (), SCHEMAS[name])
+            handle = self._handles[name] = DeltaTable(path)
+        else:
+            handle.update_incremental()
+        version = handle.version()
+        if old is not None and old.version == version:
+            return old
+        features = set(handle.protocol().reader_features or ())
+        if features & _UNSUPPORTED_FEATURES:
+            raise UnsupportedTableError(
+                f"{name} (version {version}) uses Delta reader feature(s) "
+                f"{sorted(features & _UNSUPPORTED_FEATURES)}, which the serving layer cannot read"
+            )
+        return TableSnapshot(
+            name=name,
+            path=path,
+            version=version,
+            files=tuple(handle.file_uris()),
+            partition_columns=tuple(handle.metadata().partition_columns),
+            schema=pa.schema(handle.schema().to_arrow()),
+        )
+
+
+def read_speed_status(path: Path) -> SpeedStatus | None:
+    """The speed job's status file, or None if missing or unreadable (it is advisory)."""
+    try:
+        raw = json.loads(path.read_text())
+        return SpeedStatus(
+            updated_at=_time(raw["updated_at"]) or dt.datetime.min.replace(tzinfo=dt.UTC),
+            batch_id=_int(raw.get("batch_id")),
+            watermark=_time(raw.get("watermark")),
+            offsets_behind=_int(raw.get("offsets_behind")),
+            input_rows_per_second=_float(raw.get("input_rows_per_second")),
+            processed_rows_per_second=_float(raw.get("processed_rows_per_second")),
+            batch_duration_ms=_int(raw.get("batch_duration_ms")),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        # Half-written or from another version: no status rather than a failed request.
+        return None
+
+
+def _time(value: object) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(value)
+    parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+def _int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(value)
+    return int(value)
+
+
+def _float(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(value)
+    return float(value)

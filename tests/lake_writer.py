@@ -1,0 +1,95 @@
+"""Small Delta tables for serving and API tests, written with delta-rs (no Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from infra.lake import LakeSettings
+from serving_layer.tables import SCHEMAS
+from views import DIMENSIONS
+
+T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
+
+
+def minute(n: int) -> dt.datetime:
+    """``n`` minutes after 10:00 on the test day."""
+    return T0 + dt.timedelta(minutes=n)
+
+
+def ctr_row(
+    at: dt.datetime,
+    impressions: int,
+    clicks: int,
+    *,
+    campaign: str = "cmp-1",
+    ad: str = "ad-1",
+    site: str = "site-1",
+    country: str = "US",
+    device: str = "mobile",
+) -> dict[str, object]:
+    return dict(
+        zip(
+            ("bucket_start", *DIMENSIONS, "impressions", "clicks"),
+            (at, campaign, ad, site, country, device, impressions, clicks),
+            strict=True,
+        )
+    )
+
+
+def write(
+    lake: LakeSettings, table: str, rows: Sequence[dict[str, object]], **extra: object
+) -> None:
+    """Append ``rows`` (plus constant columns ``extra``) to ``table`` in one commit."""
+    schema = SCHEMAS[table]
+    full = [{**row, **extra} for row in rows]
+    data = pa.Table.from_pylist(full, schema=schema)
+    partition_by = ["event_date"] if table == "master/events" else None
+    write_deltalake(lake.table(table), data, mode="append", partition_by=partition_by)
+
+
+def write_batch(lake: LakeSettings, run_id: str, rows: Sequence[dict[str, object]]) -> None:
+    write(lake, "batch/ctr", rows, run_id=run_id)
+
+
+def write_speed(lake: LakeSettings, rows: Sequence[dict[str, object]]) -> None:
+    write(lake, "speed/ctr", rows, updated_at=T0)
+
+
+def cover(lake: LakeSettings, run_id: str, start: dt.datetime, end: dt.datetime) -> None:
+    write(
+        lake,
+        "batch/coverage",
+        [
+            {
+                "run_id": run_id,
+                "view": "ctr",
+                "interval_start": start,
+                "interval_end": end,
+                "input_version": 1,
+                "rows_written": 0,
+                "finished_at": end,
+            }
+        ],
+    )
+
+
+def write_status(lake: LakeSettings, **fields: object) -> None:
+    status = {
+        "updated_at": "2026-11-22T12:00:00Z",
+        "batch_id": 7,
+        "watermark": "2026-11-22T11:58:00Z",
+        "offsets_behind": 42,
+        "input_rows_per_second": 1000.0,
+        "processed_rows_per_second": 1200.0,
+        "batch_duration_ms": 850,
+        **fields,
+    }
+    path = Path(lake.checkpoint_root) / "speed.status.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(status))
