@@ -12,27 +12,28 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+import uvicorn
+from pydantic import SecretStr
 
+from api.main import create_app
+from api.settings import ApiSettings
 from infra.broker import free_port
 from infra.lake import LakeSettings
+from tests import lake_writer
 from tests.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
+from views import DIMENSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "dashboard-test-token"
 MINUTE = dt.timedelta(minutes=1)
-UTC_TS = pa.timestamp("us", tz="UTC")
-DIMENSIONS = ("campaign_id", "ad_id", "site_id", "country", "device_type")
 # (campaign, ad, site, country, device) of the rows written for every minute.
 KEYS = [
     ("c1", "a1", "s1", "US", "mobile"),
@@ -50,29 +51,24 @@ def _counts(minute: int, key: int, layer: str) -> tuple[int, int]:
     return (impressions + 7, clicks + 1) if layer == "speed" else (impressions, clicks)
 
 
-def _ctr_table(buckets: list[dt.datetime], layer: str, extra: dict[str, Any]) -> pa.Table:
-    rows: dict[str, list[Any]] = {"bucket_start": []}
-    rows.update({d: [] for d in DIMENSIONS})
-    rows.update(impressions=[], clicks=[])
+def _rows(buckets: list[dt.datetime], layer: str) -> list[dict[str, object]]:
+    rows = []
     for bucket in buckets:
-        minute = int(bucket.timestamp() // 60)
-        for k, key in enumerate(KEYS):
-            rows["bucket_start"].append(bucket)
-            for name, value in zip(DIMENSIONS, key, strict=True):
-                rows[name].append(value)
-            impressions, clicks = _counts(minute, k, layer)
-            rows["impressions"].append(impressions)
-            rows["clicks"].append(clicks)
-    n = len(rows["bucket_start"])
-    columns = {
-        "bucket_start": pa.array(rows["bucket_start"], UTC_TS),
-        **{d: pa.array(rows[d], pa.string()) for d in DIMENSIONS},
-        "impressions": pa.array(rows["impressions"], pa.int64()),
-        "clicks": pa.array(rows["clicks"], pa.int64()),
-    }
-    for name, (value, typ) in extra.items():
-        columns[name] = pa.array([value] * n, typ)
-    return pa.table(columns)
+        for k, (campaign, ad, site, country, device) in enumerate(KEYS):
+            impressions, clicks = _counts(int(bucket.timestamp() // 60), k, layer)
+            rows.append(
+                lake_writer.ctr_row(
+                    bucket,
+                    impressions,
+                    clicks,
+                    campaign=campaign,
+                    ad=ad,
+                    site=site,
+                    country=country,
+                    device=device,
+                )
+            )
+    return rows
 
 
 class Lake:
@@ -87,39 +83,15 @@ class Lake:
 
     def write(self) -> None:
         run_id = "run-dashboard-test"
-        write_deltalake(
-            self.settings.table("batch/ctr"),
-            _ctr_table(self.batch_minutes, "batch", {"run_id": (run_id, pa.string())}),
+        lake_writer.write_batch(self.settings, run_id, _rows(self.batch_minutes, "batch"))
+        lake_writer.cover(self.settings, run_id, self.batch_minutes[0], self.covered_end)
+        lake_writer.write_speed(self.settings, _rows(self.speed_minutes, "speed"))
+        lake_writer.write_status(
+            self.settings,
+            updated_at=dt.datetime.now(dt.UTC).isoformat(),
+            watermark=(self.now - 2 * MINUTE).isoformat(),
+            offsets_behind=1234,
         )
-        coverage = pa.table(
-            {
-                "run_id": pa.array([run_id]),
-                "view": pa.array(["ctr"]),
-                "interval_start": pa.array([self.batch_minutes[0]], UTC_TS),
-                "interval_end": pa.array([self.covered_end], UTC_TS),
-                "input_version": pa.array([0], pa.int64()),
-                "rows_written": pa.array([len(self.batch_minutes) * len(KEYS)], pa.int64()),
-                "finished_at": pa.array([self.now], UTC_TS),
-            }
-        )
-        write_deltalake(self.settings.table("batch/coverage"), coverage)
-        self.write_speed(self.speed_minutes)
-        # What the streaming job reports about itself (serving_layer.tables.read_speed_status).
-        status = self.settings.checkpoint_root / "speed.status.json"
-        status.parent.mkdir(parents=True, exist_ok=True)
-        status.write_text(
-            json.dumps(
-                {
-                    "updated_at": dt.datetime.now(dt.UTC).isoformat(),
-                    "watermark": (self.now - 2 * MINUTE).isoformat(),
-                    "offsets_behind": 1234,
-                }
-            )
-        )
-
-    def write_speed(self, minutes: list[dt.datetime]) -> None:
-        table = _ctr_table(minutes, "speed", {"updated_at": (self.now, UTC_TS)})
-        write_deltalake(self.settings.table("speed/ctr"), table, mode="append")
 
     def expected_series(self) -> list[list[Any]]:
         """[bucket ms, source, impressions, clicks] per minute with data, as the page holds it."""
@@ -166,49 +138,24 @@ def lake(tmp_path: Path) -> Lake:
 
 
 @pytest.fixture
-def api_url(lake: Lake, tmp_path: Path) -> Iterator[str]:
-    """The real API (uvicorn, `api.main:app`) on a free loopback port over the test's lake."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("LAKE_ROOT", "API_TOKEN")}
-    env.update(
-        LAKE_ROOT=str(lake.settings.lake_root),
-        CHECKPOINT_ROOT=str(lake.settings.checkpoint_root),
-        API_TOKEN=TOKEN,
+def api_url(lake: Lake) -> Iterator[str]:
+    """The real API (``api.main.create_app``) under uvicorn on a free loopback port."""
+    app = create_app(ApiSettings(token=SecretStr(TOKEN)), lake.settings)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
     )
-    log = (tmp_path / "api.log").open("wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.main:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    thread = threading.Thread(target=server.run, name="dashboard-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the API did not start (see the captured log)")
+        time.sleep(0.05)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    pytest.fail(f"the API did not start: {(tmp_path / 'api.log').read_text()}")
-                time.sleep(0.2)
-        yield url
+        yield f"http://127.0.0.1:{server.config.port}"
     finally:
-        server.terminate()
-        server.wait(timeout=20)
-        log.close()
+        server.should_exit = True
+        thread.join(timeout=20)
 
 
 @pytest.fixture
@@ -376,22 +323,12 @@ def _window(lake: Lake) -> str:
 
 
 def _write_leader(lake: Lake, minutes: list[dt.datetime]) -> None:
-    """A speed row of campaign c9 with more clicks than all the others together."""
-    n = len(minutes)
-    table = pa.table(
-        {
-            "bucket_start": pa.array(minutes, UTC_TS),
-            "campaign_id": pa.array(["c9"] * n),
-            "ad_id": pa.array(["a9"] * n),
-            "site_id": pa.array(["s9"] * n),
-            "country": pa.array(["US"] * n),
-            "device_type": pa.array(["tablet"] * n),
-            "impressions": pa.array([5_000] * n, pa.int64()),
-            "clicks": pa.array([600] * n, pa.int64()),
-            "updated_at": pa.array([lake.now] * n, UTC_TS),
-        }
-    )
-    write_deltalake(lake.settings.table("speed/ctr"), table, mode="append")
+    """Speed rows of campaign c9 with more clicks than any other campaign in the range."""
+    rows = [
+        lake_writer.ctr_row(at, 5_000, 600, campaign="c9", ad="a9", site="s9", device="tablet")
+        for at in minutes
+    ]
+    lake_writer.write_speed(lake.settings, rows)
 
 
 def test_vendored_chart_library_is_the_locked_version() -> None:

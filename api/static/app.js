@@ -39,6 +39,7 @@ const state = {
   series: [],
   breakdowns: {},
   freshness: null,
+  truncated: false,
   error: null,
 };
 
@@ -139,6 +140,7 @@ async function refresh() {
     state.view = view;
     state.series = bucketSeries(view, answer.series.rows);
     state.freshness = answer.series.freshness ?? null;
+    state.truncated = [answer.series, ...Object.values(answer.breakdowns)].some((b) => b.truncated);
     charts.series.update(view, state.series);
     for (const [dimension, body] of Object.entries(answer.breakdowns)) {
       const limit = dimension === "device_type" ? Infinity : TOP_N;
@@ -238,6 +240,7 @@ function renderSummary() {
     .map(([source, n]) => `${n} ${SOURCE_LABEL[source] ?? source}`);
   const unit = state.view.granularity === "minute" ? "minute" : "hour";
   $("ctr-summary").textContent = `· ${unit} buckets: ${parts.join(", ") || "no data in this range"}`;
+  if (state.truncated) $("ctr-summary").textContent += " · the API truncated an answer (row limit)";
 }
 
 function selectRange(name) {

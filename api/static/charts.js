@@ -96,7 +96,7 @@ function formatTime(ms) {
   return `${new Date(ms).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 }
 
-const pct = (x) => `${(100 * x).toFixed(2)} %`;
+const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)} %`);
 const pctTick = (x) => `${Number((100 * x).toFixed(2))} %`;
 const int = (x) => Math.round(x).toLocaleString("en-US");
 
