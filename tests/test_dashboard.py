@@ -305,6 +305,10 @@ def test_dashboard_renders_the_merged_view(
         timeout=20,
     )
 
+    # No refresh failed on the way, new table versions included (a failed refresh shows a
+    # banner and retries 5 s later, so waiting for "ready" alone would hide it).
+    assert page.evaluate("ctrDashboard.state.failures") == []
+
     # The network goes away: said on the page, last charts kept; it comes back: recovered.
     page.set_offline(True)
     page.evaluate("document.getElementById('refresh-now').click()")

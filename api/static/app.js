@@ -41,6 +41,7 @@ const state = {
   freshness: null,
   truncated: false,
   error: null,
+  failures: [], // the last 20 failed refreshes, for the console and the browser test
 };
 
 /** The buckets to show: whole buckets ending with the current (partial) one. */
@@ -180,6 +181,7 @@ function schedule() {
 
 function showError(err) {
   state.error = err ? String(err.message ?? err) : null;
+  if (state.error) state.failures = [...state.failures.slice(-19), state.error];
   const box = $("error");
   box.hidden = !err;
   if (!err) return;
