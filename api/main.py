@@ -29,6 +29,7 @@ def create_app(settings: ApiSettings, lake: LakeSettings | None = None) -> FastA
         try:
             yield
         finally:
+            app.state.cache.close()
             app.state.serving.close()
 
     app = FastAPI(
@@ -38,7 +39,7 @@ def create_app(settings: ApiSettings, lake: LakeSettings | None = None) -> FastA
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.cache = ResponseCache(settings.cache_entries)
+    app.state.cache = ResponseCache(settings.cache_entries, max_stale_s=settings.cache_stale_s)
     registry = CollectorRegistry()
     registry.register(LakeCollector(lambda: app.state.serving, lambda: app.state.cache))
     app.state.registry = registry

@@ -112,3 +112,8 @@ class LakeCollector(Collector):
         cache = self._cache()
         yield CounterMetricFamily("ctr_api_cache_hits", "response cache hits", cache.hits)
         yield CounterMetricFamily("ctr_api_cache_misses", "response cache misses", cache.misses)
+        yield CounterMetricFamily(
+            "ctr_api_cache_stale_hits",
+            "answers from the previous snapshot while the new one is computed",
+            cache.stale_hits,
+        )

@@ -1,68 +1,97 @@
-"""Rendered responses per (request, lake snapshot): equal snapshots give equal answers.
+"""Rendered responses per request, tagged with the lake snapshot they were computed from.
 
-Least-recently-used, bounded; concurrent requests for the same missing entry wait for one
-computation instead of running it each (single flight), which is what keeps latency flat when
-a new speed-layer version invalidates every entry at once.
+Least-recently-used and bounded. Concurrent requests for the same missing entry wait for one
+computation (single flight). When a new snapshot appears (the speed layer commits every
+second), a request may get the previous snapshot's answer — consistent, at most ``max_stale_s``
+old, its freshness fields naming the versions it read — while one background computation
+brings the entry up to date: recomputing on the request path would put a full query into the
+latency of every client that arrives during that second.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 
-class _Pending:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: bytes | None = None
-        self.error: BaseException | None = None
+@dataclass(frozen=True)
+class _Entry:
+    version: Hashable
+    body: bytes
+    computed_at: float
 
 
 class ResponseCache:
-    def __init__(self, entries: int) -> None:
+    def __init__(self, entries: int, *, max_stale_s: float = 0.0) -> None:
         if entries < 0:
             raise ValueError(f"'entries' must be >= 0, got {entries}")
+        if max_stale_s < 0:
+            raise ValueError(f"'max_stale_s' must be >= 0, got {max_stale_s}")
         self.entries = entries
+        self.max_stale_s = max_stale_s
         self.hits = 0
+        self.stale_hits = 0
         self.misses = 0
-        self._data: OrderedDict[Hashable, bytes] = OrderedDict()
-        self._pending: dict[Hashable, _Pending] = {}
+        self._data: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._pending: dict[tuple[Hashable, Hashable], Future[bytes]] = {}
         self._lock = threading.Lock()
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-refresh")
 
-    def get(self, key: Hashable, compute: Callable[[], bytes]) -> bytes:
+    def close(self) -> None:
+        self._background.shutdown(wait=False, cancel_futures=True)
+
+    def get(self, key: Hashable, version: Hashable, compute: Callable[[], bytes]) -> bytes:
+        """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one)."""
         if self.entries == 0:
             return compute()
         with self._lock:
-            found = self._data.get(key)
-            if found is not None:
+            entry = self._data.get(key)
+            if entry is not None:
                 self._data.move_to_end(key)
-                self.hits += 1
-                return found
-            pending = self._pending.get(key)
+                if entry.version == version:
+                    self.hits += 1
+                    return entry.body
+            pending = self._pending.get((key, version))
+            fresh_enough = (
+                entry is not None and time.monotonic() - entry.computed_at <= self.max_stale_s
+            )
+            if fresh_enough and entry is not None:
+                self.stale_hits += 1
+                if pending is None:
+                    future: Future[bytes] = Future()
+                    self._pending[(key, version)] = future
+                    self._background.submit(self._fill, key, version, compute, future)
+                return entry.body
             owner = pending is None
             if pending is None:
-                pending = self._pending[key] = _Pending()
+                pending = self._pending[(key, version)] = Future()
                 self.misses += 1
             else:
                 self.hits += 1
-        if not owner:
-            pending.done.wait()
-            if pending.error is not None:
-                raise pending.error
-            assert pending.value is not None
-            return pending.value
+        if owner:
+            self._fill(key, version, compute, pending)
+        return pending.result()
+
+    def _fill(
+        self, key: Hashable, version: Hashable, compute: Callable[[], bytes], future: Future[bytes]
+    ) -> None:
         try:
-            pending.value = compute()
+            body = compute()
         except BaseException as exc:
-            pending.error = exc
-            raise
-        finally:
             with self._lock:
-                del self._pending[key]
-                if pending.value is not None:
-                    self._data[key] = pending.value
-                    while len(self._data) > self.entries:
-                        self._data.popitem(last=False)
-            pending.done.set()
-        return pending.value
+                del self._pending[(key, version)]
+            future.set_exception(exc)
+            return
+        with self._lock:
+            del self._pending[(key, version)]
+            current = self._data.get(key)
+            if current is None or current.version != version:
+                self._data[key] = _Entry(version, body, time.monotonic())
+                self._data.move_to_end(key)
+                while len(self._data) > self.entries:
+                    self._data.popitem(last=False)
+        future.set_result(body)

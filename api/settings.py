@@ -23,6 +23,7 @@ class ApiSettings(BaseSettings):
     sql_memory_limit: str = "1GB"
     refresh_s: float = Field(default=0.5, ge=0)
     cache_entries: int = Field(default=256, ge=0)
+    cache_stale_s: float = Field(default=2.0, ge=0)
 
     @field_validator("token")
     @classmethod

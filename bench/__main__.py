@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import archive, batch, ingest
+from bench import archive, batch, ingest, serving
 
-BENCHMARKS = {"ingest": ingest.main, "archive": archive.main, "batch": batch.main}
+BENCHMARKS = {
+    "ingest": ingest.main,
+    "archive": archive.main,
+    "batch": batch.main,
+    "serving": serving.main,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,3 +114,223 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
         write_deltalake(lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append")
         rows += len(table)
     return rows
+
+
+def dashboard_params(end: dt.datetime = END) -> dict[str, str]:
+    start = end - dt.timedelta(hours=24)
+    return {
+        "start": start.isoformat().replace("+00:00", "Z"),
+        "end": end.isoformat().replace("+00:00", "Z"),
+        "granularity": "hour",
+        "group_by": "campaign_id",
+    }
+
+
+def _percentiles(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    q = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "max_ms": ordered[-1] * 1000}
+
+
+class SpeedWriter(threading.Thread):
+    """Commits a small speed/ctr batch every second (beyond the queried range), as the stream
+    does, so the API keeps seeing new snapshot versions."""
+
+    def __init__(self, lake: LakeSettings) -> None:
+        super().__init__(daemon=True)
+        self.lake = lake
+        self.stop = threading.Event()
+        self.commits = 0
+
+    def run(self) -> None:
+        dims = combos(20)
+        while not self.stop.wait(1.0):
+            table = minute_rows(
+                END + dt.timedelta(minutes=self.commits), 1, dims, seed=self.commits
+            )
+            table = table.append_column(
+                "updated_at", pa.array([END] * len(table), pa.timestamp("us", tz="UTC"))
+            )
+            write_deltalake(
+                self.lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append"
+            )
+            self.commits += 1
+
+
+async def _load(url: str, duration_s: float, clients: int) -> tuple[list[float], int]:
+    """``clients`` keep-alive connections, each sending the dashboard query back to back.
+
+    A minimal HTTP/1.1 client on asyncio streams: httpx's pool costs more CPU per request than
+    the server does on a cache hit, and the load generator shares the machine's two cores.
+    """
+    import asyncio
+    from urllib.parse import urlencode, urlsplit
+
+    target = urlsplit(url)
+    request = (
+        f"GET /api/v1/ctr?{urlencode(dashboard_params())} HTTP/1.1\r\n"
+        f"Host: {target.netloc}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    ).encode()
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + duration_s
+
+    async def worker() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(target.hostname, target.port)
+        try:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                latencies.append(time.perf_counter() - started)
+                if not head.startswith(b"HTTP/1.1 200") or b'"rows":[{' not in body:
+                    errors += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return latencies, errors
+
+
+def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
+    """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
+    from serving_layer import CtrQuery, ServingLayer
+    from serving_layer.query import ctr_sql
+
+    serving = ServingLayer(lake, refresh_s=3600)
+    snap = serving.snapshot()
+    p = dashboard_params()
+    query = CtrQuery.create(
+        start=dt.datetime.fromisoformat(p["start"]),
+        end=dt.datetime.fromisoformat(p["end"]),
+        granularity="hour",
+        group_by=["campaign_id"],
+    )
+    coverage = serving.coverage(snap)
+    sql, params = ctr_sql(
+        query,
+        batch=serving.relation_name(snap["batch/ctr"]),
+        speed=serving.relation_name(snap["speed/ctr"]),
+        covered="unused",
+        intervals=coverage.within(query.start, query.end),
+    )
+    rows = len(serving.ctr(query, snap).rows)
+    single: list[float] = []
+    with serving.cursor() as cur:
+        for _ in range(20):
+            started = time.perf_counter()
+            cur.execute(sql, params).fetchall()
+            single.append(time.perf_counter() - started)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    def worker() -> None:
+        with serving.cursor() as cur:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                cur.execute(sql, params).fetchall()
+                latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    serving.close()
+    return {
+        **_percentiles(latencies),
+        "requests_per_s": len(latencies) / duration_s,
+        "single_client_median_ms": statistics.median(single) * 1000,
+        "rows": rows,
+    }
+
+
+def main(events: int | None = None) -> dict[str, object]:
+    """``events`` is ignored (the lake's size is fixed: 24 h x COMBOS combinations)."""
+    import asyncio
+
+    import httpx
+
+    duration = float(os.environ.get("BENCH_SERVING_SECONDS", DURATION_S))
+    with tempfile.TemporaryDirectory(prefix="ctr-bench-serving-") as scratch:
+        lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
+        print("bench serving: writing the lake ...", flush=True)
+        rows = build_lake(lake)
+        port = free_port()
+        env = {
+            **os.environ,
+            "LAKE_ROOT": str(lake.lake_root),
+            "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+            "API_TOKEN": TOKEN,
+            "API_PORT": str(port),
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from cli.main import main; main()", "serve"], env=env
+        )
+        writer = SpeedWriter(lake)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the API server did not start")
+                time.sleep(0.2)
+            asyncio.run(_load(url, 2.0, CLIENTS))  # warm-up
+            writer.start()
+            print(f"bench serving: {CLIENTS} clients for {duration:.0f} s ...", flush=True)
+            latencies, errors = asyncio.run(_load(url, duration, CLIENTS))
+            writer.stop.set()
+            writer.join()
+            metrics = httpx.get(f"{url}/metrics").text
+        finally:
+            writer.stop.set()
+            server.terminate()
+            server.wait(timeout=30)
+        api = {
+            **_percentiles(latencies),
+            "requests_per_s": len(latencies) / duration,
+            "requests": len(latencies),
+            "errors": errors,
+            "speed_commits_during_run": writer.commits,
+        }
+        for line in metrics.splitlines():
+            if line.startswith(("ctr_api_cache_hits_total", "ctr_api_cache_misses_total")):
+                name, value = line.split()
+                api[name.removeprefix("ctr_api_")] = float(value)
+        print(f"bench serving: the floor, in-process DuckDB, {CLIENTS} threads ...", flush=True)
+        floor = _floor(lake, duration, CLIENTS)
+    result: dict[str, object] = {
+        "benchmark": "serving",
+        "query": dashboard_params(),
+        "lake_rows": rows,
+        "clients": CLIENTS,
+        "duration_s": duration,
+        "api": api,
+        "duckdb_floor": floor,
+        "p99_ratio": api["p99_ms"] / floor["p99_ms"],
+        "goal": "api p99 <= 50 ms and <= 2x the floor",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "serving.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"API (HTTP, {CLIENTS} clients): p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms, "
+        f"{api['requests_per_s']:,.0f} req/s, {errors} errors, "
+        f"{writer.commits} speed commits during the run\n"
+        f"DuckDB floor ({CLIENTS} threads): p50 {floor['p50_ms']:.1f} ms, "
+        f"p99 {floor['p99_ms']:.1f} ms, {floor['requests_per_s']:,.0f} q/s "
+        f"(one client: {floor['single_client_median_ms']:.1f} ms)\n"
+        f"p99 ratio API/floor: {result['p99_ratio']:.2f}"
+    )
+    return result

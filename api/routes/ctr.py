@@ -18,6 +18,7 @@ from views import DIMENSIONS
 router = APIRouter(prefix="/api/v1", tags=["ctr"])
 
 DEFAULT_RANGE: Final = dt.timedelta(hours=24)
+DEFAULT_LIMIT: Final = 10_000
 _COMMON: Final = frozenset({"start", "end", "granularity", "group_by", "order_by", "limit"})
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
 
@@ -50,7 +51,9 @@ def get_ctr(
             "dimension; '-' prefix for descending (e.g. -clicks). Default: bucket_start"
         ),
     ] = None,
-    limit: Annotated[int, Query(description="rows at most (API_MAX_ROWS caps it)")] = 10_000,
+    limit: Annotated[
+        int | None, Query(description="rows at most; default 10,000, at most API_MAX_ROWS")
+    ] = None,
     campaign_id: Filter = None,
     ad_id: Filter = None,
     site_id: Filter = None,
@@ -73,14 +76,14 @@ def get_ctr(
             group_by=_split(group_by),
             filters={name: v for name, v in values.items() if v},
             order_by=_split(order_by),
-            limit=limit,
+            limit=min(DEFAULT_LIMIT, settings.max_rows) if limit is None else limit,
             max_range=dt.timedelta(days=settings.max_range_days),
             max_limit=settings.max_rows,
         )
     except QueryError as exc:
         raise ParameterError(exc.parameter, exc.message) from None
     snapshot = serving.snapshot()
-    body = cache.get(("ctr", query, snapshot.key), lambda: render(serving.ctr(query, snapshot)))
+    body = cache.get(("ctr", query), snapshot.key, lambda: render(serving.ctr(query, snapshot)))
     return Response(body, media_type="application/json")
 
 

@@ -1,0 +1,85 @@
+"""The response cache: hits per snapshot version, single flight, stale answers within bounds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from api.response_cache import ResponseCache
+
+
+def test_hit_per_version_and_recompute_on_a_new_one() -> None:
+    cache = ResponseCache(8)
+    assert cache.get("q", 1, lambda: b"one") == b"one"
+    assert cache.get("q", 1, lambda: b"other") == b"one"
+    assert cache.get("q", 2, lambda: b"two") == b"two"
+    assert (cache.hits, cache.misses) == (1, 2)
+
+
+def test_concurrent_misses_compute_once() -> None:
+    cache = ResponseCache(8)
+    calls = 0
+    gate = threading.Event()
+
+    def compute() -> bytes:
+        nonlocal calls
+        calls += 1
+        gate.wait(5)
+        return b"body"
+
+    results: list[bytes] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.get("q", 1, compute)))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    gate.set()
+    for thread in threads:
+        thread.join()
+    assert (calls, results) == (1, [b"body"] * 8)
+
+
+def test_stale_answer_while_the_new_version_is_computed() -> None:
+    cache = ResponseCache(8, max_stale_s=60)
+    cache.get("q", 1, lambda: b"v1")
+    gate = threading.Event()
+
+    def slow() -> bytes:
+        gate.wait(5)
+        return b"v2"
+
+    assert cache.get("q", 2, slow) == b"v1"
+    gate.set()
+    deadline = time.monotonic() + 5
+    while cache.get("q", 2, slow) != b"v2":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    cache.close()
+
+
+def test_no_stale_answer_beyond_the_bound() -> None:
+    cache = ResponseCache(8, max_stale_s=0)
+    cache.get("q", 1, lambda: b"v1")
+    assert cache.get("q", 2, lambda: b"v2") == b"v2"
+
+
+def test_errors_reach_the_caller_and_are_not_cached() -> None:
+    cache = ResponseCache(8)
+
+    def fail() -> bytes:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        cache.get("q", 1, fail)
+    assert cache.get("q", 1, lambda: b"ok") == b"ok"
+
+
+def test_bounded() -> None:
+    cache = ResponseCache(2)
+    for key in ("a", "b", "c"):
+        cache.get(key, 1, key.encode)
+    assert cache.get("a", 1, lambda: b"recomputed") == b"recomputed"
