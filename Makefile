@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down test lint format kafka-up kafka-down kafka-status bench lock clean
+.PHONY: help setup demo demo-down airflow-up airflow-down test lint format kafka-up kafka-down kafka-status bench lock clean dashboard dashboard-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -22,6 +22,7 @@ demo-down:  ## stop what `make demo` started (archiver, then broker)
 	@bash infra/demo-down.sh
 
 test: setup  ## run the test suite (starts its own broker on a free port)
+	@bash infra/system-packages.sh chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup  ## ruff format --check, ruff check, mypy --strict
@@ -51,6 +52,13 @@ kafka-status: setup  ## brokers, topics, partitions, offsets
 bench: setup  ## run the benchmarks and print their figures (BENCH_ARGS="ingest" for one)
 	@bash infra/system-packages.sh kcat
 	$(PY) -m bench $(BENCH_ARGS)
+
+dashboard:  ## re-vendor the dashboard's chart library from npm (after changing dashboard/package.json)
+	@bash infra/build-dashboard.sh
+
+dashboard-screenshot: setup  ## run the dashboard browser test and refresh docs/dashboard.png
+	@bash infra/system-packages.sh chromium
+	CTR_DASHBOARD_SCREENSHOT=docs/dashboard.png $(PY) -m pytest tests/test_dashboard.py
 
 lock:  ## re-resolve constraints.txt from pyproject.toml in a scratch venv
 	@bash infra/lock.sh

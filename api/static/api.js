@@ -1,0 +1,83 @@
+// The dashboard's access to /api/v1: the bearer token and requests that fail loudly.
+
+const TOKEN_KEY = "ctr-lambda.api-token";
+const TIMEOUT_MS = 10000;
+
+/** The API refused the token (HTTP 401): ask for it again. */
+export class AuthError extends Error {}
+
+/** The API answered with an error status; `message` carries its detail. */
+export class ApiError extends Error {}
+
+/** The API could not be reached (network down, server stopped, timeout). */
+export class NetworkError extends Error {}
+
+/**
+ * Take a token from the URL fragment (`#token=...`) into local storage, and drop it from
+ * the address bar so it does not linger in history or screenshots.
+ */
+export function adoptTokenFromUrl() {
+  const fragment = new URLSearchParams(window.location.hash.slice(1));
+  const token = fragment.get("token");
+  if (token === null) return;
+  if (token) storeToken(token);
+  fragment.delete("token");
+  const rest = fragment.toString();
+  const url = window.location.pathname + window.location.search + (rest ? `#${rest}` : "");
+  window.history.replaceState(null, "", url);
+}
+
+export function storedToken() {
+  return window.localStorage.getItem(TOKEN_KEY) || "";
+}
+
+export function storeToken(token) {
+  window.localStorage.setItem(TOKEN_KEY, token.trim());
+}
+
+export function forgetToken() {
+  window.localStorage.removeItem(TOKEN_KEY);
+}
+
+/** GET `path` (relative to the page) with `params`; resolves to the decoded JSON body. */
+export async function getJson(path, params) {
+  const query = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== "") query.set(key, String(value));
+  }
+  const url = `${path}?${query}`;
+  const controller = new AbortController();
+  const timer = window.setTimeout(() => controller.abort(), TIMEOUT_MS);
+  let response;
+  try {
+    response = await fetch(url, {
+      headers: { Authorization: `Bearer ${storedToken()}`, Accept: "application/json" },
+      signal: controller.signal,
+      cache: "no-store",
+    });
+  } catch (err) {
+    const why = err.name === "AbortError" ? `no answer within ${TIMEOUT_MS / 1000} s` : err.message;
+    throw new NetworkError(`cannot reach the API (${path}): ${why}`);
+  } finally {
+    window.clearTimeout(timer);
+  }
+  if (response.status === 401) {
+    throw new AuthError("the API refused the token (401 Unauthorized)");
+  }
+  if (!response.ok) {
+    throw new ApiError(`${path} answered ${response.status}: ${await errorDetail(response)}`);
+  }
+  return response.json();
+}
+
+async function errorDetail(response) {
+  const text = await response.text();
+  try {
+    const { detail } = JSON.parse(text);
+    if (typeof detail === "string") return detail;
+    if (Array.isArray(detail)) return detail.map((d) => d.msg ?? JSON.stringify(d)).join("; ");
+    return JSON.stringify(detail ?? text);
+  } catch {
+    return text.slice(0, 300) || response.statusText;
+  }
+}

@@ -1,0 +1,311 @@
+// Chart.js charts of the dashboard, with provenance drawn into every mark:
+// exact (batch) solid, approximate (speed) dashed lines and hatched bars, mixed dotted and pale.
+
+const Chart = window.Chart;
+
+const BLUE = "#4c78a8";
+const ORANGE = "#f58518";
+const TEAL = "#2a7f62";
+
+// Least exact first: a segment between two buckets takes the less exact of their sources.
+const EXACTNESS = { batch: 0, mixed: 1, speed: 2 };
+const DASH = { batch: [], mixed: [2, 3], speed: [6, 4] };
+
+export const SOURCE_LABEL = {
+  batch: "exact (batch)",
+  speed: "approximate (speed)",
+  mixed: "mixed",
+};
+
+function hatch(color) {
+  const tile = document.createElement("canvas");
+  tile.width = 8;
+  tile.height = 8;
+  const g = tile.getContext("2d");
+  g.fillStyle = withAlpha(color, 0.22);
+  g.fillRect(0, 0, 8, 8);
+  g.strokeStyle = color;
+  g.lineWidth = 2;
+  g.beginPath();
+  g.moveTo(-2, 10);
+  g.lineTo(10, -2);
+  g.moveTo(6, 10);
+  g.lineTo(10, 6);
+  g.moveTo(-2, 2);
+  g.lineTo(2, -2);
+  g.stroke();
+  return g.createPattern(tile, "repeat");
+}
+
+function withAlpha(hex, alpha) {
+  const n = Number.parseInt(hex.slice(1), 16);
+  return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
+}
+
+/** Bar fill for a source: solid, hatched or pale. */
+function barFill(color) {
+  const patterns = { batch: color, speed: hatch(color), mixed: withAlpha(color, 0.45) };
+  return (source) => patterns[source] ?? withAlpha(color, 0.2);
+}
+
+function lessExact(a, b) {
+  return (EXACTNESS[a] ?? 2) >= (EXACTNESS[b] ?? 2) ? a : b;
+}
+
+/** Line options whose segments and points follow the sources of `points`. */
+function provenanceLine(color, sourceOf) {
+  const segmentSource = (ctx) => lessExact(sourceOf(ctx.p0DataIndex), sourceOf(ctx.p1DataIndex));
+  return {
+    borderColor: color,
+    backgroundColor: color,
+    borderWidth: 2,
+    pointRadius: 2.5,
+    pointHoverRadius: 5,
+    pointBackgroundColor: (ctx) => (sourceOf(ctx.dataIndex) === "batch" ? color : "#fff"),
+    pointBorderColor: color,
+    pointStyle: (ctx) => (sourceOf(ctx.dataIndex) === "mixed" ? "rectRot" : "circle"),
+    segment: {
+      borderDash: (ctx) => DASH[segmentSource(ctx)],
+      borderColor: (ctx) => (segmentSource(ctx) === "batch" ? color : withAlpha(color, 0.75)),
+    },
+    spanGaps: false,
+  };
+}
+
+function timeTicks(granularity) {
+  const pad = (n) => String(n).padStart(2, "0");
+  return (value) => {
+    const d = new Date(value);
+    const hm = `${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}`;
+    return granularity === "minute" ? hm : `${pad(d.getUTCDate())}.${pad(d.getUTCMonth() + 1)} ${hm}`;
+  };
+}
+
+const TICK_STEPS_MIN = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440];
+
+/** Tick positions on whole minutes/hours, at most about ten of them. */
+function roundTimeTicks(min, max) {
+  const minutes = (max - min) / 60_000;
+  const stepMs = (TICK_STEPS_MIN.find((s) => minutes / s <= 10) ?? 1440) * 60_000;
+  const ticks = [];
+  for (let t = Math.ceil(min / stepMs) * stepMs; t <= max; t += stepMs) ticks.push(t);
+  return ticks;
+}
+
+function formatTime(ms) {
+  return `${new Date(ms).toISOString().slice(0, 16).replace("T", " ")} UTC`;
+}
+
+const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)} %`);
+const pctTick = (x) => `${Number((100 * x).toFixed(2))} %`;
+const int = (x) => Math.round(x).toLocaleString("en-US");
+
+function baseOptions() {
+  return {
+    animation: false,
+    responsive: true,
+    maintainAspectRatio: false,
+    interaction: { mode: "nearest", axis: "x", intersect: false },
+    plugins: { legend: { labels: { boxWidth: 14, filter: (item) => !item.text.startsWith("_") } } },
+  };
+}
+
+function timeAxis(view) {
+  return {
+    type: "linear",
+    offset: false, // bars sit on their bucket start, like the line points
+    grid: { offset: false },
+    // Half a bucket of margin on each side, so the first and last bars are whole.
+    min: view.start - view.stepMs / 2,
+    max: view.end - view.stepMs / 2,
+    title: { display: true, text: "bucket start (UTC)" },
+    ticks: { callback: timeTicks(view.granularity), maxRotation: 0 },
+    afterBuildTicks: (axis) => {
+      axis.ticks = roundTimeTicks(axis.min, axis.max).map((value) => ({ value }));
+    },
+  };
+}
+
+/**
+ * The time-series charts: CTR with its 95 % interval, and impressions (bars) with clicks.
+ * `series` is one entry per bucket of the range: `{t, row}` with `row` null where no data.
+ */
+export class SeriesCharts {
+  constructor(ctrCanvas, volumeCanvas) {
+    this.series = [];
+    const sourceOf = (i) => this.series[i]?.row?.source;
+    const fill = barFill(BLUE);
+    this.ctr = new Chart(ctrCanvas, {
+      type: "line",
+      data: {
+        datasets: [
+          { label: "CTR", data: [], ...provenanceLine(TEAL, sourceOf) },
+          {
+            label: "_ci_low",
+            data: [],
+            pointRadius: 0,
+            borderWidth: 0,
+            spanGaps: false,
+          },
+          {
+            label: "95 % interval",
+            data: [],
+            pointRadius: 0,
+            borderWidth: 0,
+            backgroundColor: withAlpha(TEAL, 0.15),
+            fill: "-1",
+            spanGaps: false,
+          },
+        ],
+      },
+      options: {
+        ...baseOptions(),
+        scales: { x: { type: "linear" }, y: { beginAtZero: true, ticks: { callback: pctTick } } },
+        plugins: {
+          ...baseOptions().plugins,
+          tooltip: {
+            filter: (item) => item.datasetIndex === 0,
+            callbacks: {
+              title: (items) => formatTime(items[0].parsed.x),
+              label: (item) => {
+                const row = this.series[item.dataIndex].row;
+                return [
+                  `CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
+                  `${SOURCE_LABEL[row.source] ?? row.source}`,
+                ];
+              },
+            },
+          },
+        },
+      },
+    });
+    this.volume = new Chart(volumeCanvas, {
+      type: "bar",
+      data: {
+        datasets: [
+          {
+            type: "line",
+            label: "clicks",
+            data: [],
+            yAxisID: "clicks",
+            order: 0,
+            ...provenanceLine(ORANGE, sourceOf),
+          },
+          {
+            type: "bar",
+            label: "impressions",
+            data: [],
+            yAxisID: "impressions",
+            order: 1,
+            backgroundColor: (ctx) => fill(sourceOf(ctx.dataIndex)),
+            borderColor: BLUE,
+            borderWidth: 0,
+            barPercentage: 1,
+            categoryPercentage: 0.9,
+          },
+        ],
+      },
+      options: {
+        ...baseOptions(),
+        scales: {
+          x: { type: "linear" },
+          impressions: { position: "left", beginAtZero: true, title: { display: true, text: "impressions" } },
+          clicks: {
+            position: "right",
+            beginAtZero: true,
+            grid: { drawOnChartArea: false },
+            title: { display: true, text: "clicks" },
+          },
+        },
+        plugins: {
+          legend: {
+            labels: {
+              boxWidth: 14,
+              // The legend shows each series' colour; provenance has its own legend on the page.
+              generateLabels: (chart) =>
+                Chart.defaults.plugins.legend.labels.generateLabels(chart).map((item) => ({
+                  ...item,
+                  fillStyle: [ORANGE, BLUE][item.datasetIndex],
+                  strokeStyle: [ORANGE, BLUE][item.datasetIndex],
+                  lineDash: [],
+                })),
+            },
+          },
+          tooltip: {
+            callbacks: {
+              title: (items) => formatTime(items[0].parsed.x),
+              afterBody: (items) => SOURCE_LABEL[this.series[items[0].dataIndex].row?.source] ?? "",
+            },
+          },
+        },
+      },
+    });
+  }
+
+  update(view, series) {
+    this.series = series;
+    const at = (value) => series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
+    for (const chart of [this.ctr, this.volume]) {
+      chart.options.scales.x = timeAxis(view);
+    }
+    this.ctr.data.datasets[0].data = at((r) => r.ctr);
+    this.ctr.data.datasets[1].data = at((r) => r.ctr_ci_low);
+    this.ctr.data.datasets[2].data = at((r) => r.ctr_ci_high);
+    this.volume.data.datasets[0].data = at((r) => r.clicks);
+    this.volume.data.datasets[1].data = at((r) => r.impressions);
+    this.ctr.update("none");
+    this.volume.update("none");
+  }
+}
+
+/** A horizontal bar chart of CTR per value of one dimension; `rows` are already ranked. */
+export class BreakdownChart {
+  constructor(canvas, dimension) {
+    this.dimension = dimension;
+    this.rows = [];
+    const fill = barFill(TEAL);
+    this.chart = new Chart(canvas, {
+      type: "bar",
+      data: {
+        labels: [],
+        datasets: [
+          {
+            label: "CTR",
+            data: [],
+            backgroundColor: (ctx) => fill(this.rows[ctx.dataIndex]?.source),
+            borderColor: TEAL,
+            borderWidth: 1,
+          },
+        ],
+      },
+      options: {
+        ...baseOptions(),
+        indexAxis: "y",
+        interaction: { mode: "nearest", axis: "y", intersect: false },
+        scales: { x: { beginAtZero: true, ticks: { callback: pctTick, maxRotation: 0 } } },
+        plugins: {
+          legend: { display: false },
+          tooltip: {
+            callbacks: {
+              label: (item) => {
+                const row = this.rows[item.dataIndex];
+                return [
+                  `CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
+                  `${int(row.clicks)} clicks / ${int(row.impressions)} impressions`,
+                  SOURCE_LABEL[row.source] ?? row.source,
+                ];
+              },
+            },
+          },
+        },
+      },
+    });
+  }
+
+  update(rows) {
+    this.rows = rows;
+    this.chart.data.labels = rows.map((r) => r[this.dimension]);
+    this.chart.data.datasets[0].data = rows.map((r) => r.ctr);
+    this.chart.update("none");
+  }
+}
