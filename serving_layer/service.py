@@ -107,6 +107,7 @@ class ServingLayer:
         self._db.execute("SET TimeZone = 'UTC'")
         self._db.execute("SET parquet_metadata_cache = true")
         self._lock = threading.Lock()
+        self._derive_lock = threading.Lock()
         self._relations: dict[tuple[str, int | None], _Relation] = {}
         self._latest: dict[str, int | None] = {}
 
@@ -293,8 +294,11 @@ class ServingLayer:
         """A value computed once per table version (coverage intervals, row counts, …)."""
         relation = self._relation(table)
         if what not in relation.derived:
-            # Racing requests may both compute it; the results are equal.
-            relation.derived[what] = compute(relation.name)
+            # Once per version: concurrent first requests wait for one computation (some
+            # computations create a named table, which a second attempt could not).
+            with self._derive_lock:
+                if what not in relation.derived:
+                    relation.derived[what] = compute(relation.name)
         return cast(_T, relation.derived[what])
 
     def _scalar(self, sql: str) -> Any:

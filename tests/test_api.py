@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -332,6 +333,26 @@ def test_a_fresh_deployment_answers_empty(tmp_path: Path) -> None:
         )
         assert sql.json()["rows"] == [[0]]
         assert httpx.get(f"{url}/metrics").status_code == 200
+
+
+def test_concurrent_first_requests_of_a_new_version_all_succeed(
+    lake: LakeSettings, tmp_path: Path
+) -> None:
+    # A fresh server: each table version's derived relations are built on first use, by
+    # whichever of these requests gets there first.
+    queries = [{**RANGE, "granularity": g, "group_by": by} for g in ("minute", "hour", "day")
+               for by in ("campaign_id", "country", "device_type")]  # fmt: skip
+    for url in serve(ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0), lake):
+        with (
+            httpx.Client(base_url=url, headers=AUTH) as http,
+            concurrent.futures.ThreadPoolExecutor(len(queries)) as pool,
+        ):
+            codes = [r.status_code for r in pool.map(_ctr_getter(http), queries)]
+        assert codes == [200] * len(queries)
+
+
+def _ctr_getter(http: httpx.Client) -> Callable[[dict[str, str]], httpx.Response]:
+    return lambda params: http.get("/api/v1/ctr", params=params)
 
 
 def test_new_versions_are_served(lake: LakeSettings, client: httpx.Client) -> None:
