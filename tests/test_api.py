@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import concurrent.futures
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from api import ApiSettings, create_app
-from infra.broker import free_port
+from api import ApiSettings
 from infra.lake import LakeSettings
 from serving_layer import wilson_interval
+from tests.api_server import running_api
 from tests.lake_writer import (
     cover,
     ctr_row,
@@ -74,22 +71,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
 
 
 def serve(settings: ApiSettings, lake: LakeSettings) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, lake), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the API server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with running_api(settings, lake) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,14 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from pydantic import SecretStr
 
-from api.main import create_app
 from api.settings import ApiSettings
-from infra.broker import free_port
 from infra.lake import LakeSettings
 from tests import lake_writer
+from tests.api_server import running_api
 from tests.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
 from views import DIMENSIONS
 
@@ -140,22 +137,8 @@ def lake(tmp_path: Path) -> Lake:
 @pytest.fixture
 def api_url(lake: Lake) -> Iterator[str]:
     """The real API (``api.main.create_app``) under uvicorn on a free loopback port."""
-    app = create_app(ApiSettings(token=SecretStr(TOKEN)), lake.settings)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, name="dashboard-api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the API did not start (see the captured log)")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
+    with running_api(ApiSettings(token=SecretStr(TOKEN)), lake.settings) as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,0 +1,37 @@
+"""The real API (``api.main.create_app``) under uvicorn on a free loopback port (test support)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import uvicorn
+
+from api.main import create_app
+from api.settings import ApiSettings
+from infra.broker import free_port
+from infra.lake import LakeSettings
+
+
+@contextlib.contextmanager
+def running_api(settings: ApiSettings, lake: LakeSettings) -> Iterator[str]:
+    """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, lake), host="127.0.0.1", port=free_port(), log_level="warning"
+        )
+    )
+    thread = threading.Thread(target=server.run, name="test-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the API server did not start (see the captured log)")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
