@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +176,8 @@ def drive(
 ) -> int:
     """Wait for ``query`` (until it ends, or ``should_stop()``), reporting each new micro-batch;
     returns the rows it read. A query that failed raises RuntimeError naming ``name``."""
+    from pyspark.errors import StreamingQueryException
+
     seen_batch = -1
     rows = 0
     try:
@@ -182,7 +185,10 @@ def drive(
             if should_stop():
                 query.stop()
                 break
-            query.awaitTermination(poll_seconds)  # type: ignore[arg-type]  # seconds; floats work
+            try:
+                query.awaitTermination(poll_seconds)  # type: ignore[arg-type]  # floats work
+            except StreamingQueryException as exc:
+                raise RuntimeError(f"{name} stopped with an error: {cause_of(exc)}") from exc
             progress = progress_of(query)
             if progress is not None and progress.batch_id != seen_batch:
                 seen_batch = progress.batch_id
@@ -191,7 +197,7 @@ def drive(
                     on_progress(progress)
         exception = query.exception()
         if exception is not None:
-            raise RuntimeError(f"{name} stopped with an error: {exception}")
+            raise RuntimeError(f"{name} stopped with an error: {cause_of(exception)}")
     finally:
         if query.isActive:
             query.stop()
@@ -199,3 +205,17 @@ def drive(
         if int(progress_dict["batchId"]) > seen_batch:
             rows += int(progress_dict.get("numInputRows", 0))
     return rows
+
+
+_PYTHON_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def cause_of(exc: BaseException) -> str:
+    """The root cause of a failed query in one line: the Python error raised inside a data
+    source or foreachBatch function if there is one (Spark wraps it in pages of trace)."""
+    text = str(exc)
+    found = [m for m in _PYTHON_ERROR.finditer(text) if m.group(1) != "StreamingQueryException"]
+    if found:
+        kind, message = found[-1].group(1), found[-1].group(2).strip()
+        return f"{message} ({kind})"
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,233 @@
+"""Faults: a batch job killed mid-write, the API read while the batch layer rewrites what it
+serves, and a broker that lost its log. (SIGKILLs of the archiver and the speed job while
+traffic flows are in tests/test_archiver.py and tests/test_speed.py; `make test-faults` runs
+all of them longer.)"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import orjson
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pydantic import SecretStr
+from pyspark.sql import SparkSession
+
+from api.settings import ApiSettings
+from batch_layer.interval import Interval
+from batch_layer.job import run as run_batch
+from infra.broker import BrokerSettings, EmbeddedBroker, free_port
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.spark import SparkSettings
+from infra.topics import ensure_topics
+from ingest.producer import EventProducer
+from master_dataset.archiver import run as run_archiver
+from master_dataset.records import EVENTS_SCHEMA
+from speed_layer import run as run_speed
+from tests.api_server import running_api
+
+pytestmark = pytest.mark.faults
+
+CTR = str(Path(sys.executable).with_name("ctr"))
+ROUNDS = int(os.environ.get("CTR_FAULT_ROUNDS", "1"))
+TOKEN = "faults-test-token-0123456789"
+T0 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+INTERVAL = Interval(T0, T0 + dt.timedelta(hours=1))
+_RANGE = {"start": INTERVAL.start.isoformat(), "end": INTERVAL.end.isoformat()}
+
+
+def _events(n: int, seed: int, first_offset: int) -> pa.Table:
+    """``n`` master/events rows in INTERVAL: 1-in-10 clicks, over 4 ads."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        when = T0 + dt.timedelta(seconds=rng.randrange(3600))
+        rows.append(
+            {
+                "event_id": f"s{seed}-{i}", "event_type": "click" if i % 10 == 0 else "impression",
+                "event_time": when, "impression_id": f"i{seed}-{i}", "ad_id": f"ad-{i % 4}",
+                "campaign_id": "cmp-1", "site_id": "site-1", "country": "US",
+                "device_type": "mobile", "user_id": "u", "schema_version": 1,
+                "event_date": when.date(), "kafka_partition": 0,
+                "kafka_offset": first_offset + i, "ingest_time": when,
+            }
+        )  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=EVENTS_SCHEMA)
+
+
+def _view(lake: LakeSettings) -> Counter[tuple[object, ...]]:
+    rows = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table().to_pylist()
+    return Counter((r["bucket_start"], r["ad_id"], r["impressions"], r["clicks"]) for r in rows)
+
+
+def _coverage_versions(lake: LakeSettings) -> list[int]:
+    table = DeltaTable(lake.table("batch/coverage")).to_pyarrow_table()
+    return sorted(table.column("input_version").to_pylist())
+
+
+@pytest.fixture
+def rewritten_lake(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+) -> tuple[LakeSettings, Counter[tuple[object, ...]], int]:
+    """A lake whose INTERVAL is covered by a run over 2,000 events, then 1,000 more events
+    arrive: a rerun must replace the interval's rows. Returns (lake, old rows, new version)."""
+    write_deltalake(lake.events, _events(2000, seed=1, first_offset=0), partition_by="event_date")
+    run_batch(spark, INTERVAL, lake=lake, spark_settings=spark_settings)
+    old = _view(lake)
+    write_deltalake(lake.events, _events(1000, seed=2, first_offset=2000), mode="append")
+    return lake, old, DeltaTable(lake.events).version()
+
+
+def _kill_batch_at(step: str, lake: LakeSettings, env: dict[str, str]) -> None:
+    """Run `ctr batch` for INTERVAL and SIGKILL it (driver and JVM) once it prints ``step``."""
+    with subprocess.Popen(
+        [CTR, "batch", "--start", INTERVAL.start.isoformat(), "--end", INTERVAL.end.isoformat()],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    ) as process:  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            if step in line:
+                os.killpg(process.pid, signal.SIGKILL)
+                break
+        else:
+            pytest.fail(f"`ctr batch` ended without printing {step!r} (exit {process.wait()})")
+        process.wait(timeout=30)
+
+
+@pytest.mark.timeout(600)
+def test_a_batch_job_killed_mid_write_leaves_the_old_state_or_the_new_one(
+    spark: SparkSession,
+    rewritten_lake: tuple[LakeSettings, Counter[tuple[object, ...]], int],
+    spark_settings: SparkSettings,
+) -> None:
+    lake, old, version = rewritten_lake
+    covered_before = _coverage_versions(lake)
+    env = {**os.environ, "LAKE_ROOT": str(lake.lake_root), "COLUMNS": "200",
+           "SPARK_SHUFFLE_PARTITIONS": "2"}  # fmt: skip
+    seen_after_data_commit = []
+    # While the view's files are written, then between the view's commit and the coverage row.
+    for step in ["replacing", "recording coverage"] * ROUNDS:
+        _kill_batch_at(step, lake, env)
+        assert _coverage_versions(lake) == covered_before, "coverage without a finished run"
+        if step == "replacing":
+            assert _view(lake) == old, "a killed write must leave the interval's old rows"
+        else:
+            seen_after_data_commit.append(_view(lake))
+
+    run_batch(spark, INTERVAL, lake=lake, spark_settings=spark_settings)  # the rerun completes
+    new = _view(lake)
+    assert new != old
+    assert sum(r[2] + r[3] for r in new) == 3000  # type: ignore[operator]
+    assert all(view == new for view in seen_after_data_commit), "never a mix"
+    assert _coverage_versions(lake) == [*covered_before, version]
+
+
+@pytest.mark.timeout(600)
+def test_the_api_never_serves_half_a_rewrite(
+    spark: SparkSession,
+    rewritten_lake: tuple[LakeSettings, Counter[tuple[object, ...]], int],
+    spark_settings: SparkSettings,
+) -> None:
+    lake, old, _ = rewritten_lake
+    old_per_ad = _per_ad(old)
+    answers: list[dict[str, tuple[int, int]]] = []
+    errors: list[str] = []
+    done = threading.Event()
+
+    def load(url: str) -> None:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            while not done.is_set():
+                response = http.get(
+                    "/api/v1/ctr",
+                    params={**_RANGE, "granularity": "hour", "group_by": "ad_id"},
+                )
+                if response.status_code != 200:
+                    errors.append(response.text)
+                    continue
+                answers.append(
+                    {r["ad_id"]: (r["impressions"], r["clicks"]) for r in response.json()["rows"]}
+                )
+
+    settings = ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0)
+    with running_api(settings, lake) as url:
+        clients = [threading.Thread(target=load, args=(url,)) for _ in range(4)]
+        for client in clients:
+            client.start()
+        try:
+            time.sleep(1)
+            for _ in range(ROUNDS):
+                run_batch(spark, INTERVAL, lake=lake, spark_settings=spark_settings)
+            time.sleep(1)
+        finally:
+            done.set()
+            for client in clients:
+                client.join(timeout=60)
+    new_per_ad = _per_ad(_view(lake))
+    assert not errors
+    assert old_per_ad != new_per_ad
+    seen = Counter("old" if a == old_per_ad else "new" if a == new_per_ad else "mixed"
+                   for a in answers)  # fmt: skip
+    assert seen["mixed"] == 0, "a response mixed the old and the new rows"
+    assert seen["old"] > 0
+    assert seen["new"] > 0
+
+
+def _per_ad(view: Counter[tuple[object, ...]]) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
+    for (_, ad, impressions, clicks), n in view.items():
+        i, c = totals.get(str(ad), (0, 0))
+        totals[str(ad)] = (i + int(str(impressions)) * n, c + int(str(clicks)) * n)
+    return totals
+
+
+@pytest.mark.timeout(300)
+def test_a_broker_that_lost_its_log_is_reported_not_skipped(
+    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings, tmp_path: Path
+) -> None:
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", topic="restarted")
+    broker = EmbeddedBroker(kafka, BrokerSettings(run_dir=tmp_path / "run"))
+
+    def send(n: int) -> None:
+        event = {"event_type": "impression", "event_time": 1_790_000_000_000,
+                 "impression_id": "i", "ad_id": "a", "campaign_id": "c", "site_id": "s",
+                 "country": "US", "device_type": "mobile", "user_id": "u",
+                 "schema_version": 1}  # fmt: skip
+        with EventProducer(kafka) as producer:
+            producer.send_many([(orjson.dumps({**event, "event_id": f"e{i}"}), b"k")
+                                for i in range(n)])  # fmt: skip
+
+    broker.start()
+    try:
+        ensure_topics(kafka)
+        send(20)
+        assert run_archiver(spark, kafka=kafka, lake=lake, spark_settings=spark_settings,
+                            available_now=True) == 20  # fmt: skip
+        assert run_speed(spark, kafka=kafka, lake=lake, spark_settings=spark_settings,
+                         available_now=True) == 20  # fmt: skip
+        broker.stop()  # memory only: the log is gone
+        broker.start()
+        ensure_topics(kafka)
+        send(3)
+        for job in (run_archiver, run_speed):
+            started = time.monotonic()
+            with pytest.raises(RuntimeError, match="lost records") as caught:
+                job(spark, kafka=kafka, lake=lake, spark_settings=spark_settings,
+                    available_now=True)  # fmt: skip
+            assert "failOnDataLoss=false" in str(caught.value)
+            assert time.monotonic() - started < 120  # reported, not a hang
+    finally:
+        broker.stop()
+    assert DeltaTable(lake.events).count() == 20  # nothing skipped silently
