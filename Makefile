@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down test lint format kafka-up kafka-down kafka-status bench lock clean dashboard dashboard-screenshot
+.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench lock clean dashboard dashboard-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ demo-down:  ## stop what `make demo` started (archiver, then broker)
 test: setup  ## run the test suite (starts its own broker on a free port)
 	@bash infra/system-packages.sh chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-faults: setup  ## the fault tests only, each fault repeated CTR_FAULT_ROUNDS times (default 5)
+	CTR_FAULT_ROUNDS=$${CTR_FAULT_ROUNDS:-5} $(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 lint: setup  ## ruff format --check, ruff check, mypy --strict
 	$(VENV)/bin/ruff format --check .

@@ -52,6 +52,9 @@ class ArchiverSettings(BaseSettings):
     trigger_seconds: float = Field(default=10.0, gt=0)
     max_offsets_per_trigger: int = Field(default=1_000_000, ge=1)
     starting_offsets: str = "earliest"
+    # Offsets the checkpoint expects but the log no longer holds (retention, a lost broker):
+    # stop and say so (true), or skip to the earliest offset still there (false).
+    fail_on_data_loss: bool = True
     checkpoint_name: str = "archiver"
     # "tasks": each Spark task parses its records and writes both tables' Parquet files in one
     # pass; the driver commits them (the Python Delta sink only). "dataframe": parse with
@@ -79,6 +82,7 @@ def build_query(
         spark_settings=spark_settings,
         startingOffsets=settings.starting_offsets,
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
+        failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
     if settings.write_path == "tasks":
         if spark_settings.delta_format != PYTHON_DELTA_FORMAT:

@@ -63,6 +63,8 @@ class SpeedSettings(BaseSettings):
     # Where a first start (no checkpoint) begins: the whole retained log by default.
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
+    # Offsets the checkpoint expects but the log no longer holds: stop (true) or skip (false).
+    fail_on_data_loss: bool = True
     checkpoint_name: str = "speed"
     # Spark tasks reading Kafka per micro-batch (Python Kafka source): default, the cluster's
     # default parallelism (local[2]: 2), so a small batch is read in one wave.
@@ -103,6 +105,7 @@ def build_query(
     options = {
         "startingOffsets": settings.starting_offsets,
         "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
+        "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
     }
     if spark_settings.kafka_format == PYTHON_KAFKA_FORMAT:
         # Seconds matter: read the few records of a micro-batch in one wave of tasks.

@@ -24,6 +24,7 @@ from ingest.produce import ProduceSummary, produce
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from master_dataset.archiver import ArchiverSettings, run
+from tests import faults
 from tests.consume import read_topic
 
 CTR = str(Path(sys.executable).with_name("ctr"))
@@ -93,7 +94,8 @@ def test_available_now_archives_every_record_once(
     assert DeltaTable(lake.events).version() == version
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.faults
+@pytest.mark.timeout(faults.timeout(600))
 def test_sigkill_and_restart_never_loses_or_repeats_a_record(
     kafka_env: dict[str, str], topics: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -121,7 +123,7 @@ def test_sigkill_and_restart_never_loses_or_repeats_a_record(
     rng = random.Random(1)
     kills = 0
     try:
-        for _ in range(3):
+        for _ in range(3 * faults.ROUNDS):
             # Its own process group: SIGKILL takes the Python driver and Spark's JVM down
             # together, as a crash of the machine or container would.
             process = subprocess.Popen(
@@ -136,7 +138,7 @@ def test_sigkill_and_restart_never_loses_or_repeats_a_record(
     finally:
         stop.set()
         producer_thread.join(timeout=60)
-    assert kills == 3
+    assert kills == 3 * faults.ROUNDS
     env["ARCHIVER_MAX_OFFSETS_PER_TRIGGER"] = "100000"
     done = subprocess.run([CTR, "archive", "--available-now"], env=env, capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip

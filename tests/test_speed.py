@@ -33,6 +33,7 @@ from ingest.produce import produce
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from speed_layer import SpeedSettings, SpeedStateError, read_status, reset, run
+from tests import faults
 from tests.consume import read_topic
 from views.ctr import ctr as the_view
 
@@ -234,7 +235,8 @@ def _exact_counts(topics: KafkaSettings) -> Counter[tuple[object, ...]]:
     return counts
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.faults
+@pytest.mark.timeout(faults.timeout(600))
 def test_sigkill_and_restart_never_count_a_bucket_twice(
     kafka_env: dict[str, str], topics: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -261,7 +263,7 @@ def test_sigkill_and_restart_never_count_a_bucket_twice(
     producer_thread.start()
     rng = random.Random(3)
     try:
-        for _ in range(3):
+        for _ in range(3 * faults.ROUNDS):
             # Its own process group: SIGKILL takes the driver and Spark's JVM down together.
             process = subprocess.Popen(
                 [CTR, "speed"], env=env, stdout=subprocess.DEVNULL,
