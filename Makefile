@@ -53,7 +53,7 @@ kafka-status: setup  ## brokers, topics, partitions, offsets
 	@$(CTR) kafka status
 
 bench: setup  ## run the benchmarks and print their figures (BENCH_ARGS="ingest" for one)
-	@bash infra/system-packages.sh kcat
+	@bash infra/system-packages.sh kcat wrk
 	$(PY) -m bench $(BENCH_ARGS)
 
 dashboard:  ## re-vendor the dashboard's chart library from npm (after changing dashboard/package.json)

@@ -1,4 +1,7 @@
-"""Dependencies for route signatures: settings, the serving layer, the token check."""
+"""Dependencies for route signatures: settings, the serving layer, the token check.
+
+All ``async``: they never block, and FastAPI runs a plain ``def`` dependency in its thread pool,
+a thread hop per dependency per request."""
 
 from __future__ import annotations
 
@@ -15,17 +18,17 @@ from serving_layer import ServingLayer
 _bearer = HTTPBearer(auto_error=False, description="API_TOKEN of the server")
 
 
-def get_settings(request: Request) -> ApiSettings:
+async def get_settings(request: Request) -> ApiSettings:
     settings: ApiSettings = request.app.state.settings
     return settings
 
 
-def get_serving(request: Request) -> ServingLayer:
+async def get_serving(request: Request) -> ServingLayer:
     serving: ServingLayer = request.app.state.serving
     return serving
 
 
-def get_cache(request: Request) -> ResponseCache:
+async def get_cache(request: Request) -> ResponseCache:
     cache: ResponseCache = request.app.state.cache
     return cache
 
@@ -35,7 +38,7 @@ ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 CacheDep = Annotated[ResponseCache, Depends(get_cache)]
 
 
-def require_token(
+async def require_token(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

@@ -44,28 +44,24 @@ class ResponseCache:
     def close(self) -> None:
         self._background.shutdown(wait=False, cancel_futures=True)
 
+    def peek(self, key: Hashable, version: Hashable, compute: Callable[[], bytes]) -> bytes | None:
+        """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one, while
+        ``compute`` refreshes it in the background) if there is one; never blocks on a
+        computation, so an event loop may call it. None: call :meth:`get` (in a thread)."""
+        if self.entries == 0:
+            return None
+        with self._lock:
+            return self._cached(key, version, compute)
+
     def get(self, key: Hashable, version: Hashable, compute: Callable[[], bytes]) -> bytes:
         """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one)."""
         if self.entries == 0:
             return compute()
         with self._lock:
-            entry = self._data.get(key)
-            if entry is not None:
-                self._data.move_to_end(key)
-                if entry.version == version:
-                    self.hits += 1
-                    return entry.body
+            body = self._cached(key, version, compute)
+            if body is not None:
+                return body
             pending = self._pending.get((key, version))
-            fresh_enough = (
-                entry is not None and time.monotonic() - entry.computed_at <= self.max_stale_s
-            )
-            if fresh_enough and entry is not None:
-                self.stale_hits += 1
-                if pending is None:
-                    future: Future[bytes] = Future()
-                    self._pending[(key, version)] = future
-                    self._background.submit(self._fill, key, version, compute, future)
-                return entry.body
             owner = pending is None
             if pending is None:
                 pending = self._pending[(key, version)] = Future()
@@ -75,6 +71,26 @@ class ResponseCache:
         if owner:
             self._fill(key, version, compute, pending)
         return pending.result()
+
+    def _cached(
+        self, key: Hashable, version: Hashable, compute: Callable[[], bytes]
+    ) -> bytes | None:
+        """Under the lock: a current entry, or a stale one fresh enough (starting its refresh)."""
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        self._data.move_to_end(key)
+        if entry.version == version:
+            self.hits += 1
+            return entry.body
+        if time.monotonic() - entry.computed_at > self.max_stale_s:
+            return None
+        self.stale_hits += 1
+        if (key, version) not in self._pending:
+            future: Future[bytes] = Future()
+            self._pending[(key, version)] = future
+            self._background.submit(self._fill, key, version, compute, future)
+        return entry.body
 
     def _fill(
         self, key: Hashable, version: Hashable, compute: Callable[[], bytes], future: Future[bytes]

@@ -129,6 +129,13 @@ class SnapshotSource:
         self._refreshed_at = float("-inf")
         self._lock = threading.Lock()
 
+    def cached(self) -> LakeSnapshot | None:
+        """The latest snapshot if no refresh is due (no I/O, for an event loop), else None."""
+        current = self._current
+        if current is not None and time.monotonic() - self._refreshed_at < self.refresh_s:
+            return current
+        return None
+
     def current(self) -> LakeSnapshot:
         now = time.monotonic()
         current = self._current

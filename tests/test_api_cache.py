@@ -83,3 +83,28 @@ def test_bounded() -> None:
     for key in ("a", "b", "c"):
         cache.get(key, 1, key.encode)
     assert cache.get("a", 1, lambda: b"recomputed") == b"recomputed"
+
+
+def test_peek_answers_from_the_cache_and_never_computes_on_the_caller() -> None:
+    cache = ResponseCache(8, max_stale_s=60)
+
+    def must_not_run() -> bytes:
+        raise AssertionError("peek computed on the caller's thread")
+
+    assert cache.peek("q", 1, must_not_run) is None  # a miss: the caller goes to get()
+    assert cache.get("q", 1, lambda: b"v1") == b"v1"
+    assert cache.peek("q", 1, must_not_run) == b"v1"
+    gate = threading.Event()
+
+    def refresh() -> bytes:
+        gate.wait(5)
+        return b"v2"
+
+    assert cache.peek("q", 2, refresh) == b"v1"  # stale, while the background computes v2
+    gate.set()
+    deadline = time.monotonic() + 5
+    while cache.peek("q", 2, must_not_run) != b"v2":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    cache.close()
+    assert ResponseCache(0).peek("q", 1, must_not_run) is None  # caching off

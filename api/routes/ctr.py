@@ -7,6 +7,7 @@ from typing import Annotated, Final
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from api.deps import CacheDep, ServingDep, SettingsDep
 from api.errors import ParameterError
@@ -29,7 +30,7 @@ Filter = Annotated[list[str] | None, Query(description="keep rows with this valu
     responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}},
     summary="CTR per time bucket: batch where covered, speed elsewhere",
 )
-def get_ctr(
+async def get_ctr(
     request: Request,
     serving: ServingDep,
     settings: SettingsDep,
@@ -82,8 +83,18 @@ def get_ctr(
         )
     except QueryError as exc:
         raise ParameterError(exc.parameter, exc.message) from None
-    snapshot = serving.snapshot()
-    body = cache.get(("ctr", query), snapshot.key, lambda: render(serving.ctr(query, snapshot)))
+    # On the event loop while nothing blocks (a cached answer of a current snapshot, the usual
+    # case); reading Delta logs and querying DuckDB go to the thread pool.
+    cached = serving.snapshots.cached()
+    snapshot = cached if cached is not None else await run_in_threadpool(serving.snapshot)
+    key = ("ctr", query)
+
+    def compute() -> bytes:
+        return render(serving.ctr(query, snapshot))
+
+    body = cache.peek(key, snapshot.key, compute)
+    if body is None:
+        body = await run_in_threadpool(cache.get, key, snapshot.key, compute)
     return Response(body, media_type="application/json")
 
 
