@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench lock clean dashboard dashboard-screenshot
+.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table lock clean dashboard dashboard-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -52,9 +52,12 @@ kafka-down:  ## stop the embedded broker
 kafka-status: setup  ## brokers, topics, partitions, offsets
 	@$(CTR) kafka status
 
-bench: setup  ## run the benchmarks and print their figures (BENCH_ARGS="ingest" for one)
+bench: setup  ## run the benchmarks, write the results table (BENCH_ARGS="ingest" for one)
 	@bash infra/system-packages.sh kcat wrk
 	$(PY) -m bench $(BENCH_ARGS)
+
+bench-table: setup  ## rebuild bench/results/RESULTS.md and the README's table from the last results
+	$(PY) -m bench.report
 
 dashboard:  ## re-vendor the dashboard's chart library from npm (after changing dashboard/package.json)
 	@bash infra/build-dashboard.sh

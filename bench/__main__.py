@@ -1,11 +1,18 @@
-"""`python -m bench [NAME ...]`: run benchmarks (all by default) and print their figures."""
+"""`python -m bench [NAME ...]`: run benchmarks (all by default), print their figures, and write
+the results table (bench/results/RESULTS.md and results.json, and the README's table).
+
+A benchmark that fails is reported and recorded as failed; the others still run. The exit
+status is 1 when any failed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+import traceback
 
-from bench import archive, batch, ingest, serving, speed
+from bench import archive, batch, ingest, report, serving, speed
 
 BENCHMARKS = {
     "ingest": ingest.main,
@@ -17,12 +24,36 @@ BENCHMARKS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="default: all")
     parser.add_argument("--events", type=int, help="events per run (default: each benchmark's)")
+    parser.add_argument("--no-readme", action="store_true", help="leave README.md's table alone")
     args = parser.parse_args(argv)
+    failed = []
     for name in args.names or list(BENCHMARKS):
-        BENCHMARKS[name](events=args.events)
+        started = time.monotonic()
+        print(f"=== bench {name}", flush=True)
+        try:
+            BENCHMARKS[name](events=args.events)
+        except (Exception, SystemExit) as exc:  # one broken benchmark must not hide the rest
+            traceback.print_exc()
+            print(f"=== bench {name}: FAILED ({type(exc).__name__}: {exc})", flush=True)
+            report.record_failure(name, exc)
+            failed.append(name)
+            continue
+        report.clear_failure(name)
+        print(f"=== bench {name}: done in {time.monotonic() - started:.0f} s", flush=True)
+    rows = report.write(readme=None if args.no_readme else report.README)
+    print("\n" + report.table(rows))
+    print(f"\nbench: results in {report.RESULTS}/RESULTS.md and results.json"
+          + ("" if args.no_readme else "; README.md's performance table updated"))  # fmt: skip
+    if failed:
+        print(f"bench: FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,0 +1,267 @@
+"""The benchmarks' results in one table: ``bench/results/RESULTS.md`` and ``results.json``, and
+the same Markdown table in the README's performance section.
+
+Each benchmark writes ``bench/results/<name>.json``; the report is built from whichever of those
+files exist, so running one benchmark refreshes its row and keeps the others. A benchmark that
+failed leaves ``<name>.error.json`` instead, and its row says so.
+
+``python -m bench.report`` (``make bench-table``) rebuilds the table without running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("bench/results")
+README = Path("README.md")
+ORDER = ("ingest", "archive", "batch", "speed", "serving")
+TABLE_START = "<!-- bench-table:start -->"
+TABLE_END = "<!-- bench-table:end -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One benchmark's headline: what we measured, against what, and whether the goal is met."""
+
+    benchmark: str
+    measured: str
+    reference: str
+    ratio: str
+    goal: str
+    met: bool | None  # None: no result (failed or not run)
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{float(value):,.{digits}f}"
+
+
+def _ingest(r: Mapping[str, Any]) -> Row:
+    return Row(
+        "ingest",
+        f"{_num(r['project_events_per_s'])} events/s "
+        f"(project producer, {_num(r['events'])} events)",
+        f"`kcat -P` {_num(r['kcat_events_per_s'])} events/s",
+        f"{r['ratio']:.2f}",
+        "ratio ≥ 0.7",
+        r["ratio"] >= 0.7,
+    )
+
+
+def _archive(r: Mapping[str, Any]) -> Row:
+    batches = r.get("batches") or []
+    warm = f"; warm micro-batch {_num(batches[-1]['rows_per_s'])}/s" if len(batches) > 1 else ""
+    return Row(
+        "archive",
+        f"{_num(r['events_per_s'])} records/s ({_num(r['events'])} records{warm})",
+        "—",
+        "—",
+        "≥ 100,000 records/s",
+        r["events_per_s"] >= 100_000,
+    )
+
+
+def _batch(r: Mapping[str, Any]) -> Row:
+    return Row(
+        "batch",
+        f"{r['spark_seconds']:.1f} s (Spark batch job, {_num(r['events'])} events)",
+        f"DuckDB {r['duckdb_seconds']:.1f} s, same view",
+        f"{r['ratio']:.2f}",
+        "ratio ≤ 3",
+        r["ratio"] <= 3,
+    )
+
+
+def _speed(r: Mapping[str, Any]) -> Row:
+    p95 = r.get("p95_s")
+    return Row(
+        "speed",
+        f"freshness at 5,000 events/s: p50 {r['p50_s']} s, p95 {p95} s, max {r['max_s']} s; "
+        f"sustained {_num(r['highest_sustained_rate'])} events/s",
+        "—",
+        "—",
+        "p95 ≤ 3 s",
+        p95 is not None and p95 <= 3,
+    )
+
+
+def _serving(r: Mapping[str, Any]) -> Row:
+    api, floor = r["api"], r["duckdb_floor"]
+    return Row(
+        "serving",
+        f"HTTP, {r['clients']} clients: p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms, "
+        f"{_num(api['requests_per_s'])} req/s, {_num(api.get('errors', 0))} errors",
+        f"in-process DuckDB p99 {floor['p99_ms']:.1f} ms",
+        f"{r['p99_ratio']:.2f}",
+        "p99 ≤ 50 ms and ≤ 2× floor",
+        api["p99_ms"] <= 50 and r["p99_ratio"] <= 2,
+    )
+
+
+SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
+    "ingest": _ingest,
+    "archive": _archive,
+    "batch": _batch,
+    "speed": _speed,
+    "serving": _serving,
+}
+
+
+def summarize(name: str, result: Mapping[str, Any] | None, error: str | None = None) -> Row:
+    """The row for one benchmark; a result missing a figure is reported, not raised."""
+    if result is None:
+        return Row(name, f"failed: {error}" if error else "not run", "—", "—", "", None)
+    try:
+        return SUMMARIES[name](result)
+    except (KeyError, TypeError, ValueError) as exc:
+        return Row(name, f"unreadable result ({type(exc).__name__}: {exc})", "—", "—", "", None)
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+
+    def first(path: str, prefix: str) -> str | None:
+        try:
+            for line in Path(path).read_text().splitlines():
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip() if ":" in line else line
+        except OSError:
+            return None
+        return None
+
+    memory = first("/proc/meminfo", "MemTotal")
+    os_name = first("/etc/os-release", "PRETTY_NAME=")
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    java_line = (java.stderr or java.stdout).splitlines()[:1]
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "cpu": first("/proc/cpuinfo", "model name") or platform.processor() or platform.machine(),
+        "cores": str(os.cpu_count()),
+        "memory": f"{int(memory.split()[0]) / 1024**2:.0f} GiB" if memory else "unknown",
+        "os": (os_name.split("=", 1)[1].strip('"') if os_name else platform.platform()),
+        "python": platform.python_version(),
+        "java": java_line[0] if java_line else "unknown",
+        "pyspark": version("pyspark"),
+        "duckdb": version("duckdb"),
+        "deltalake": version("deltalake"),
+    }
+
+
+def load(results: Path = RESULTS) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+    """name -> (result, error) for every benchmark with a file in ``results``."""
+    found: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+    for name in ORDER:
+        result_file, error_file = results / f"{name}.json", results / f"{name}.error.json"
+        if result_file.exists():
+            found[name] = (json.loads(result_file.read_text()), None)
+        elif error_file.exists():
+            found[name] = (None, json.loads(error_file.read_text()).get("error", "unknown error"))
+    return found
+
+
+def record_failure(name: str, error: BaseException, results: Path = RESULTS) -> None:
+    """Replace a benchmark's last result by its failure, so the table never shows stale figures
+    for a run that broke."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{name}.json").unlink(missing_ok=True)
+    text = f"{type(error).__name__}: {error}".strip()
+    (results / f"{name}.error.json").write_text(json.dumps({"error": text}, indent=2) + "\n")
+
+
+def clear_failure(name: str, results: Path = RESULTS) -> None:
+    (results / f"{name}.error.json").unlink(missing_ok=True)
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| benchmark | measured | reference | ratio | goal | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        met = {True: "yes", False: "**no**", None: "—"}[row.met]
+        cells = [row.benchmark, row.measured, row.reference, row.ratio, row.goal, met]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(rows: list[Row], host: Mapping[str, str], when: str) -> str:
+    described = (
+        f"{host['cpu']}, {host['cores']} cores, {host['memory']}, {host['os']}; Python "
+        f"{host['python']}, {host['java']}, pyspark {host['pyspark']}, duckdb {host['duckdb']}, "
+        f"deltalake {host['deltalake']}"
+    )
+    return f"{table(rows)}\n\nMeasured {when} on: {described}.\n"
+
+
+def update_readme(readme: Path, block: str) -> bool:
+    """Put ``block`` between the README's table markers; False when the markers are missing."""
+    text = readme.read_text()
+    pattern = re.compile(re.escape(TABLE_START) + r".*?" + re.escape(TABLE_END), re.DOTALL)
+    if not pattern.search(text):
+        return False
+    replaced = pattern.sub(lambda _: f"{TABLE_START}\n{block}{TABLE_END}", text, count=1)
+    readme.write_text(replaced)
+    return True
+
+
+def write(results: Path = RESULTS, readme: Path | None = README) -> list[Row]:
+    """Build RESULTS.md and results.json from the per-benchmark files (and the README table)."""
+    found = load(results)
+    rows = [summarize(name, *found[name]) for name in ORDER if name in found]
+    host = machine()
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    block = markdown(rows, host, when)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "RESULTS.md").write_text(f"# Benchmark results\n\n{block}")
+    payload = {
+        "generated": when,
+        "machine": host,
+        "rows": [row.__dict__ for row in rows],
+        "results": {name: result for name, (result, _) in found.items() if result is not None},
+        "failures": {name: error for name, (_, error) in found.items() if error is not None},
+    }
+    (results / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
+    if readme is not None and readme.exists() and not update_readme(readme, block):
+        print(f"bench: {readme} has no {TABLE_START} marker; the table is only in {results}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="default: %(default)s")
+    parser.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    args = parser.parse_args(argv)
+    if not load(args.results):
+        print(f"bench: no results in {args.results}; run `make bench` first", file=sys.stderr)
+        return 1
+    rows = write(args.results, None if args.no_readme else README)
+    print(table(rows))
+    print(f"\nbench: wrote {args.results / 'RESULTS.md'} and {args.results / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The benchmark results table: rows from each benchmark's result file, failures recorded, the
+README's table replaced between its markers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bench.__main__ as bench_main
+from bench import report
+
+INGEST: dict[str, Any] = {
+    "events": 1_000_000,
+    "project_events_per_s": 440_941,
+    "kcat_events_per_s": 595_481,
+    "ratio": 0.74,
+}
+ARCHIVE: dict[str, Any] = {
+    "events": 2_000_000,
+    "events_per_s": 68_027,
+    "batches": [
+        {"rows": 1_000_000, "rows_per_s": 50_000},
+        {"rows": 1_000_000, "rows_per_s": 102_218},
+    ],
+}
+BATCH: dict[str, Any] = {
+    "events": 10_000_000,
+    "spark_seconds": 41.6,
+    "duckdb_seconds": 5.9,
+    "ratio": 7.05,
+}
+SPEED: dict[str, Any] = {
+    "p50_s": 1.12,
+    "p95_s": 1.6,
+    "max_s": 1.78,
+    "highest_sustained_rate": 40_000,
+}
+SERVING: dict[str, Any] = {
+    "clients": 32,
+    "api": {"p50_ms": 20.0, "p99_ms": 60.0, "requests_per_s": 1500.0, "errors": 0},
+    "duckdb_floor": {"p99_ms": 40.0},
+    "p99_ratio": 1.5,
+}
+
+
+def _write(results: Path, name: str, payload: dict[str, Any]) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{name}.json").write_text(json.dumps(payload))
+
+
+def test_each_benchmark_has_its_headline_and_goal() -> None:
+    rows = {
+        name: report.summarize(name, result)
+        for name, result in [("ingest", INGEST), ("archive", ARCHIVE), ("batch", BATCH),
+                             ("speed", SPEED), ("serving", SERVING)]
+    }  # fmt: skip
+    assert rows["ingest"].measured.startswith("440,941 events/s")
+    assert (rows["ingest"].ratio, rows["ingest"].met) == ("0.74", True)
+    assert "warm micro-batch 102,218/s" in rows["archive"].measured
+    assert rows["archive"].met is False
+    assert (rows["batch"].ratio, rows["batch"].met) == ("7.05", False)
+    assert "p95 1.6 s" in rows["speed"].measured
+    assert rows["speed"].met is True
+    # p99 60 ms is within 2x the floor but above 50 ms: both halves of the goal count.
+    assert (rows["serving"].ratio, rows["serving"].met) == ("1.50", False)
+    serving_ok = {**SERVING, "api": {**SERVING["api"], "p99_ms": 45.0}}
+    assert report.summarize("serving", serving_ok).met is True
+
+
+def test_a_failed_or_malformed_result_is_a_row_not_a_crash() -> None:
+    assert report.summarize("speed", None, "RuntimeError: ctr speed did not start").measured == (
+        "failed: RuntimeError: ctr speed did not start"
+    )
+    broken = report.summarize("batch", {"events": 1})
+    assert broken.met is None
+    assert "unreadable result (KeyError" in broken.measured
+
+
+def test_write_builds_the_files_and_replaces_only_the_readme_table(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    _write(results, "ingest", INGEST)
+    _write(results, "batch", BATCH)
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"# x\n\nbefore\n{report.TABLE_START}\nold table\n{report.TABLE_END}\nafter\n"
+    )
+
+    rows = report.write(results, readme)
+
+    assert [r.benchmark for r in rows] == ["ingest", "batch"]
+    text = readme.read_text()
+    assert "old table" not in text
+    assert text.startswith("# x\n\nbefore\n")
+    assert "after\n" in text
+    assert "| ingest | 440,941 events/s" in text
+    assert "| batch | 41.6 s" in text
+    assert "cores" in text  # the machine description
+    payload = json.loads((results / "results.json").read_text())
+    assert payload["results"]["batch"]["ratio"] == 7.05
+    assert payload["failures"] == {}
+    assert payload["machine"]["cores"]
+    assert (results / "RESULTS.md").read_text().startswith("# Benchmark results")
+    report.write(results, readme)  # idempotent: one table, still between the markers
+    assert readme.read_text().count(report.TABLE_START) == 1
+
+
+def test_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("no table here\n")
+    assert report.update_readme(readme, "| t |\n") is False
+    assert readme.read_text() == "no table here\n"
+
+
+def test_bench_runs_the_rest_after_a_failure_and_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(Path("bench/results"), "batch", BATCH)  # a stale success, about to fail
+
+    def fails(events: int | None = None) -> dict[str, object]:
+        raise RuntimeError("broker gone")
+
+    def succeeds(events: int | None = None) -> dict[str, object]:
+        _write(Path("bench/results"), "ingest", INGEST)
+        return INGEST
+
+    monkeypatch.setattr(bench_main, "BENCHMARKS", {"batch": fails, "ingest": succeeds})
+    assert bench_main.main(["batch", "ingest", "--no-readme"]) == 1
+
+    payload = json.loads(Path("bench/results/results.json").read_text())
+    assert payload["failures"] == {"batch": "RuntimeError: broker gone"}
+    assert set(payload["results"]) == {"ingest"}
+    assert not Path("bench/results/batch.json").exists()  # no stale figures for a broken run
+    assert bench_main.main(["ingest", "--no-readme"]) == 0
