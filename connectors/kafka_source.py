@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
@@ -65,6 +66,11 @@ _ARROW_SCHEMA = pa.schema(
 # confluent-kafka timestamp types -> Java's TimestampType ids, as Spark reports them.
 _TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
 _BATCH_ROWS = 20_000
+# Record timestamps are whatever the producer set (CreateTime). Outside years 1-9999 they are
+# null: Spark's own source fails on an overflowing one (a poison pill that stops the query for
+# good) and Python tools cannot render them; -1 (no timestamp) stays 1969, as Spark reports it.
+_MIN_TIMESTAMP_MS = -62_135_596_800_000  # 0001-01-01
+_MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999
 
 Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": next offset}}
 
@@ -502,6 +508,14 @@ def _fetch(consumer: Consumer, options: KafkaOptions, part: KafkaRange) -> Itera
         )
 
 
+def _timestamps(millis: pa.Int64Array) -> pa.Array:
+    in_range = pc.and_(
+        pc.greater_equal(millis, _MIN_TIMESTAMP_MS), pc.less_equal(millis, _MAX_TIMESTAMP_MS)
+    )
+    kept = pc.if_else(in_range, millis, pa.scalar(None, pa.int64()))
+    return kept.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+
+
 def _batch(
     part: KafkaRange,
     keys: list[Any],
@@ -518,9 +532,7 @@ def _batch(
             pa.array([part.topic] * n, pa.string()),
             pa.array([part.partition] * n, pa.int32()),
             pa.array(offsets, pa.int64()),
-            pa.array(stamps, pa.int64())
-            .cast(pa.timestamp("ms", tz="UTC"))
-            .cast(pa.timestamp("us", tz="UTC")),
+            _timestamps(pa.array(stamps, pa.int64())),
             pa.array(kinds, pa.int32()),
         ],
         schema=_ARROW_SCHEMA,

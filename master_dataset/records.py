@@ -1,11 +1,14 @@
 """Kafka records -> master dataset rows: parsed with the ingest validator, valid or rejected.
 
 The same :func:`ingest.events.validate` as every producer, with the record's Kafka timestamp as
-the reference time, so a record replayed after a crash gets the same verdict.
+the reference time, so a record replayed after a crash gets the same verdict. The reference is
+never later than the clock at parse time: a producer that stamps its records in the year 3000
+(or sets no timestamp) does not get year-3000 events past the far-future check.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -61,6 +64,7 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 def parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     values = batch.column("value").to_pylist()
     stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
+    now_ms = time.time_ns() // 1_000_000
     n = len(values)
     cols: dict[str, list[object]] = {name: [None] * n for name in PARSED_SCHEMA.names}
     event_id, event_type, event_time = cols["event_id"], cols["event_type"], cols["event_time"]
@@ -70,7 +74,7 @@ def parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     reason, raw = cols["reason"], cols["value"]
     for i, value in enumerate(values):
         stamp_us = stamps[i]
-        reference_ms = stamp_us // 1000 if stamp_us is not None else 0
+        reference_ms = min(stamp_us // 1000, now_ms) if stamp_us is not None else now_ms
         if value is None:
             reason[i] = "record: no value (a null Kafka record)"
             continue

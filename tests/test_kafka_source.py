@@ -117,6 +117,25 @@ def test_batch_read_of_an_offset_range(
     assert {(r.topic, r.timestampType) for r in rows} == {(topic.topic, 0)}  # CreateTime
 
 
+def test_absurd_record_timestamps_are_null_not_a_crash(
+    spark: SparkSession, kafka: KafkaSettings, spark_settings: SparkSettings
+) -> None:
+    """A producer may set any int64 CreateTime; one that overflows microseconds must not stop
+    every later read of the partition."""
+    topic = _topic(kafka, partitions=1)
+    producer = Producer(topic.client())
+    stamps = [2**62, 1_700_000_000_000, 300_000_000_000_000, -5_000_000_000_000_000]
+    for n, stamp in enumerate(stamps):
+        producer.produce(topic.topic, value=b"v%d" % n, partition=0, timestamp=stamp)
+    assert producer.flush(10) == 0
+    rows = read_kafka(spark, topic, stream=False, spark_settings=spark_settings).collect()
+    got = {bytes(r.value): r.timestamp for r in rows}
+    assert set(got) == {b"v0", b"v1", b"v2", b"v3"}
+    assert got[b"v1"] is not None
+    assert int(got[b"v1"].timestamp() * 1000) == 1_700_000_000_000
+    assert (got[b"v0"], got[b"v2"], got[b"v3"]) == (None, None, None)
+
+
 def test_max_input_partitions_groups_ranges_into_fewer_tasks(
     spark: SparkSession, kafka: KafkaSettings, spark_settings: SparkSettings
 ) -> None:
