@@ -15,10 +15,10 @@ help:  ## list the targets
 setup:  ## create .venv with the pinned dependency set (idempotent)
 	@bash infra/setup.sh
 
-demo: setup  ## broker + topics, archiver in the background, generated traffic until Ctrl-C
+demo: setup  ## everything in the background: broker, archiver, speed, Airflow, API + dashboard, traffic
 	@bash infra/demo.sh
 
-demo-down:  ## stop what `make demo` started (archiver, then broker)
+demo-down:  ## stop every process `make demo` started, by pid (traffic first, jobs drain)
 	@bash infra/demo-down.sh
 
 test: setup  ## run the test suite (starts its own broker on a free port)

@@ -20,6 +20,8 @@ AIRFLOW=.venv/bin/airflow
 PID_FILE="$RUN_DIR/airflow.pid"
 LOG="$RUN_DIR/airflow.log"
 URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
+START_TIMEOUT="${AIRFLOW_START_TIMEOUT:-180}"  # seconds until the API server must answer
+UNPAUSE="${AIRFLOW_UNPAUSE:-ctr_batch ctr_maintenance}"  # the DAGs to unpause
 
 if [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
     echo "airflow: already running (pid $(cat "$PID_FILE")) at $URL"
@@ -31,7 +33,7 @@ mkdir -p "$AIRFLOW_HOME"
 setsid "$AIRFLOW" standalone > "$LOG" 2>&1 < /dev/null &
 echo $! > "$PID_FILE"
 echo -n "airflow: starting (log $LOG) "
-for _ in $(seq 180); do
+for _ in $(seq "$START_TIMEOUT"); do
     if curl -fsS "$URL/api/v2/monitor/health" > /dev/null 2>&1; then break; fi
     if ! kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
         echo; echo "airflow: standalone exited; last log lines:" >&2; tail -20 "$LOG" >&2; exit 1
@@ -39,9 +41,9 @@ for _ in $(seq 180); do
     echo -n "."; sleep 1
 done
 echo
-curl -fsS "$URL/api/v2/monitor/health" > /dev/null || { echo "airflow: no answer at $URL after 180 s" >&2; exit 1; }
+curl -fsS "$URL/api/v2/monitor/health" > /dev/null || { echo "airflow: no answer at $URL after $START_TIMEOUT s (log $LOG)" >&2; exit 1; }
 "$AIRFLOW" dags reserialize > /dev/null 2>&1 || true
-for dag in ctr_batch ctr_maintenance; do
+for dag in $UNPAUSE; do
     "$AIRFLOW" dags unpause "$dag" > /dev/null 2>&1 || echo "airflow: could not unpause $dag yet" >&2
 done
 password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
