@@ -7,6 +7,9 @@ RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+# LocalExecutor forks one worker per parallelism slot (default 32, ~130 MB each); ctr_batch runs
+# one Spark job at a time, and this machine has 2 cores.
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
@@ -49,4 +52,4 @@ done
 password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
     "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated" 2>/dev/null || true)"
 echo "airflow: UI $URL  login: admin / ${password:-see $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
-echo "airflow: ctr_batch catches up from $CTR_BATCH_START_DATE; stop with make airflow-down"
+echo "airflow: ctr_batch catches up from $CTR_BATCH_START_DATE"

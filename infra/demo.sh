@@ -179,7 +179,7 @@ say "starting (run $run_id, state under $DEMO)"
 
 # --- broker and topics ---------------------------------------------------------------------------
 say "[1/7] broker and topics"
-RUN_DIR="$DEMO" "$CTR" kafka up 2>&1 | sed 's/^/demo:       /'
+RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up 2>&1 | sed 's/^/demo:       /'
 ((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/tansu.log" "$DEMO/kafka/tansu.log"
 broker_pid="$(cat "$DEMO/kafka/tansu.pid" 2> /dev/null || true)"
 if [[ "$broker_pid" =~ ^[0-9]+$ ]] && has_marker "$broker_pid" "$run_id"; then
@@ -209,7 +209,7 @@ if ((!DEMO_AIRFLOW)); then
 fi
 
 say "[3/7] API at $API"
-wait_for api "$DEMO/api.log" "answer on $API/healthz" curl -fsS -o /dev/null "$API/healthz"
+wait_for api "$DEMO/api.log" "answer on $API/healthz" curl -fs -o /dev/null "$API/healthz"
 say "      healthy ($(elapsed))"
 
 # --- batch layer ---------------------------------------------------------------------------------
