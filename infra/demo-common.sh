@@ -21,7 +21,7 @@ group_members() { ps -eo pid=,pgid= | awk -v g="$1" '$2 == g { print $1 }'; }
 
 # True if pid $1 carries CTR_DEMO_RUN=$2 in its environment.
 has_marker() {
-    [[ -n "$2" ]] && tr '\0' '\n' < "/proc/$1/environ" 2> /dev/null | grep -qxF "CTR_DEMO_RUN=$2"
+    [[ -n "$2" ]] && tr '\0' '\n' 2> /dev/null < "/proc/$1/environ" | grep -qxF "CTR_DEMO_RUN=$2"
 }
 
 # True if process group $1 (its leader, or any member left after the leader exited) is ours.

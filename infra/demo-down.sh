@@ -24,7 +24,19 @@ if ((!anything)); then
     exit 0
 fi
 
+# Settings of the demo (CHECKPOINT_ROOT, KAFKA_BOOTSTRAP_SERVERS, ...), written by infra/demo.sh.
+[[ -f "$DEMO/env" ]] && source "$DEMO/env"
+
 stop_component producer 30
+# Let the streaming jobs read what the producer wrote last, then stop them.
+drain=()
+for name in archiver speed; do
+    live_pid "$name" > /dev/null && drain+=("$name")
+done
+if ((${#drain[@]})); then
+    say "waiting for ${drain[*]} to read the last records (at most 60 s)"
+    .venv/bin/python -m infra.demo_drain --timeout 60 "${drain[@]}"
+fi
 # The two streaming jobs drain in parallel: each finishes its micro-batch and stops.
 stop_component archiver 60 &
 stop_component speed 60 &

@@ -98,7 +98,7 @@ EOF
   Logs        $DEMO/*.log   Delta tables: $LAKE_ROOT
   Stop        make demo-down
 
-Try (in another shell; run/demo/env sets LAKE_ROOT, API_TOKEN, AIRFLOW_HOME, PATH, ...):
+Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOME, ...):
   source $DEMO/env
 
   # 1. the five countries with the most clicks in the last 24 h, from the merged view
@@ -175,6 +175,14 @@ elif [[ ! -s "$DEMO/api-token" ]]; then
         > "$DEMO/api-token")
 fi
 export API_TOKEN="$(cat "$DEMO/api-token")"
+cat > "$DEMO/env" << EOF
+# source $DEMO/env: the demo's settings, for ctr and airflow commands in another shell
+export PATH="$ROOT/.venv/bin:\$PATH"
+export KAFKA_BOOTSTRAP_SERVERS="$KAFKA_BOOTSTRAP_SERVERS" LAKE_ROOT="$LAKE_ROOT" CHECKPOINT_ROOT="$CHECKPOINT_ROOT"
+export API_TOKEN="$API_TOKEN" PYSPARK_PYTHON="$PYSPARK_PYTHON" SPARK_LOCAL_IP=127.0.0.1
+export CTR_BATCH_LOOKBACK_MINUTES="$CTR_BATCH_LOOKBACK_MINUTES"
+EOF
+chmod 600 "$DEMO/env"
 say "starting (run $run_id, state under $DEMO)"
 
 # --- broker and topics ---------------------------------------------------------------------------
@@ -251,20 +259,12 @@ has_rows() {
 wait_for api "$DEMO/api.log" "rows from /api/v1/ctr" has_rows
 live_pid producer > /dev/null || fail "the traffic generator exited; see $DEMO/producer.log" "$DEMO/producer.log"
 
-cat > "$DEMO/env" << EOF
-# source $DEMO/env: the demo's settings, for ctr and airflow commands in another shell
-export PATH="$ROOT/.venv/bin:\$PATH"
-export KAFKA_BOOTSTRAP_SERVERS="$KAFKA_BOOTSTRAP_SERVERS" LAKE_ROOT="$LAKE_ROOT" CHECKPOINT_ROOT="$CHECKPOINT_ROOT"
-export API_TOKEN="$API_TOKEN" PYSPARK_PYTHON="$PYSPARK_PYTHON" SPARK_LOCAL_IP=127.0.0.1
-export CTR_BATCH_LOOKBACK_MINUTES="$CTR_BATCH_LOOKBACK_MINUTES"
-EOF
 if ((DEMO_AIRFLOW)); then
     cat >> "$DEMO/env" << EOF
 export AIRFLOW_HOME="$DEMO/airflow" AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags" AIRFLOW__CORE__LOAD_EXAMPLES=False
 export CTR_BATCH_SCHEDULE="$CTR_BATCH_SCHEDULE" CTR_BATCH_START_DATE="$CTR_BATCH_START_DATE"
 EOF
 fi
-chmod 600 "$DEMO/env"
 print_summary > "$DEMO/summary.txt"
 say "up in $(elapsed)"
 cat "$DEMO/summary.txt"

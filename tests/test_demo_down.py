@@ -4,6 +4,7 @@ else's. (The whole demo is too slow for `make test`; these run the real script o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -123,3 +124,23 @@ def _members(pgid: int) -> list[str]:
     return [
         pid for pid, group in (line.split() for line in listing.splitlines()) if group == str(pgid)
     ]
+
+
+def test_drain_compares_the_last_committed_offsets_with_the_topic_end(tmp_path: Path) -> None:
+    from infra.demo_drain import behind, committed_offsets
+
+    checkpoint = tmp_path / "archiver"
+    assert committed_offsets(checkpoint, "ad-events") == {}  # not started yet: nothing read
+    for batch, offsets in ((4, {"0": 10, "1": 7}), (5, {"0": 12, "1": 9})):
+        (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+        (checkpoint / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"ad-events": offsets})
+        )
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "commits" / "4").write_text("v1\n{}")  # batch 5 planned, not committed
+
+    committed = committed_offsets(checkpoint, "ad-events")
+
+    assert committed == {0: 10, 1: 7}
+    assert behind({0: 12, 1: 9, 2: 3}, committed) == 2 + 2 + 3
+    assert behind({0: 10, 1: 7}, committed) == 0
