@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table lock clean dashboard dashboard-screenshot
+.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -15,10 +15,10 @@ help:  ## list the targets
 setup:  ## create .venv with the pinned dependency set (idempotent)
 	@bash infra/setup.sh
 
-demo: setup  ## broker + topics, archiver in the background, generated traffic until Ctrl-C
+demo: setup  ## everything in the background: broker, archiver, speed, Airflow, API + dashboard, traffic
 	@bash infra/demo.sh
 
-demo-down:  ## stop what `make demo` started (archiver, then broker)
+demo-down:  ## stop every process `make demo` started, by pid (traffic first, jobs drain)
 	@bash infra/demo-down.sh
 
 test: setup  ## run the test suite (starts its own broker on a free port)
@@ -38,7 +38,7 @@ format: setup  ## apply ruff formatting and fixes
 	$(VENV)/bin/ruff check --fix .
 
 airflow-up: setup  ## Airflow standalone on 127.0.0.1:8080 (SQLite under run/), DAGs unpaused
-	@bash infra/airflow-up.sh
+	@bash infra/airflow-up.sh && echo "airflow: stop with make airflow-down"
 
 airflow-down:  ## stop Airflow standalone
 	@bash infra/airflow-down.sh
@@ -65,6 +65,10 @@ dashboard:  ## re-vendor the dashboard's chart library from npm (after changing 
 dashboard-screenshot: setup  ## run the dashboard browser test and refresh docs/dashboard.png
 	@bash infra/system-packages.sh chromium
 	CTR_DASHBOARD_SCREENSHOT=docs/dashboard.png $(PY) -m pytest tests/test_dashboard.py
+
+demo-screenshot: setup  ## screenshot of the running demo's dashboard into docs/demo.png
+	@bash infra/system-packages.sh chromium
+	@$(PY) -m infra.demo_screenshot docs/demo.png
 
 lock:  ## re-resolve constraints.txt from pyproject.toml in a scratch venv
 	@bash infra/lock.sh

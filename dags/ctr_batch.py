@@ -3,7 +3,9 @@
 Each run covers [data_interval_start - lookback, data_interval_end) with the batch job under
 spark-submit on SPARK_MASTER. Configuration (environment of the scheduler and workers):
 CTR_BATCH_SCHEDULE (cron, default hourly "0 * * * *"), CTR_BATCH_START_DATE (ISO-8601, default
-2026-11-01T00:00Z), CTR_BATCH_LOOKBACK_HOURS (default 2), SPARK_MASTER (default local[2]).
+2026-11-01T00:00Z), CTR_BATCH_LOOKBACK_HOURS (default 2) or CTR_BATCH_LOOKBACK_MINUTES (takes
+precedence; `make demo` runs every few minutes with a short lookback), SPARK_MASTER (default
+local[2]).
 Backfill: airflow backfill create --dag-id ctr_batch --from-date … --to-date … --max-active-runs 1
 """
 
@@ -20,7 +22,10 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 
 PROJECT = Path(__file__).resolve().parents[1]
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
-LOOKBACK_HOURS = int(os.environ.get("CTR_BATCH_LOOKBACK_HOURS", "2"))
+LOOKBACK_MINUTES = int(
+    os.environ.get("CTR_BATCH_LOOKBACK_MINUTES")
+    or 60 * int(os.environ.get("CTR_BATCH_LOOKBACK_HOURS", "2"))
+)
 
 with DAG(
     dag_id="ctr_batch",
@@ -41,12 +46,12 @@ with DAG(
         bash_command=(
             f'"{SPARK_SUBMIT}" --master "${{SPARK_MASTER:-local[2]}}" '
             f'"{PROJECT}/batch_layer/submit.py" '
-            "--start {{ (data_interval_start - macros.timedelta(hours=params.lookback_hours))"
+            "--start {{ (data_interval_start - macros.timedelta(minutes=params.lookback_minutes))"
             ".strftime('%Y-%m-%dT%H:%M:%SZ') }} "
             "--end {{ data_interval_end.strftime('%Y-%m-%dT%H:%M:%SZ') }} "
             "--run-id \"ctr-{{ run_id | replace(':', '') | replace('+', '') }}\""
         ),
-        params={"lookback_hours": LOOKBACK_HOURS},
+        params={"lookback_minutes": LOOKBACK_MINUTES},
         env={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
         append_env=True,
         cwd=str(PROJECT),

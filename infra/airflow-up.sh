@@ -7,6 +7,9 @@ RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+# LocalExecutor forks one worker per parallelism slot (default 32, ~130 MB each); ctr_batch runs
+# one Spark job at a time, and this machine has 2 cores.
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
@@ -20,6 +23,8 @@ AIRFLOW=.venv/bin/airflow
 PID_FILE="$RUN_DIR/airflow.pid"
 LOG="$RUN_DIR/airflow.log"
 URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
+START_TIMEOUT="${AIRFLOW_START_TIMEOUT:-180}"  # seconds until the API server must answer
+UNPAUSE="${AIRFLOW_UNPAUSE:-ctr_batch ctr_maintenance}"  # the DAGs to unpause
 
 if [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
     echo "airflow: already running (pid $(cat "$PID_FILE")) at $URL"
@@ -31,7 +36,7 @@ mkdir -p "$AIRFLOW_HOME"
 setsid "$AIRFLOW" standalone > "$LOG" 2>&1 < /dev/null &
 echo $! > "$PID_FILE"
 echo -n "airflow: starting (log $LOG) "
-for _ in $(seq 180); do
+for _ in $(seq "$START_TIMEOUT"); do
     if curl -fsS "$URL/api/v2/monitor/health" > /dev/null 2>&1; then break; fi
     if ! kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
         echo; echo "airflow: standalone exited; last log lines:" >&2; tail -20 "$LOG" >&2; exit 1
@@ -39,12 +44,12 @@ for _ in $(seq 180); do
     echo -n "."; sleep 1
 done
 echo
-curl -fsS "$URL/api/v2/monitor/health" > /dev/null || { echo "airflow: no answer at $URL after 180 s" >&2; exit 1; }
+curl -fsS "$URL/api/v2/monitor/health" > /dev/null || { echo "airflow: no answer at $URL after $START_TIMEOUT s (log $LOG)" >&2; exit 1; }
 "$AIRFLOW" dags reserialize > /dev/null 2>&1 || true
-for dag in ctr_batch ctr_maintenance; do
+for dag in $UNPAUSE; do
     "$AIRFLOW" dags unpause "$dag" > /dev/null 2>&1 || echo "airflow: could not unpause $dag yet" >&2
 done
 password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
     "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated" 2>/dev/null || true)"
 echo "airflow: UI $URL  login: admin / ${password:-see $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
-echo "airflow: ctr_batch catches up from $CTR_BATCH_START_DATE; stop with make airflow-down"
+echo "airflow: ctr_batch catches up from $CTR_BATCH_START_DATE"

@@ -1,16 +1,72 @@
 #!/usr/bin/env bash
-# Stop what `make demo` started: the archiver (gracefully, by pid), then the embedded broker.
+# `make demo-down`: stop everything `make demo` started, by pid and process group, never by
+# name: the traffic generator first (it flushes and reports), then the archiver and the speed
+# job (SIGTERM: they finish their micro-batch and stop), the API, the batch loop (a running
+# batch job finishes), Airflow, and the broker if the demo started it (its records are gone).
+# The Delta tables and logs under $RUN_DIR/demo stay; `make clean` removes them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-RUN_DIR="${RUN_DIR:-run}"
-pid_file="$RUN_DIR/archiver.pid"
-if [[ -f "$pid_file" ]]; then
-    pid="$(cat "$pid_file")"
-    if kill -TERM "$pid" 2>/dev/null; then
-        echo "demo: stopping the archiver (pid $pid)"
-        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pid_file"
+source infra/demo-common.sh
+
+run_id="$(demo_run_id)"
+if [[ -z "$run_id" ]]; then
+    say "nothing to stop (no demo recorded under $DEMO)"
+    exit 0
 fi
-[[ -x .venv/bin/ctr ]] && .venv/bin/ctr kafka down
+anything=0
+for name in "${DEMO_PROCESSES[@]}" airflow; do
+    [[ -f "$DEMO/$name.pid" ]] && anything=1
+done
+[[ -f "$DEMO/broker-started" ]] && anything=1
+if ((!anything)); then
+    say "nothing to stop (no process of demo run $run_id is recorded)"
+    rm -f "$DEMO/run-id"
+    exit 0
+fi
+
+# Settings of the demo (CHECKPOINT_ROOT, KAFKA_BOOTSTRAP_SERVERS, ...), written by infra/demo.sh.
+[[ -f "$DEMO/env" ]] && source "$DEMO/env"
+
+stop_component producer 30
+# Let the streaming jobs read what the producer wrote last, then stop them.
+drain=()
+for name in archiver speed; do
+    live_pid "$name" > /dev/null && drain+=("$name")
+done
+if ((${#drain[@]})); then
+    say "waiting for ${drain[*]} to read the last records (at most 60 s)"
+    .venv/bin/python -m infra.demo_drain --timeout 60 "${drain[@]}"
+fi
+# The two streaming jobs drain in parallel: each finishes its micro-batch and stops.
+stop_component archiver 60 &
+stop_component speed 60 &
+wait
+stop_component api 15
+stop_component batch-loop 120
+
+if [[ -f "$DEMO/airflow.pid" ]]; then
+    pid="$(cat "$DEMO/airflow.pid")"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && group_is_ours "$pid" "$run_id"; then
+        RUN_DIR="$DEMO" bash infra/airflow-down.sh | sed 's/^/demo: /'
+    elif [[ -n "$(group_members "$pid")" ]]; then
+        say "airflow: pid $pid is not a process of this demo (no CTR_DEMO_RUN=$run_id); left alone"
+        rm -f "$DEMO/airflow.pid"
+    else
+        say "airflow: not running"
+        rm -f "$DEMO/airflow.pid"
+    fi
+fi
+
+if [[ -f "$DEMO/broker-started" ]]; then
+    pid="$(cat "$DEMO/kafka/tansu.pid" 2> /dev/null || true)"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && has_marker "$pid" "$run_id"; then
+        RUN_DIR="$DEMO" .venv/bin/ctr kafka down 2>&1 | sed 's/^/demo: /'
+    elif [[ -n "$pid" ]] && [[ -d "/proc/$pid" ]]; then
+        say "broker: pid $pid is not a process of this demo (no CTR_DEMO_RUN=$run_id); left alone"
+    else
+        say "broker: not running"
+    fi
+    rm -f "$DEMO/broker-started"
+fi
+rm -f "$DEMO/run-id"
+say "stopped; logs and Delta tables stay under $DEMO"

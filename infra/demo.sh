@@ -1,19 +1,270 @@
 #!/usr/bin/env bash
-# `make demo`: broker and topics, the archiver in the background, generated traffic in the
-# foreground until Ctrl-C; then everything it started is stopped (also by `make demo-down`).
+# `make demo`: the whole platform on this machine, in the background, then back to the prompt.
+# The embedded broker and topics, the archiver, the speed job, the batch layer (Airflow
+# standalone with ctr_batch every DEMO_BATCH_MINUTES, or with DEMO_AIRFLOW=0 a plain loop), the
+# API and dashboard, and generated traffic at DEMO_RATE events/s. It waits until each part is
+# healthy and the dashboard has data, then prints where everything is and what to try.
+# State (pids, logs, Delta tables, checkpoints, Airflow's SQLite) lives under $RUN_DIR/demo.
+# `make demo-down` stops it all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CTR=.venv/bin/ctr
-RUN_DIR="${RUN_DIR:-run}"
-mkdir -p "$RUN_DIR"
+ROOT="$PWD"
+source infra/demo-common.sh
+started_at=$(date +%s)
 
-"$CTR" kafka up || exit 1
-"$CTR" archive > "$RUN_DIR/archiver.log" 2>&1 &
-echo $! > "$RUN_DIR/archiver.pid"
-echo "demo: archiver running (log $RUN_DIR/archiver.log), writing ${LAKE_ROOT:-data/lake}"
-echo "demo: producing ${DEMO_RATE:-200} events/s into ${KAFKA_TOPIC:-ad-events}; Ctrl-C to stop"
-echo "demo: meanwhile, in another shell: .venv/bin/ctr kafka status"
+DEMO_AIRFLOW="${DEMO_AIRFLOW:-1}"
+DEMO_RATE="${DEMO_RATE:-200}"
+DEMO_BATCH_MINUTES="${DEMO_BATCH_MINUTES:-10}"
+DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
+export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES))}"
+export LAKE_ROOT="${LAKE_ROOT:-$DEMO/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$DEMO/checkpoints}"
+export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"
+export API_HOST=127.0.0.1 API_PORT="${API_PORT:-8000}"
+export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
+export PYSPARK_PYTHON="$ROOT/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
+CTR="$ROOT/.venv/bin/ctr"
+API="http://127.0.0.1:$API_PORT"
+AIRFLOW_URL="http://127.0.0.1:$AIRFLOW_PORT"
 
-trap 'true' INT TERM  # Ctrl-C stops the producer (it flushes and reports), then we clean up
-"$CTR" produce --rate "${DEMO_RATE:-200}" --duplicates 0.01 --late 0.02 --malformed 0.005
-bash infra/demo-down.sh
+fail() {  # message [log file]: say what failed and where to look, stop what was started
+    echo "demo: error: $1" >&2
+    if [[ -n "${2:-}" && -f "$2" ]]; then
+        echo "demo: last lines of $2:" >&2
+        tail -n 15 "$2" | sed 's/^/    /' >&2
+    fi
+    say "stopping what was started (logs stay under $DEMO)"
+    bash infra/demo-down.sh
+    exit 1
+}
+
+elapsed() { echo "$(($(date +%s) - started_at)) s"; }
+
+port_in_use() { (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null; }
+
+# Start component $1 as "$@" (after the name) in its own session and process group.
+start() {
+    local name="$1"
+    shift
+    setsid "$@" > "$DEMO/$name.log" 2>&1 < /dev/null &
+    local pid=$!
+    echo "$pid" > "$DEMO/$name.pid"
+    sleep 0.2
+    if [[ "$(ps -o pgid= -p "$pid" | tr -d ' ')" != "$pid" ]] && kill -0 "$pid" 2> /dev/null; then
+        fail "$name (pid $pid) is not the leader of its own process group" "$DEMO/$name.log"
+    fi
+}
+
+# Wait until "$@" (after name and log) succeeds, while component $1 stays alive.
+wait_for() {
+    local name="$1" log="$2" what="$3"
+    shift 3
+    local deadline=$(($(date +%s) + DEMO_START_TIMEOUT))
+    until "$@"; do
+        if ! live_pid "$name" > /dev/null; then
+            fail "$name exited before $what; see $log" "$log"
+        fi
+        if (($(date +%s) > deadline)); then
+            fail "$name: no $what within $DEMO_START_TIMEOUT s (DEMO_START_TIMEOUT); see $log" "$log"
+        fi
+        sleep 2
+    done
+}
+
+# Commits (files in _delta_log) of the table at $1 under LAKE_ROOT.
+commits() { compgen -G "$LAKE_ROOT/$1/_delta_log/*.json" | wc -l; }
+
+print_summary() {
+    local token
+    token="$(cat "$DEMO/api-token")"
+    cat << EOF
+
+  Dashboard   $API/#token=$token
+  API token   $token        (API docs: $API/docs)
+EOF
+    if [[ -f "$DEMO/airflow.pid" ]]; then
+        local password
+        password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
+            "$DEMO/airflow/simple_auth_manager_passwords.json.generated" 2> /dev/null || true)"
+        cat << EOF
+  Airflow     $AIRFLOW_URL   login: admin / ${password:-see $DEMO/airflow/simple_auth_manager_passwords.json.generated}
+              ctr_batch every $DEMO_BATCH_MINUTES min, each run with $CTR_BATCH_LOOKBACK_MINUTES min of lookback
+EOF
+    else
+        echo "  Batch       a loop runs ctr batch every $DEMO_BATCH_MINUTES min" \
+            "($CTR_BATCH_LOOKBACK_MINUTES min of lookback), log $DEMO/batch-loop.log"
+    fi
+    cat << EOF
+  Traffic     $DEMO_RATE events/s into ${KAFKA_TOPIC:-ad-events} at $KAFKA_BOOTSTRAP_SERVERS (1 % duplicates, 2 % late, 0.5 % malformed)
+  Logs        $DEMO/*.log   Delta tables: $LAKE_ROOT
+  Stop        make demo-down
+
+Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOME, ...):
+  source $DEMO/env
+
+  # 1. the five countries with the most clicks in the last 24 h, from the merged view
+  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?group_by=country&order_by=-clicks&limit=5'
+
+  # 2. ad-hoc SQL: how much of the view is exact (batch) and how much approximate (speed)
+  ctr sql "SELECT source, count(*) AS rows, sum(impressions) AS impressions, sum(clicks) AS clicks FROM ctr GROUP BY source"
+  #    or over HTTP:
+  curl -s -H "Authorization: Bearer \$API_TOKEN" -H 'Content-Type: application/json' $API/api/v1/sql \\
+       -d '{"sql": "SELECT count(*) AS events, count(DISTINCT event_id) AS distinct_ids FROM events"}'
+
+EOF
+    if [[ -f "$DEMO/airflow.pid" ]]; then
+        cat << EOF
+  # 3. a backfill: recompute the last hour exactly (late events included), one run per interval
+  airflow backfill create --dag-id ctr_batch --from-date "\$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:00Z)" \\
+       --to-date "\$(date -u +%Y-%m-%dT%H:%M:00Z)" --max-active-runs 1      # then watch it in the UI
+EOF
+    else
+        cat << EOF
+  # 3. a backfill: recompute the last hour exactly (late events included), hour by hour
+  ctr backfill --from "\$(date -u -d '-1 hour' +%Y-%m-%dT%H:00Z)" --to "\$(date -u +%Y-%m-%dT%H:%M:00Z)"
+EOF
+    fi
+}
+
+# --- already running? ------------------------------------------------------------------------
+mkdir -p "$DEMO"
+if [[ -n "$(demo_run_id)" ]]; then
+    running=()
+    for name in "${DEMO_PROCESSES[@]}" airflow; do
+        live_pid "$name" > /dev/null && running+=("$name")
+    done
+    if ((${#running[@]})); then
+        say "already running (${running[*]}); make demo-down stops it"
+        [[ -f "$DEMO/summary.txt" ]] && cat "$DEMO/summary.txt"
+        exit 0
+    fi
+    say "a previous demo left state but no running process; cleaning up first"
+    bash infra/demo-down.sh > /dev/null
+fi
+
+# --- checks before starting anything -----------------------------------------------------------
+if ! [[ "$DEMO_BATCH_MINUTES" =~ ^[0-9]+$ ]] || ((DEMO_BATCH_MINUTES < 1 || 60 % DEMO_BATCH_MINUTES)); then
+    echo "demo: error: DEMO_BATCH_MINUTES must divide an hour (1, 2, 3, 5, 10, 15, 20, 30, 60)," \
+        "got '$DEMO_BATCH_MINUTES'" >&2
+    exit 2
+fi
+if ! [[ "$DEMO_AIRFLOW" =~ ^[01]$ ]]; then
+    echo "demo: error: DEMO_AIRFLOW must be 1 (Airflow standalone) or 0 (a batch loop)," \
+        "got '$DEMO_AIRFLOW'" >&2
+    exit 2
+fi
+ports=("$API_PORT:the API (API_PORT)")
+if ((DEMO_AIRFLOW)); then
+    ports+=("$AIRFLOW_PORT:Airflow (AIRFLOW_PORT)" "8793:Airflow's worker log server"
+        "8794:Airflow's triggerer log server")
+fi
+for entry in "${ports[@]}"; do
+    if port_in_use "${entry%%:*}"; then
+        echo "demo: error: port ${entry%%:*} on 127.0.0.1, needed for ${entry#*:}, is in use" \
+            "(ss -ltnp 'sport = :${entry%%:*}' shows by what); stop it or choose another port" >&2
+        exit 1
+    fi
+done
+
+run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
+echo "$run_id" > "$DEMO/run-id"
+export CTR_DEMO_RUN="$run_id"  # every process started below carries it (see demo-common.sh)
+if [[ -n "${API_TOKEN:-}" ]]; then
+    (umask 077 && echo "$API_TOKEN" > "$DEMO/api-token")
+elif [[ ! -s "$DEMO/api-token" ]]; then
+    (umask 077 && "$ROOT/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' \
+        > "$DEMO/api-token")
+fi
+export API_TOKEN="$(cat "$DEMO/api-token")"
+cat > "$DEMO/env" << EOF
+# source $DEMO/env: the demo's settings, for ctr and airflow commands in another shell
+export PATH="$ROOT/.venv/bin:\$PATH"
+export KAFKA_BOOTSTRAP_SERVERS="$KAFKA_BOOTSTRAP_SERVERS" LAKE_ROOT="$LAKE_ROOT" CHECKPOINT_ROOT="$CHECKPOINT_ROOT"
+export API_TOKEN="$API_TOKEN" PYSPARK_PYTHON="$PYSPARK_PYTHON" SPARK_LOCAL_IP=127.0.0.1
+export CTR_BATCH_LOOKBACK_MINUTES="$CTR_BATCH_LOOKBACK_MINUTES"
+EOF
+chmod 600 "$DEMO/env"
+say "starting (run $run_id, state under $DEMO)"
+
+# --- broker and topics ---------------------------------------------------------------------------
+say "[1/7] broker and topics"
+RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up 2>&1 | sed 's/^/demo:       /'
+((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/tansu.log" "$DEMO/kafka/tansu.log"
+broker_pid="$(cat "$DEMO/kafka/tansu.pid" 2> /dev/null || true)"
+if [[ "$broker_pid" =~ ^[0-9]+$ ]] && has_marker "$broker_pid" "$run_id"; then
+    touch "$DEMO/broker-started"
+    # A fresh embedded broker holds no records: checkpoints of an earlier demo point at offsets
+    # that no longer exist. Start the streams over; the Delta tables keep what they hold.
+    if [[ -d "$CHECKPOINT_ROOT" ]]; then
+        say "      fresh broker: resetting the streaming checkpoints of the last demo"
+        rm -rf "$CHECKPOINT_ROOT/archiver"
+        "$CTR" speed --reset > "$DEMO/speed-reset.log" 2>&1 \
+            || fail "ctr speed --reset failed; see $DEMO/speed-reset.log" "$DEMO/speed-reset.log"
+    fi
+else
+    say "      using the broker already answering at $KAFKA_BOOTSTRAP_SERVERS (demo-down leaves it)"
+fi
+
+# --- streaming jobs, API, traffic (in the background) --------------------------------------------
+events_before=$(commits master/events)
+speed_before=$(commits speed/ctr)
+say "[2/7] archiver, speed job, API and traffic generator starting in the background"
+start archiver "$CTR" archive
+start speed "$CTR" speed
+start api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
+start producer "$CTR" produce --rate "$DEMO_RATE" --duplicates 0.01 --late 0.02 --malformed 0.005
+if ((!DEMO_AIRFLOW)); then
+    start batch-loop bash infra/demo-batch-loop.sh
+fi
+
+say "[3/7] API at $API"
+wait_for api "$DEMO/api.log" "answer on $API/healthz" curl -fs -o /dev/null "$API/healthz"
+say "      healthy ($(elapsed))"
+
+# --- batch layer ---------------------------------------------------------------------------------
+# The first scheduled run comes at the next DEMO_BATCH_MINUTES tick, for the interval ending then.
+step=$((DEMO_BATCH_MINUTES * 60))
+first_tick=$(($(date +%s) / step * step + step))
+if ((DEMO_AIRFLOW)); then
+    say "[4/7] Airflow standalone at $AIRFLOW_URL (the first start migrates its database)"
+    if ((DEMO_BATCH_MINUTES == 60)); then
+        export CTR_BATCH_SCHEDULE="0 * * * *"
+    else
+        export CTR_BATCH_SCHEDULE="*/$DEMO_BATCH_MINUTES * * * *"
+    fi
+    export CTR_BATCH_START_DATE="$(date -u -d "@$((first_tick - step))" +%Y-%m-%dT%H:%MZ)"
+    export AIRFLOW_UNPAUSE=ctr_batch AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
+    RUN_DIR="$DEMO" bash infra/airflow-up.sh 2>&1 | sed 's/^/demo:       /'
+    ((PIPESTATUS[0] == 0)) || fail "Airflow did not start; see $DEMO/airflow.log" "$DEMO/airflow.log"
+    live_pid airflow > /dev/null || fail "Airflow is not running; see $DEMO/airflow.log" "$DEMO/airflow.log"
+    say "      healthy, ctr_batch unpaused ($(elapsed))"
+else
+    say "[4/7] batch loop (DEMO_AIRFLOW=0): ctr batch every $DEMO_BATCH_MINUTES min"
+fi
+say "      first batch run at $(date -u -d "@$first_tick" +%H:%M) UTC, then every $DEMO_BATCH_MINUTES min"
+
+# --- streams healthy, data visible ---------------------------------------------------------------
+live_pid producer > /dev/null || fail "the traffic generator exited; see $DEMO/producer.log" "$DEMO/producer.log"
+say "[5/7] archiver: waiting for its first commit to master/events"
+wait_for archiver "$DEMO/archiver.log" "commit to master/events" \
+    test "$(commits master/events)" -gt "$events_before"
+say "      archiving ($(elapsed))"
+say "[6/7] speed job: waiting for its first commit to speed/ctr"
+wait_for speed "$DEMO/speed.log" "commit to speed/ctr" test "$(commits speed/ctr)" -gt "$speed_before"
+say "      streaming ($(elapsed))"
+say "[7/7] dashboard: waiting for the API to serve rows"
+has_rows() {
+    curl -fsS -H "Authorization: Bearer $API_TOKEN" "$API/api/v1/ctr?granularity=hour" 2> /dev/null \
+        | "$ROOT/.venv/bin/python" -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["rows"] else 1)'
+}
+wait_for api "$DEMO/api.log" "rows from /api/v1/ctr" has_rows
+live_pid producer > /dev/null || fail "the traffic generator exited; see $DEMO/producer.log" "$DEMO/producer.log"
+
+if ((DEMO_AIRFLOW)); then
+    cat >> "$DEMO/env" << EOF
+export AIRFLOW_HOME="$DEMO/airflow" AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags" AIRFLOW__CORE__LOAD_EXAMPLES=False
+export CTR_BATCH_SCHEDULE="$CTR_BATCH_SCHEDULE" CTR_BATCH_START_DATE="$CTR_BATCH_START_DATE"
+EOF
+fi
+print_summary > "$DEMO/summary.txt"
+say "up in $(elapsed)"
+cat "$DEMO/summary.txt"

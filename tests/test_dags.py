@@ -60,6 +60,32 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(airflow_env: dict[str
     assert str(maintenance.schedule) == "@daily"
 
 
+def test_batch_schedule_and_lookback_come_from_the_environment(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What `make demo` sets: a run every few minutes, each with a lookback of minutes.
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("CTR_BATCH_SCHEDULE", "*/5 * * * *")
+    monkeypatch.setenv("CTR_BATCH_START_DATE", "2026-11-23T10:05Z")
+    monkeypatch.setenv("CTR_BATCH_LOOKBACK_HOURS", "7")
+    monkeypatch.setenv("CTR_BATCH_LOOKBACK_MINUTES", "15")  # takes precedence over hours
+    bag = DagBag(dag_folder=str(ROOT / "dags" / "ctr_batch.py"))
+    assert bag.import_errors == {}
+    batch = bag.dags["ctr_batch"]
+    assert getattr(batch.timetable, "summary", None) == "*/5 * * * *"
+    assert batch.start_date == dt.datetime(2026, 11, 23, 10, 5, tzinfo=dt.UTC)
+    task = batch.get_task("recompute_ctr")
+    assert task.params["lookback_minutes"] == 15
+    assert "macros.timedelta(minutes=params.lookback_minutes)" in str(
+        getattr(task, "bash_command", "")
+    )
+
+    monkeypatch.delenv("CTR_BATCH_LOOKBACK_MINUTES")
+    bag = DagBag(dag_folder=str(ROOT / "dags" / "ctr_batch.py"))
+    assert bag.dags["ctr_batch"].get_task("recompute_ctr").params["lookback_minutes"] == 7 * 60
+
+
 @pytest.mark.timeout(600)
 def test_airflow_dags_test_runs_the_batch_job(
     airflow_env: dict[str, str],
