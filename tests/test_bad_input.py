@@ -97,7 +97,7 @@ BAD: dict[str, tuple[bytes, str]] = {
     "missing-fields": (
         js(without(event(8), "country", "user_id")),
         "record: missing field(s) country, user_id",
-    ),  # fmt: skip
+    ),
     "time-as-string": (
         js(event(9, event_time=str(NOW_MS))),
         "event_time: must be an integer (epoch milliseconds), got '",
@@ -128,7 +128,7 @@ VALID: dict[str, bytes] = {
     **{
         f"valid-{n}": js(event(100 + n, event_type="click" if n % 3 == 0 else "impression"))
         for n in range(8)
-    },  # fmt: skip
+    },
     "valid-unknown-field": js(event(120, campaign_name="spring")),
     "valid-repeated-key": b'{"country":"FR",' + js(event(121))[1:],  # the last one wins: DE
 }
@@ -258,12 +258,14 @@ def test_metrics_leave_out_the_dlq_depth_when_kafka_is_unreachable(
 ) -> None:
     nobody = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
     api = ApiSettings(token=SecretStr(TOKEN), kafka_timeout_s=0.5, dlq_refresh_s=0)
-    with caplog.at_level(logging.WARNING, logger="api.topic_depth"):
-        with running_api(api, lake, nobody) as url:
-            started = time.monotonic()
-            first = httpx.get(f"{url}/metrics", timeout=30)
-            second = httpx.get(f"{url}/metrics", timeout=30)
-            elapsed = time.monotonic() - started
+    with (
+        caplog.at_level(logging.WARNING, logger="api.topic_depth"),
+        running_api(api, lake, nobody) as url,
+    ):
+        started = time.monotonic()
+        first = httpx.get(f"{url}/metrics", timeout=30)
+        second = httpx.get(f"{url}/metrics", timeout=30)
+        elapsed = time.monotonic() - started
     assert first.status_code == second.status_code == 200
     assert "ctr_dlq_records" not in first.text + second.text
     assert "ctr_table_rows" in first.text  # the rest of the scrape is there
