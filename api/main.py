@@ -15,13 +15,19 @@ from api.metrics import LakeCollector, RequestMetrics
 from api.response_cache import ResponseCache
 from api.routes import ctr, dashboard, health, sql, views
 from api.settings import ApiSettings
+from api.topic_depth import TopicDepth
+from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 from serving_layer import ServingLayer
 
 
-def create_app(settings: ApiSettings, lake: LakeSettings | None = None) -> FastAPI:
-    """The API over ``lake`` (default: ``LAKE_ROOT``/``CHECKPOINT_ROOT`` from the environment)."""
+def create_app(
+    settings: ApiSettings, lake: LakeSettings | None = None, kafka: KafkaSettings | None = None
+) -> FastAPI:
+    """The API over ``lake`` (default: ``LAKE_ROOT``/``CHECKPOINT_ROOT`` from the environment);
+    ``kafka`` (default: ``KAFKA_*``) is only asked for the dead-letter topic's depth."""
     lake = lake or LakeSettings()
+    kafka = kafka or KafkaSettings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -41,7 +47,15 @@ def create_app(settings: ApiSettings, lake: LakeSettings | None = None) -> FastA
     app.state.settings = settings
     app.state.cache = ResponseCache(settings.cache_entries, max_stale_s=settings.cache_stale_s)
     registry = CollectorRegistry()
-    registry.register(LakeCollector(lambda: app.state.serving, lambda: app.state.cache))
+    dead_letters = TopicDepth(
+        kafka,
+        kafka.dlq_topic,
+        timeout_s=settings.kafka_timeout_s,
+        refresh_s=settings.dlq_refresh_s,
+    )
+    registry.register(
+        LakeCollector(lambda: app.state.serving, lambda: app.state.cache, dead_letters)
+    )
     app.state.registry = registry
     errors.install(app)
     protected = [Depends(require_token)]

@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.response_cache import ResponseCache
+from api.topic_depth import TopicDepth
 from serving_layer import ServingLayer
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -58,11 +59,18 @@ class RequestMetrics:
 
 
 class LakeCollector(Collector):
-    """Table versions, freshness, speed-job status and quarantined records, read per scrape."""
+    """Table versions and rows, freshness, speed-job status, quarantined and dead-lettered
+    records, read per scrape (lake values are computed once per table version)."""
 
-    def __init__(self, serving: Callable[[], ServingLayer], cache: Callable[[], ResponseCache]):
+    def __init__(
+        self,
+        serving: Callable[[], ServingLayer],
+        cache: Callable[[], ResponseCache],
+        dead_letters: TopicDepth | None = None,
+    ):
         self._serving = serving
         self._cache = cache
+        self._dead_letters = dead_letters
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         serving = self._serving()
@@ -75,6 +83,12 @@ class LakeCollector(Collector):
         for name, version in snap.versions().items():
             versions.add_metric([name], -1 if version is None else version)
         yield versions
+        rows = GaugeMetricFamily(
+            "ctr_table_rows", "rows in each table (0: not created yet)", labels=["table"]
+        )
+        for name in snap.tables:
+            rows.add_metric([name], serving.table_info(snap[name]).rows)
+        yield rows
         fresh = serving.freshness(snap)
         for name, value, help_text in (
             ("ctr_latest_covered_bucket", fresh.latest_covered_bucket, "last exact minute"),
@@ -101,6 +115,12 @@ class LakeCollector(Collector):
                 if number is not None:
                     scale = 0.001 if name.endswith("duration_seconds") else 1.0
                     yield GaugeMetricFamily(name, help_text, number * scale)
+            if status.invalid_records_total is not None:
+                yield CounterMetricFamily(
+                    "ctr_speed_invalid_records",
+                    "records the speed job skipped as invalid, since its checkpoint began",
+                    status.invalid_records_total,
+                )
         rejected = CounterMetricFamily(
             "ctr_rejected_records",
             "records in master/rejected by reason kind (the field a reason names)",
@@ -109,6 +129,14 @@ class LakeCollector(Collector):
         for reason, count in serving.rejected_by_reason(snap).items():
             rejected.add_metric([reason], count)
         yield rejected
+        if self._dead_letters is not None:
+            depth = self._dead_letters.records()
+            if depth is not None:  # Kafka unreachable: left out (and logged), never an error
+                dlq = GaugeMetricFamily(
+                    "ctr_dlq_records", "records in the dead-letter topic", labels=["topic"]
+                )
+                dlq.add_metric([self._dead_letters.topic], depth)
+                yield dlq
         cache = self._cache()
         yield CounterMetricFamily("ctr_api_cache_hits", "response cache hits", cache.hits)
         yield CounterMetricFamily("ctr_api_cache_misses", "response cache misses", cache.misses)

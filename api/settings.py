@@ -24,6 +24,9 @@ class ApiSettings(BaseSettings):
     refresh_s: float = Field(default=0.5, ge=0)
     cache_entries: int = Field(default=256, ge=0)
     cache_stale_s: float = Field(default=2.0, ge=0)
+    # /metrics reads the dead-letter topic's depth from Kafka at most every dlq_refresh_s.
+    dlq_refresh_s: float = Field(default=10.0, ge=0)
+    kafka_timeout_s: float = Field(default=1.0, gt=0)
 
     @field_validator("token")
     @classmethod

@@ -83,6 +83,7 @@ class SpeedStatus:
     input_rows_per_second: float | None
     processed_rows_per_second: float | None
     batch_duration_ms: int | None
+    invalid_records_total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ def read_speed_status(path: Path) -> SpeedStatus | None:
             input_rows_per_second=_float(raw.get("input_rows_per_second")),
             processed_rows_per_second=_float(raw.get("processed_rows_per_second")),
             batch_duration_ms=_int(raw.get("batch_duration_ms")),
+            invalid_records_total=_int(raw.get("invalid_records_total")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         # Half-written or from another version: no status rather than a failed request.

@@ -26,6 +26,7 @@ def write_status(
     lake: LakeSettings, progress: StreamProgress, *, now: dt.datetime | None = None
 ) -> None:
     now = now or dt.datetime.now(dt.UTC)
+    invalid = progress.metrics.get("speed.invalid", 0)
     status = {
         "updated_at": now.isoformat(),
         "batch_id": progress.batch_id,
@@ -35,13 +36,25 @@ def write_status(
         "input_rows_per_second": round(progress.input_rows_per_second, 1),
         "processed_rows_per_second": round(progress.processed_rows_per_second, 1),
         "batch_duration_ms": progress.batch_duration_ms,
-        "invalid_records": progress.metrics.get("speed.invalid", 0),
+        "invalid_records": invalid,
+        "invalid_records_total": _invalid_total(read_status(lake), progress.batch_id, invalid),
     }
     path = status_path(lake)
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(f".{os.getpid()}.tmp")
     scratch.write_text(json.dumps(status, indent=2))
     scratch.replace(path)
+
+
+def _invalid_total(previous: dict[str, Any] | None, batch_id: int, invalid: int) -> int:
+    """Invalid records over every batch reported since the checkpoint began (a batch reported
+    twice counts once; a lower batch id means a new checkpoint, so the count starts again)."""
+    if previous is None:
+        return invalid
+    last_batch, total = previous.get("batch_id"), previous.get("invalid_records_total")
+    if type(last_batch) is not int or type(total) is not int or batch_id < last_batch:
+        return invalid
+    return total if batch_id == last_batch else total + invalid
 
 
 def read_status(lake: LakeSettings) -> dict[str, Any] | None:

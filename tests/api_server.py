@@ -12,15 +12,21 @@ import uvicorn
 from api.main import create_app
 from api.settings import ApiSettings
 from infra.broker import free_port
+from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
 
 
 @contextlib.contextmanager
-def running_api(settings: ApiSettings, lake: LakeSettings) -> Iterator[str]:
+def running_api(
+    settings: ApiSettings, lake: LakeSettings, kafka: KafkaSettings | None = None
+) -> Iterator[str]:
     """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings, lake), host="127.0.0.1", port=free_port(), log_level="warning"
+            create_app(settings, lake, kafka),
+            host="127.0.0.1",
+            port=free_port(),
+            log_level="warning",
         )
     )
     thread = threading.Thread(target=server.run, name="test-api", daemon=True)

@@ -298,7 +298,7 @@ def test_the_reference_time_moves_the_future_bound() -> None:
         pytest.param(
             b"{", "record: not valid JSON (unexpected end of data at byte 1)", id="open-brace"
         ),
-        pytest.param(b"\xff\xfe\x00garbage", "record: not valid JSON (", id="binary"),
+        pytest.param(b"\xff\xfe\x00garbage", "record: not valid UTF-8 (", id="binary"),
         pytest.param(b"", "record: not valid JSON (", id="empty-bytes"),
         pytest.param("", "record: not valid JSON (", id="empty-str"),
         pytest.param(b"   \n", "record: not valid JSON (", id="whitespace"),
@@ -369,6 +369,221 @@ def test_str_record_that_is_not_utf8_encodable_is_refused_not_raised() -> None:
     record = as_str(valid()).replace("evt-0001", "evt-\udcff")
     reasons = refused(validate(record, REF))
     assert reasons[0].startswith(("record: ", "event_id: ")), reasons
+
+
+def _with(field: str, raw_value: bytes) -> bytes:
+    """The valid record with ``field``'s JSON value replaced by raw bytes."""
+    record = as_bytes(valid())
+    old = as_bytes({field: valid()[field]})[1:-1]  # "field":value
+    assert record.count(old) == 1
+    return record.replace(old, old[: len(field) + 3] + raw_value)
+
+
+def _unknown(raw_value: bytes) -> bytes:
+    """The valid record plus an unknown field holding raw bytes."""
+    return as_bytes(valid())[:-1] + b',"extra":' + raw_value + b"}"
+
+
+HOSTILE: list[Any] = [
+    pytest.param(
+        b'{"event_id":"\xff\xfe"}',
+        "record: not valid UTF-8 (invalid start byte at byte 13)",
+        id="utf8-in-string",
+    ),
+    pytest.param(
+        _with("event_id", b'"e\xc0\xaf"'), "record: not valid UTF-8 (", id="utf8-overlong"
+    ),
+    pytest.param(
+        _with("ad_id", b'"\xed\xa0\x80"'), "record: not valid UTF-8 (", id="utf8-encoded-surrogate"
+    ),
+    pytest.param(_unknown(b'"\xff"'), "record: not valid UTF-8 (", id="utf8-in-unknown-field"),
+    pytest.param(
+        as_bytes(valid())[:-1] + b',"\xff":1}', "record: not valid UTF-8 (", id="utf8-in-key"
+    ),
+    pytest.param(as_str(valid()).encode("utf-16"), "record: not valid UTF-8 (", id="utf-16"),
+    pytest.param(
+        b"\xef\xbb\xbf" + as_bytes(valid()),
+        "record: not valid JSON (UTF-8 byte order mark",
+        id="bom",
+    ),
+    pytest.param(
+        _with("event_id", b'"\\ud800"'),
+        "record: not valid JSON (no low surrogate",
+        id="escaped-lone-surrogate",
+    ),
+    pytest.param(b"[" * 1000, "record: JSON nested deeper than 512 levels", id="1000-brackets"),
+    pytest.param(
+        b"[" * 4000 + b"]" * 4000, "record: JSON nested deeper than 512 levels", id="4000-levels"
+    ),
+    pytest.param(
+        b'{"a":' * 1000 + b"1" + b"}" * 1000,
+        "record: JSON nested deeper than 512 levels",
+        id="1000-objects",
+    ),
+    pytest.param(
+        _unknown(b"[" * 600 + b"]" * 600),
+        "record: JSON nested deeper than 512 levels",
+        id="deep-unknown-field",
+    ),
+    pytest.param(
+        _unknown(b'[{"":' * 300 + b"1" + b"}]" * 300),
+        "record: JSON nested deeper than 512",
+        id="deep-mixed",
+    ),
+    pytest.param(
+        _with("event_time", b"9" * 500),
+        "event_time: must be a 64-bit integer (epoch milliseconds), got an integer beyond",
+        id="500-digit-time",
+    ),
+    pytest.param(
+        _with("event_time", b"9" * 5000),
+        "record: not valid JSON (number is infinity",
+        id="5000-digit-time",
+    ),
+    pytest.param(
+        _with("event_time", str(2**63).encode()),
+        "event_time: must be a 64-bit integer",
+        id="time-2^63",
+    ),
+    pytest.param(
+        _with("event_time", b"-" + b"9" * 30),
+        "event_time: must be a 64-bit integer",
+        id="time-huge-negative",
+    ),
+    pytest.param(
+        _with("event_time", b"1e400"), "record: not valid JSON (number is infinity", id="time-1e400"
+    ),
+    pytest.param(
+        _with("event_time", b"1.7e12"),
+        "event_time: must be an integer (epoch milliseconds), got number",
+        id="time-exponent",
+    ),
+    pytest.param(_with("event_time", b"NaN"), "record: not valid JSON (", id="time-NaN"),
+    pytest.param(_with("event_time", b"Infinity"), "record: not valid JSON (", id="time-Infinity"),
+    pytest.param(
+        _with("event_time", b"-Infinity"), "record: not valid JSON (", id="time-minus-Infinity"
+    ),
+    pytest.param(
+        _with("schema_version", b"-0"),
+        "schema_version: must be 1, got number 0",
+        id="schema-minus-zero",
+    ),
+    pytest.param(
+        _with("schema_version", b"1e0"),
+        "schema_version: must be 1, got number 1.0",
+        id="schema-1e0",
+    ),
+    pytest.param(
+        _with("country", b"9" * 500),  # msgspec refuses it, orjson cannot parse it as a double
+        "record: not valid JSON (number is infinity when parsed as double",
+        id="country-huge-int",
+    ),
+    pytest.param(
+        as_bytes(valid()) * 2,
+        "record: not valid JSON (unexpected content after document",
+        id="two-documents",
+    ),
+    pytest.param(b"\x00" * 100, "record: not valid JSON (", id="nul-bytes"),
+]
+
+
+@pytest.mark.parametrize(("record", "expected"), HOSTILE)
+def test_hostile_bytes_get_one_short_reason(record: bytes, expected: str) -> None:
+    (reason,) = refused(validate(record, REF))
+    assert reason.startswith(expected), reason
+    assert len(reason) <= 120, reason
+
+
+@pytest.mark.parametrize(
+    "value",
+    [pytest.param(10**5000, id="5000-digit-int"), pytest.param(-(10**30), id="huge-negative")],
+)
+@pytest.mark.parametrize("field", ["event_time", "country", "schema_version", "ad_id"])
+def test_huge_python_ints_are_refused_without_printing_them(field: str, value: int) -> None:
+    # str() of an int past 4,300 digits raises ValueError; the reason must not try.
+    (reason,) = refused(validate({**valid(), field: value}, REF))
+    assert reason.startswith(f"{field}: "), reason
+    assert len(reason) <= 120, reason
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_infinity_in_a_mapping_are_refused(value: float) -> None:
+    (reason,) = refused(validate({**valid(), "event_time": value}, REF))
+    assert reason.startswith("event_time: must be an integer"), reason
+
+
+def test_a_deep_python_object_in_an_unknown_field_is_ignored() -> None:
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert isinstance(validate({**valid(), "extra": deep}, REF), Event)
+
+
+def test_nesting_up_to_the_limit_is_accepted_at_any_stack_depth() -> None:
+    # 511 levels inside the record's own object: 512 in all, the limit. The verdict must not
+    # depend on how deep the caller's stack is (msgspec recurses per level).
+    record = _unknown(b"[" * 511 + b"]" * 511)
+
+    def at_depth(frames: int) -> Event | Invalid:
+        return at_depth(frames - 1) if frames else validate(record, REF)
+
+    for frames in (0, 200, 400):
+        assert isinstance(at_depth(frames), Event)
+    (reason,) = refused(validate(_unknown(b"[" * 512 + b"]" * 512), REF))
+    assert reason == "record: JSON nested deeper than 512 levels"
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    record = {**valid(), "extra": "[" * 1000 + '\\"{' * 300}
+    assert isinstance(validate(as_bytes(record), REF), Event)
+
+
+@pytest.mark.parametrize(
+    "wrap", [pytest.param(bytearray, id="bytearray"), pytest.param(memoryview, id="memoryview")]
+)
+def test_bytes_like_records_are_validated_as_bytes(wrap: Callable[[bytes], Any]) -> None:
+    event = validate(wrap(as_bytes(valid())), REF)
+    assert isinstance(event, Event)
+    assert fields_of(event) == valid()
+    assert refused(validate(wrap(b"\xff"), REF))[0].startswith("record: not valid UTF-8")
+
+
+# --- repeated keys: the last occurrence wins, and every occurrence must be valid ---------------
+
+
+def test_a_repeated_key_takes_its_last_value() -> None:
+    record = b'{"country":"DE",' + as_bytes(valid())[1:]
+    event = validate(record, REF)
+    assert isinstance(event, Event)
+    assert event.country == "US"  # valid() says US, and comes last
+
+
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [
+        pytest.param(
+            b'"country":"XX"',
+            "country: a repeated key with an invalid occurrence (Invalid enum value 'XX')",
+            id="bad-enum-first",
+        ),
+        pytest.param(
+            b'"event_time":"soon"',
+            "event_time: a repeated key with an invalid occurrence (Expected `int`, got `str`)",
+            id="bad-type-first",
+        ),
+    ],
+)
+def test_an_invalid_earlier_occurrence_of_a_repeated_key_is_refused(
+    first: bytes, expected: str
+) -> None:
+    record = b"{" + first + b"," + as_bytes(valid())[1:]
+    assert refused(validate(record, REF)) == (expected,)
+
+
+def test_an_invalid_last_occurrence_of_a_repeated_key_is_refused() -> None:
+    record = as_bytes(valid())[:-1] + b',"country":"XX"}'
+    (reason,) = refused(validate(record, REF))
+    assert reason.startswith("country: must be an ISO 3166-1 alpha-2 code"), reason
 
 
 @pytest.mark.parametrize("missing", [pytest.param(name, id=name) for name in FIELDS])
