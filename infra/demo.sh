@@ -116,7 +116,7 @@ EOF
         cat << EOF
   # 3. a backfill: recompute the last hour exactly (late events included), one run per interval
   airflow backfill create --dag-id ctr_batch --from-date "\$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:00Z)" \\
-       --to-date "\$(date -u +%Y-%m-%dT%H:%M:00Z)" --max-active-runs 1      # then watch it in the UI
+       --to-date "\$(date -u +%Y-%m-%dT%H:%M:00Z)" --reprocess-behavior completed --max-active-runs 1
 EOF
     else
         cat << EOF
