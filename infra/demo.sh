@@ -54,7 +54,8 @@ start() {
     fi
 }
 
-# Wait until "$@" (after name and log) succeeds, while component $1 stays alive.
+# Wait until the command "$@" (after name, log and what) succeeds, while component $1 stays alive.
+# (Arguments are expanded once: pass a function to re-evaluate a condition.)
 wait_for() {
     local name="$1" log="$2" what="$3"
     shift 3
@@ -115,7 +116,7 @@ EOF
         cat << EOF
   # 3. a backfill: recompute the last hour exactly (late events included), one run per interval
   airflow backfill create --dag-id ctr_batch --from-date "\$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:00Z)" \\
-       --to-date "\$(date -u +%Y-%m-%dT%H:%M:00Z)" --max-active-runs 1      # then watch it in the UI
+       --to-date "\$(date -u +%Y-%m-%dT%H:%M:00Z)" --reprocess-behavior completed --max-active-runs 1
 EOF
     else
         cat << EOF
@@ -245,11 +246,12 @@ say "      first batch run at $(date -u -d "@$first_tick" +%H:%M) UTC, then ever
 # --- streams healthy, data visible ---------------------------------------------------------------
 live_pid producer > /dev/null || fail "the traffic generator exited; see $DEMO/producer.log" "$DEMO/producer.log"
 say "[5/7] archiver: waiting for its first commit to master/events"
-wait_for archiver "$DEMO/archiver.log" "commit to master/events" \
-    test "$(commits master/events)" -gt "$events_before"
+archived() { (($(commits master/events) > events_before)); }
+wait_for archiver "$DEMO/archiver.log" "commit to master/events" archived
 say "      archiving ($(elapsed))"
 say "[6/7] speed job: waiting for its first commit to speed/ctr"
-wait_for speed "$DEMO/speed.log" "commit to speed/ctr" test "$(commits speed/ctr)" -gt "$speed_before"
+streamed() { (($(commits speed/ctr) > speed_before)); }
+wait_for speed "$DEMO/speed.log" "commit to speed/ctr" streamed
 say "      streaming ($(elapsed))"
 say "[7/7] dashboard: waiting for the API to serve rows"
 has_rows() {
