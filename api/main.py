@@ -31,7 +31,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.serving = ServingLayer(lake, refresh_s=settings.refresh_s)
+        app.state.serving = ServingLayer(
+            lake, refresh_s=settings.refresh_s, max_stale_s=settings.cache_stale_s
+        )
         try:
             yield
         finally:

@@ -94,9 +94,16 @@ class _Relation:
 class ServingLayer:
     """CTR answers over the lake; thread-safe, one instance per process."""
 
-    def __init__(self, lake: LakeSettings, *, refresh_s: float = 0.5, threads: int = 2) -> None:
+    def __init__(
+        self,
+        lake: LakeSettings,
+        *,
+        refresh_s: float = 0.5,
+        max_stale_s: float = 0.0,
+        threads: int = 2,
+    ) -> None:
         self.lake = lake
-        self.snapshots = SnapshotSource(lake, refresh_s=refresh_s)
+        self.snapshots = SnapshotSource(lake, refresh_s=refresh_s, max_stale_s=max_stale_s)
         self._db = duckdb.connect(
             config={
                 "autoinstall_known_extensions": False,

@@ -3,13 +3,16 @@
 A :class:`LakeSnapshot` names one version of every table (or says a table does not exist yet)
 with the Parquet files of that version, so every query of a request reads the same data even
 while the speed layer commits a new version every second. :class:`SnapshotSource` keeps one
-delta-rs handle per table and refreshes it at most every ``refresh_s`` seconds.
+delta-rs handle per table and refreshes it at most every ``refresh_s`` seconds; with
+``max_stale_s``, a request that finds a refresh due gets the current snapshot at once while one
+background thread reads the logs, instead of every request of that moment waiting for the read.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -24,6 +27,7 @@ from infra.lake import LakeSettings
 from master_dataset.records import EVENTS_SCHEMA, REJECTED_SCHEMA
 from views import DIMENSIONS
 
+_log = logging.getLogger(__name__)
 _TS = pa.timestamp("us", tz="UTC")
 _CTR_FIELDS = [("bucket_start", _TS), *((d, pa.string()) for d in DIMENSIONS)]
 _MEASURES = [("impressions", pa.int64()), ("clicks", pa.int64())]
@@ -108,7 +112,12 @@ class LakeSnapshot:
 
 class SnapshotSource:
     """Hands out the latest :class:`LakeSnapshot`, re-reading the Delta logs at most every
-    ``refresh_s`` seconds (0: on every call)."""
+    ``refresh_s`` seconds (0: on every call).
+
+    :meth:`cached` never does I/O: when a refresh is due it starts one in the background and,
+    while the current snapshot is less than ``refresh_s + max_stale_s`` old, returns that
+    (consistent, only older). :meth:`current` always waits for a due refresh.
+    """
 
     def __init__(
         self,
@@ -116,26 +125,53 @@ class SnapshotSource:
         *,
         tables: tuple[str, ...] = ALL_TABLES,
         refresh_s: float = 0.5,
+        max_stale_s: float = 0.0,
     ) -> None:
         if refresh_s < 0:
             raise ValueError(f"'refresh_s' must be >= 0, got {refresh_s}")
+        if max_stale_s < 0:
+            raise ValueError(f"'max_stale_s' must be >= 0, got {max_stale_s}")
         unknown = set(tables) - set(SCHEMAS)
         if unknown:
             raise ValueError(f"'tables' names unknown tables: {sorted(unknown)}")
         self.lake = lake
         self.tables = tables
         self.refresh_s = refresh_s
+        self.max_stale_s = max_stale_s
+        self.background_refreshes = 0
         self._handles: dict[str, DeltaTable] = {}
         self._current: LakeSnapshot | None = None
         self._refreshed_at = float("-inf")
         self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
 
     def cached(self) -> LakeSnapshot | None:
-        """The latest snapshot if no refresh is due (no I/O, for an event loop), else None."""
+        """The latest snapshot without I/O (for an event loop), or None: call :meth:`current`.
+
+        None when there is none yet or it is older than ``refresh_s + max_stale_s``; a snapshot
+        past ``refresh_s`` is returned while a background refresh replaces it."""
         current = self._current
-        if current is not None and time.monotonic() - self._refreshed_at < self.refresh_s:
+        if current is None:
+            return None
+        age = time.monotonic() - self._refreshed_at
+        if age < self.refresh_s:
             return current
-        return None
+        if age >= self.refresh_s + self.max_stale_s:
+            return None
+        if self._refreshing.acquire(blocking=False):
+            threading.Thread(
+                target=self._refresh_in_background, name="snapshot-refresh", daemon=True
+            ).start()
+        return current
+
+    def _refresh_in_background(self) -> None:
+        try:
+            self.background_refreshes += 1
+            self.current()
+        except Exception as exc:  # current() raises it to requests once the snapshot is too old
+            _log.warning("refreshing the lake snapshot failed (will retry): %s", exc)
+        finally:
+            self._refreshing.release()
 
     def current(self) -> LakeSnapshot:
         now = time.monotonic()

@@ -1,0 +1,70 @@
+"""SnapshotSource: when a refresh is due, ``cached()`` answers from the current snapshot at once
+and re-reads the Delta logs in the background, within ``max_stale_s`` (real Delta tables)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.lake import LakeSettings
+from serving_layer.tables import SnapshotSource
+from tests.lake_writer import ctr_row, minute, write_speed
+
+TABLES = ("speed/ctr",)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> LakeSettings:
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    write_speed(lake, [ctr_row(minute(0), 10, 1)])
+    return lake
+
+
+def wait_for_version(source: SnapshotSource, version: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        snap = source.cached()
+        if snap is not None and snap["speed/ctr"].version == version:
+            return
+        assert time.monotonic() < deadline, f"speed/ctr v{version} never became current"
+        time.sleep(0.01)
+
+
+def test_a_due_refresh_answers_with_the_current_snapshot_and_refreshes_in_background(
+    lake: LakeSettings,
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60)
+    assert source.cached() is None  # nothing read yet: the caller must use current()
+    first = source.current()
+    assert first["speed/ctr"].version == 0
+    write_speed(lake, [ctr_row(minute(1), 20, 2)])
+    time.sleep(0.1)  # past refresh_s: a refresh is due
+
+    assert source.cached() is first  # at once, without reading the log
+    wait_for_version(source, 1)
+    assert source.background_refreshes >= 1
+    assert source.current()["speed/ctr"].version == 1
+
+
+def test_without_max_stale_a_due_refresh_is_left_to_current(lake: LakeSettings) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05)
+    source.current()
+    write_speed(lake, [ctr_row(minute(1), 20, 2)])
+    time.sleep(0.1)
+    assert source.cached() is None
+    assert source.background_refreshes == 0
+    assert source.current()["speed/ctr"].version == 1
+
+
+def test_a_snapshot_older_than_refresh_plus_max_stale_is_not_served(lake: LakeSettings) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=0.05)
+    source.current()
+    time.sleep(0.15)
+    assert source.cached() is None
+
+
+def test_negative_max_stale_is_refused(lake: LakeSettings) -> None:
+    with pytest.raises(ValueError, match="'max_stale_s' must be >= 0"):
+        SnapshotSource(lake, max_stale_s=-1)
