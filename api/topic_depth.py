@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from infra.kafka_settings import KafkaSettings
-from infra.offsets import partition_offsets
+from infra.offsets import topic_offsets
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +60,7 @@ class TopicDepth:
 
     def _lookup(self) -> int | None:
         try:
-            metadata = AdminClient(self.kafka.client()).list_topics(
-                self.topic, timeout=self.timeout_s
-            )
-            found = metadata.topics.get(self.topic)
-            if found is None or found.error is not None:
-                raise LookupError(f"topic {self.topic} not found ({found and found.error})")
-            partitions = [(self.topic, p) for p in sorted(found.partitions)]
-            ends = partition_offsets(self.kafka, partitions, timeout_s=self.timeout_s)
+            ends = topic_offsets(self.kafka, self.topic, timeout_s=self.timeout_s)
         except (KafkaException, LookupError) as exc:
             if not self._failing:
                 log.warning(

@@ -10,41 +10,14 @@ stopped, this compares each job's last committed offsets (its Structured Streami
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.offsets import offsets_consumer, partition_offsets
-
-
-def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
-    """Next offset per partition of ``topic`` after the checkpoint's last committed batch."""
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
-    if not commits:
-        return {}
-    # offsets/N: a version line, the batch metadata, then one JSON line per source.
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()[2:]
-    for line in lines:
-        offsets = json.loads(line) if line.strip().startswith("{") else {}
-        if topic in offsets:
-            return {int(partition): int(next_) for partition, next_ in offsets[topic].items()}
-    return {}
-
-
-def end_offsets(kafka: KafkaSettings) -> dict[int, int]:
-    """Verified end (next offset to be written) of every partition of the event topic."""
-    consumer = offsets_consumer(kafka)
-    try:
-        metadata = consumer.list_topics(kafka.topic, timeout=10)
-        partitions = [(kafka.topic, p) for p in metadata.topics[kafka.topic].partitions]
-        return {
-            o.partition: o.latest for o in partition_offsets(kafka, partitions, consumer=consumer)
-        }
-    finally:
-        consumer.close()
+from infra.offsets import topic_offsets
+from infra.streaming import committed_offsets
 
 
 def behind(ends: dict[int, int], committed: dict[int, int]) -> int:
@@ -59,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     kafka, lake = KafkaSettings(), LakeSettings()
     try:
-        ends = end_offsets(kafka)
+        ends = {o.partition: o.latest for o in topic_offsets(kafka, kafka.topic)}
     except Exception as exc:  # an unreachable broker: nothing to drain from
         print(f"demo: cannot read the end offsets of {kafka.topic} ({exc}); not waiting")
         return

@@ -74,6 +74,29 @@ def partition_offsets(
     )
 
 
+def topic_offsets(
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    consumer: Consumer | None = None,
+) -> list[PartitionOffsets]:
+    """Earliest and verified latest offsets of every partition of ``topic``; LookupError if
+    the cluster does not have it."""
+    own = consumer is None
+    client = consumer if consumer is not None else offsets_consumer(settings)
+    try:
+        found = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            why = found.error if found is not None and found.error is not None else "no partitions"
+            raise LookupError(f"topic {topic} not found on {settings.bootstrap_servers} ({why})")
+        partitions = [(topic, p) for p in sorted(found.partitions)]
+        return partition_offsets(settings, partitions, timeout_s=timeout_s, consumer=client)
+    finally:
+        if own:
+            client.close()
+
+
 def _verify_ends(
     client: Consumer, reported: dict[tuple[str, int], tuple[int, int]], timeout_s: float
 ) -> dict[tuple[str, int], int]:

@@ -50,17 +50,35 @@ def query_id(checkpoint: str) -> str:
     return str(metadata["id"])
 
 
-def batch_metadata(checkpoint: str, batch_id: int) -> BatchMetadata:
-    """The offset log entry of ``batch_id`` (written before the batch runs)."""
+def _offset_log_entry(checkpoint: str | Path, batch_id: int) -> list[str]:
+    """``offsets/N``: a version line, the batch metadata, then one JSON line per source."""
     lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise ValueError(f"unexpected offset log entry {checkpoint}/offsets/{batch_id}")
-    metadata = json.loads(lines[1])
+    return lines
+
+
+def batch_metadata(checkpoint: str, batch_id: int) -> BatchMetadata:
+    """The offset log entry of ``batch_id`` (written before the batch runs)."""
+    metadata = json.loads(_offset_log_entry(checkpoint, batch_id)[1])
     return BatchMetadata(
         batch_id=batch_id,
         watermark_ms=int(metadata.get("batchWatermarkMs", 0)),
         timestamp_ms=int(metadata.get("batchTimestampMs", 0)),
     )
+
+
+def committed_offsets(checkpoint: str | Path, topic: str) -> dict[int, int]:
+    """Next offset per partition of ``topic`` after the checkpoint's last committed batch
+    (``commits/N`` done; ``offsets/N`` what it read); empty if none committed yet."""
+    commits = [int(p.name) for p in (Path(checkpoint) / "commits").glob("*") if p.name.isdigit()]
+    if not commits:
+        return {}
+    for line in _offset_log_entry(checkpoint, max(commits))[2:]:
+        offsets = json.loads(line) if line.strip().startswith("{") else {}
+        if topic in offsets:
+            return {int(partition): int(next_) for partition, next_ in offsets[topic].items()}
+    return {}
 
 
 def progress_of(query: StreamingQuery) -> StreamProgress | None:

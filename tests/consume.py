@@ -6,10 +6,9 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from infra.kafka_settings import KafkaSettings
-from infra.offsets import offsets_consumer, partition_offsets
+from infra.offsets import offsets_consumer, topic_offsets
 
 
 @dataclass(frozen=True)
@@ -22,11 +21,9 @@ class Consumed:
 
 
 def read_topic(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> list[Consumed]:
-    metadata = AdminClient(settings.client()).list_topics(topic, timeout=10)
-    partitions = [(topic, p) for p in sorted(metadata.topics[topic].partitions)]
-    ends = {p.partition: p for p in partition_offsets(settings, partitions)}
+    ends = {p.partition: p for p in topic_offsets(settings, topic)}
     consumer = offsets_consumer(settings, **{"enable.partition.eof": False})
-    consumer.assign([TopicPartition(topic, p, ends[p].earliest) for _, p in partitions])
+    consumer.assign([TopicPartition(topic, p, ends[p].earliest) for p in ends])
     remaining = {p: e.latest - e.earliest for p, e in ends.items() if e.latest > e.earliest}
     records: list[Consumed] = []
     deadline = time.monotonic() + timeout_s

@@ -262,14 +262,13 @@ def test_metrics_leave_out_the_dlq_depth_when_kafka_is_unreachable(
         caplog.at_level(logging.WARNING, logger="api.topic_depth"),
         running_api(api, lake, nobody) as url,
     ):
-        started = time.monotonic()
-        first = httpx.get(f"{url}/metrics", timeout=30)
-        second = httpx.get(f"{url}/metrics", timeout=30)
-        elapsed = time.monotonic() - started
+        # The client timeout is a hang guard (the lookup gives up after 0.5 s), not a speed
+        # check: a scrape that waits on the missing broker fails with ReadTimeout.
+        first = httpx.get(f"{url}/metrics", timeout=10)
+        second = httpx.get(f"{url}/metrics", timeout=10)
     assert first.status_code == second.status_code == 200
     assert "ctr_dlq_records" not in first.text + second.text
     assert "ctr_table_rows" in first.text  # the rest of the scrape is there
-    assert elapsed < 10, f"two scrapes took {elapsed:.1f} s with Kafka away"
     warnings = [r for r in caplog.records if "cannot read the depth" in r.getMessage()]
     assert len(warnings) == 1, "one log line when Kafka goes away, not one per scrape"
 

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from infra.broker import free_port
 from infra.kafka_settings import KafkaSettings
-from infra.offsets import partition_offsets
+from infra.offsets import partition_offsets, topic_offsets
 from infra.topics import ensure_topics
 from ingest.events import Event, validate
 from ingest.ground_truth import GroundTruth, read_csv
@@ -130,6 +130,21 @@ def test_offsets_are_verified_past_the_reported_high_watermark(topics: KafkaSett
     [offsets] = partition_offsets(topics, [(topics.topic, 0)])
     assert (offsets.earliest, offsets.latest) == (0, 5)
     assert len(read_topic(topics, topics.topic)) == 5
+
+
+def test_topic_offsets_cover_every_partition_and_name_a_missing_topic(
+    topics: KafkaSettings,
+) -> None:
+    producer = Producer(topics.client())
+    for partition in (0, 3):
+        producer.produce(topics.topic, value=b"x", partition=partition)
+    assert producer.flush(10) == 0
+    offsets = topic_offsets(topics, topics.topic)
+    assert [(o.partition, o.records) for o in offsets] == [
+        (p, 1 if p in (0, 3) else 0) for p in range(6)
+    ]
+    with pytest.raises(LookupError, match="topic no-such-topic not found"):
+        topic_offsets(topics, "no-such-topic", timeout_s=5)
 
 
 def test_ensure_topics_is_idempotent(kafka: KafkaSettings) -> None:
