@@ -1,15 +1,17 @@
 """Serving layer: the batch and speed views merged per minute bucket, over Delta snapshots.
 
 Per bucket: covered by a finished batch run → the exact batch rows, else the speed rows. See
-:class:`ServingLayer` (CTR queries, freshness, view metadata) and :func:`run_sql` (read-only
-ad-hoc SQL in a sandboxed DuckDB).
+:class:`ServingLayer` (CTR queries, freshness, view metadata) and :class:`SqlPool` (read-only
+ad-hoc SQL in sandboxed DuckDB worker processes).
 """
 
 from serving_layer.coverage import Coverage, CoveredInterval, Source
 from serving_layer.freshness import Freshness
+from serving_layer.json_values import jsonable
 from serving_layer.query import GRANULARITIES, MEASURES, CtrQuery, Granularity, QueryError
-from serving_layer.sandbox import SANDBOX_VIEWS, SqlError, SqlRefusedError, SqlResult, run_sql
+from serving_layer.sandbox import SANDBOX_VIEWS, VIEW_NAMES, SqlError, SqlRefusedError, SqlResult
 from serving_layer.service import CtrResult, CtrRow, ServingLayer, TableInfo, ViewInfo
+from serving_layer.sql_pool import SandboxUnavailableError, SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource, SpeedStatus, TableSnapshot
 from serving_layer.wilson import wilson_interval
 
@@ -17,6 +19,7 @@ __all__ = [
     "GRANULARITIES",
     "MEASURES",
     "SANDBOX_VIEWS",
+    "VIEW_NAMES",
     "Coverage",
     "CoveredInterval",
     "CtrQuery",
@@ -26,16 +29,19 @@ __all__ = [
     "Granularity",
     "LakeSnapshot",
     "QueryError",
+    "SandboxUnavailableError",
     "ServingLayer",
     "SnapshotSource",
     "Source",
     "SpeedStatus",
+    "SqlBusyError",
     "SqlError",
+    "SqlPool",
     "SqlRefusedError",
     "SqlResult",
     "TableInfo",
     "TableSnapshot",
     "ViewInfo",
-    "run_sql",
+    "jsonable",
     "wilson_interval",
 ]

@@ -6,11 +6,15 @@ import csv
 import enum
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.console import console
+
+if TYPE_CHECKING:
+    from serving_layer.sql_pool import SqlPool
+    from serving_layer.tables import SnapshotSource
 
 
 class Format(enum.StrEnum):
@@ -26,27 +30,50 @@ def sql(
     output: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     max_rows: Annotated[int, typer.Option(min=1, help="Rows at most.")] = 10_000,
     timeout: Annotated[float, typer.Option(min=0.1, help="Time limit in seconds.")] = 60.0,
+    memory: Annotated[
+        str, typer.Option(help="Memory limit of the query's sandbox process (e.g. 2GiB).")
+    ] = "1GiB",
 ) -> None:
     """Query events, rejected, ctr_batch, ctr_speed, coverage, covered and ctr (the merged view
-    at minute grain) with DuckDB, read-only, over the current snapshot of the lake."""
+    at minute grain) with DuckDB, read-only, over the current snapshot of the lake.
+
+    Queries run in a sandboxed worker process, as on the API: read-only, with the time and
+    memory limits given here."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
     from infra.lake import LakeSettings
+    from serving_layer.sql_pool import SqlPool
     from serving_layer.tables import SnapshotSource
 
-    source = SnapshotSource(LakeSettings(), refresh_s=0)
-    if query is not None:
-        if not _run(source, query, output, max_rows, timeout):
-            raise typer.Exit(1)
-        return
-    _shell(source, output, max_rows, timeout)
-
-
-def _run(source: object, query: str, output: Format, max_rows: int, timeout: float) -> bool:
-    from serving_layer.sandbox import SqlError, SqlRefusedError, run_sql
-    from serving_layer.tables import SnapshotSource
-
-    assert isinstance(source, SnapshotSource)
     try:
-        result = run_sql(query, source.current(), max_rows=max_rows, timeout_s=timeout)
+        memory_bytes = int(TypeAdapter(ByteSize).validate_python(memory))
+    except ValidationError:
+        raise typer.BadParameter(
+            f"not a size: {memory!r} (e.g. 512MiB, 2GB)", param_hint="--memory"
+        ) from None
+    if memory_bytes < 64 * 2**20:
+        raise typer.BadParameter("at least 64MiB", param_hint="--memory")
+    source = SnapshotSource(LakeSettings(), refresh_s=0)
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=memory_bytes)
+    try:
+        if query is not None:
+            if not _run(pool, source, query, output, max_rows, timeout):
+                raise typer.Exit(1)
+            return
+        _shell(pool, source, output, max_rows, timeout)
+    finally:
+        pool.close()
+
+
+def _run(
+    pool: SqlPool, source: SnapshotSource, query: str, output: Format, max_rows: int, timeout: float
+) -> bool:
+    from serving_layer.sandbox import SqlError, SqlRefusedError
+
+    try:
+        result = pool.run(
+            query, source.current(), max_rows=max_rows, max_bytes=2**62, timeout_s=timeout
+        )
     except SqlRefusedError as exc:
         console.print(f"[bold red]refused:[/] {exc}", highlight=False, soft_wrap=True)
         return False
@@ -59,15 +86,13 @@ def _run(source: object, query: str, output: Format, max_rows: int, timeout: flo
     return True
 
 
-def _print(columns: list[str], rows: list[tuple[object, ...]], output: Format) -> None:
-    from api.rendering import jsonable
-
+def _print(columns: list[str], rows: list[list[object]], output: Format) -> None:
     if output is Format.csv:
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
-        writer.writerows([jsonable(v) for v in row] for row in rows)
+        writer.writerows(rows)
     elif output is Format.json:
-        records = [dict(zip(columns, (jsonable(v) for v in row), strict=True)) for row in rows]
+        records = [dict(zip(columns, row, strict=True)) for row in rows]
         print(json.dumps(records, indent=2))
     else:
         from rich.console import Console
@@ -75,19 +100,20 @@ def _print(columns: list[str], rows: list[tuple[object, ...]], output: Format) -
 
         table = Table(*columns, show_lines=False)
         for row in rows:
-            table.add_row(*("NULL" if v is None else str(jsonable(v)) for v in row))
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
         Console().print(table)
         console.print(f"{len(rows):,} row(s)")
 
 
-def _shell(source: object, output: Format, max_rows: int, timeout: float) -> None:
+def _shell(
+    pool: SqlPool, source: SnapshotSource, output: Format, max_rows: int, timeout: float
+) -> None:
     import readline  # noqa: F401  (line editing and history for input())
 
-    from serving_layer.sandbox import SANDBOX_VIEWS
+    from serving_layer.sandbox import VIEW_NAMES
 
-    views = ", ".join([*SANDBOX_VIEWS, "covered", "ctr"])
     console.print(
-        f"ctr sql: read-only DuckDB over {views}. End a query with ';'. "
+        f"ctr sql: read-only DuckDB over {', '.join(VIEW_NAMES)}. End a query with ';'. "
         ".format table|csv|json, .quit (or Ctrl-D)."
     )
     buffer: list[str] = []
@@ -113,5 +139,5 @@ def _shell(source: object, output: Format, max_rows: int, timeout: float) -> Non
             continue
         buffer.append(line)
         if stripped.endswith(";"):
-            _run(source, "\n".join(buffer), output, max_rows, timeout)
+            _run(pool, source, "\n".join(buffer), output, max_rows, timeout)
             buffer.clear()

@@ -1,29 +1,40 @@
-"""Read-only ad-hoc SQL over the platform's tables, in a locked-down DuckDB.
+"""The SQL sandbox's database: which statements may run, and a DuckDB that cannot write.
 
-Every call gets a fresh in-memory database holding one snapshot of the lake as views:
-``events``, ``rejected``, ``ctr_batch``, ``ctr_speed``, ``coverage``, ``covered`` (the covered
-intervals, merged) and ``ctr`` (the merged view at minute grain, with ``source`` and
-``run_id``). Then external access is switched off except for exactly those Parquet files, Python
-replacement scans are off, the configuration is locked, and only a single read-only statement
-is accepted. A timer interrupts the query at the time limit.
+Read-only by construction, in two independent layers:
+
+1. **The statement.** DuckDB's own parser decides: exactly one statement, of type SELECT, that
+   ``json_serialize_sql`` (which serializes queries and nothing else) accepts, starting with a
+   query keyword; or ``EXPLAIN`` followed directly by such a query (never ``EXPLAIN ANALYZE``,
+   which runs the statement). Comments are skipped by DuckDB's tokenizer, so nested comments
+   mean what DuckDB thinks they mean.
+2. **The database.** A fresh in-memory DuckDB with external access off from its first moment and
+   no allowed paths: it cannot open, create or write any file. The lake's tables reach it as
+   Arrow datasets over one snapshot's Parquet files, which Arrow opens for reading only.
+   Python replacement scans are off and the configuration is locked.
+
+The worker processes that run these databases add OS limits (see :mod:`serving_layer.sql_pool`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import duckdb
+import orjson
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from serving_layer.coverage import Coverage
+from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql
-from serving_layer.relations import create_arrow_table, create_relation, quote_literal
-from serving_layer.tables import LakeSnapshot
+from serving_layer.tables import TableSnapshot
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {
     "events": "master/events",
@@ -32,11 +43,17 @@ SANDBOX_VIEWS: Final[Mapping[str, str]] = {
     "ctr_speed": "speed/ctr",
     "coverage": "batch/coverage",
 }
-_READ_ONLY_TYPES: Final = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
-_READ_ONLY_KEYWORDS: Final = frozenset(
-    {"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "EXPLAIN", "("}
+VIEW_NAMES: Final = (*SANDBOX_VIEWS, "covered", "ctr")
+_QUERY_KEYWORDS: Final = frozenset(
+    {"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "("}
 )
-_LEADING_COMMENTS: Final = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.DOTALL)
+_FIRST_WORD: Final = re.compile(r"\(|[A-Za-z_]+")
+_ALLOWED: Final = (
+    "the SQL endpoint is read-only and accepts one query (SELECT, WITH, FROM, VALUES, TABLE, "
+    "DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of a query) over the views " + ", ".join(VIEW_NAMES)
+)
+
+TruncatedBy = Literal["max_rows", "max_bytes"]
 
 
 class SqlRefusedError(ValueError):
@@ -44,137 +61,197 @@ class SqlRefusedError(ValueError):
 
 
 class SqlError(RuntimeError):
-    """The query failed: a syntax error, an unknown table, a denied file, the time limit, …"""
+    """The query failed: a syntax error, an unknown table, a denied file, a resource limit, …"""
 
 
 @dataclass(frozen=True)
 class SqlResult:
+    """A query's answer; ``rows`` hold JSON-ready values (:func:`jsonable`)."""
+
     columns: list[str]
     types: list[str]
-    rows: list[tuple[object, ...]]
-    truncated: bool
+    rows: list[list[object]]
+    truncated_by: TruncatedBy | None
     elapsed_s: float
 
+    @property
+    def truncated(self) -> bool:
+        return self.truncated_by is not None
 
-def run_sql(
-    sql: str,
-    snapshot: LakeSnapshot,
-    *,
-    max_rows: int = 10_000,
-    timeout_s: float = 10.0,
-    memory_limit: str = "1GB",
-    threads: int = 2,
-) -> SqlResult:
-    """Run one read-only statement over ``snapshot``; at most ``max_rows`` rows come back.
 
-    Raises :class:`SqlRefusedError` for anything but a single read-only query and
-    :class:`SqlError` when it fails or runs longer than ``timeout_s``.
+def check_read_only(sql: str) -> str:
+    """The statement to run for ``sql``, or :class:`SqlRefusedError` saying why not.
+
+    Raises :class:`SqlError` when DuckDB cannot parse it.
     """
-    if max_rows < 1:
-        raise ValueError(f"'max_rows' must be >= 1, got {max_rows}")
-    if timeout_s <= 0:
-        raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
-    con = sandbox(snapshot, memory_limit=memory_limit, threads=threads)
-    started = time.perf_counter()
-    timer = threading.Timer(timeout_s, con.interrupt)
-    try:
-        statement = check_read_only(con, sql)
-        timer.start()
-        try:
-            cursor = con.execute(statement)
-            if cursor.description is None:  # pragma: no cover - every read-only query has one
-                raise SqlError("the statement returned no result")
-            columns = [d[0] for d in cursor.description]
-            types = [str(d[1]) for d in cursor.description]
-            rows = cursor.fetchmany(max_rows + 1)
-        except duckdb.InterruptException:
-            raise SqlError(f"the query was stopped at the time limit of {timeout_s:g} s") from None
-        except duckdb.Error as exc:
-            raise SqlError(_clean(exc)) from None
-    finally:
-        timer.cancel()
-        con.close()
-    return SqlResult(
-        columns=columns,
-        types=types,
-        rows=rows[:max_rows],
-        truncated=len(rows) > max_rows,
-        elapsed_s=time.perf_counter() - started,
-    )
-
-
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
-    """The one read-only statement in ``sql``, or :class:`SqlRefusedError` saying why not."""
     if not sql.strip():
         raise SqlRefusedError("the query is empty")
+    parser = duckdb.connect(config={"enable_external_access": False})
     try:
-        statements = con.extract_statements(sql)
+        statements = _statements(parser, sql)
+        if len(statements) != 1:
+            raise SqlRefusedError(f"one statement per query, got {len(statements)}")
+        tokens = duckdb.tokenize(sql)
+        if statements[0].type == duckdb.StatementType.EXPLAIN and len(tokens) > 1:
+            option = _word(sql, tokens, 1)
+            if option in ("ANALYZE", "ANALYSE", "("):
+                raise SqlRefusedError(
+                    "EXPLAIN ANALYZE (and EXPLAIN with options) is not allowed: it runs the "
+                    "statement; EXPLAIN <query> shows the plan"
+                )
+            inner = sql[tokens[1][0] :]
+            _require_query(parser, inner)
+            return f"EXPLAIN {inner}"
+        _require_query(parser, sql)
+        return sql
+    finally:
+        parser.close()
+
+
+def _require_query(parser: duckdb.DuckDBPyConnection, sql: str) -> None:
+    statements = _statements(parser, sql)
+    tokens = duckdb.tokenize(sql)
+    keyword = _word(sql, tokens, 0) if tokens else ""
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        kind = statements[0].type.name if len(statements) == 1 else f"{len(statements)}"
+        raise SqlRefusedError(f"{keyword or kind} statements are not allowed: {_ALLOWED}")
+    # PRAGMA parses as a SELECT of a pragma function; json_serialize_sql takes real queries only.
+    serialized = parser.execute("SELECT json_serialize_sql($1::VARCHAR)", [sql]).fetchone()
+    if (
+        keyword not in _QUERY_KEYWORDS
+        or serialized is None
+        or json.loads(serialized[0]).get("error", False)
+    ):
+        raise SqlRefusedError(f"{keyword} statements are not allowed: {_ALLOWED}")
+
+
+def _statements(parser: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement]:
+    try:
+        return parser.extract_statements(sql)
     except duckdb.Error as exc:
         raise SqlError(_clean(exc)) from None
-    if len(statements) != 1:
-        raise SqlRefusedError(f"one statement per query, got {len(statements)}")
-    [statement] = statements
-    # The original text: DuckDB rewrites some statements (PRAGMA x becomes a SELECT).
-    text = _LEADING_COMMENTS.sub("", sql)
-    match = re.match(r"\(|[A-Za-z_]+", text)
-    keyword = match.group(0).upper() if match else text[:20]
-    # PRAGMA statements parse as SELECTs of pragma functions: the keyword check catches them.
-    if statement.type not in _READ_ONLY_TYPES or keyword not in _READ_ONLY_KEYWORDS:
-        raise SqlRefusedError(
-            f"{keyword} statements are not allowed: the SQL endpoint is read-only and accepts "
-            "one query (SELECT, WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE or "
-            f"EXPLAIN) over the views {', '.join([*SANDBOX_VIEWS, 'covered', 'ctr'])}"
-        )
-    return sql
 
 
-def sandbox(
-    snapshot: LakeSnapshot, *, memory_limit: str = "1GB", threads: int = 2
+def _word(sql: str, tokens: Sequence[tuple[int, object]], index: int) -> str:
+    match = _FIRST_WORD.match(sql, tokens[index][0])
+    return match.group(0).upper() if match else sql[tokens[index][0] : tokens[index][0] + 20]
+
+
+def open_sandbox(
+    tables: Mapping[str, TableSnapshot], *, memory_limit_bytes: int, threads: int = 1
 ) -> duckdb.DuckDBPyConnection:
-    """A fresh locked-down database with the snapshot's tables as views (see module doc)."""
+    """A fresh database that can touch no file, with ``tables`` (one per :data:`SANDBOX_VIEWS`
+    entry, by view name) as read-only views plus ``covered`` and ``ctr``."""
+    missing = set(SANDBOX_VIEWS) - set(tables)
+    if missing:
+        raise ValueError(f"'tables' lacks the views {sorted(missing)}")
     con = duckdb.connect(
         config={
+            "enable_external_access": False,
             "autoinstall_known_extensions": False,
             "autoload_known_extensions": False,
+            "allow_community_extensions": False,
             "threads": threads,
-            "memory_limit": memory_limit,
+            "memory_limit": f"{max(memory_limit_bytes // 2**20, 16)}MB",
             "temp_directory": "",
         }
     )
     try:
         con.execute("SET TimeZone = 'UTC'")
-        files: list[str] = []
-        for view, table_name in SANDBOX_VIEWS.items():
-            table = snapshot[table_name]
-            create_relation(con, view, table, materialize=False)
-            files.extend(table.files)
+        for view in SANDBOX_VIEWS:
+            con.from_arrow(_dataset(tables[view])).create_view(view)
         rows = con.execute(
             "SELECT interval_start, interval_end FROM coverage WHERE view = 'ctr'"
         ).fetchall()
         intervals = Coverage(rows).intervals
         ts = pa.timestamp("us", tz="UTC")
-        create_arrow_table(
-            con,
-            "covered",
-            pa.table(
-                {
-                    "interval_start": pa.array([i.start for i in intervals], ts),
-                    "interval_end": pa.array([i.end for i in intervals], ts),
-                }
-            ),
+        covered = pa.table(
+            {
+                "interval_start": pa.array([i.start for i in intervals], ts),
+                "interval_end": pa.array([i.end for i in intervals], ts),
+            }
         )
+        con.from_arrow(covered).create("covered")
         con.execute(
             "CREATE VIEW ctr AS "
             + merged_sql(batch="ctr_batch", speed="ctr_speed", covered="covered")
         )
-        con.execute(f"SET allowed_paths = [{', '.join(quote_literal(f) for f in files)}]")
-        con.execute("SET enable_external_access = false")
         con.execute("SET python_enable_replacements = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:
+    """The table's files as an Arrow dataset (partition values from the paths, as Delta writes
+    them), or an empty table of its schema."""
+    if not table.files:
+        return table.schema.empty_table()
+    filesystem, root = pafs.FileSystem.from_uri(_uri(table.path))
+    paths = [pafs.FileSystem.from_uri(_uri(f))[1] for f in table.files]
+    partitioning = None
+    if table.partition_columns:
+        partitioning = ds.partitioning(
+            pa.schema([table.schema.field(c) for c in table.partition_columns]), flavor="hive"
+        )
+    return ds.dataset(
+        paths,
+        schema=table.schema,
+        format="parquet",
+        filesystem=filesystem,
+        partitioning=partitioning,
+        partition_base_dir=root,
+    )
+
+
+def _uri(location: str) -> str:
+    return location if "://" in location else f"file://{location}"
+
+
+def execute(
+    con: duckdb.DuckDBPyConnection,
+    statement: str,
+    *,
+    max_rows: int,
+    max_bytes: int,
+    timeout_s: float,
+) -> SqlResult:
+    """Run a checked ``statement``; rows stop at ``max_rows`` rows or ``max_bytes`` of JSON.
+
+    A timer interrupts DuckDB at ``timeout_s`` (it notices between row batches; the worker
+    pool's kill is the hard limit)."""
+    started = time.perf_counter()
+    timer = threading.Timer(timeout_s, con.interrupt)
+    timer.start()
+    try:
+        cursor = con.execute(statement)
+        if cursor.description is None:  # pragma: no cover - every query has one
+            raise SqlError("the statement returned no result")
+        columns = [d[0] for d in cursor.description]
+        types = [str(d[1]) for d in cursor.description]
+        rows: list[list[object]] = []
+        size = 2  # the enclosing brackets
+        truncated_by: TruncatedBy | None = None
+        while truncated_by is None and (batch := cursor.fetchmany(1024)):
+            for record in batch:
+                if len(rows) == max_rows:
+                    truncated_by = "max_rows"
+                    break
+                row = [jsonable(v) for v in record]
+                size += len(orjson.dumps(row)) + 1
+                if size > max_bytes:
+                    truncated_by = "max_bytes"
+                    break
+                rows.append(row)
+    except duckdb.InterruptException:
+        raise SqlError(f"the query was stopped at the time limit of {timeout_s:g} s") from None
+    except duckdb.Error as exc:
+        raise SqlError(_clean(exc)) from None
+    finally:
+        timer.cancel()
+    return SqlResult(columns, types, rows, truncated_by, time.perf_counter() - started)
 
 
 def _clean(exc: duckdb.Error) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,3 +94,61 @@ def write_status(lake: LakeSettings, **fields: object) -> None:
     path = Path(lake.checkpoint_root) / "speed.status.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(status))
+
+
+def event(n: int) -> dict[str, object]:
+    """A master/events row at ``minute(n)``."""
+    at = minute(n)
+    return {
+        "event_id": f"e{n}",
+        "event_type": "impression",
+        "event_time": at,
+        "impression_id": f"i{n}",
+        "ad_id": "ad-1",
+        "campaign_id": "cmp-1",
+        "site_id": "site-1",
+        "country": "US",
+        "device_type": "mobile",
+        "user_id": "u1",
+        "schema_version": 1,
+        "event_date": at.date(),
+        "kafka_partition": 0,
+        "kafka_offset": n,
+        "ingest_time": at,
+    }
+
+
+def build_sandbox_lake(root: Path) -> LakeSettings:
+    """A lake with every table the SQL sandbox reads: batch, coverage, speed, two events,
+    one rejected record."""
+    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "ck")
+    write_batch(lake, "run-a", [ctr_row(minute(0), 10, 1), ctr_row(minute(1), 20, 2)])
+    cover(lake, "run-a", minute(0), minute(1))
+    write_speed(lake, [ctr_row(minute(0), 99, 9), ctr_row(minute(1), 30, 3)])
+    write(lake, "master/events", [event(0), event(1)])
+    write(
+        lake,
+        "master/rejected",
+        [
+            {
+                "value": b"{",
+                "key": None,
+                "reason": "record: not JSON",
+                "kafka_topic": "ad-events",
+                "kafka_partition": 0,
+                "kafka_offset": 5,
+                "kafka_timestamp": minute(0),
+            }
+        ],
+    )
+    return lake
+
+
+def lake_digest(lake: LakeSettings) -> dict[str, str]:
+    """Every file under the lake with the hash of its bytes."""
+    root = Path(lake.lake_root)
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }

@@ -1,0 +1,334 @@
+"""Sandboxed SQL in worker processes: bounded concurrency, OS limits, a kill at the time limit.
+
+Each query runs in one of a few worker processes (:mod:`serving_layer.sql_worker`, fresh
+interpreters), each confined at start:
+
+- no file can grow (``RLIMIT_FSIZE`` 0) and its working directory is an empty private one;
+- its address space is capped (``RLIMIT_AS``: what the worker mapped at start plus
+  ``memory_bytes``), so a query that allocates too much fails with DuckDB's out-of-memory error
+  (or the worker dies) instead of taking the server's memory;
+- CPU time per query is capped (``RLIMIT_CPU``, raised before each query by what it may use);
+- it runs niced, so the API's own requests win the CPU.
+
+The parent waits ``timeout_s`` plus a grace period for an answer; DuckDB's own interrupt
+stops most queries at ``timeout_s``, and a worker still busy after the grace period (a single
+huge regular expression, say: DuckDB checks for interrupts between row batches only) is killed
+and replaced. At most ``workers`` queries run at once and ``queue`` more wait; beyond that
+:class:`SqlBusyError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Final
+
+from serving_layer.sandbox import SANDBOX_VIEWS, SqlError, SqlRefusedError, SqlResult
+from serving_layer.tables import LakeSnapshot, TableSnapshot
+
+_START_TIMEOUT_S: Final = 60.0
+_SIGNALS: Final = {
+    signal.SIGXCPU: "it used up its CPU time limit",
+    signal.SIGKILL: "it was killed (out of memory?)",
+    signal.SIGSEGV: "it crashed",
+    signal.SIGABRT: "it aborted (out of memory?)",
+    signal.SIGBUS: "it crashed",
+}
+
+
+class SqlBusyError(RuntimeError):
+    """Every worker is busy and the queue is full (or the wait for a worker timed out)."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The sandbox could not be set up: a worker did not start, or the lake is unreadable."""
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    workers: int
+    busy: int
+    waiting: int
+    queries: int
+    refused: int
+    failed: int
+    timed_out: int
+    rejected_busy: int
+    worker_restarts: int
+
+
+class SqlPool:
+    """Runs sandboxed queries over lake snapshots in ``workers`` processes; thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        workers: int = 2,
+        queue_size: int = 4,
+        queue_timeout_s: float = 30.0,
+        memory_bytes: int = 2**30,
+        threads: int = 1,
+        grace_s: float = 2.0,
+        max_queries_per_worker: int = 500,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"'workers' must be >= 1, got {workers}")
+        if queue_size < 0:
+            raise ValueError(f"'queue_size' must be >= 0, got {queue_size}")
+        if memory_bytes < 64 * 2**20:
+            raise ValueError(f"'memory_bytes' must be at least 64 MiB, got {memory_bytes}")
+        if threads < 1:
+            raise ValueError(f"'threads' must be >= 1, got {threads}")
+        self.workers = workers
+        self.queue_size = queue_size
+        self.queue_timeout_s = queue_timeout_s
+        self.memory_bytes = memory_bytes
+        self.threads = threads
+        self.grace_s = grace_s
+        self.max_queries_per_worker = max_queries_per_worker
+        self._all = [_Worker(memory_bytes, threads) for _ in range(workers)]
+        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        for worker in self._all:
+            self._idle.put(worker)
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self._closed = False
+        self._counts = dict.fromkeys(
+            ("queries", "refused", "failed", "timed_out", "rejected_busy"), 0
+        )
+
+    def run(
+        self,
+        sql: str,
+        snapshot: LakeSnapshot,
+        *,
+        max_rows: int = 10_000,
+        max_bytes: int = 16 * 2**20,
+        timeout_s: float = 10.0,
+    ) -> SqlResult:
+        """Run one read-only query over ``snapshot`` in a worker.
+
+        Raises :class:`SqlRefusedError` (not a single read-only query), :class:`SqlError` (it
+        failed or hit a limit), :class:`SqlBusyError` (no worker free in time) and
+        :class:`SandboxUnavailableError` (the sandbox could not be set up).
+        """
+        if max_rows < 1:
+            raise ValueError(f"'max_rows' must be >= 1, got {max_rows}")
+        if max_bytes < 1:
+            raise ValueError(f"'max_bytes' must be >= 1, got {max_bytes}")
+        if timeout_s <= 0:
+            raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
+        tables = {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()}
+        with self.admission():
+            try:
+                worker = self._idle.get(timeout=self.queue_timeout_s)
+            except queue.Empty:
+                self._count("rejected_busy")
+                raise SqlBusyError(
+                    f"no SQL worker became free within {self.queue_timeout_s:g} s; try again",
+                    retry_after_s=max(1, round(timeout_s)),
+                ) from None
+            try:
+                if self._closed:
+                    raise SandboxUnavailableError("the SQL worker pool is closed")
+                return self._run(worker, sql, tables, max_rows, max_bytes, timeout_s)
+            finally:
+                self._idle.put(worker)
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """A place among the running and waiting queries, or :class:`SqlBusyError` at once."""
+        with self._lock:
+            if self._admitted >= self.workers + self.queue_size:
+                self._counts["rejected_busy"] += 1
+                raise SqlBusyError(
+                    f"too many SQL queries at once ({self.workers} running, "
+                    f"{self.queue_size} waiting); try again shortly"
+                )
+            self._admitted += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._admitted -= 1
+
+    def _run(
+        self,
+        worker: _Worker,
+        sql: str,
+        tables: Mapping[str, TableSnapshot],
+        max_rows: int,
+        max_bytes: int,
+        timeout_s: float,
+    ) -> SqlResult:
+        if worker.queries >= self.max_queries_per_worker:
+            worker.stop()
+        self._count("queries")
+        try:
+            kind, payload = worker.ask(
+                (sql, dict(tables), max_rows, max_bytes, timeout_s, self.grace_s),
+                wait_s=timeout_s + self.grace_s,
+            )
+        except TimeoutError:
+            self._count("timed_out")
+            raise SqlError(f"the query was stopped at the time limit of {timeout_s:g} s") from None
+        except SqlError:
+            self._count("failed")
+            raise
+        if kind == "ok":
+            assert isinstance(payload, SqlResult)
+            return payload
+        message = str(payload)
+        if kind == "refused":
+            self._count("refused")
+            raise SqlRefusedError(message)
+        if kind == "unavailable":
+            raise SandboxUnavailableError(message)
+        if kind == "timeout":
+            self._count("timed_out")
+        else:
+            self._count("failed")
+        if "Out of Memory" in message:
+            # Its address space may be fragmented now: the next query gets a fresh process.
+            worker.stop()
+        raise SqlError(message)
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            admitted = self._admitted
+            counts = dict(self._counts)
+        busy = self.workers - self._idle.qsize()
+        return PoolStats(
+            workers=self.workers,
+            busy=busy,
+            waiting=max(0, admitted - busy),
+            worker_restarts=sum(w.restarts for w in self._all),
+            **counts,
+        )
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (for tests and diagnostics)."""
+        return [pid for w in self._all if (pid := w.pid) is not None]
+
+    def close(self) -> None:
+        self._closed = True
+        for worker in self._all:
+            worker.stop()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self._counts[what] += 1
+
+
+class _Worker:
+    """One worker process and its socket; used by one query at a time."""
+
+    def __init__(self, memory_bytes: int, threads: int) -> None:
+        self.memory_bytes = memory_bytes
+        self.threads = threads
+        self.queries = 0
+        self.restarts = -1
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    def ask(self, request: tuple[Any, ...], *, wait_s: float) -> tuple[str, object]:
+        """Send ``request`` and wait ``wait_s`` for the answer; past that the worker is killed
+        and :class:`TimeoutError` raised."""
+        conn = self._connection()
+        self.queries += 1
+        try:
+            conn.send(request)
+            answered = conn.poll(wait_s)
+            if answered:
+                reply: tuple[str, object] = conn.recv()
+        except (EOFError, OSError):
+            raise SqlError(f"the query's worker process ended: {self._death()}") from None
+        if not answered:
+            self.stop()
+            raise TimeoutError
+        return reply
+
+    def _connection(self) -> Connection:
+        if self._conn is not None and self._process is not None and self._process.poll() is None:
+            return self._conn
+        self.stop()
+        parent, child = socket.socketpair()
+        try:
+            # A fresh interpreter (not a fork of a threaded server, nor multiprocessing's
+            # re-import of the caller's main module).
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "serving_layer.sql_worker",
+                    str(child.fileno()),
+                    str(self.memory_bytes),
+                    str(self.threads),
+                ],
+                pass_fds=[child.fileno()],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            parent.close()
+            raise SandboxUnavailableError(f"a SQL worker process did not start: {exc}") from None
+        finally:
+            child.close()
+        conn = Connection(parent.detach())
+        self._process, self._conn = process, conn
+        self.restarts += 1
+        self.queries = 0
+        try:
+            if not conn.poll(_START_TIMEOUT_S):
+                raise SandboxUnavailableError(
+                    f"a SQL worker process did not start within {_START_TIMEOUT_S:g} s"
+                )
+            ready = conn.recv()
+        except (EOFError, OSError):
+            ready = self._death()
+        if ready != "ready":
+            self.stop()
+            raise SandboxUnavailableError(f"a SQL worker process failed to start: {ready}")
+        return conn
+
+    def _death(self) -> str:
+        process = self._process
+        if process is None:
+            return "it was not running"
+        try:
+            code = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.stop()
+        if code is not None and code < 0:
+            signum = signal.Signals(-code)
+            return f"{_SIGNALS.get(signum, 'it ended')} ({signum.name})"
+        return f"it exited with code {code}"
+
+    def stop(self) -> None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)

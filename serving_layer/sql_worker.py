@@ -1,0 +1,139 @@
+"""A SQL sandbox worker process: ``python -m serving_layer.sql_worker FD MEMORY_BYTES THREADS``.
+
+Started by :class:`serving_layer.sql_pool.SqlPool` with one end of a socket pair as ``FD``. It
+confines itself (see :func:`confine`), says ``"ready"``, then answers one request at a time
+(``(sql, tables, max_rows, max_bytes, timeout_s, grace_s)`` → ``(kind, payload)``) until the
+socket closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import sys
+import tempfile
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from typing import Final
+
+from serving_layer.sandbox import (
+    SqlError,
+    SqlRefusedError,
+    check_read_only,
+    execute,
+    open_sandbox,
+)
+from serving_layer.tables import TableSnapshot
+
+# Thread stacks, DuckDB's allocator arenas and Arrow buffers outside DuckDB's memory limit.
+ADDRESS_SLACK: Final = 512 * 2**20
+_M_ARENA_MAX: Final = -8
+
+
+def main(argv: list[str]) -> None:
+    fd, memory_bytes, threads = (int(a) for a in argv)
+    conn = Connection(fd)
+    try:
+        confine(memory_bytes)
+    except Exception as exc:
+        conn.send(f"{type(exc).__name__}: {exc}")
+        return
+    conn.send("ready")
+    while True:
+        try:
+            sql, tables, max_rows, max_bytes, timeout_s, grace_s = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        _limit_cpu(timeout_s + grace_s, threads)
+        conn.send(answer(sql, tables, max_rows, max_bytes, timeout_s, memory_bytes, threads))
+        _release_memory()
+
+
+def answer(
+    sql: str,
+    tables: Mapping[str, TableSnapshot],
+    max_rows: int,
+    max_bytes: int,
+    timeout_s: float,
+    memory_bytes: int,
+    threads: int,
+) -> tuple[str, object]:
+    """One request's reply: ``("ok", SqlResult)`` or ``(kind, message)`` with kind one of
+    refused, error, timeout, unavailable."""
+    try:
+        statement = check_read_only(sql)
+        try:
+            con = open_sandbox(tables, memory_limit_bytes=memory_bytes, threads=threads)
+        except MemoryError:
+            return "error", "the query ran out of memory (the sandbox's limit) while starting"
+        except Exception as exc:
+            return "unavailable", f"the lake snapshot could not be opened: {exc}"
+        try:
+            result = execute(
+                con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s
+            )
+        finally:
+            con.close()
+        return "ok", result
+    except SqlRefusedError as exc:
+        return "refused", str(exc)
+    except SqlError as exc:
+        # DuckDB's hints name settings the sandbox has locked.
+        message = str(exc).split("\n\nPossible solutions")[0]
+        return ("timeout" if "time limit" in message else "error"), message
+    except MemoryError:
+        return "error", "the query ran out of memory (the sandbox's limit)"
+    except Exception as exc:  # an Arrow error on a damaged file, say: an answer, not a crash
+        return "error", f"{type(exc).__name__}: {exc}"
+
+
+def confine(memory_bytes: int) -> None:
+    """OS limits for this process: no file may grow, a private empty working directory, an
+    address-space cap of what is mapped now plus ``memory_bytes``, niceness 10, no core."""
+    os.environ.pop("API_TOKEN", None)
+    os.nice(10)
+    with contextlib.suppress(OSError, AttributeError):
+        # Fewer glibc malloc arenas: each reserves 64 MiB of address space per thread.
+        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 2)
+    import duckdb
+    import pyarrow as pa
+
+    # Arrow's default allocator reserves large address ranges up front; malloc does not.
+    pa.set_memory_pool(pa.system_memory_pool())
+    os.chdir(tempfile.mkdtemp(prefix="ctr-sql-"))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    # Warm up: DuckDB's first connection maps its allocator and thread pool.
+    warm = duckdb.connect(config={"enable_external_access": False, "threads": 1})
+    warm.execute("SELECT 1").fetchall()
+    warm.close()
+    limit = _mapped_bytes() + memory_bytes + ADDRESS_SLACK
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _release_memory() -> None:
+    """Give freed heap back to the system, so the next query has the whole address budget."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _limit_cpu(wall_s: float, threads: int) -> None:
+    """CPU seconds for the next query: what it may use in ``wall_s`` on ``threads`` threads."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = int(used.ru_utime + used.ru_stime + wall_s * threads) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _mapped_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0  # pragma: no cover - Linux only
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
