@@ -1,19 +1,19 @@
-"""Dependencies for route signatures: settings, the serving layer, the token check.
+"""Dependencies for route signatures: settings, the serving layer, the SQL pool, the token.
 
 All ``async``: they never block, and FastAPI runs a plain ``def`` dependency in its thread pool,
 a thread hop per dependency per request."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.guard import UNAUTHORIZED, token_ok
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
-from serving_layer import ServingLayer
+from serving_layer import ServingLayer, SqlPool
 
 _bearer = HTTPBearer(auto_error=False, description="API_TOKEN of the server")
 
@@ -33,22 +33,27 @@ async def get_cache(request: Request) -> ResponseCache:
     return cache
 
 
+async def get_sql_pool(request: Request) -> SqlPool:
+    pool: SqlPool = request.app.state.sql_pool
+    return pool
+
+
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 CacheDep = Annotated[ResponseCache, Depends(get_cache)]
+SqlPoolDep = Annotated[SqlPool, Depends(get_sql_pool)]
 
 
 async def require_token(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """401 unless ``Authorization: Bearer <API_TOKEN>``."""
-    expected = settings.token.get_secret_value().encode()
-    if credentials is None or not secrets.compare_digest(
-        credentials.credentials.encode(), expected
-    ):
+    """401 unless ``Authorization: Bearer <API_TOKEN>`` (:class:`api.guard.RequestGuard`
+    checks it first, before the body is read; this declares it in the OpenAPI document)."""
+    header = f"Bearer {credentials.credentials}" if credentials is not None else None
+    if not token_ok(settings.token, header):
         raise HTTPException(
             status_code=status.HTTP_401_UNAUTHORIZED,
-            detail="missing or wrong bearer token: send 'Authorization: Bearer <API_TOKEN>'",
+            detail=UNAUTHORIZED,
             headers={"WWW-Authenticate": "Bearer"},
         )

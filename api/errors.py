@@ -1,10 +1,17 @@
-"""Error responses: every 4xx says what is wrong and, for bad input, which parameter."""
+"""Error responses: every error is JSON; every 4xx says what is wrong and, for bad input, which
+parameter."""
 
 from __future__ import annotations
+
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+from serving_layer import SandboxUnavailableError, SqlBusyError
+
+_log = logging.getLogger(__name__)
 
 
 class ParameterError(Exception):
@@ -32,3 +39,28 @@ def install(app: FastAPI) -> None:
         message = str(first.get("msg", "invalid request"))
         detail = f"{parameter}: {message}" if parameter else message
         return JSONResponse({"detail": detail, "parameter": parameter}, status_code=400)
+
+    @app.exception_handler(SqlBusyError)
+    async def _busy(request: Request, exc: SqlBusyError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc), "parameter": None},
+            status_code=429,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
+
+    @app.exception_handler(SandboxUnavailableError)
+    async def _unavailable(request: Request, exc: SandboxUnavailableError) -> JSONResponse:
+        _log.warning("SQL sandbox unavailable: %s", exc)
+        return JSONResponse(
+            {"detail": f"the SQL sandbox is unavailable: {exc}", "parameter": None},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the client gets JSON, not a closed connection.
+        return JSONResponse(
+            {"detail": f"internal error ({type(exc).__name__}); see the server log"},
+            status_code=500,
+        )

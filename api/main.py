@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import CapacityLimiter
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from api import errors
 from api.deps import require_token
+from api.guard import RequestGuard
 from api.metrics import LakeCollector, RequestMetrics
 from api.response_cache import ResponseCache
 from api.routes import ctr, dashboard, health, sql, views
@@ -18,7 +20,7 @@ from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from serving_layer import ServingLayer
+from serving_layer import ServingLayer, SqlPool
 
 
 def create_app(
@@ -34,10 +36,19 @@ def create_app(
         app.state.serving = ServingLayer(
             lake, refresh_s=settings.refresh_s, max_stale_s=settings.cache_stale_s
         )
+        # Workers start on the first query; SQL waits on threads of its own (see routes/sql).
+        app.state.sql_pool = SqlPool(
+            workers=settings.sql_workers,
+            queue_size=settings.sql_queue,
+            queue_timeout_s=settings.sql_queue_timeout_s,
+            memory_bytes=int(settings.sql_memory_limit),
+        )
+        app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
         try:
             yield
         finally:
             app.state.cache.close()
+            app.state.sql_pool.close()
             app.state.serving.close()
 
     app = FastAPI(
@@ -56,7 +67,12 @@ def create_app(
         refresh_s=settings.dlq_refresh_s,
     )
     registry.register(
-        LakeCollector(lambda: app.state.serving, lambda: app.state.cache, dead_letters)
+        LakeCollector(
+            lambda: app.state.serving,
+            lambda: app.state.cache,
+            dead_letters,
+            lambda: app.state.sql_pool,
+        )
     )
     app.state.registry = registry
     errors.install(app)
@@ -67,5 +83,8 @@ def create_app(
     app.include_router(dashboard.router)
     if dashboard.STATIC_DIR.is_dir():
         app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
+    app.add_middleware(
+        RequestGuard, token=settings.token, max_body_bytes=int(settings.max_body_bytes)
+    )
     app.add_middleware(RequestMetrics, registry=registry)
     return app

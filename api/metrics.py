@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -12,8 +13,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.response_cache import ResponseCache
 from api.topic_depth import TopicDepth
-from serving_layer import ServingLayer
+from serving_layer import LakeSnapshot, ServingLayer, SqlPool
 
+_log = logging.getLogger(__name__)
+Metric = GaugeMetricFamily | CounterMetricFamily
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -60,21 +63,56 @@ class RequestMetrics:
 
 class LakeCollector(Collector):
     """Table versions and rows, freshness, speed-job status, quarantined and dead-lettered
-    records, read per scrape (lake values are computed once per table version)."""
+    records, the SQL workers, read per scrape (lake values are computed once per table
+    version). A part that fails (an unreadable table) is left out and counted in
+    ``ctr_metrics_errors``; the rest is still served."""
 
     def __init__(
         self,
         serving: Callable[[], ServingLayer],
         cache: Callable[[], ResponseCache],
         dead_letters: TopicDepth | None = None,
+        sql_pool: Callable[[], SqlPool] | None = None,
     ):
         self._serving = serving
         self._cache = cache
         self._dead_letters = dead_letters
+        self._sql_pool = sql_pool
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        errors = GaugeMetricFamily(
+            "ctr_metrics_errors",
+            "parts of this scrape that failed (see the server log)",
+            labels=["part"],
+        )
         serving = self._serving()
-        snap = serving.snapshot()
+        snap: LakeSnapshot | None = None
+        try:
+            snap = serving.snapshot()
+        except Exception as exc:
+            _log.warning("metrics: reading the lake failed: %s", exc)
+            errors.add_metric(["lake"], 1)
+        parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = []
+        if snap is not None:
+            lake = snap
+            parts += [
+                ("tables", lambda: self._tables(serving, lake)),
+                ("freshness", lambda: self._freshness(serving, lake)),
+                ("rejected", lambda: self._rejected(serving, lake)),
+            ]
+        parts += [("dead_letters", self._dlq), ("cache", self._cache_counts)]
+        if self._sql_pool is not None:
+            parts.append(("sql", self._sql))
+        for part, produce in parts:
+            try:
+                # Materialised first, so a part either appears whole or not at all.
+                yield from list(produce())
+            except Exception as exc:
+                _log.warning("metrics: %s failed: %s", part, exc)
+                errors.add_metric([part], 1)
+        yield errors
+
+    def _tables(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
         versions = GaugeMetricFamily(
             "ctr_table_version",
             "Delta version of each table (-1: not created yet)",
@@ -89,6 +127,8 @@ class LakeCollector(Collector):
         for name in snap.tables:
             rows.add_metric([name], serving.table_info(snap[name]).rows)
         yield rows
+
+    def _freshness(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
         fresh = serving.freshness(snap)
         for name, value, help_text in (
             ("ctr_latest_covered_bucket", fresh.latest_covered_bucket, "last exact minute"),
@@ -121,6 +161,8 @@ class LakeCollector(Collector):
                     "records the speed job skipped as invalid, since its checkpoint began",
                     status.invalid_records_total,
                 )
+
+    def _rejected(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
         rejected = CounterMetricFamily(
             "ctr_rejected_records",
             "records in master/rejected by reason kind (the field a reason names)",
@@ -129,6 +171,8 @@ class LakeCollector(Collector):
         for reason, count in serving.rejected_by_reason(snap).items():
             rejected.add_metric([reason], count)
         yield rejected
+
+    def _dlq(self) -> Iterator[Metric]:
         if self._dead_letters is not None:
             depth = self._dead_letters.records()
             if depth is not None:  # Kafka unreachable: left out (and logged), never an error
@@ -137,6 +181,8 @@ class LakeCollector(Collector):
                 )
                 dlq.add_metric([self._dead_letters.topic], depth)
                 yield dlq
+
+    def _cache_counts(self) -> Iterator[Metric]:
         cache = self._cache()
         yield CounterMetricFamily("ctr_api_cache_hits", "response cache hits", cache.hits)
         yield CounterMetricFamily("ctr_api_cache_misses", "response cache misses", cache.misses)
@@ -144,4 +190,28 @@ class LakeCollector(Collector):
             "ctr_api_cache_stale_hits",
             "answers from the previous snapshot while the new one is computed",
             cache.stale_hits,
+        )
+
+    def _sql(self) -> Iterator[Metric]:
+        assert self._sql_pool is not None
+        stats = self._sql_pool().stats()
+        yield GaugeMetricFamily("ctr_sql_workers", "SQL worker processes", stats.workers)
+        yield GaugeMetricFamily("ctr_sql_workers_busy", "SQL workers running a query", stats.busy)
+        yield GaugeMetricFamily("ctr_sql_queued", "SQL queries waiting for a worker", stats.waiting)
+        outcomes = CounterMetricFamily(
+            "ctr_sql_queries", "SQL queries by outcome", labels=["outcome"]
+        )
+        for outcome, count in (
+            ("run", stats.queries),
+            ("refused", stats.refused),
+            ("failed", stats.failed),
+            ("time_limit", stats.timed_out),
+            ("busy", stats.rejected_busy),
+        ):
+            outcomes.add_metric([outcome], count)
+        yield outcomes
+        yield CounterMetricFamily(
+            "ctr_sql_worker_restarts",
+            "SQL worker processes replaced (killed at the time limit, died, or recycled)",
+            stats.worker_restarts,
         )

@@ -92,7 +92,11 @@ class ViewsResponse(BaseModel):
 
 class SqlRequest(BaseModel):
     sql: str = Field(
-        max_length=100_000, examples=["SELECT source, sum(clicks) FROM ctr GROUP BY 1"]
+        min_length=1,
+        max_length=100_000,
+        examples=["SELECT source, sum(clicks) FROM ctr GROUP BY 1"],
+        description="one read-only query (SELECT, WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW, "
+        "SUMMARIZE, or EXPLAIN of a query)",
     )
     max_rows: int | None = Field(default=None, ge=1, description="at most API_SQL_MAX_ROWS")
 
@@ -101,7 +105,10 @@ class SqlResponse(BaseModel):
     columns: list[str]
     types: list[str]
     rows: list[list[object]]
-    truncated: bool
+    truncated: bool = Field(description="rows were cut off at a limit (see truncated_by)")
+    truncated_by: Literal["max_rows", "max_bytes"] | None = Field(
+        description="max_rows: the row limit; max_bytes: API_SQL_MAX_BYTES of JSON rows"
+    )
     elapsed_ms: float
 
 

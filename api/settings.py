@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import ByteSize, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_TOKEN_LENGTH = 16
@@ -20,7 +20,16 @@ class ApiSettings(BaseSettings):
     max_rows: int = Field(default=100_000, ge=1)
     sql_max_rows: int = Field(default=10_000, ge=1)
     sql_timeout_s: float = Field(default=10.0, gt=0)
-    sql_memory_limit: str = "1GB"
+    # Per SQL worker process: DuckDB's memory limit, and the address-space cap above what the
+    # worker mapped at start.
+    sql_memory_limit: ByteSize = Field(default=ByteSize(2**30), ge=64 * 2**20)
+    # JSON bytes of rows per SQL answer; the rest is cut off and the answer says so.
+    sql_max_bytes: ByteSize = Field(default=ByteSize(16 * 2**20), ge=1024)
+    sql_workers: int = Field(default=2, ge=1, le=64)
+    sql_queue: int = Field(default=4, ge=0)
+    sql_queue_timeout_s: float = Field(default=30.0, gt=0)
+    # Request bodies larger than this get a 413 (after the token check, before parsing).
+    max_body_bytes: ByteSize = Field(default=ByteSize(2**20), ge=1024)
     refresh_s: float = Field(default=0.5, ge=0)
     cache_entries: int = Field(default=256, ge=0)
     cache_stale_s: float = Field(default=2.0, ge=0)

@@ -18,7 +18,6 @@ from views import DIMENSIONS
 
 router = APIRouter(prefix="/api/v1", tags=["ctr"])
 
-DEFAULT_RANGE: Final = dt.timedelta(hours=24)
 DEFAULT_LIMIT: Final = 10_000
 _COMMON: Final = frozenset({"start", "end", "granularity", "group_by", "order_by", "limit"})
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
@@ -36,7 +35,11 @@ async def get_ctr(
     settings: SettingsDep,
     cache: CacheDep,
     start: Annotated[
-        dt.datetime | None, Query(description="ISO-8601; default: end - 24 h; no offset = UTC")
+        dt.datetime | None,
+        Query(
+            description="ISO-8601, from 1970-01-01 to 9999-01-01; default: end - 24 h; "
+            "no offset = UTC"
+        ),
     ] = None,
     end: Annotated[
         dt.datetime | None, Query(description="ISO-8601, exclusive; default: now")
@@ -53,7 +56,8 @@ async def get_ctr(
         ),
     ] = None,
     limit: Annotated[
-        int | None, Query(description="rows at most; default 10,000, at most API_MAX_ROWS")
+        int | None,
+        Query(ge=1, description="rows at most; default 10,000, at most API_MAX_ROWS"),
     ] = None,
     campaign_id: Filter = None,
     ad_id: Filter = None,
@@ -68,11 +72,10 @@ async def get_ctr(
             f"unknown parameter; allowed: {', '.join(sorted(_COMMON))}, {', '.join(DIMENSIONS)}",
         )
     values = dict(zip(DIMENSIONS, (campaign_id, ad_id, site_id, country, device_type), strict=True))
-    end_at = _utc(end) if end is not None else dt.datetime.now(dt.UTC)
     try:
         query = CtrQuery.create(
-            start=_utc(start) if start is not None else end_at - DEFAULT_RANGE,
-            end=end_at,
+            start=_utc(start) if start is not None else None,
+            end=_utc(end) if end is not None else dt.datetime.now(dt.UTC),
             granularity=granularity,
             group_by=_split(group_by),
             filters={name: v for name, v in values.items() if v},

@@ -1,14 +1,18 @@
-"""POST /api/v1/sql: read-only ad-hoc SQL over the registered views, sandboxed."""
+"""POST /api/v1/sql: read-only ad-hoc SQL over the registered views, in sandboxed workers."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import functools
 
-from api.deps import ServingDep, SettingsDep
+import orjson
+from anyio import CapacityLimiter, to_thread
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from api.deps import ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.models import ErrorResponse, SqlRequest, SqlResponse
-from api.rendering import jsonable
-from serving_layer import SqlError, SqlRefusedError, run_sql
+from serving_layer import SqlError, SqlRefusedError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
 
@@ -16,28 +20,52 @@ router = APIRouter(prefix="/api/v1", tags=["sql"])
 @router.post(
     "/sql",
     response_model=SqlResponse,
-    responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}},
+    responses={
+        400: {"model": ErrorResponse, "description": "refused, failed, or over a limit"},
+        401: {"model": ErrorResponse},
+        413: {"model": ErrorResponse, "description": "body over API_MAX_BODY_BYTES"},
+        429: {"model": ErrorResponse, "description": "every SQL worker busy, queue full"},
+        503: {"model": ErrorResponse, "description": "the sandbox could not be set up"},
+    },
     summary="Read-only SQL over events, rejected, ctr_batch, ctr_speed, coverage, covered, ctr",
 )
-def post_sql(body: SqlRequest, serving: ServingDep, settings: SettingsDep) -> SqlResponse:
+async def post_sql(
+    request: Request,
+    body: SqlRequest,
+    serving: ServingDep,
+    settings: SettingsDep,
+    pool: SqlPoolDep,
+) -> Response:
     if body.max_rows is not None and body.max_rows > settings.sql_max_rows:
         raise ParameterError("max_rows", f"at most {settings.sql_max_rows}, got {body.max_rows}")
+    snapshot = await run_in_threadpool(serving.snapshot)
+    run = functools.partial(
+        pool.run,
+        body.sql,
+        snapshot,
+        max_rows=body.max_rows or settings.sql_max_rows,
+        max_bytes=int(settings.sql_max_bytes),
+        timeout_s=settings.sql_timeout_s,
+    )
     try:
-        result = run_sql(
-            body.sql,
-            serving.snapshot(),
-            max_rows=body.max_rows or settings.sql_max_rows,
-            timeout_s=settings.sql_timeout_s,
-            memory_limit=settings.sql_memory_limit,
-        )
+        # Threads of its own: queries waiting for a worker never hold the threads that
+        # /api/v1/ctr and /healthz need.
+        limiter: CapacityLimiter = request.app.state.sql_limiter
+        result = await to_thread.run_sync(run, limiter=limiter)
     except SqlRefusedError as exc:
         raise ParameterError("sql", f"refused: {exc}") from None
     except SqlError as exc:
         raise ParameterError("sql", f"query failed: {exc}") from None
-    return SqlResponse(
-        columns=result.columns,
-        types=result.types,
-        rows=[[jsonable(v) for v in row] for row in result.rows],
-        truncated=result.truncated,
-        elapsed_ms=round(result.elapsed_s * 1000, 3),
+    return Response(
+        orjson.dumps(
+            {
+                "columns": result.columns,
+                "types": result.types,
+                "rows": result.rows,
+                "truncated": result.truncated,
+                "truncated_by": result.truncated_by,
+                "elapsed_ms": round(result.elapsed_s * 1000, 3),
+            }
+        ),
+        media_type="application/json",
     )
