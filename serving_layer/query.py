@@ -22,6 +22,11 @@ STEP: Final[Mapping[str, dt.timedelta]] = {
 }
 MEASURES: Final = ("impressions", "clicks", "ctr")
 MAX_FILTER_VALUES: Final = 100
+# The times a query may name: events carry epoch milliseconds, and a year-9999 bound leaves
+# room to round up to the minute and add a day without leaving the calendar.
+EARLIEST: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST: Final = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+DEFAULT_RANGE: Final = dt.timedelta(hours=24)
 
 
 class QueryError(ValueError):
@@ -46,6 +51,9 @@ class OrderKey:
 class CtrQuery:
     """Impressions, clicks and CTR per time bucket and dimension group over [start, end).
 
+    Times lie in [:data:`EARLIEST`, :data:`LATEST`]; without ``start``, the range is the
+    :data:`DEFAULT_RANGE` before ``end``.
+
     A minute bucket belongs to the query when its start lies in [start, end); both bounds are
     rounded up to the minute (which selects the same buckets), so equal queries share a cache
     entry. Build it with :meth:`create`, which validates every parameter.
@@ -63,7 +71,7 @@ class CtrQuery:
     def create(
         cls,
         *,
-        start: dt.datetime,
+        start: dt.datetime | None,
         end: dt.datetime,
         granularity: str = "hour",
         group_by: Sequence[str] = (),
@@ -73,8 +81,10 @@ class CtrQuery:
         max_range: dt.timedelta = dt.timedelta(days=31),
         max_limit: int = 100_000,
     ) -> CtrQuery:
-        start = _minute_ceil(_utc(start, "start"))
         end = _minute_ceil(_utc(end, "end"))
+        if start is None:
+            start = max(end - DEFAULT_RANGE, EARLIEST)
+        start = _minute_ceil(_utc(start, "start"))
         if end <= start:
             raise QueryError(
                 "end", f"must be after start ({end.isoformat()} <= {start.isoformat()})"
@@ -259,9 +269,23 @@ def merged_sql(
 
 
 def _utc(value: dt.datetime, name: str) -> dt.datetime:
+    """``value`` in UTC, within [EARLIEST, LATEST]."""
     if value.tzinfo is None:
         raise QueryError(name, f"must carry a UTC offset, got {value.isoformat()}")
-    return value.astimezone(dt.UTC)
+    try:
+        utc = value.astimezone(dt.UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not EARLIEST <= utc <= LATEST:
+        raise QueryError(
+            name,
+            f"must be between {_iso(EARLIEST)} and {_iso(LATEST)}, got {value.isoformat()}",
+        )
+    return utc
+
+
+def _iso(value: dt.datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
 
 
 def _minute_ceil(value: dt.datetime) -> dt.datetime:
