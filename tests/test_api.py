@@ -228,7 +228,7 @@ def test_sql_needs_auth(base_url: str) -> None:
         ({"end": "2027-01-22T10:00:00Z"}, "end", "too large"),
         ({"start": "yesterday"}, "start", "valid datetime"),
         ({"limit": "many"}, "limit", "valid integer"),
-        ({"limit": "0"}, "limit", "between 1 and 1000"),
+        ({"limit": "0"}, "limit", "greater than or equal to 1"),
         ({"limit": "1001"}, "limit", "between 1 and 1000"),
         ({"order_by": "country"}, "order_by", "group by it first"),
         ({"order_by": "-revenue"}, "order_by", "cannot order by 'revenue'"),

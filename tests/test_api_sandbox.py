@@ -1,0 +1,270 @@
+"""The API under attack by a token holder (and by strangers): the probes of issue 14 against a
+real server over a real lake, each checked against the lake's bytes, not only the status."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ByteSize, SecretStr
+
+from api import ApiSettings
+from infra.lake import LakeSettings
+from serving_layer.tables import SnapshotSource
+from tests.api_server import running_api
+from tests.lake_writer import build_sandbox_lake, lake_digest
+from tests.test_sql_sandbox import RUNAWAY_REGEX
+
+TOKEN = "attack-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_BODY = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
+    return build_sandbox_lake(tmp_path_factory.mktemp("attacked"))
+
+
+@pytest.fixture(scope="module")
+def base_url(lake: LakeSettings) -> Iterator[str]:
+    settings = ApiSettings(
+        token=SecretStr(TOKEN),
+        refresh_s=0,
+        sql_timeout_s=2,
+        sql_workers=2,
+        sql_queue=2,
+        sql_memory_limit=ByteSize(512 * 2**20),
+        sql_max_bytes=ByteSize(2**20),
+        max_body_bytes=ByteSize(MAX_BODY),
+    )
+    with running_api(settings, lake) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, headers=AUTH, timeout=60) as client:
+        yield client
+
+
+def sql(client: httpx.Client, query: str) -> httpx.Response:
+    return client.post("/api/v1/sql", json={"sql": query})
+
+
+def metric(client: httpx.Client, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+def test_writes_are_refused_and_the_lake_keeps_its_bytes(
+    client: httpx.Client, lake: LakeSettings, tmp_path: Path
+) -> None:
+    before = lake_digest(lake)
+    master_file = SnapshotSource(lake, refresh_s=0).current()["master/events"].files[0]
+    outside = tmp_path / "out.csv"
+    for attack in (
+        "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 42 AS x",
+        "EXPLAIN ANALYZE INSERT INTO covered SELECT * FROM covered",
+        f"EXPLAIN ANALYZE COPY (SELECT 'x' AS pwned) TO '{master_file}' "
+        "(FORMAT csv, USE_TMP_FILE false)",
+        f"COPY (SELECT 'x' AS pwned) TO '{master_file}' (FORMAT csv, USE_TMP_FILE false)",
+        f"EXPLAIN (ANALYZE) COPY (SELECT 1) TO '{outside}'",
+        "/* /* */ SELECT */ PRAGMA version",
+        f"ATTACH '{tmp_path / 'x.db'}'",
+    ):
+        response = sql(client, attack)
+        assert response.status_code == 400, attack
+        assert response.json()["parameter"] == "sql"
+        assert response.json()["detail"].startswith("sql: refused:"), attack
+    assert lake_digest(lake) == before
+    assert list(tmp_path.iterdir()) == []
+    # Everything still answers, and /metrics reports no failed part.
+    assert sql(client, "SELECT count(*) FROM events").json()["rows"] == [[2]]
+    assert metric(client, "ctr_table_rows", table="master/events") == 2
+    assert "ctr_metrics_errors{" not in client.get("/metrics").text
+
+
+@pytest.mark.parametrize(
+    ("params", "parameter"),
+    [
+        ({"end": "0001-01-01T00:00:00Z"}, "end"),
+        ({"start": "9999-12-31T00:00:00Z", "end": "9999-12-31T23:59:30Z"}, "end"),
+        ({"start": "0001-01-01T00:30:00+01:00", "end": "0001-01-02T00:00:00Z"}, "end"),
+        ({"start": "0001-01-01T00:30:00+01:00", "end": "2026-01-02T00:00:00Z"}, "start"),
+        ({"start": "1969-12-31T23:59:00Z", "end": "1970-01-01T01:00:00Z"}, "start"),
+        ({"end": "9999-12-31T23:59:59.999999-23:59"}, "end"),
+        ({"limit": "-1"}, "limit"),
+        ({"limit": str(2**64)}, "limit"),
+        ({"limit": "0"}, "limit"),
+    ],
+)
+def test_times_and_numbers_at_the_edges_are_400s(
+    client: httpx.Client, params: dict[str, str], parameter: str
+) -> None:
+    response = client.get("/api/v1/ctr", params=params)
+    assert response.status_code == 400
+    assert response.json()["parameter"] == parameter
+
+
+def test_the_earliest_and_latest_times_answer(client: httpx.Client) -> None:
+    for params in (
+        {"start": "1970-01-01T00:00:00Z", "end": "1970-01-02T00:00:00Z"},
+        {"end": "1970-01-01T00:00:00Z"},  # the default range would start before 1970
+        {"start": "9998-12-31T00:00:00Z", "end": "9999-01-01T00:00:00Z"},
+    ):
+        response = client.get("/api/v1/ctr", params={**params, "granularity": "day"})
+        assert response.status_code in (200, 400), params
+        if response.status_code == 400:
+            assert response.json()["parameter"] == "end"  # end <= start after rounding
+        else:
+            assert response.json()["rows"] == []
+
+
+def raw_request(base_url: str, head: str) -> bytes:
+    """Send only a request head (no body) and read the answer until the server closes."""
+    parts = urlsplit(base_url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as conn:
+        conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_strangers_get_401_before_their_body_is_read(base_url: str) -> None:
+    # A 10 MB body is announced and never sent: the answer comes without waiting for it.
+    answer = raw_request(
+        base_url,
+        "POST /api/v1/sql HTTP/1.1\nHost: x\nContent-Type: application/json\n"
+        "Content-Length: 10000000\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 401 ")
+    assert b"www-authenticate: Bearer" in answer
+    malformed = httpx.post(
+        f"{base_url}/api/v1/sql", content=b"{nope", headers={"Content-Type": "application/json"}
+    )
+    assert (malformed.status_code, malformed.headers["www-authenticate"]) == (401, "Bearer")
+
+
+def test_large_bodies_get_413_before_they_are_read(base_url: str, client: httpx.Client) -> None:
+    answer = raw_request(
+        base_url,
+        f"POST /api/v1/sql HTTP/1.1\nHost: x\nAuthorization: Bearer {TOKEN}\n"
+        "Content-Type: application/json\nContent-Length: 10000000\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"API_MAX_BODY_BYTES" in answer
+
+    def chunked() -> Iterator[bytes]:
+        yield b'{"sql": "SELECT 1 '
+        for _ in range(100):
+            yield b" " * 1024
+        yield b'"}'
+
+    response = client.post(
+        "/api/v1/sql", content=chunked(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413
+    small = client.post(
+        "/api/v1/sql",
+        content=iter([b'{"sql": ', b'"SELECT 7"}']),
+        headers={"Content-Type": "application/json"},
+    )
+    assert small.json()["rows"] == [[7]]
+
+
+def test_answers_are_capped_in_bytes(client: httpx.Client) -> None:
+    response = client.post(
+        "/api/v1/sql", json={"sql": "SELECT repeat('x', 10000) FROM range(1000)"}
+    )
+    body = response.json()
+    assert (body["truncated"], body["truncated_by"]) == (True, "max_bytes")
+    assert len(body["rows"]) == 104  # rows of 10,005 JSON bytes within 1 MiB
+    assert len(response.content) < 2**20 + 4096
+
+
+def test_the_openapi_document_declares_the_limits(client: httpx.Client) -> None:
+    schema = client.get("/openapi.json").json()
+    limit = next(
+        p for p in schema["paths"]["/api/v1/ctr"]["get"]["parameters"] if p["name"] == "limit"
+    )
+    assert {"type": "integer", "minimum": 1} in limit["schema"]["anyOf"]
+    sql_schema = schema["components"]["schemas"]["SqlRequest"]["properties"]["sql"]
+    assert (sql_schema["minLength"], sql_schema["maxLength"]) == (1, 100_000)
+    assert {"400", "401", "413", "429", "503"} <= set(
+        schema["paths"]["/api/v1/sql"]["post"]["responses"]
+    )
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_heavy_queries_do_not_take_the_servers_memory(client: httpx.Client) -> None:
+    """Before the worker pool, four of these took the API process to 4 GB."""
+    baseline = rss_mb()
+    peak = baseline
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, rss_mb())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    heavy = "SELECT max(length(repeat('x', 100000000 + range::INT))) FROM range(8)"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            responses = list(pool.map(lambda _: sql(client, heavy), range(4)))
+    finally:
+        done.set()
+        sampler.join()
+    for response in responses:
+        assert response.status_code == 400
+        assert "Out of Memory" in response.json()["detail"]
+    # The test process holds the API server: 800 MB per query went to the workers, not here.
+    assert peak - baseline < 200
+
+
+def test_the_api_answers_while_every_worker_is_busy(client: httpx.Client) -> None:
+    restarts = metric(client, "ctr_sql_worker_restarts_total") or 0
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runaway = [pool.submit(sql, client, RUNAWAY_REGEX) for _ in range(4)]
+        deadline = time.monotonic() + 30
+        while metric(client, "ctr_sql_workers_busy") != 2 or metric(client, "ctr_sql_queued") != 2:
+            assert time.monotonic() < deadline, "the runaway queries never filled the pool"
+            time.sleep(0.05)
+        health = client.get("/healthz")
+        ctr = client.get(
+            "/api/v1/ctr", params={"start": "2026-11-22T10:00:00Z", "end": "2026-11-22T11:00:00Z"}
+        )
+        busy = sql(client, "SELECT 1")
+        saturated = not any(f.done() for f in runaway)
+        answers = [f.result() for f in runaway]
+    assert saturated, "the pool emptied before the other requests were answered"
+    assert (health.status_code, ctr.status_code) == (200, 200)
+    assert ctr.json()["rows"][0]["impressions"] == 10 + 30  # batch minute 0, speed minute 1
+    assert busy.status_code == 429
+    assert busy.headers["retry-after"] == "1"
+    assert "too many SQL queries" in busy.json()["detail"]
+    for answer in answers:
+        assert answer.status_code == 400
+        assert "stopped at the time limit of 2 s" in answer.json()["detail"]
+    assert (metric(client, "ctr_sql_worker_restarts_total") or 0) >= restarts + 4
+    assert sql(client, "SELECT 'after'").json()["rows"] == [["after"]]
