@@ -49,7 +49,9 @@ curl -fsS "$URL/api/v2/monitor/health" > /dev/null || { echo "airflow: no answer
 for dag in $UNPAUSE; do
     "$AIRFLOW" dags unpause "$dag" > /dev/null 2>&1 || echo "airflow: could not unpause $dag yet" >&2
 done
+passwords="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
+[[ -f "$passwords" ]] && chmod 600 "$passwords"  # the admin password: owner-only
 password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
-    "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated" 2>/dev/null || true)"
+    "$passwords" 2>/dev/null || true)"
 echo "airflow: UI $URL  login: admin / ${password:-see $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
 echo "airflow: ctr_batch catches up from $CTR_BATCH_START_DATE"

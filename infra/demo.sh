@@ -176,6 +176,10 @@ elif [[ ! -s "$DEMO/api-token" ]]; then
         > "$DEMO/api-token")
 fi
 export API_TOKEN="$(cat "$DEMO/api-token")"
+# The env file and the summary hold the API token and the Airflow password: owner-only from
+# their first byte.
+chmod 700 "$DEMO"
+(umask 077 && : > "$DEMO/env")
 cat > "$DEMO/env" << EOF
 # source $DEMO/env: the demo's settings, for ctr and airflow commands in another shell
 export PATH="$ROOT/.venv/bin:\$PATH"
@@ -267,6 +271,6 @@ export AIRFLOW_HOME="$DEMO/airflow" AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags" AIRF
 export CTR_BATCH_SCHEDULE="$CTR_BATCH_SCHEDULE" CTR_BATCH_START_DATE="$CTR_BATCH_START_DATE"
 EOF
 fi
-print_summary > "$DEMO/summary.txt"
+(umask 077 && print_summary > "$DEMO/summary.txt")
 say "up in $(elapsed)"
 cat "$DEMO/summary.txt"
