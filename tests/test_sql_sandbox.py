@@ -321,30 +321,18 @@ def test_bad_arguments(
 
 def test_ctr_sql_runs_in_the_sandbox(lake: LakeSettings) -> None:
     env = {**os.environ, "LAKE_ROOT": str(lake.lake_root), "CHECKPOINT_ROOT": str(lake.lake_root)}
-    ctr = Path(sys.executable).with_name("ctr")
-    answer = subprocess.run(
-        [str(ctr), "sql", "SELECT event_id FROM events ORDER BY 1", "--format", "csv"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert answer.stdout.splitlines() == ["event_id", "e0", "e1"]
-    refused = subprocess.run(
-        [str(ctr), "sql", "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+
+    def ctr_sql(*args: str) -> subprocess.CompletedProcess[str]:
+        ctr = Path(sys.executable).with_name("ctr")
+        return subprocess.run(
+            [str(ctr), "sql", *args], env=env, capture_output=True, text=True, check=False
+        )
+
+    answer = ctr_sql("SELECT event_id FROM events ORDER BY 1", "--format", "csv")
+    assert (answer.returncode, answer.stdout.splitlines()) == (0, ["event_id", "e0", "e1"])
+    refused = ctr_sql("EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1")
     assert refused.returncode == 1
     assert "refused: EXPLAIN ANALYZE" in " ".join(refused.stderr.split())
-    bad_size = subprocess.run(
-        [str(ctr), "sql", "SELECT 1", "--memory", "lots"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad_size = ctr_sql("SELECT 1", "--memory", "lots")
     assert bad_size.returncode == 2
     assert "not a size: 'lots'" in bad_size.stderr
