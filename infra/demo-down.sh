@@ -58,7 +58,7 @@ if [[ -f "$DEMO/airflow.pid" ]]; then
 fi
 
 if [[ -f "$DEMO/broker-started" ]]; then
-    pid="$(cat "$DEMO/kafka/tansu.pid" 2> /dev/null || true)"
+    pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
     if [[ "$pid" =~ ^[0-9]+$ ]] && has_marker "$pid" "$run_id"; then
         RUN_DIR="$DEMO" .venv/bin/ctr kafka down 2>&1 | sed 's/^/demo: /'
     elif [[ -n "$pid" ]] && [[ -d "/proc/$pid" ]]; then

@@ -193,18 +193,12 @@ say "starting (run $run_id, state under $DEMO)"
 # --- broker and topics ---------------------------------------------------------------------------
 say "[1/7] broker and topics"
 RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up 2>&1 | sed 's/^/demo:       /'
-((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/tansu.log" "$DEMO/kafka/tansu.log"
-broker_pid="$(cat "$DEMO/kafka/tansu.pid" 2> /dev/null || true)"
+((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/node-1/server.log" \
+    "$DEMO/kafka/node-1/server.log"
+broker_pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
 if [[ "$broker_pid" =~ ^[0-9]+$ ]] && has_marker "$broker_pid" "$run_id"; then
+    # Its log lives under $DEMO/kafka: the streaming jobs go on from their checkpoints.
     touch "$DEMO/broker-started"
-    # A fresh embedded broker holds no records: checkpoints of an earlier demo point at offsets
-    # that no longer exist. Start the streams over; the Delta tables keep what they hold.
-    if [[ -d "$CHECKPOINT_ROOT" ]]; then
-        say "      fresh broker: resetting the streaming checkpoints of the last demo"
-        rm -rf "$CHECKPOINT_ROOT/archiver"
-        "$CTR" speed --reset > "$DEMO/speed-reset.log" 2>&1 \
-            || fail "ctr speed --reset failed; see $DEMO/speed-reset.log" "$DEMO/speed-reset.log"
-    fi
 else
     say "      using the broker already answering at $KAFKA_BOOTSTRAP_SERVERS (demo-down leaves it)"
 fi

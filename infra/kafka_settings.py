@@ -28,8 +28,8 @@ class KafkaSettings(BaseSettings):
     dlq_topic: str = "ad-events-dlq"
     topic_partitions: int = Field(default=6, ge=1)
     dlq_partitions: int = Field(default=1, ge=1)
-    # Unset: 1 (no min.insync.replicas) on a loopback broker, 3 with min.insync.replicas=2 on a
-    # real cluster, so that acks=all survives the loss of one broker.
+    # Unset: as many replicas as the cluster has brokers, at most 3, and
+    # min.insync.replicas=2 with 3 replicas, so that acks=all survives the loss of one broker.
     replication_factor: int | None = Field(default=None, ge=1)
     min_insync_replicas: int | None = Field(default=None, ge=1)
     client_config: dict[str, Any] = Field(default_factory=dict)
@@ -48,20 +48,20 @@ class KafkaSettings(BaseSettings):
 
     @property
     def is_loopback(self) -> bool:
-        """True when every bootstrap server is on this machine (the embedded-broker case)."""
+        """True when every bootstrap server is on this machine (the local-cluster case)."""
         return all(_is_loopback_host(s.rpartition(":")[0]) for s in self.servers)
 
-    @property
-    def effective_replication_factor(self) -> int:
+    def effective_replication_factor(self, brokers: int) -> int:
+        """Replicas per partition on a cluster of ``brokers`` brokers."""
         if self.replication_factor is not None:
             return self.replication_factor
-        return 1 if self.is_loopback else 3
+        return max(1, min(3, brokers))
 
-    @property
-    def effective_min_insync_replicas(self) -> int | None:
+    def effective_min_insync_replicas(self, brokers: int) -> int | None:
+        """``min.insync.replicas`` of the topics (None: the broker's default, 1)."""
         if self.min_insync_replicas is not None:
             return self.min_insync_replicas
-        return None if self.is_loopback else 2
+        return 2 if self.effective_replication_factor(brokers) >= 3 else None
 
     @property
     def servers(self) -> list[str]:

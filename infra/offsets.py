@@ -1,22 +1,25 @@
-"""Partition offsets that can be trusted, on Apache Kafka and on the embedded Tansu broker.
-
-Tansu 0.6 (memory storage) answers ListOffsets "latest" with the base offset of the partition's
-last record batch + 1 instead of its last offset + 1: after one produce of 5 records it says 1,
-not 5. Its Fetch responses carry the right high watermark, so the end is verified by fetching
-from ``reported_end - 1`` until the client reports end of partition. On Apache Kafka the two
-agree and the check costs one small fetch per non-empty partition.
-"""
+"""Partition offsets (earliest, latest) of Kafka topics, read with ListOffsets."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from infra.kafka_settings import KafkaSettings
+
+# Answers a partition gives while its leadership moves (a new topic, a broker failing over).
+_TRANSIENT: Final = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+    }
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -25,7 +28,6 @@ class PartitionOffsets:
     partition: int
     earliest: int
     latest: int  # one past the last record: the next offset to be written
-    reported_latest: int  # what ListOffsets said before verification
 
     @property
     def records(self) -> int:
@@ -54,24 +56,29 @@ def partition_offsets(
     timeout_s: float = 10.0,
     consumer: Consumer | None = None,
 ) -> list[PartitionOffsets]:
-    """Earliest and verified latest offsets of each (topic, partition)."""
+    """Earliest and latest offsets of each (topic, partition), asked of its leader (asked again
+    while leadership moves, up to ``timeout_s``)."""
     own = consumer is None
     client = consumer if consumer is not None else offsets_consumer(settings)
+    deadline = time.monotonic() + timeout_s
     try:
-        reported: dict[tuple[str, int], tuple[int, int]] = {}
+        found = []
         for topic, partition in partitions:
-            low, high = client.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s, cached=False
-            )
-            reported[(topic, partition)] = (low, high)
-        verified = _verify_ends(client, reported, timeout_s)
+            while True:
+                try:
+                    low, high = client.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=timeout_s, cached=False
+                    )
+                    break
+                except KafkaException as exc:
+                    if exc.args[0].code() not in _TRANSIENT or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            found.append(PartitionOffsets(topic, partition, low, high))
     finally:
         if own:
             client.close()
-    return sorted(
-        PartitionOffsets(t, p, low, max(high, verified.get((t, p), high)), high)
-        for (t, p), (low, high) in reported.items()
-    )
+    return sorted(found)
 
 
 def topic_offsets(
@@ -81,8 +88,8 @@ def topic_offsets(
     timeout_s: float = 10.0,
     consumer: Consumer | None = None,
 ) -> list[PartitionOffsets]:
-    """Earliest and verified latest offsets of every partition of ``topic``; LookupError if
-    the cluster does not have it."""
+    """Earliest and latest offsets of every partition of ``topic``; LookupError if the
+    cluster does not have it."""
     own = consumer is None
     client = consumer if consumer is not None else offsets_consumer(settings)
     try:
@@ -95,32 +102,3 @@ def topic_offsets(
     finally:
         if own:
             client.close()
-
-
-def _verify_ends(
-    client: Consumer, reported: dict[tuple[str, int], tuple[int, int]], timeout_s: float
-) -> dict[tuple[str, int], int]:
-    """Fetch from ``high - 1`` of each non-empty partition; the end-of-partition event
-    carries the true end offset."""
-    pending = {key: high for key, (low, high) in reported.items() if high > low}
-    if not pending:
-        return {}
-    ends: dict[tuple[str, int], int] = {}
-    client.assign([TopicPartition(t, p, high - 1) for (t, p), high in pending.items()])
-    deadline = time.monotonic() + timeout_s
-    try:
-        while pending and time.monotonic() < deadline:
-            for message in client.consume(num_messages=10_000, timeout=0.05):
-                topic, partition, offset = message.topic(), message.partition(), message.offset()
-                if topic is None or partition is None or offset is None:
-                    continue
-                key = (topic, partition)
-                error = message.error()
-                if error is None:
-                    ends[key] = max(ends.get(key, 0), offset + 1)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    ends[key] = max(ends.get(key, 0), offset)
-                    pending.pop(key, None)
-    finally:
-        client.unassign()
-    return ends

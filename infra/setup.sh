@@ -3,7 +3,8 @@
 # in editable mode. Idempotent: when nothing changed since the last run it only checks.
 #
 # pyspark is published only as a large sdist that pip would rebuild in every new venv, so it
-# is built once into a wheel cache outside the repository and installed from there.
+# is built once into a wheel cache outside the repository and installed from there. The JVM
+# parts (the Kafka broker) come from Maven Central into a jar cache the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,8 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 WHEEL_CACHE="${CTR_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctr-lambda/wheels}"
 STAMP=.venv/.ctr-setup-stamp
 
-# Spark 4 runs on Java 17 or 21; fail early with a message rather than deep inside Spark.
+# Spark 4 runs on Java 17 or 21 (Kafka 4 on 17+); fail early with a message rather than deep
+# inside Spark or the broker.
 if ! command -v java >/dev/null 2>&1; then
     echo "setup: error: Java 17 is required by Spark but 'java' is not on PATH." >&2
     echo "       Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless" >&2
@@ -29,6 +31,10 @@ fi
     echo "setup: error: Python 3.11 is required (found $("$PYTHON" --version 2>&1))." >&2
     exit 1
 }
+
+# Apache Kafka's broker jars (and the Spark connectors'), resolved by Maven into a cache outside
+# the repository once; a no-op when they are there.
+bash infra/jars.sh kafka
 
 want="$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [[ -x .venv/bin/ctr && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then

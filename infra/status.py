@@ -1,20 +1,40 @@
-"""What `ctr kafka status` reports: brokers, topics, partitions and their offsets."""
+"""What `ctr kafka status` reports: brokers, the controller, and per partition its leader,
+replicas, in-sync replicas and offsets."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from infra.kafka_settings import KafkaSettings
-from infra.offsets import PartitionOffsets, partition_offsets
+from infra.offsets import partition_offsets
 from infra.topics import wait_for_cluster
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    leader: int  # -1: no leader (every replica is down)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    earliest: int
+    latest: int
+
+    @property
+    def records(self) -> int:
+        return self.latest - self.earliest
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True)
 class ClusterStatus:
     cluster_id: str | None
-    brokers: list[str]
-    controller_id: int
-    partitions: list[PartitionOffsets]
+    brokers: dict[int, str]  # broker id -> host:port
+    controller_id: int  # as the brokers report it (in KRaft: a broker standing in for it)
+    partitions: list[PartitionStatus]
 
     @property
     def topics(self) -> list[str]:
@@ -31,9 +51,32 @@ def cluster_status(
     if missing:
         raise LookupError(f"topic(s) not found on {settings.bootstrap_servers}: {missing}")
     wanted = [(t, p) for t in names for p in sorted(metadata.topics[t].partitions)]
+    offsets = {
+        (o.topic, o.partition): o
+        for o in partition_offsets(
+            settings,
+            [(t, p) for t, p in wanted if metadata.topics[t].partitions[p].leader >= 0],
+            timeout_s=timeout_s,
+        )
+    }
+    partitions = []
+    for topic, number in wanted:
+        meta = metadata.topics[topic].partitions[number]
+        found = offsets.get((topic, number))
+        partitions.append(
+            PartitionStatus(
+                topic=topic,
+                partition=number,
+                leader=meta.leader,
+                replicas=tuple(meta.replicas),
+                isr=tuple(meta.isrs),
+                earliest=found.earliest if found else -1,
+                latest=found.latest if found else -1,
+            )
+        )
     return ClusterStatus(
         cluster_id=metadata.cluster_id,
-        brokers=sorted(f"{b.id}@{b.host}:{b.port}" for b in metadata.brokers.values()),
+        brokers={b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()},
         controller_id=metadata.controller_id,
-        partitions=partition_offsets(settings, wanted, timeout_s=timeout_s),
+        partitions=partitions,
     )

@@ -1,5 +1,5 @@
-"""One Kafka broker per test session: the embedded Tansu on a free port, or the cluster named
-by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own."""
+"""One Kafka broker per test session: a local Apache Kafka broker on free ports, or the cluster
+named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own."""
 
 from __future__ import annotations
 

@@ -1,96 +1,188 @@
-"""The embedded broker's life cycle and `ctr kafka` against real Tansu processes."""
+"""The local Apache Kafka cluster's life cycle and `ctr kafka`, against real broker JVMs."""
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra.broker import BrokerError, BrokerSettings, EmbeddedBroker, free_port
+from infra.broker import BrokerError, BrokerSettings, LocalKafka, free_port
 from infra.kafka_settings import KafkaSettings
-from infra.topics import KafkaUnavailableError, wait_for_cluster
+from infra.topics import KafkaUnavailableError, ensure_topics, wait_for_cluster
+from tests.consume import read_topic
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 
 
-def test_start_is_idempotent_and_stop_ends_the_process(tmp_path: Path) -> None:
+def local_kafka(run_dir: Path) -> LocalKafka:
     kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
-    broker = EmbeddedBroker(kafka, BrokerSettings(run_dir=tmp_path))
-    first = broker.start()
-    try:
-        assert first.started_by_us
-        assert first.pid is not None
-        assert broker.settings.pid_file.read_text().strip() == str(first.pid)
-        again = broker.start()
-        assert again.pid == first.pid  # no second broker
-        assert wait_for_cluster(kafka, timeout_s=5).brokers
-    finally:
-        assert broker.stop() is True
-    assert not broker.settings.pid_file.exists()
-    assert (
-        not Path(f"/proc/{first.pid}").exists()
-        or b"tansu" not in Path(f"/proc/{first.pid}/cmdline").read_bytes()
-    )
+    return LocalKafka(kafka, BrokerSettings(run_dir=run_dir, controller_port=free_port()))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalKafka]:
+    cluster = local_kafka(tmp_path)
+    yield cluster
+    cluster.stop(timeout_s=15, delete_data=True)
+
+
+def test_records_and_committed_offsets_survive_a_restart(cluster: LocalKafka) -> None:
+    first = cluster.start()
+    assert first.running
+    assert first.started_by_us
+    assert cluster.start().pids == first.pids  # idempotent: no second JVM
+    kafka = cluster.kafka
+    ensure_topics(kafka)
+    producer = Producer(kafka.client(**{"acks": "all"}))
+    for n in range(500):
+        producer.produce(kafka.topic, value=b"r%d" % n, key=b"k%d" % n)
+    assert producer.flush(30) == 0
+    group = kafka.client(**{"group.id": "durable", "enable.auto.commit": False})
+    consumer = Consumer(group)
+    consumer.commit(offsets=[TopicPartition(kafka.topic, 0, 7)], asynchronous=False)
+    consumer.close()
+
+    assert cluster.stop() is True
+    for pid in first.pids.values():
+        assert pid is not None
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or b"kafka.Kafka" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
     with pytest.raises(KafkaUnavailableError, match="no Kafka broker answered"):
         wait_for_cluster(kafka, timeout_s=1)
-    assert broker.stop() is False  # nothing left to stop
+    assert cluster.stop() is False  # nothing left to stop
+
+    second = cluster.start()
+    assert second.pids != first.pids
+    assert sorted(r.value for r in read_topic(kafka, kafka.topic)) == sorted(
+        b"r%d" % n for n in range(500)
+    )
+    consumer = Consumer(group)
+    [committed] = consumer.committed([TopicPartition(kafka.topic, 0)], timeout=10)
+    consumer.close()
+    assert committed.offset == 7
 
 
-def test_a_stale_pid_file_is_not_trusted(tmp_path: Path) -> None:
+def test_a_stale_pid_file_is_not_trusted(cluster: LocalKafka) -> None:
+    layout = cluster.layout()
+    node = layout.nodes[0]
+    cluster.settings.kafka_dir.mkdir(parents=True)
+    (cluster.settings.kafka_dir / "cluster.json").write_text(layout.to_json())
+    cluster.node_dir(node).mkdir()
+    (cluster.node_dir(node) / "kafka.pid").write_text(f"{os.getpid()}\n")  # alive, not Kafka
+    assert cluster.state().running is False
+    assert cluster.stop() is False  # and it must not kill the test process
+
+
+def test_a_remote_address_is_not_started() -> None:
+    with pytest.raises(BrokerError, match="not a loopback address"):
+        LocalKafka(KafkaSettings(bootstrap_servers="kafka-1:9092"), BrokerSettings())
+
+
+def test_a_taken_port_is_named(cluster: LocalKafka) -> None:
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", cluster.port))
+        squatter.listen()
+        with pytest.raises(BrokerError, match=rf"port {cluster.port} on 127\.0\.0\.1.* is taken"):
+            cluster.start()
+
+
+def test_a_damaged_log_directory_is_named(cluster: LocalKafka) -> None:
+    cluster.start()
+    node = cluster.layout().nodes[0]
+    cluster.stop()
+    meta = cluster.node_dir(node) / "data" / "meta.properties"
+    meta.write_text("version=1\ncluster.id=someone-else\nnode.id=1\n")
+    with pytest.raises(BrokerError, match="belongs to another cluster or is damaged"):
+        cluster.start()
+    meta.unlink()
+    with pytest.raises(BrokerError, match=r"holds files but no meta\.properties"):
+        cluster.start()
+
+
+def fake_java(directory: Path, version_line: str) -> Path:
+    java = directory / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(f"#!/bin/sh\necho '{version_line}' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IEXEC)
+    return directory
+
+
+def test_missing_or_old_java_is_named(tmp_path: Path) -> None:
     kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
-    settings = BrokerSettings(run_dir=tmp_path)
-    settings.pid_file.parent.mkdir(parents=True)
-    settings.pid_file.write_text(f"{os.getpid()}\n")  # alive, but not a broker
-    broker = EmbeddedBroker(kafka, settings)
-    assert broker.state().running is False
-    assert broker.stop() is False  # and it must not kill the test process
+    nowhere = BrokerSettings(run_dir=tmp_path, java_home=tmp_path / "no-jdk")
+    with pytest.raises(BrokerError, match="Java is not installed"):
+        LocalKafka(kafka, nowhere).start()
+    old = fake_java(tmp_path / "jdk11", 'openjdk version "11.0.2" 2019-01-15')
+    with pytest.raises(BrokerError, match=r"needs Java 17 or newer; .* is 11"):
+        LocalKafka(kafka, BrokerSettings(run_dir=tmp_path, java_home=old)).start()
 
 
-def test_the_embedded_broker_refuses_a_remote_address() -> None:
-    with pytest.raises(BrokerError, match="not a single loopback address"):
-        EmbeddedBroker(KafkaSettings(bootstrap_servers="kafka-1:9092"), BrokerSettings())
-
-
-def test_a_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
-    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
-    settings = BrokerSettings(run_dir=tmp_path, tansu_bin=tmp_path / "nope")
-    with pytest.raises(BrokerError, match="binary is missing"):
-        EmbeddedBroker(kafka, settings).start()
+def ctr_kafka(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CTR, "kafka", *args], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
 
 
 def test_kafka_up_status_down_commands(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
-    env.update(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}", RUN_DIR=str(tmp_path))
-
-    def ctr(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [CTR, "kafka", *args], env=env, capture_output=True, text=True, timeout=90, check=False
-        )
-
-    up = ctr("up")
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
+        KAFKA_CONTROLLER_PORT=str(free_port()),
+        RUN_DIR=str(tmp_path),
+        COLUMNS="200",
+    )
+    up = ctr_kafka(env, "up")
     try:
         assert up.returncode == 0, up.stderr
-        assert "Tansu running" in up.stderr
+        assert "1 broker(s) at" in up.stderr
         assert "topic ad-events: created (6 partitions)" in up.stderr
         assert "topic ad-events-dlq: created (1 partitions)" in up.stderr
-        again = ctr("up")
+        again = ctr_kafka(env, "up")
         assert "topic ad-events: exists (6 partitions)" in again.stderr
-        status = ctr("status")
+        status = ctr_kafka(env, "status")
         assert status.returncode == 0, status.stderr
-        assert "ad-events" in status.stdout
-        assert "earliest" in status.stdout
-        assert status.stdout.count("ad-events ") + status.stdout.count("ad-events-dlq") >= 7
+        assert "controller: node 1" in status.stdout
+        rows = [line.split("│") for line in status.stdout.splitlines() if "│ ad-events" in line]
+        assert len(rows) == 7
+        # topic, partition, leader, replicas, isr, earliest, latest
+        assert all([c.strip() for c in row[3:6]] == ["1", "1", "1"] for row in rows)
+        three = ctr_kafka(env, "up", "--brokers", "3")
+        assert three.returncode == 1
+        assert "holds a 1-broker cluster, not 3" in three.stderr
     finally:
-        down = ctr("down")
+        down = ctr_kafka(env, "down")
     assert down.returncode == 0
     assert "stopped" in down.stderr
-    assert ctr("down").stderr.strip() == "broker: was not running"
-    failed = ctr("status")
+    assert ctr_kafka(env, "down").stderr.strip() == "broker: was not running"
+    failed = ctr_kafka(env, "status")
     assert failed.returncode == 1
     assert "no Kafka broker answered" in failed.stderr
+    assert "deleted" in ctr_kafka(env, "down", "--delete-data").stderr
+    assert not (tmp_path / "kafka").exists()
+
+
+def test_missing_jars_are_a_clear_error(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+        "RUN_DIR": str(tmp_path),
+        "CTR_JAR_CACHE": str(tmp_path / "empty-cache"),
+        "COLUMNS": "200",
+    }
+    up = ctr_kafka(env, "up")
+    assert up.returncode == 1
+    assert "the kafka jars are not in" in " ".join(up.stderr.split())
+    assert "make setup" in up.stderr
 
 
 def test_kafka_down_with_a_remote_cluster_stops_nothing(tmp_path: Path) -> None:
@@ -99,9 +191,6 @@ def test_kafka_down_with_a_remote_cluster_stops_nothing(tmp_path: Path) -> None:
         "KAFKA_BOOTSTRAP_SERVERS": "kafka-1.example:9092",
         "RUN_DIR": str(tmp_path),
     }
-    env["KAFKA_START_TIMEOUT_S"] = "1"
-    done = subprocess.run(
-        [CTR, "kafka", "down"], env=env, capture_output=True, text=True, timeout=30, check=False
-    )
+    done = ctr_kafka(env, "down")
     assert "is not local; nothing to stop" in done.stderr
     assert not (tmp_path / "kafka").exists()

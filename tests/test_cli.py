@@ -23,7 +23,7 @@ def test_top_level_help_lists_every_subcommand_with_a_line() -> None:
     for command, words in [
         ("produce", "synthetic ad traffic"),
         ("replay", "Replay a file of events"),
-        ("kafka", "Local Kafka broker and topics"),
+        ("kafka", "Local Apache Kafka cluster"),
         ("archive", "exactly once"),
         ("batch", "Recompute batch/ctr"),
         ("backfill", "hour by hour"),
@@ -39,7 +39,7 @@ def test_top_level_help_lists_every_subcommand_with_a_line() -> None:
         (["produce"], ["--events", "--rate", "--seed", "--duplicates", "--ground-truth"]),
         (["replay"], ["FILE", "--speed", "JSON Lines"]),
         (["kafka"], ["up", "down", "status", "create-topics"]),
-        (["kafka", "up"], ["embedded broker"]),
+        (["kafka", "up"], ["--brokers", "RUN_DIR/kafka"]),
         (["kafka", "status"], ["earliest/latest offsets"]),
         (["archive"], ["--available-now", "master/rejected", "CHECKPOINT_ROOT"]),
         (["batch"], ["--start", "--end", "batch/coverage"]),

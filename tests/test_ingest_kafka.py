@@ -254,21 +254,21 @@ def test_produce_fails_clearly_when_the_topic_is_missing(kafka: KafkaSettings) -
 
 
 def test_sigterm_stops_produce_cleanly_and_loses_nothing(kafka_env: dict[str, str]) -> None:
-    process = subprocess.Popen(
-        [CTR, "produce", "--rate", "2000", "--seed", "2"],
-        env=kafka_env, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     settings = KafkaSettings(
         bootstrap_servers=kafka_env["KAFKA_BOOTSTRAP_SERVERS"], topic=kafka_env["KAFKA_TOPIC"]
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        offsets = partition_offsets(settings, [(settings.topic, p) for p in range(6)])
-        if sum(o.records for o in offsets) >= 500:
-            break
-        time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
+    with subprocess.Popen(
+        [CTR, "produce", "--rate", "2000", "--seed", "2"],
+        env=kafka_env, stderr=subprocess.PIPE, text=True,
+    ) as process:  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            offsets = partition_offsets(settings, [(settings.topic, p) for p in range(6)])
+            if sum(o.records for o in offsets) >= 500:
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     assert "stopped by SIGTERM" in stderr
     sent = int(stderr.split("sent ")[1].split(" records")[0].replace(",", ""))
