@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from connectors.formats import write_delta
-from infra.spark import SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,9 +32,7 @@ class CoverageRow:
     finished_at: dt.datetime
 
 
-def record(
-    spark: SparkSession, path: str, row: CoverageRow, *, spark_settings: SparkSettings
-) -> None:
+def record(spark: SparkSession, path: str, row: CoverageRow) -> None:
     values = (
         row.run_id,
         row.view,
@@ -50,6 +47,5 @@ def record(
     write_delta(
         frame.coalesce(1),
         path,
-        spark_settings=spark_settings,
         txn=(f"coverage:{row.run_id}:v{row.input_version}", 0),
     )

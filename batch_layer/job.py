@@ -18,7 +18,6 @@ from batch_layer.coverage import CoverageRow, record
 from batch_layer.interval import Interval
 from connectors.formats import read_delta, write_delta
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from views.ctr import ctr
 
 if TYPE_CHECKING:
@@ -58,7 +57,6 @@ def run(
     interval: Interval,
     *,
     lake: LakeSettings | None = None,
-    spark_settings: SparkSettings | None = None,
     run_id: str | None = None,
     on_step: Callable[[str], None] = lambda step: None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
@@ -68,7 +66,6 @@ def run(
     from pyspark.sql import functions as F
 
     lake = lake or LakeSettings()
-    spark_settings = spark_settings or SparkSettings()
     if not DeltaTable.is_deltatable(lake.events):
         raise MissingTableError(
             f"master/events does not exist at {lake.events}: run `ctr archive` first "
@@ -81,7 +78,6 @@ def run(
     events = read_delta(
         spark,
         lake.events,
-        spark_settings=spark_settings,
         version=version,
         partitions={"event_date": [d.isoformat() for d in interval.days]},
     ).where(interval.sql_predicate("event_time"))
@@ -94,7 +90,6 @@ def run(
         write_delta(
             view,
             lake.table("batch/ctr"),
-            spark_settings=spark_settings,
             mode="overwrite",
             replace_where=interval.sql_predicate("bucket_start"),
         )
@@ -105,6 +100,5 @@ def run(
         spark,
         lake.table("batch/coverage"),
         CoverageRow(run_id, VIEW, interval.start, interval.end, version, rows, clock()),
-        spark_settings=spark_settings,
     )
     return BatchRun(run_id, interval, version, rows)

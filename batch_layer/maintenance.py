@@ -1,12 +1,18 @@
-"""Keeping the lake small and fast: compaction, vacuum, and pruning of superseded speed rows."""
+"""Keeping the lake small and fast, through delta-spark: compaction (OPTIMIZE), VACUUM, and the
+pruning of speed rows the batch layer has superseded."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from connectors.formats import read_delta
 from infra.lake import LakeSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("ctr.maintenance")
 
@@ -22,41 +28,52 @@ class MaintenanceReport:
 
 
 def compact_and_vacuum(
-    lake: LakeSettings, table: str, *, retention_hours: int = 168
+    spark: SparkSession, lake: LakeSettings, table: str, *, retention_hours: float = 168
 ) -> MaintenanceReport | None:
-    """Bin-pack small files, then delete files no version within ``retention_hours`` needs."""
-    from deltalake import DeltaTable
+    """Bin-pack small files (OPTIMIZE), then delete the files no version within
+    ``retention_hours`` needs (VACUUM). None when the table does not exist yet."""
+    from delta.tables import DeltaTable
 
     path = lake.table(table)
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.isDeltaTable(spark, path):
         log.info("%s: no table yet", table)
         return None
-    delta = DeltaTable(path)
-    metrics = delta.optimize.compact()
-    vacuumed = delta.vacuum(
-        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
+    delta = DeltaTable.forPath(spark, path)
+    metrics = delta.optimize().executeCompaction().collect()[0]["metrics"]
+    # The data files VACUUM will delete (its dry run also lists their checksum files).
+    doomed = (
+        spark.sql(
+            f"VACUUM delta.`{path.replace('`', '``')}` RETAIN {float(retention_hours)} HOURS "
+            "DRY RUN"
+        )
+        .where("path LIKE '%.parquet'")
+        .count()
     )
+    delta.vacuum(float(retention_hours))
     return MaintenanceReport(
-        table,
-        int(metrics.get("numFilesAdded", 0)),
-        int(metrics.get("numFilesRemoved", 0)),
-        len(vacuumed),
+        table, int(metrics["numFilesAdded"]), int(metrics["numFilesRemoved"]), int(doomed)
     )
 
 
 def covered_intervals(
-    lake: LakeSettings, view: str = "ctr"
+    spark: SparkSession, lake: LakeSettings, view: str = "ctr"
 ) -> list[tuple[dt.datetime, dt.datetime]]:
     """The [start, end) intervals finished batch runs of ``view`` hold, merged."""
-    from deltalake import DeltaTable
+    from delta.tables import DeltaTable
 
     path = lake.table("batch/coverage")
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.isDeltaTable(spark, path):
         return []
-    rows = DeltaTable(path).to_pyarrow_table(columns=["view", "interval_start", "interval_end"])
-    spans = sorted(
-        (r["interval_start"], r["interval_end"]) for r in rows.to_pylist() if r["view"] == view
+    from pyspark.sql import functions as F
+
+    rows = (
+        read_delta(spark, path)
+        .where(F.col("view") == view)
+        # Epoch microseconds: collect() would turn timestamps into the machine's local time.
+        .select(F.unix_micros("interval_start"), F.unix_micros("interval_end"))
+        .collect()
     )
+    spans = sorted((_from_micros(start), _from_micros(end)) for start, end in rows)
     merged: list[tuple[dt.datetime, dt.datetime]] = []
     for start, end in spans:
         if merged and start <= merged[-1][1]:
@@ -66,21 +83,30 @@ def covered_intervals(
     return merged
 
 
-def prune_speed(lake: LakeSettings) -> int:
+def prune_speed(spark: SparkSession, lake: LakeSettings) -> int:
     """Delete speed/ctr rows in buckets the batch layer covers; returns rows deleted."""
-    from deltalake import DeltaTable
+    from delta.tables import DeltaTable
 
     path = lake.table("speed/ctr")
-    intervals = covered_intervals(lake)
-    if not intervals or not DeltaTable.is_deltatable(path):
+    intervals = covered_intervals(spark, lake)
+    if not intervals or not DeltaTable.isDeltaTable(spark, path):
         return 0
     predicate = " OR ".join(
-        f"(bucket_start >= '{_iso(start)}' AND bucket_start < '{_iso(end)}')"
+        f"(bucket_start >= timestamp'{_iso(start)}' AND bucket_start < timestamp'{_iso(end)}')"
         for start, end in intervals
     )
-    metrics = DeltaTable(path).delete(predicate)
-    return int(metrics.get("num_deleted_rows", 0))
+    table = DeltaTable.forPath(spark, path)
+    before = table.history(1).collect()[0]["version"]
+    table.delete(predicate)
+    [last] = table.history(1).collect()
+    if last["version"] == before:
+        return 0
+    return int((last["operationMetrics"] or {}).get("numDeletedRows", 0))
+
+
+def _from_micros(micros: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
 
 
 def _iso(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S+00:00")

@@ -44,7 +44,9 @@ with DAG(
     BashOperator(
         task_id="recompute_ctr",
         bash_command=(
-            f'"{SPARK_SUBMIT}" --master "${{SPARK_MASTER:-local[2]}}" '
+            # The connector jars and Delta's settings (infra/spark.py) on the command line.
+            f'"{SPARK_SUBMIT}" $("{sys.executable}" -m infra.spark) '
+            '--master "${SPARK_MASTER:-local[2]}" '
             f'"{PROJECT}/batch_layer/submit.py" '
             "--start {{ (data_interval_start - macros.timedelta(minutes=params.lookback_minutes))"
             ".strftime('%Y-%m-%dT%H:%M:%SZ') }} "

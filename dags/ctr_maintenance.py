@@ -1,5 +1,6 @@
 """ctr_maintenance: daily compaction and vacuum of the Delta tables, and pruning of speed/ctr
-rows in intervals the batch layer has covered (batch results overwrite speed results)."""
+rows in intervals the batch layer has covered (batch results overwrite speed results), through
+delta-spark on SPARK_MASTER."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ with DAG(
     def prune_speed() -> int:
         from batch_layer.maintenance import prune_speed
         from infra.lake import LakeSettings
+        from infra.spark import spark_session
 
-        return prune_speed(LakeSettings())
+        return prune_speed(spark_session(), LakeSettings())
 
     @task
     def compact_and_vacuum(table: str) -> str:
         from batch_layer.maintenance import compact_and_vacuum
         from infra.lake import LakeSettings
+        from infra.spark import spark_session
 
-        return str(compact_and_vacuum(LakeSettings(), table))
+        return str(compact_and_vacuum(spark_session(), LakeSettings(), table))
 
     prune_speed() >> compact_and_vacuum.expand(table=list(TABLES))

@@ -1,40 +1,54 @@
-"""The SparkSession every job runs on, and the switch between Python and JVM connectors.
+"""The SparkSession every job runs on: Spark's kafka source and delta-spark on its classpath.
 
-Locally there are no spark-sql-kafka or delta-spark jars (Maven is out of reach), so Kafka and
-Delta go through this project's Python data sources (``connectors/``). A deployment that has the
-jars sets ``SPARK_KAFKA_FORMAT=kafka`` and ``SPARK_DELTA_FORMAT=delta`` plus the packages in
-``SPARK_CONF``; no code changes.
+The connector jars come from the jar cache `make setup` filled (``infra/spark/pom.xml``: the
+kafka source and delta-spark with their dependencies, less what pyspark ships); they are passed
+as local paths (``spark.jars``), so a job start never resolves packages over the network, and
+the driver serves them to the executors of a standalone cluster. Delta's SQL extension and
+catalog are configured, and every table delta-spark creates keeps to the Delta features that
+delta-rs and DuckDB read (no deletion vectors, classic checkpoints, no column mapping).
+
+``python -m infra.spark`` prints the same as ``spark-submit`` arguments (the Airflow DAG's
+spark-submit uses them).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import TYPE_CHECKING, Any, Final, Literal
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.jars import jars
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PYTHON_KAFKA_FORMAT: Final = "ctr-kafka"
-PYTHON_DELTA_FORMAT: Final = "ctr-delta"
+# What keeps delta-spark's tables readable by delta-rs and DuckDB's delta extension: table
+# properties every new table gets (spark.databricks.delta.properties.defaults.*).
+DELTA_TABLE_DEFAULTS: Final = {
+    "enableDeletionVectors": "false",
+    "checkpointPolicy": "classic",
+    "columnMapping.mode": "none",
+}
+_VERSIONED_JAR: Final = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 
 class SparkSettings(BaseSettings):
-    """Where Spark runs and which connectors it uses (environment variables ``SPARK_*``)."""
+    """Where Spark runs (environment variables ``SPARK_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="SPARK_", extra="ignore")
 
     master: str = "local[2]"
     app_name: str = "ctr-lambda"
     shuffle_partitions: int = Field(default=4, ge=1)
-    kafka_format: Literal["ctr-kafka", "kafka"] = PYTHON_KAFKA_FORMAT
-    delta_format: Literal["ctr-delta", "delta"] = PYTHON_DELTA_FORMAT
     ui_enabled: bool = False
     driver_memory: str = "2g"
-    # Anything else, e.g. {"spark.jars.packages": "...", "spark.sql.extensions": "..."}.
+    # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("master")
@@ -45,10 +59,41 @@ class SparkSettings(BaseSettings):
         return value
 
 
+@cache
+def connector_jars() -> tuple[str, ...]:
+    """Local paths of the connector jars: the jar set ``spark`` less every artifact pyspark
+    already ships (Spark's own version of a shared library wins)."""
+    import pyspark
+
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return tuple(str(p) for p in jars("spark") if _artifact(p.name) not in shipped)
+
+
+def _artifact(file_name: str) -> str:
+    match = _VERSIONED_JAR.match(file_name)
+    return match.group("artifact") if match else file_name
+
+
+def connector_conf() -> dict[str, str]:
+    """The Spark settings that bring in the connectors and configure Delta."""
+    conf = {
+        "spark.jars": ",".join(connector_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # INT96 timestamps (Spark's default) are a legacy encoding: micros, as Delta expects.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # speed/ctr keeps an hour of history; Delta refuses a VACUUM under 7 days without this.
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    }
+    for name, value in DELTA_TABLE_DEFAULTS.items():
+        conf[f"spark.databricks.delta.properties.defaults.{name}"] = value
+    return conf
+
+
 def spark_session(settings: SparkSettings | None = None) -> SparkSession:
-    """Build (or return the running) SparkSession with the project's data sources registered."""
+    """Build (or return the running) SparkSession with the connectors on its classpath."""
     settings = settings or SparkSettings()
-    # Executors' Python must be this interpreter (it has pyarrow, msgspec, deltalake...).
+    # Executors' Python must be this interpreter (it has pyarrow, msgspec...).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -67,18 +112,23 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
-    conf: dict[str, Any] = dict(settings.conf)
+    conf: dict[str, Any] = {**connector_conf(), **settings.conf}
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    register_data_sources(spark)
     return spark
 
 
-def register_data_sources(spark: SparkSession) -> None:
-    from connectors.delta_sink import DeltaDataSource
-    from connectors.kafka_source import KafkaDataSource
+def submit_args() -> list[str]:
+    """``spark-submit`` arguments for the connectors (a job under spark-submit has its JVM
+    before it builds its session, so the jars must be on the command line)."""
+    conf = connector_conf()
+    args = ["--jars", conf.pop("spark.jars")]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
 
-    spark.dataSource.register(KafkaDataSource)
-    spark.dataSource.register(DeltaDataSource)
+
+if __name__ == "__main__":
+    print(" ".join(submit_args()))

@@ -228,10 +228,25 @@ def drive(
 _PYTHON_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 
 
+_DATA_LOSS = re.compile(r"failOnDataLoss|[Ss]ome data may have been (?:lost|missed)")
+
+
 def cause_of(exc: BaseException) -> str:
-    """The root cause of a failed query in one line: the Python error raised inside a data
-    source or foreachBatch function if there is one (Spark wraps it in pages of trace)."""
+    """The root cause of a failed query in one line: the Python error raised inside a
+    foreachBatch function if there is one (Spark wraps it in pages of trace), or what Spark's
+    kafka source says about offsets the log no longer holds."""
     text = str(exc)
+    if _DATA_LOSS.search(text):
+        detail = next(
+            (line.strip() for line in text.splitlines() if "offset" in line.lower()),
+            text.splitlines()[0] if text else "",
+        )
+        return (
+            "lost records: offsets the checkpoint expects are no longer in Kafka (retention "
+            "expired, or the topic or the broker's log was replaced); nothing was skipped. "
+            "Set failOnDataLoss=false (ARCHIVER_FAIL_ON_DATA_LOSS / SPEED_FAIL_ON_DATA_LOSS) "
+            f"to go on from the earliest offset still there. Spark: {detail[:300]}"
+        )
     found = [m for m in _PYTHON_ERROR.finditer(text) if m.group(1) != "StreamingQueryException"]
     if found:
         kind, message = found[-1].group(1), found[-1].group(2).strip()

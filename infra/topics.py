@@ -48,18 +48,24 @@ class TopicResult:
 
 
 def ensure_topics(settings: KafkaSettings, *, timeout_s: float = 30.0) -> list[TopicResult]:
-    """Create the event topic and the dead-letter topic if missing (idempotent)."""
+    """Create the event topic and the dead-letter topic if missing (idempotent), replicated
+    as :meth:`KafkaSettings.effective_replication_factor` says for this cluster's size."""
     wanted = {
         settings.topic: settings.topic_partitions,
         settings.dlq_topic: settings.dlq_partitions,
     }
-    config: dict[str, str] = {}
-    if settings.effective_min_insync_replicas is not None:
-        config["min.insync.replicas"] = str(settings.effective_min_insync_replicas)
+    brokers = len(wait_for_cluster(settings, timeout_s=timeout_s).brokers)
+    # The broker stamps each record with its append time: `ingest_time` is when Kafka took the
+    # record, and a producer's absurd CreateTime (which Spark's kafka source cannot convert)
+    # never reaches a reader.
+    config: dict[str, str] = {"message.timestamp.type": "LogAppendTime"}
+    min_insync = settings.effective_min_insync_replicas(brokers)
+    if min_insync is not None:
+        config["min.insync.replicas"] = str(min_insync)
     return create_topics(
         settings,
         wanted,
-        replication_factor=settings.effective_replication_factor,
+        replication_factor=settings.effective_replication_factor(brokers),
         config=config,
         timeout_s=timeout_s,
     )
@@ -102,13 +108,31 @@ def create_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: fine
                 raise
-    metadata = admin.list_topics(timeout=timeout_s)
+    metadata = _wait_for_leaders(admin, list(partitions_by_topic), timeout_s)
     results = []
     for name, wanted in partitions_by_topic.items():
         topic = metadata.topics.get(name)
         count = len(topic.partitions) if topic is not None else wanted
         results.append(TopicResult(name, "created" if name in created else "exists", count))
     return results
+
+
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout_s: float) -> ClusterMetadata:
+    """Metadata once every partition of ``names`` has a leader: a topic just created answers
+    "not leader" to reads and writes until the controller has elected them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = admin.list_topics(timeout=timeout_s)
+        topics = [metadata.topics.get(name) for name in names]
+        if (
+            all(
+                t is not None and t.partitions and all(p.leader >= 0 for p in t.partitions.values())
+                for t in topics
+            )
+            or time.monotonic() > deadline
+        ):
+            return metadata
+        time.sleep(0.05)
 
 
 def delete_topics(settings: KafkaSettings, names: list[str], *, timeout_s: float = 30.0) -> None:

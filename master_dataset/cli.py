@@ -60,7 +60,6 @@ def archive(
                 spark,
                 kafka=kafka,
                 lake=lake,
-                spark_settings=spark_settings,
                 settings=settings,
                 available_now=available_now,
                 on_progress=show,

@@ -52,7 +52,9 @@ def speed(
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = SpeedSettings()
     if reset:
-        reset_speed(lake, settings)
+        from infra.spark import spark_session
+
+        reset_speed(spark_session(spark_settings), lake, settings)
         console.print("speed/ctr and speed/late emptied, checkpoint deleted")
         return
     console.print(
@@ -89,7 +91,6 @@ def speed(
                 spark,
                 kafka=kafka,
                 lake=lake,
-                spark_settings=spark_settings,
                 settings=settings,
                 available_now=available_now,
                 on_progress=show,

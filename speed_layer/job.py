@@ -5,8 +5,8 @@ validator (invalid ones are skipped and counted; the archiver keeps them), the e
 watermark trails the newest event by ``SPEED_WATERMARK``, and each micro-batch goes through the
 same view function as the batch layer, :func:`views.ctr.ctr`. Buckets whose end the watermark
 has passed are closed: their events are dropped and counted per bucket in ``speed/late``; the
-rest are added to ``speed/ctr`` by a Delta MERGE on (bucket, dimensions). Both commits carry
-(query id, batch id), so a micro-batch replayed after a crash changes nothing twice.
+rest are added to ``speed/ctr`` by a delta-spark MERGE on (bucket, dimensions). Both commits
+carry (query id, batch id), so a micro-batch replayed after a crash changes nothing twice.
 
 Approximate by design: no deduplication (a duplicated event counts twice until the batch layer
 covers its bucket) and late events beyond the watermark are not counted.
@@ -29,14 +29,13 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from batch_layer.maintenance import prune_speed
-from connectors.formats import read_kafka
+from connectors.formats import read_delta, read_kafka
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.spark import PYTHON_KAFKA_FORMAT, SparkSettings
 from infra.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
 from master_dataset.records import PARSED_SCHEMA, parse_batches
 from speed_layer.status import write_status
-from speed_layer.tables import LATE_SCHEMA, SPEED_CTR_SCHEMA, append_late, committed, merge_counts
+from speed_layer.tables import LATE_SCHEMA, SPEED_CTR_SCHEMA, append_late, merge_counts
 from views.ctr import DIMENSIONS, ctr
 
 if TYPE_CHECKING:
@@ -66,9 +65,6 @@ class SpeedSettings(BaseSettings):
     # Offsets the checkpoint expects but the log no longer holds: stop (true) or skip (false).
     fail_on_data_loss: bool = True
     checkpoint_name: str = "speed"
-    # Spark tasks reading Kafka per micro-batch (Python Kafka source): default, the cluster's
-    # default parallelism (local[2]: 2), so a small batch is read in one wave.
-    input_partitions: int | None = Field(default=None, ge=1)
     # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
     maintenance_seconds: float = Field(default=300.0, gt=0)
     vacuum_retention_hours: float = Field(default=1.0, ge=0)
@@ -92,7 +88,6 @@ def build_query(
     *,
     kafka: KafkaSettings,
     lake: LakeSettings,
-    spark_settings: SparkSettings,
     settings: SpeedSettings,
     available_now: bool = False,
 ) -> StreamingQuery:
@@ -101,17 +96,15 @@ def build_query(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     checkpoint = lake.checkpoint(settings.checkpoint_name)
-    _check_fresh_start(lake, checkpoint)
-    options = {
-        "startingOffsets": settings.starting_offsets,
-        "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
-        "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
-    }
-    if spark_settings.kafka_format == PYTHON_KAFKA_FORMAT:
-        # Seconds matter: read the few records of a micro-batch in one wave of tasks.
-        tasks = settings.input_partitions or spark.sparkContext.defaultParallelism
-        options["maxInputPartitions"] = str(tasks)
-    raw = read_kafka(spark, kafka, stream=True, spark_settings=spark_settings, **options)
+    _check_fresh_start(spark, lake, checkpoint)
+    raw = read_kafka(
+        spark,
+        kafka,
+        stream=True,
+        startingOffsets=settings.starting_offsets,
+        maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
+        failOnDataLoss=str(settings.fail_on_data_loss).lower(),
+    )
     events = (
         raw.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
         .observe(
@@ -135,14 +128,14 @@ def build_query(
     return writer.start()
 
 
-def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
+def _check_fresh_start(spark: SparkSession, lake: LakeSettings, checkpoint: str) -> None:
     """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
-    from deltalake import DeltaTable
+    from speed_layer.tables import exists
 
     path = lake.table(SPEED_CTR)
-    if (Path(checkpoint) / "metadata").exists() or not DeltaTable.is_deltatable(path):
+    if (Path(checkpoint) / "metadata").exists() or not exists(spark, path):
         return
-    if DeltaTable(path).count() > 0:
+    if not read_delta(spark, path).isEmpty():
         raise SpeedStateError(
             f"{path} holds counts but the speed checkpoint {checkpoint} is missing, so the job "
             "would count the retained log again; run `ctr speed --reset` to rebuild speed/ctr "
@@ -163,25 +156,26 @@ class BatchWriter:
         self._last_maintenance = time.monotonic()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
         app_id = f"ctr-speed-{query_id(self.checkpoint)}"
-        if committed(self.ctr_path, app_id, batch_id):
-            log.info("batch %d already committed; skipping its replay", batch_id)
-            return
         metadata = batch_metadata(self.checkpoint, batch_id)
+        # The view of a micro-batch is small (counts per minute and dimensions): split it here,
+        # then write each part; a replayed batch writes nothing twice (Delta transactions).
         view = batch.transform(ctr).toArrow()
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
         if late.num_rows:
             late = late.append_column("batch_id", pa.array([batch_id] * late.num_rows, pa.int64()))
             late = late.append_column("recorded_at", pa.array([stamp] * late.num_rows))
-            append_late(self.late_path, late, app_id, batch_id)
+            append_late(spark, self.late_path, spark.createDataFrame(late), app_id, batch_id)
             self.late_events += int(pc.sum(late["impressions"]).as_py() or 0)
             self.late_events += int(pc.sum(late["clicks"]).as_py() or 0)
-        on_time = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
-        merge_counts(self.ctr_path, on_time, app_id, batch_id)
+        if on_time.num_rows:
+            on_time = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
+            merge_counts(spark, self.ctr_path, spark.createDataFrame(on_time), app_id, batch_id)
         if time.monotonic() - self._last_maintenance >= self.settings.maintenance_seconds:
             self._last_maintenance = time.monotonic()
-            maintain(self.lake, self.settings)
+            maintain(spark, self.lake, self.settings)
 
 
 def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:
@@ -209,39 +203,32 @@ def _late_counts(schema: pa.Schema, closed: pa.Table | None) -> pa.Table:
     return summed.rename_columns(["bucket_start", "impressions", "clicks"]).sort_by("bucket_start")
 
 
-def maintain(lake: LakeSettings, settings: SpeedSettings) -> None:
+def maintain(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> None:
     """Drop buckets the batch layer now covers, compact small files, vacuum old ones."""
-    from deltalake import DeltaTable
+    from batch_layer.maintenance import compact_and_vacuum
 
-    path = lake.table(SPEED_CTR)
-    if not DeltaTable.is_deltatable(path):
-        return
     try:
-        pruned = prune_speed(lake)
-        table = DeltaTable(path)
-        metrics = table.optimize.compact()
-        table.vacuum(
-            retention_hours=int(settings.vacuum_retention_hours),
-            dry_run=False,
-            enforce_retention_duration=False,
+        pruned = prune_speed(spark, lake)
+        report = compact_and_vacuum(
+            spark, lake, SPEED_CTR, retention_hours=settings.vacuum_retention_hours
         )
         log.info(
             "speed/ctr maintenance: %d covered rows pruned, %s files compacted",
             pruned,
-            metrics.get("numFilesRemoved", 0),
+            report.files_removed if report else 0,
         )
     except Exception as exc:  # maintenance must never stop the stream
         log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
 
 
-def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
+def reset(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> None:
     """Forget the speed job's progress: empty speed/ctr and speed/late, delete the checkpoint."""
     import shutil
 
     from speed_layer.tables import reset as reset_table
 
-    reset_table(lake.table(SPEED_CTR), SPEED_CTR_SCHEMA)
-    reset_table(lake.table(SPEED_LATE), LATE_SCHEMA)
+    reset_table(spark, lake.table(SPEED_CTR), SPEED_CTR_SCHEMA)
+    reset_table(spark, lake.table(SPEED_LATE), LATE_SCHEMA)
     shutil.rmtree(lake.checkpoint(settings.checkpoint_name), ignore_errors=True)
 
 
@@ -250,7 +237,6 @@ def run(
     *,
     kafka: KafkaSettings | None = None,
     lake: LakeSettings | None = None,
-    spark_settings: SparkSettings | None = None,
     settings: SpeedSettings | None = None,
     available_now: bool = False,
     on_progress: Callable[[StreamProgress], None] | None = None,
@@ -263,7 +249,6 @@ def run(
         spark,
         kafka=kafka,
         lake=lake,
-        spark_settings=spark_settings or SparkSettings(),
         settings=settings or SpeedSettings(),
         available_now=available_now,
     )

@@ -1,127 +1,131 @@
-"""The speed layer's tables: ``speed/ctr`` (merged counts) and ``speed/late`` (what it dropped).
+"""The speed layer's tables: ``speed/ctr`` (merged counts) and ``speed/late`` (what it dropped),
+written through delta-spark.
 
 Both writes of a micro-batch are Delta commits carrying the application transaction
-(speed query id, batch id), checked before writing: a micro-batch that Spark replays after a
-crash changes nothing it already changed. ``speed/late`` is written first, so a committed
-``speed/ctr`` transaction means the whole batch is done.
+(speed query id, batch id), and delta-spark skips a write whose transaction the table already
+holds: the append through the writer's ``txnAppId``/``txnVersion`` options, the MERGE through
+the session confs ``spark.databricks.delta.write.txnAppId``/``txnVersion`` (Delta's idempotent
+DML). A micro-batch that Spark replays after a crash changes nothing it already changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Final, TypeVar
 
-import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError
-
+from connectors.formats import write_delta
 from views.ctr import DIMENSIONS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("ctr.speed")
 
-_TS = pa.timestamp("us", tz="UTC")
-SPEED_CTR_SCHEMA: Final = pa.schema(
-    [("bucket_start", _TS)]
-    + [(d, pa.string()) for d in DIMENSIONS]
-    + [("impressions", pa.int64()), ("clicks", pa.int64()), ("updated_at", _TS)]
-)
-LATE_SCHEMA: Final = pa.schema(
+SPEED_CTR_SCHEMA: Final = ", ".join(
     [
-        ("bucket_start", _TS),
-        ("impressions", pa.int64()),
-        ("clicks", pa.int64()),
-        ("batch_id", pa.int64()),
-        ("recorded_at", _TS),
+        "bucket_start timestamp",
+        *(f"{d} string" for d in DIMENSIONS),
+        "impressions long",
+        "clicks long",
+        "updated_at timestamp",
     ]
+)
+LATE_SCHEMA: Final = (
+    "bucket_start timestamp, impressions long, clicks long, batch_id long, recorded_at timestamp"
 )
 KEY: Final = ("bucket_start", *DIMENSIONS)
 _MERGE_PREDICATE: Final = " AND ".join(f"t.{column} = s.{column}" for column in KEY)
+_TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
 _COMMIT_ATTEMPTS: Final = 5
 
 T = TypeVar("T")
 
 
-def committed(path: str, app_id: str, batch_id: int) -> bool:
-    """Whether the table at ``path`` already holds this (application, batch) transaction."""
-    if not DeltaTable.is_deltatable(path):
-        return False
-    done = DeltaTable(path).transaction_version(app_id)
-    return done is not None and done >= batch_id
+def exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def merge_counts(path: str, rows: pa.Table, app_id: str, batch_id: int) -> bool:
-    """Add the batch's counts to ``speed/ctr`` (insert new buckets, add to existing ones).
+def merge_counts(
+    spark: SparkSession, path: str, rows: DataFrame, app_id: str, batch_id: int
+) -> None:
+    """Add the batch's counts to ``speed/ctr``: insert new buckets, add to existing ones.
+    A replay of (``app_id``, ``batch_id``) changes nothing."""
+    from delta.tables import DeltaTable
 
-    False when the transaction was already committed (a replayed batch) or there is nothing
-    to add.
-    """
-    if rows.num_rows == 0:
-        return False
-    source = rows.select(SPEED_CTR_SCHEMA.names).cast(SPEED_CTR_SCHEMA)
-    properties = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
+    source = rows.select(*KEY, "impressions", "clicks", "updated_at")
 
-    def attempt() -> bool:
-        if committed(path, app_id, batch_id):
-            return False
-        if not DeltaTable.is_deltatable(path):
-            write_deltalake(path, source, mode="error", commit_properties=properties)
-            return True
-        (
-            DeltaTable(path)
-            .merge(
-                source,
-                _MERGE_PREDICATE,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=properties,
+    def attempt() -> None:
+        if not exists(spark, path):
+            write_delta(source, path, txn=(app_id, batch_id))
+            return
+        with _transaction(spark, app_id, batch_id):
+            (
+                DeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(source.alias("s"), _MERGE_PREDICATE)
+                .whenMatchedUpdate(
+                    set={
+                        "impressions": "t.impressions + s.impressions",
+                        "clicks": "t.clicks + s.clicks",
+                        "updated_at": "s.updated_at",
+                    }
+                )
+                .whenNotMatchedInsertAll()
+                .execute()
             )
-            .when_matched_update(
-                {
-                    "impressions": "t.impressions + s.impressions",
-                    "clicks": "t.clicks + s.clicks",
-                    "updated_at": "s.updated_at",
-                }
-            )
-            .when_not_matched_insert_all()
-            .execute()
-        )
-        return True
 
-    return _retrying(path, attempt)
+    _retrying(path, attempt)
 
 
-def append_late(path: str, rows: pa.Table, app_id: str, batch_id: int) -> bool:
-    """Record the batch's dropped late events per bucket in ``speed/late``."""
-    if rows.num_rows == 0:
-        return False
-    data = rows.select(LATE_SCHEMA.names).cast(LATE_SCHEMA)
-    properties = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
+def append_late(
+    spark: SparkSession, path: str, rows: DataFrame, app_id: str, batch_id: int
+) -> None:
+    """Record the batch's dropped late events per bucket in ``speed/late`` (idempotent)."""
+    _retrying(path, lambda: write_delta(rows, path, txn=(app_id, batch_id)))
 
-    def attempt() -> bool:
-        if committed(path, app_id, batch_id):
-            return False
-        write_deltalake(path, data, mode="append", commit_properties=properties)
-        return True
 
-    return _retrying(path, attempt)
+@contextlib.contextmanager
+def _transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator[None]:
+    """Delta's idempotent DML: the next DML of this session carries (app id, version)."""
+    spark.conf.set(_TXN_APP_ID, app_id)
+    spark.conf.set(_TXN_VERSION, str(batch_id))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_TXN_APP_ID)
+        spark.conf.unset(_TXN_VERSION)
 
 
 def _retrying(path: str, attempt: Callable[[], T]) -> T:
-    """Run a commit, retrying when a concurrent writer (the maintenance DAG) won the race."""
+    """Run a commit, retrying when a concurrent writer (maintenance) won the race."""
+    from delta import exceptions as conflict
+
+    conflicts = (
+        conflict.DeltaConcurrentModificationException,
+        conflict.ConcurrentWriteException,
+        conflict.ConcurrentAppendException,
+        conflict.ConcurrentDeleteReadException,
+        conflict.ConcurrentDeleteDeleteException,
+        conflict.ConcurrentTransactionException,
+    )
     for number in range(1, _COMMIT_ATTEMPTS + 1):
         try:
             return attempt()
-        except CommitFailedError as exc:
+        except conflicts as exc:
             if number == _COMMIT_ATTEMPTS:
                 raise
-            log.warning("%s: concurrent commit (%s); retrying", path, exc)
+            log.warning("%s: concurrent commit (%s); retrying", path, str(exc).splitlines()[0])
             time.sleep(0.2 * number)
     raise AssertionError("unreachable")
 
 
-def reset(path: str, schema: pa.Schema) -> None:
+def reset(spark: SparkSession, path: str, schema: str) -> None:
     """Empty a speed table (a new version; history and concurrent readers are unaffected)."""
-    if DeltaTable.is_deltatable(path):
-        write_deltalake(path, schema.empty_table(), mode="overwrite")
+    if exists(spark, path):
+        spark.createDataFrame([], schema).write.format("delta").mode("overwrite").save(path)

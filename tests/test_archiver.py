@@ -19,7 +19,6 @@ from pyspark.sql import SparkSession
 
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from ingest.produce import ProduceSummary, produce
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
@@ -63,17 +62,14 @@ def _assert_exactly_once(topics: KafkaSettings, lake: LakeSettings) -> tuple[int
     return events.num_rows, rejected.num_rows
 
 
-@pytest.mark.parametrize("write_path", ["tasks", "dataframe"])
 def test_available_now_archives_every_record_once(
     spark: SparkSession,
     topics: KafkaSettings,
     lake: LakeSettings,
-    spark_settings: SparkSettings,
-    write_path: str,
 ) -> None:
     summary = _produce_mixed(topics, 3000, seed=21)
-    settings = ArchiverSettings(write_path=write_path, max_offsets_per_trigger=1000)  # type: ignore[arg-type]
-    archived = run(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    settings = ArchiverSettings(max_offsets_per_trigger=1000)
+    archived = run(spark, kafka=topics, lake=lake,
                    settings=settings, available_now=True)  # fmt: skip
     assert archived == 3000
     events, rejected = _assert_exactly_once(topics, lake)
@@ -89,7 +85,7 @@ def test_available_now_archives_every_record_once(
 
     # Nothing new: a second run archives nothing and commits nothing.
     version = table.version()
-    assert run(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    assert run(spark, kafka=topics, lake=lake,
                settings=settings, available_now=True) == 0  # fmt: skip
     assert DeltaTable(lake.events).version() == version
 

@@ -28,7 +28,6 @@ from api.settings import ApiSettings
 from infra.broker import free_port
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from infra.streaming import StreamProgress
 from ingest.producer import REASON_HEADER, SOURCE_HEADER, TOPIC_HEADER, EventProducer
 from master_dataset.archiver import ArchiverSettings
@@ -176,7 +175,6 @@ def test_every_bad_record_is_dead_lettered_or_quarantined_with_its_reason(
     spark: SparkSession,
     topics: KafkaSettings,
     lake: LakeSettings,
-    spark_settings: SparkSettings,
 ) -> None:
     _produce_raw(topics)
     _produce_validated(topics)
@@ -194,7 +192,7 @@ def test_every_bad_record_is_dead_lettered_or_quarantined_with_its_reason(
     # 2. The archiver: every record of the topic in exactly one table, exactly once.
     on_topic = read_topic(topics, topics.topic)
     assert len(on_topic) == len(BAD) + 2 * len(VALID) + 1
-    archived = run_archiver(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    archived = run_archiver(spark, kafka=topics, lake=lake,
                             settings=ArchiverSettings(), available_now=True)  # fmt: skip
     assert archived == len(on_topic)
     rejected = DeltaTable(lake.rejected).to_pyarrow_table().to_pylist()
@@ -220,7 +218,7 @@ def test_every_bad_record_is_dead_lettered_or_quarantined_with_its_reason(
     assert countries["evt-121"] == "DE"  # a repeated key: the last occurrence wins
 
     # 3. The speed layer reads the same topic, skips and counts the bad records.
-    run_speed(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    run_speed(spark, kafka=topics, lake=lake,
               settings=SpeedSettings(), available_now=True)  # fmt: skip
     status = read_status(lake)
     assert status is not None

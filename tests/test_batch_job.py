@@ -13,7 +13,6 @@ from batch_layer.interval import Interval, IntervalError
 from batch_layer.job import MissingTableError, run
 from connectors import write_delta
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from master_dataset.records import EVENTS_SCHEMA
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -46,16 +45,14 @@ def event(
     }
 
 
-def archive(
-    spark: SparkSession, lake: LakeSettings, settings: SparkSettings, rows: list[dict[str, object]]
-) -> None:
+def archive(spark: SparkSession, lake: LakeSettings, rows: list[dict[str, object]]) -> None:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     frame = spark.createDataFrame(
         [tuple(r[name] for name in EVENTS_SCHEMA.names) for r in rows],
         from_arrow_schema(EVENTS_SCHEMA),
     )
-    write_delta(frame, lake.events, spark_settings=settings, partition_by=["event_date"])
+    write_delta(frame, lake.events, partition_by=["event_date"])
 
 
 def view(lake: LakeSettings) -> list[tuple[object, ...]]:
@@ -72,10 +69,8 @@ def coverage(lake: LakeSettings) -> list[dict[str, object]]:
     )
 
 
-def test_counts_are_exact_deduplicated_and_bounded(
-    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
-) -> None:
-    archive(spark, lake, spark_settings, [
+def test_counts_are_exact_deduplicated_and_bounded(spark: SparkSession, lake: LakeSettings) -> None:
+    archive(spark, lake, [
         event("a", "impression", at(0)),          # exactly at start: counted
         event("a", "impression", at(0), offset=9),  # the same event again: not counted twice
         event("b", "impression", at(0.5)),
@@ -84,7 +79,7 @@ def test_counts_are_exact_deduplicated_and_bounded(
         event("e", "impression", at(60)),         # exactly at end: not in this interval
         event("f", "impression", at(-1)),         # before start: not in this interval
     ])  # fmt: skip
-    result = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    result = run(spark, HOUR, lake=lake)
     assert view(lake) == [
         (at(0), "ad-1", 2, 0),
         (at(1), "ad-1", 0, 1),
@@ -100,48 +95,48 @@ def test_counts_are_exact_deduplicated_and_bounded(
 
 
 def test_late_events_count_when_their_interval_is_recomputed_and_reruns_are_identical(
-    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+    spark: SparkSession, lake: LakeSettings
 ) -> None:
-    archive(spark, lake, spark_settings, [event("a", "impression", at(5))])
-    first = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
-    again = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    archive(spark, lake, [event("a", "impression", at(5))])
+    first = run(spark, HOUR, lake=lake)
+    again = run(spark, HOUR, lake=lake)
     assert again.run_id == first.run_id
     assert view(lake) == [(at(5), "ad-1", 1, 0)]
     # A click for that minute arrives late (archived later): the next run counts it.
-    archive(spark, lake, spark_settings, [event("late", "click", at(5.5), offset=1)])
-    late = run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+    archive(spark, lake, [event("late", "click", at(5.5), offset=1)])
+    late = run(spark, HOUR, lake=lake)
     assert late.input_version == 1
     assert view(lake) == [(at(5), "ad-1", 1, 1)]
     assert [r["run_id"] for r in coverage(lake)] == sorted([first.run_id, late.run_id])
 
 
 def test_rows_outside_the_interval_are_untouched_and_an_empty_interval_writes_nothing(
-    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
+    spark: SparkSession, lake: LakeSettings
 ) -> None:
-    archive(spark, lake, spark_settings, [
+    archive(spark, lake, [
         event("a", "impression", at(10)), event("b", "impression", at(70)),
     ])  # fmt: skip
-    run(spark, Interval(at(0), at(120)), lake=lake, spark_settings=spark_settings)
+    run(spark, Interval(at(0), at(120)), lake=lake)
     assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
     # An hour with no events: no rows, a coverage row saying so, nothing else touched.
-    empty = run(spark, Interval(at(120), at(180)), lake=lake, spark_settings=spark_settings)
+    empty = run(spark, Interval(at(120), at(180)), lake=lake)
     assert empty.rows_written == 0
     assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
     # Recomputing the second hour replaces its row and leaves the first hour's alone.
-    run(spark, Interval(at(60), at(120)), lake=lake, spark_settings=spark_settings)
+    run(spark, Interval(at(60), at(120)), lake=lake)
     assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
     assert [r["rows_written"] for r in coverage(lake)] == [2, 1, 0]
 
 
 def test_no_coverage_without_committed_rows(
-    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings, tmp_path: Path
+    spark: SparkSession, lake: LakeSettings, tmp_path: Path
 ) -> None:
-    archive(spark, lake, spark_settings, [event("a", "impression", at(1))])
+    archive(spark, lake, [event("a", "impression", at(1))])
     blocker = Path(lake.table("batch/ctr"))
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("not a table")  # the view's write fails
     with pytest.raises(Exception):  # noqa: B017, PT011 - any failure of the write will do
-        run(spark, HOUR, lake=lake, spark_settings=spark_settings)
+        run(spark, HOUR, lake=lake)
     assert not DeltaTable.is_deltatable(lake.table("batch/coverage"))
 
 
@@ -160,14 +155,12 @@ def test_clear_errors_for_bad_arguments(lake: LakeSettings, spark: SparkSession)
     ]
 
 
-def test_backfill_command_runs_hour_by_hour(
-    spark: SparkSession, lake: LakeSettings, spark_settings: SparkSettings
-) -> None:
+def test_backfill_command_runs_hour_by_hour(spark: SparkSession, lake: LakeSettings) -> None:
     import os
     import subprocess
     import sys
 
-    archive(spark, lake, spark_settings, [
+    archive(spark, lake, [
         event("a", "impression", at(10)),
         event("b", "click", at(70)),
         event("c", "impression", at(155)),  # 12:35, past --to

@@ -14,7 +14,6 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from tests.test_batch_job import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,12 +89,11 @@ def test_batch_schedule_and_lookback_come_from_the_environment(
 def test_airflow_dags_test_runs_the_batch_job(
     airflow_env: dict[str, str],
     spark: SparkSession,
-    spark_settings: SparkSettings,
     tmp_path: Path,
 ) -> None:
     lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
     t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
-    archive(spark, lake, spark_settings, [
+    archive(spark, lake, [
         event("in-lookback", "impression", t - dt.timedelta(minutes=90)),
         event("in-hour", "impression", t + dt.timedelta(minutes=30)),
         event("click", "click", t + dt.timedelta(minutes=30, seconds=5)),

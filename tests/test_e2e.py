@@ -28,7 +28,6 @@ from batch_layer.interval import Interval
 from batch_layer.job import run as run_batch
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from ingest.events import Event, validate
 from ingest.ground_truth import read_csv
 from master_dataset.archiver import ArchiverSettings
@@ -118,7 +117,6 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
     topics: KafkaSettings,
     kafka_env: dict[str, str],
     lake: LakeSettings,
-    spark_settings: SparkSettings,
     tmp_path: Path,
 ) -> None:
     # 1. Traffic: 100 minutes of event time starting three hours ago (one event per second of
@@ -144,16 +142,15 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
         ArchiverSettings(max_offsets_per_trigger=2500),
         SpeedSettings(max_offsets_per_trigger=1000),
     )
-    run_archiver(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    run_archiver(spark, kafka=topics, lake=lake,
                  settings=archiver, available_now=True)  # fmt: skip
-    run_speed(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    run_speed(spark, kafka=topics, lake=lake,
               settings=speed_job, available_now=True)  # fmt: skip
     assert DeltaTable(lake.rejected).count() == invalid
 
     # 3. The batch layer covers everything up to one hour after the traffic started.
     first_hour = start + HOUR
-    run_batch(spark, Interval(start - 4 * HOUR, first_hour), lake=lake,
-              spark_settings=spark_settings)  # fmt: skip
+    run_batch(spark, Interval(start - 4 * HOUR, first_hour), lake=lake)  # fmt: skip
     window = (start - 4 * HOUR, start + 2 * HOUR)
     cutoff_ms = int(first_hour.timestamp() * 1000)
     truth_keys = {k for k, (i, c) in truth.items() if i or c}
@@ -202,8 +199,7 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
         assert _sql_totals(url, *window) == (api_impressions, api_clicks)
 
         # 4. The batch layer covers the rest: the whole range is exact.
-        run_batch(spark, Interval(first_hour, window[1]), lake=lake,
-                  spark_settings=spark_settings)  # fmt: skip
+        run_batch(spark, Interval(first_hour, window[1]), lake=lake)  # fmt: skip
         rows = _api_rows(url, *window)
         assert {r["source"] for r in rows.values()} == {"batch"}
         assert {k: (r["impressions"], r["clicks"]) for k, r in rows.items()} == {

@@ -21,7 +21,7 @@ from batch_layer.interval import Interval
 from batch_layer.job import run
 from infra.broker import free_port
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
+from infra.spark import submit_args
 from tests.test_batch_job import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.timeout(600)
 def test_batch_job_on_a_standalone_cluster_matches_local_mode(
-    spark_cluster: str, spark: SparkSession, spark_settings: SparkSettings, tmp_path: Path
+    spark_cluster: str, spark: SparkSession, tmp_path: Path
 ) -> None:
     local = LakeSettings(lake_root=tmp_path / "local", checkpoint_root=tmp_path / "ck")
     t = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -94,16 +94,16 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
         for n in range(200)
     ]  # fmt: skip
     events.append(event("e5", "impression", t + dt.timedelta(seconds=185), ad="ad-2", offset=999))
-    archive(spark, local, spark_settings, events)
+    archive(spark, local, events)
     cluster = LakeSettings(lake_root=tmp_path / "cluster", checkpoint_root=tmp_path / "ck2")
     shutil.copytree(local.events, cluster.events)
 
     interval = Interval(t, t + dt.timedelta(hours=2))
-    run(spark, interval, lake=local, spark_settings=spark_settings)
+    run(spark, interval, lake=local)
     env = {**os.environ, "LAKE_ROOT": str(cluster.lake_root), "SPARK_MASTER": spark_cluster,
            "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
     done = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", spark_cluster,
+        [str(BIN / "spark-submit"), *submit_args(), "--master", spark_cluster,
          "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
          str(ROOT / "batch_layer" / "submit.py"),
          "--start", "2026-11-22T10:00:00Z", "--end", "2026-11-22T12:00:00Z"],

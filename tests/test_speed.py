@@ -26,7 +26,6 @@ import batch_layer.job
 import speed_layer.job
 from infra.kafka_settings import KafkaSettings
 from infra.lake import LakeSettings
-from infra.spark import SparkSettings
 from infra.streaming import StreamProgress
 from ingest.events import Event, validate
 from ingest.produce import produce
@@ -91,15 +90,14 @@ def run_until_caught_up(
     spark: SparkSession,
     topics: KafkaSettings,
     lake: LakeSettings,
-    spark_settings: SparkSettings,
     settings: SpeedSettings = SETTINGS,
 ) -> int:
-    return run(spark, kafka=topics, lake=lake, spark_settings=spark_settings,
+    return run(spark, kafka=topics, lake=lake,
                settings=settings, available_now=True)  # fmt: skip
 
 
 def test_clean_input_gives_exact_counts(
-    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings
 ) -> None:
     send(
         topics,
@@ -111,7 +109,7 @@ def test_clean_input_gives_exact_counts(
         event("e6", "click", at(1.6), ad="ad-2"),
         raw=b"{not json",
     )
-    assert run_until_caught_up(spark, topics, lake, spark_settings) == 7
+    assert run_until_caught_up(spark, topics, lake) == 7
     assert speed_rows(lake) == [(at(0), "ad-1", 2, 1), (at(1), "ad-2", 1, 2)]
     assert late_rows(lake) == {}
     status = read_status(lake)
@@ -121,25 +119,25 @@ def test_clean_input_gives_exact_counts(
 
     # More events for an open bucket are added to it; a rerun with nothing new changes nothing.
     send(topics, event("e7", "impression", at(1.7), ad="ad-2"))
-    assert run_until_caught_up(spark, topics, lake, spark_settings) == 1
+    assert run_until_caught_up(spark, topics, lake) == 1
     assert speed_rows(lake) == [(at(0), "ad-1", 2, 1), (at(1), "ad-2", 2, 2)]
     version = DeltaTable(lake.table("speed/ctr")).version()
-    assert run_until_caught_up(spark, topics, lake, spark_settings) == 0
+    assert run_until_caught_up(spark, topics, lake) == 0
     assert DeltaTable(lake.table("speed/ctr")).version() == version
 
 
 def test_duplicates_inflate_counts_by_exactly_the_duplicates(
-    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings
 ) -> None:
     impression, click = event("d1", "impression", at(3.2)), event("d2", "click", at(3.4))
     send(topics, impression, click, event("d3", "impression", at(3.5)), impression, click, click)
-    run_until_caught_up(spark, topics, lake, spark_settings)
+    run_until_caught_up(spark, topics, lake)
     # Exact: 2 impressions, 1 click. Speed: + 1 duplicated impression, + 2 duplicated clicks.
     assert speed_rows(lake) == [(at(3), "ad-1", 3, 3)]
 
 
 def test_events_later_than_the_watermark_are_dropped_and_counted(
-    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings
 ) -> None:
     # Batch 0 sees 10:30, so the next batches run with the watermark at 10:20 (10 minutes).
     send(topics, event("n1", "impression", at(30)))
@@ -150,16 +148,19 @@ def test_events_later_than_the_watermark_are_dropped_and_counted(
     ]
     on_time = [event("o1", "impression", at(20.1)), event("o2", "click", at(29))]
     sent_late = False
+    reported = 0
 
     def after_batch(progress: StreamProgress) -> None:
-        nonlocal sent_late
+        nonlocal sent_late, reported
+        reported += progress.input_rows
         if not sent_late and progress.input_rows:
             send(topics, *late, *on_time)
             sent_late = True
 
+    # Stop once every batch that wrote the 6 events has also reported its progress.
     seen = run(
-        spark, kafka=topics, lake=lake, spark_settings=spark_settings, settings=SETTINGS,
-        on_progress=after_batch, should_stop=lambda: sent_late and _caught_up(lake, 6),
+        spark, kafka=topics, lake=lake, settings=SETTINGS, on_progress=after_batch,
+        should_stop=lambda: sent_late and reported >= 6 and _caught_up(lake, 6),
     )  # fmt: skip
     assert seen == 6
     assert speed_rows(lake) == [
@@ -209,17 +210,17 @@ def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
 
 
 def test_a_lost_checkpoint_is_refused_until_reset(
-    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, spark_settings: SparkSettings
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings
 ) -> None:
     send(topics, event("c1", "impression", at(40)))
-    run_until_caught_up(spark, topics, lake, spark_settings)
+    run_until_caught_up(spark, topics, lake)
     checkpoint = Path(lake.checkpoint(SETTINGS.checkpoint_name))
     os.rename(checkpoint, checkpoint.with_name("moved"))
     with pytest.raises(SpeedStateError, match="ctr speed --reset"):
-        run_until_caught_up(spark, topics, lake, spark_settings)
-    reset(lake, SETTINGS)
+        run_until_caught_up(spark, topics, lake)
+    reset(spark, lake, SETTINGS)
     assert speed_rows(lake) == []
-    run_until_caught_up(spark, topics, lake, spark_settings)  # rebuilt from the retained log
+    run_until_caught_up(spark, topics, lake)  # rebuilt from the retained log
     assert speed_rows(lake) == [(at(40), "ad-1", 1, 0)]
 
 

@@ -1,0 +1,232 @@
+"""Spark's kafka source and delta-spark as the platform uses them, against the real broker and
+real Delta tables: read limits, AvailableNow, broker-stamped timestamps, replaced intervals,
+idempotent commits and replayed micro-batches, and tables every reader can read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+
+from connectors import read_delta, read_kafka, write_delta
+from connectors.duckdb_delta import delta_duckdb
+from infra.kafka_settings import KafkaSettings
+from infra.lake import LakeSettings
+from infra.streaming import StreamProgress
+from infra.topics import ensure_topics
+from master_dataset.archiver import ArchiverSettings, batch_writer
+from master_dataset.archiver import run as run_archiver
+from serving_layer.tables import SnapshotSource
+from speed_layer import SpeedSettings
+from speed_layer.job import BatchWriter
+from views import DIMENSIONS
+
+ROWS = [
+    (1, "a", dt.date(2026, 1, 1), dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)),
+    (2, "b", dt.date(2026, 1, 1), dt.datetime(2026, 1, 1, 11, 0, tzinfo=dt.UTC)),
+    (3, "c", dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 9, 0, tzinfo=dt.UTC)),
+    (4, None, dt.date(2026, 1, 2), None),
+]
+SCHEMA = "id long, name string, day date, at timestamp"
+# Reader features delta-rs and DuckDB's delta extension cannot serve from a plain file list.
+UNREADABLE = {"deletionVectors", "columnMapping", "v2Checkpoint", "rowTracking"}
+
+
+def frame(spark: SparkSession, rows: Sequence[tuple[object, ...]]) -> DataFrame:
+    return spark.createDataFrame(rows, SCHEMA).repartition(2)
+
+
+def ids(path: Path) -> list[int]:
+    return sorted(r["id"] for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+
+
+def fresh_topic(kafka: KafkaSettings, partitions: int = 1) -> KafkaSettings:
+    name = f"connectors-{uuid.uuid4().hex[:8]}"
+    topic = kafka.model_copy(update={"topic": name, "dlq_topic": f"{name}-dlq",
+                                     "topic_partitions": partitions})  # fmt: skip
+    ensure_topics(topic)
+    return topic
+
+
+def produce(topic: KafkaSettings, values: Sequence[bytes], **extra: object) -> None:
+    producer = Producer(topic.client())
+    for value in values:
+        producer.produce(topic.topic, value=value, **extra)  # type: ignore[arg-type]
+    assert producer.flush(30) == 0
+
+
+# -- delta-spark tables, read by every reader ------------------------------------------------
+
+
+def test_tables_keep_to_features_every_reader_reads(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_delta(frame(spark, ROWS), str(path), partition_by=["day"])
+    for n in range(11):  # past the 10-commit checkpoint interval: a checkpoint is written
+        write_delta(frame(spark, [(100 + n, "x", dt.date(2026, 1, 3), None)]), str(path))
+    table = DeltaTable(str(path))
+    protocol = table.protocol()
+    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+    assert not features & UNREADABLE
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+    assert table.metadata().configuration["delta.enableDeletionVectors"] == "false"
+    assert list((path / "_delta_log").glob("*.checkpoint.parquet"))
+    first_commit = (path / "_delta_log" / "00000000000000000000.json").read_text()
+    assert "Delta-Lake/4.4.0" in first_commit  # engineInfo: written by delta-spark
+    expected = [1, 2, 3, 4, *range(100, 111)]
+    assert ids(path) == expected  # delta-rs
+    query = f"SELECT id, \"at\" FROM delta_scan('{path}') ORDER BY id"
+    duck = delta_duckdb().execute(query).fetchall()
+    assert [r[0] for r in duck] == expected
+    assert duck[0][1] == ROWS[0][3]  # microseconds, UTC: not INT96
+    assert sorted(r.id for r in read_delta(spark, str(path)).collect()) == expected
+
+
+def test_the_platforms_tables_are_readable_by_the_serving_layer(
+    spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
+) -> None:
+    topic = fresh_topic(kafka)
+    event = (
+        b'{"event_id": "e1", "event_type": "impression", "event_time": %d, '
+        b'"impression_id": "i1", "ad_id": "a", "campaign_id": "c", "site_id": "s", '
+        b'"country": "US", "device_type": "mobile", "user_id": "u", "schema_version": 1}'
+        % int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    )
+    produce(topic, [event, b"not json"])
+    assert run_archiver(spark, kafka=topic, lake=lake, available_now=True) == 2
+    snapshot = SnapshotSource(lake, refresh_s=0).current()
+    for name in ("master/events", "master/rejected"):
+        table = snapshot[name]
+        assert table.version is not None
+        assert table.files
+        assert table.schema == DeltaTable(lake.table(name)).schema().to_arrow()
+    events = DeltaTable(lake.events).to_pyarrow_table()
+    assert events.column("event_id").to_pylist() == ["e1"]
+    assert events.schema.field("event_time").type == pa.timestamp("us", tz="UTC")
+    log = (Path(lake.events) / "_delta_log" / "00000000000000000000.json").read_text()
+    assert "Delta-Lake/4.4.0" in log  # engineInfo: written by delta-spark
+
+
+# -- writes: replaceWhere, idempotent commits ------------------------------------------------
+
+
+def test_replace_where_replaces_only_matching_rows(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_delta(frame(spark, ROWS), str(path), partition_by=["day"])
+    new = frame(spark, [(10, "x", dt.date(2026, 1, 2), None)])
+    write_delta(new, str(path), mode="overwrite", replace_where="day = '2026-01-02'")
+    assert ids(path) == [1, 2, 10]
+
+
+def test_replace_where_refuses_rows_outside_the_predicate(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = tmp_path / "t"
+    write_delta(frame(spark, ROWS), str(path))
+    stray = frame(spark, [(10, "x", dt.date(2026, 1, 5), None)])
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_MISMATCH"):
+        write_delta(stray, str(path), mode="overwrite", replace_where="day = '2026-01-02'")
+    assert ids(path) == [1, 2, 3, 4]  # nothing changed
+    assert DeltaTable(str(path)).version() == 0
+
+
+def test_idempotent_writes_by_application_and_version(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_delta(frame(spark, ROWS[:1]), str(path), txn=("app", 0))
+    write_delta(frame(spark, ROWS[:1]), str(path), txn=("app", 0))  # replay: no-op
+    write_delta(frame(spark, ROWS[1:2]), str(path), txn=("app", 1))
+    write_delta(frame(spark, ROWS[2:3]), str(path), txn=("other", 0))
+    assert ids(path) == [1, 2, 3]
+    assert DeltaTable(str(path)).transaction_version("app") == 1
+
+
+def test_a_replayed_archiver_batch_is_a_no_op(
+    spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
+) -> None:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from master_dataset.records import PARSED_SCHEMA, parse_batches
+
+    topic = fresh_topic(kafka)
+    produce(topic, [b"{", b"[]"])
+    checkpoint = Path(lake.checkpoint("replay"))
+    (checkpoint).mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
+    parsed = read_kafka(spark, topic, stream=False).mapInArrow(
+        parse_batches, from_arrow_schema(PARSED_SCHEMA)
+    )
+    write = batch_writer(lake, str(checkpoint))
+    write(parsed, 7)
+    write(parsed, 7)  # Spark replays a batch after a crash: same id, same rows
+    rejected = DeltaTable(lake.rejected)
+    assert rejected.to_pyarrow_table().num_rows == 2
+    assert rejected.transaction_version("ctr-archiver-replayed-query") == 7
+    write(parsed, 8)  # the next batch does write
+    assert DeltaTable(lake.rejected).to_pyarrow_table().num_rows == 4
+
+
+def test_a_replayed_speed_batch_merges_once(spark: SparkSession, lake: LakeSettings) -> None:
+    """delta-spark's idempotent DML (txnAppId/txnVersion session confs) on the speed MERGE."""
+    checkpoint = Path(lake.checkpoint("speed-replay"))
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"speed-query"}')
+    for batch_id in (0, 1):
+        (checkpoint / "offsets" / str(batch_id)).write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1790000000000}\n{}\n'
+        )
+    at = dt.datetime(2026, 11, 22, 10, 0, 30, tzinfo=dt.UTC)
+    events = spark.createDataFrame(
+        [(at, "impression", *("x" for _ in DIMENSIONS)), (at, "click", *("x" for _ in DIMENSIONS))],
+        "event_time timestamp, event_type string, " + ", ".join(f"{d} string" for d in DIMENSIONS),
+    )
+    write = BatchWriter(lake, str(checkpoint), SpeedSettings())
+    write(events, 0)
+    write(events, 0)  # replayed
+    write(events, 1)  # the next batch adds
+    rows = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table().to_pylist()
+    assert [(r["impressions"], r["clicks"]) for r in rows] == [(2, 2)]
+    assert DeltaTable(lake.table("speed/ctr")).transaction_version("ctr-speed-speed-query") == 1
+
+
+# -- Spark's kafka source ----------------------------------------------------------------------
+
+
+def test_every_micro_batch_keeps_to_the_read_limit(
+    spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
+) -> None:
+    topic = fresh_topic(kafka, partitions=3)
+    produce(topic, [b"{%d" % n for n in range(250)])
+    batches: list[StreamProgress] = []
+    settings = ArchiverSettings(max_offsets_per_trigger=100)
+    archived = run_archiver(
+        spark, kafka=topic, lake=lake, settings=settings, available_now=True,
+        on_progress=batches.append,
+    )  # fmt: skip
+    assert archived == 250  # AvailableNow: everything there when it started, then it stops
+    sizes = [b.input_rows for b in batches if b.input_rows]
+    assert sum(sizes) == 250
+    assert max(sizes) <= 100
+    assert len(sizes) >= 3
+
+
+def test_producer_timestamps_are_replaced_by_the_brokers(
+    spark: SparkSession, kafka: KafkaSettings
+) -> None:
+    """Topics are LogAppendTime: an int64 CreateTime Spark cannot convert to a timestamp
+    (2^62 ms) never reaches the source."""
+    topic = fresh_topic(kafka)
+    before = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
+    produce(topic, [b"a", b"b"], timestamp=2**62)
+    rows = read_kafka(spark, topic, stream=False).collect()
+    assert sorted(bytes(r.value) for r in rows) == [b"a", b"b"]
+    for row in rows:
+        stamp = row.timestamp.replace(tzinfo=dt.UTC)  # the session is UTC
+        assert before <= stamp <= dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
+        assert row.timestampType == 1  # LogAppendTime
