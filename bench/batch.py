@@ -124,7 +124,7 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     started = time.perf_counter()
     steps: list[tuple[float, str]] = []
     result = run(
-        spark, interval, lake=lake, spark_settings=spark_settings,
+        spark, interval, lake=lake,
         on_step=lambda step: steps.append((time.perf_counter(), step)),
     )  # fmt: skip
     spark_seconds = time.perf_counter() - started
