@@ -2,8 +2,9 @@
 
 The events (2 % of them resent duplicates) are generated straight into a Delta master/events
 table (one event_date partition). In one run: the batch job for the whole day on a warm
-local[2] SparkSession (warmed by a one-minute run), then DuckDB (delta extension) computing the same view with the same
-dedup rule over the same table; both results are checked to agree, and the ratio is printed.
+local[2] SparkSession (warmed by a one-minute run), then DuckDB (delta extension) computing the
+same view with the same dedup rule over the same table; both results are checked to agree,
+and the ratio is printed.
 """
 
 from __future__ import annotations

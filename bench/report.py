@@ -71,8 +71,10 @@ def _ingest(r: Mapping[str, Any]) -> Row:
 
 
 def _archive(r: Mapping[str, Any]) -> Row:
-    batches = r.get("batches") or []
-    warm = f"; warm micro-batch {_num(batches[-1]['rows_per_s'])}/s" if len(batches) > 1 else ""
+    # The first micro-batch pays the JVM's warm-up; the largest of the others shows the steady
+    # rate (the last one may hold a handful of stragglers).
+    warm_batches = sorted((r.get("batches") or [])[1:], key=lambda b: b["rows"])
+    warm = f"; warm micro-batch {_num(warm_batches[-1]['rows_per_s'])}/s" if warm_batches else ""
     return Row(
         "archive",
         f"{_num(r['events_per_s'])} records/s ({_num(r['events'])} records{warm})",
@@ -96,10 +98,17 @@ def _batch(r: Mapping[str, Any]) -> Row:
 
 def _speed(r: Mapping[str, Any]) -> Row:
     p95 = r.get("p95_s")
+    rates = [int(p["rate"]) for p in r.get("phases") or []]
+    if r["highest_sustained_rate"]:
+        sustained = f"sustained {_num(r['highest_sustained_rate'])} events/s"
+    elif rates:
+        sustained = f"lag kept flat at none of {_num(min(rates))}–{_num(max(rates))} events/s"
+    else:
+        sustained = "no sustained rate measured"
     return Row(
         "speed",
         f"freshness at 5,000 events/s: p50 {r['p50_s']} s, p95 {p95} s, max {r['max_s']} s; "
-        f"sustained {_num(r['highest_sustained_rate'])} events/s",
+        f"{sustained}",
         "—",
         "—",
         "p95 ≤ 3 s",

@@ -112,12 +112,28 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
-    conf: dict[str, Any] = {**connector_conf(), **settings.conf}
+    conf: dict[str, Any] = {**connector_conf(), **_local_conf(settings), **settings.conf}
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _local_conf(settings: SparkSettings) -> dict[str, str]:
+    """On local[N], Delta reconstructs a table's snapshot in N partitions, not its default 50:
+    50 tasks per snapshot update cost each speed-layer MERGE ~2.5 s on 2 cores (3.5 s -> 1 s)."""
+    match = re.fullmatch(r"local\[(\d+|\*)\]|local", settings.master)
+    if match is None:
+        return {}
+    cores = match.group(1)
+    if cores is None:
+        count = 1
+    elif cores == "*":
+        count = os.cpu_count() or 1
+    else:
+        count = int(cores)
+    return {"spark.databricks.delta.snapshotPartitions": str(count)}
 
 
 def submit_args() -> list[str]:

@@ -161,7 +161,9 @@ class BatchWriter:
         metadata = batch_metadata(self.checkpoint, batch_id)
         # The view of a micro-batch is small (counts per minute and dimensions): split it here,
         # then write each part; a replayed batch writes nothing twice (Delta transactions).
+        started = time.perf_counter()
         view = batch.transform(ctr).toArrow()
+        viewed = time.perf_counter()
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
         if late.num_rows:
@@ -172,7 +174,16 @@ class BatchWriter:
             self.late_events += int(pc.sum(late["clicks"]).as_py() or 0)
         if on_time.num_rows:
             on_time = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
-            merge_counts(spark, self.ctr_path, spark.createDataFrame(on_time), app_id, batch_id)
+            starts = on_time["bucket_start"]
+            bounds = (pc.min(starts).as_py(), pc.max(starts).as_py())
+            merge_counts(
+                spark, self.ctr_path, spark.createDataFrame(on_time), app_id, batch_id, bounds
+            )
+        log.debug(
+            "batch %d: view %.0f ms (%d rows), writes %.0f ms",
+            batch_id, (viewed - started) * 1000, view.num_rows,
+            (time.perf_counter() - viewed) * 1000,
+        )  # fmt: skip
         if time.monotonic() - self._last_maintenance >= self.settings.maintenance_seconds:
             self._last_maintenance = time.monotonic()
             maintain(spark, self.lake, self.settings)

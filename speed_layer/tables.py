@@ -11,6 +11,7 @@ DML). A micro-batch that Spark replays after a crash changes nothing it already 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -52,13 +53,28 @@ def exists(spark: SparkSession, path: str) -> bool:
 
 
 def merge_counts(
-    spark: SparkSession, path: str, rows: DataFrame, app_id: str, batch_id: int
+    spark: SparkSession,
+    path: str,
+    rows: DataFrame,
+    app_id: str,
+    batch_id: int,
+    buckets: tuple[dt.datetime, dt.datetime],
 ) -> None:
     """Add the batch's counts to ``speed/ctr``: insert new buckets, add to existing ones.
-    A replay of (``app_id``, ``batch_id``) changes nothing."""
+    A replay of (``app_id``, ``batch_id``) changes nothing.
+
+    ``buckets`` are the first and last bucket of ``rows``: as literals in the MERGE condition
+    they let Delta skip every file whose bucket range lies outside them (a micro-batch holds the
+    last minute or two), so a MERGE rewrites the current minutes' files, not the table.
+    """
     from delta.tables import DeltaTable
 
     source = rows.select(*KEY, "impressions", "clicks", "updated_at")
+    first, last = (b.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00:00") for b in buckets)
+    condition = (
+        f"t.bucket_start >= timestamp'{first}' AND t.bucket_start <= timestamp'{last}' AND "
+        + _MERGE_PREDICATE
+    )
 
     def attempt() -> None:
         if not exists(spark, path):
@@ -68,7 +84,7 @@ def merge_counts(
             (
                 DeltaTable.forPath(spark, path)
                 .alias("t")
-                .merge(source.alias("s"), _MERGE_PREDICATE)
+                .merge(source.alias("s"), condition)
                 .whenMatchedUpdate(
                     set={
                         "impressions": "t.impressions + s.impressions",
