@@ -100,6 +100,16 @@ class Node:
         return f"{self.host}:{self.broker_port or self.controller_port}"
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (URL-safe base64 of a UUID), never starting
+    with ``-``: Kafka's own ``Uuid.randomUuid`` avoids that too, as command lines would read
+    it as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass(frozen=True)
 class Layout:
     """The cluster's nodes and id, fixed when it is first started."""
@@ -109,7 +119,7 @@ class Layout:
 
     @classmethod
     def create(cls, host: str, broker_ports: list[int], controller_port: int) -> Layout:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()
         if len(broker_ports) == 1:
             nodes = [Node(1, "broker,controller", host, broker_ports[0], controller_port)]
         else:
@@ -318,8 +328,7 @@ class LocalKafka:
                 classpath,
                 STORAGE_TOOL,
                 "format",
-                "--cluster-id",
-                layout.cluster_id,
+                f"--cluster-id={layout.cluster_id}",
                 "--config",
                 str(self.node_dir(node) / "server.properties"),
             ],
