@@ -13,7 +13,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.guard import UNAUTHORIZED, token_ok
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
-from serving_layer import ServingLayer, SqlPool
+from serving_layer.service import ServingLayer
+from serving_layer.sql_pool import SqlPool
 
 _bearer = HTTPBearer(auto_error=False, description="API_TOKEN of the server")
 

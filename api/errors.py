@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from serving_layer import SandboxUnavailableError, SqlBusyError
+from serving_layer.sql_pool import SandboxUnavailableError, SqlBusyError
 
 _log = logging.getLogger(__name__)
 

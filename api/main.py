@@ -18,9 +18,10 @@ from api.response_cache import ResponseCache
 from api.routes import ctr, dashboard, health, sql, views
 from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from serving_layer import ServingLayer, SqlPool
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from serving_layer.service import ServingLayer
+from serving_layer.sql_pool import SqlPool
 
 
 def create_app(

@@ -13,7 +13,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.response_cache import ResponseCache
 from api.topic_depth import TopicDepth
-from serving_layer import LakeSnapshot, ServingLayer, SqlPool
+from serving_layer.service import ServingLayer
+from serving_layer.sql_pool import SqlPool
+from serving_layer.tables import LakeSnapshot
 
 _log = logging.getLogger(__name__)
 Metric = GaugeMetricFamily | CounterMetricFamily

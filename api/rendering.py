@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving_layer import Freshness
+from serving_layer.freshness import Freshness
 
 
 def freshness_json(freshness: Freshness) -> dict[str, object]:

@@ -1,6 +1,6 @@
 """How many records a Kafka topic holds (the dead-letter topic's depth, for ``/metrics``).
 
-The sum over partitions of latest - earliest offset (verified ends, see ``infra.offsets``),
+The sum over partitions of latest - earliest offset (verified ends, see ``runtime.offsets``),
 looked up with a short timeout at most every ``refresh_s`` seconds. An unreachable broker or a
 missing topic gives ``None`` (the metric is left out) and one log line, never an error: a
 scrape must not fail, nor wait long, because Kafka is away.
@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 
-from infra.kafka_settings import KafkaSettings
-from infra.offsets import topic_offsets
+from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import topic_offsets
 
 log = logging.getLogger(__name__)
 

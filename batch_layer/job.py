@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from batch_layer.coverage import CoverageRow, record
 from batch_layer.interval import Interval
-from connectors.formats import read_delta, write_delta
-from infra.lake import LakeSettings
+from lake.coverage_log import CoverageRow, record
+from lake.settings import LakeSettings
+from runtime.formats import read_delta, write_delta
 from views.ctr import ctr
 
 if TYPE_CHECKING:

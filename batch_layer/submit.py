@@ -18,8 +18,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from batch_layer.interval import Interval, IntervalError
     from batch_layer.job import MissingTableError, run
-    from infra.lake import LakeSettings
-    from infra.spark import SparkSettings, spark_session
+    from lake.settings import LakeSettings
+    from runtime.spark import spark_session
+    from runtime.spark_settings import SparkSettings
 
     try:
         interval = Interval.parse(args.start, args.end)

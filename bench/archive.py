@@ -20,17 +20,19 @@ from pathlib import Path
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from connectors.formats import read_kafka
 from infra.broker import scratch_broker
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings, spark_session
-from infra.streaming import StreamProgress
-from infra.topics import ensure_topics
-from ingest.produce import produce
 from ingest.producer import EventProducer
+from ingest.send_loop import produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from master_dataset.archiver import ArchiverSettings, run
+from lake.settings import LakeSettings
+from master_dataset.archiver import run
+from master_dataset.settings import ArchiverSettings
+from runtime.formats import read_kafka
+from runtime.kafka_settings import KafkaSettings
+from runtime.spark import spark_session
+from runtime.spark_settings import SparkSettings
+from runtime.streaming import StreamProgress
+from runtime.topics import ensure_topics
 
 DEFAULT_EVENTS = 2_000_000
 RESULTS = Path("bench/results")

@@ -23,11 +23,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from batch_layer.interval import Interval
 from batch_layer.job import run
-from connectors.duckdb_delta import delta_duckdb
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings, spark_session
+from events.records import EVENTS_SCHEMA
 from ingest.traffic import COUNTRY_MIX, DEVICE_MIX
-from master_dataset.records import EVENTS_SCHEMA
+from lake.duckdb_delta import delta_duckdb
+from lake.settings import LakeSettings
+from runtime.spark import spark_session
+from runtime.spark_settings import SparkSettings
 
 DEFAULT_EVENTS = 10_000_000
 DAY = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)

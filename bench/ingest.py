@@ -27,11 +27,12 @@ from typing import Any
 import confluent_kafka
 
 from infra.broker import LocalKafka, scratch_cluster
-from infra.kafka_settings import KafkaSettings
-from infra.offsets import partition_offsets
-from infra.topics import admin_client, delete_topics, ensure_topics
-from ingest.producer import EventProducer, ProducerSettings
+from ingest.producer import EventProducer
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import partition_offsets
+from runtime.topics import admin_client, delete_topics, ensure_topics
 
 DEFAULT_EVENTS = 1_000_000
 ROUNDS = 2

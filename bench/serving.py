@@ -31,9 +31,9 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from infra.broker import free_port
-from infra.lake import LakeSettings
+from lake.settings import LakeSettings
 from serving_layer.tables import SCHEMAS
-from views import DIMENSIONS
+from views.columns import DIMENSIONS
 
 END = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.UTC)
 HOURS = 24
@@ -243,8 +243,8 @@ async def _load(url: str, duration_s: float, clients: int) -> tuple[list[float],
 
 def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
     """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
-    from serving_layer import CtrQuery, ServingLayer
-    from serving_layer.query import ctr_sql
+    from serving_layer.query import CtrQuery, ctr_sql
+    from serving_layer.service import ServingLayer
 
     serving = ServingLayer(lake, refresh_s=3600)
     snap = serving.snapshot()

@@ -25,11 +25,11 @@ import orjson
 import pyarrow.parquet as pq
 
 from infra.broker import scratch_broker
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.topics import ensure_topics
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.topics import ensure_topics
 
 RESULTS = Path("bench/results")
 CTR = str(Path(sys.executable).with_name("ctr"))

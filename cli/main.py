@@ -7,13 +7,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from api import cli as api_cli
-from batch_layer import cli as batch_cli
-from infra import cli as infra_cli
-from ingest import cli as ingest_cli
-from master_dataset import cli as master_cli
-from serving_layer import cli as serving_cli
-from speed_layer import cli as speed_cli
+from cli import archive, batch, ingest, kafka, serve, speed, sql
 
 app = typer.Typer(
     name="ctr",
@@ -23,15 +17,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(infra_cli.app, name="kafka")
-app.command()(ingest_cli.produce)
-app.command()(ingest_cli.replay)
-app.command()(master_cli.archive)
-app.command()(batch_cli.batch)
-app.command()(batch_cli.backfill)
-app.add_typer(speed_cli.app, name="speed")
-app.command()(api_cli.serve)
-app.command()(serving_cli.sql)
+app.add_typer(kafka.app, name="kafka")
+app.command()(ingest.produce)
+app.command()(ingest.replay)
+app.command()(archive.archive)
+app.command()(batch.batch)
+app.command()(batch.backfill)
+app.add_typer(speed.app, name="speed")
+app.command()(serve.serve)
+app.command()(sql.sql)
 
 
 def main() -> None:

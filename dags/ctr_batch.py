@@ -44,8 +44,8 @@ with DAG(
     BashOperator(
         task_id="recompute_ctr",
         bash_command=(
-            # The connector jars and Delta's settings (infra/spark.py) on the command line.
-            f'"{SPARK_SUBMIT}" $("{sys.executable}" -m infra.spark) '
+            # The connector jars and Delta's settings (runtime/spark.py) on the command line.
+            f'"{SPARK_SUBMIT}" $("{sys.executable}" -m runtime.spark) '
             '--master "${SPARK_MASTER:-local[2]}" '
             f'"{PROJECT}/batch_layer/submit.py" '
             "--start {{ (data_interval_start - macros.timedelta(minutes=params.lookback_minutes))"

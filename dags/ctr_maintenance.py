@@ -24,17 +24,17 @@ with DAG(
 
     @task
     def prune_speed() -> int:
-        from batch_layer.maintenance import prune_speed
-        from infra.lake import LakeSettings
-        from infra.spark import spark_session
+        from lake.maintenance import prune_speed
+        from lake.settings import LakeSettings
+        from runtime.spark import spark_session
 
         return prune_speed(spark_session(), LakeSettings())
 
     @task
     def compact_and_vacuum(table: str) -> str:
-        from batch_layer.maintenance import compact_and_vacuum
-        from infra.lake import LakeSettings
-        from infra.spark import spark_session
+        from lake.maintenance import compact_and_vacuum
+        from lake.settings import LakeSettings
+        from runtime.spark import spark_session
 
         return str(compact_and_vacuum(spark_session(), LakeSettings(), table))
 

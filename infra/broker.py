@@ -38,12 +38,11 @@ from typing import Final
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ClusterMetadata
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from infra.jars import INFRA, JarsMissingError, jar_dir
-from infra.kafka_settings import KafkaSettings
-from infra.topics import KafkaUnavailableError, admin_client
+from infra.broker_settings import BrokerSettings
+from runtime.jars import INFRA, JarsMissingError, jar_dir
+from runtime.kafka_settings import KafkaSettings
+from runtime.topics import KafkaUnavailableError, admin_client
 
 KAFKA_MAIN: Final = "kafka.Kafka"
 STORAGE_TOOL: Final = "kafka.tools.StorageTool"
@@ -57,30 +56,6 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 class BrokerError(RuntimeError):
     """The local cluster could not be started or stopped; the message names the fix."""
-
-
-class BrokerSettings(BaseSettings):
-    """Where the local cluster keeps its state (``RUN_DIR``) and how its JVMs run."""
-
-    model_config = SettingsConfigDict(extra="ignore")
-
-    run_dir: Path = Field(default=Path("run"), validation_alias="RUN_DIR")
-    start_timeout_s: float = Field(default=90.0, gt=0, validation_alias="KAFKA_START_TIMEOUT_S")
-    heap: str = Field(default="512m", pattern=r"^\d+[kmg]$", validation_alias="KAFKA_HEAP")
-    controller_port: int | None = Field(
-        default=None, ge=1, le=65535, validation_alias="KAFKA_CONTROLLER_PORT"
-    )
-    java_home: Path | None = Field(default=None, validation_alias="JAVA_HOME")
-
-    @property
-    def kafka_dir(self) -> Path:
-        return self.run_dir / "kafka"
-
-    @property
-    def java(self) -> str:
-        if self.java_home is not None:
-            return str(self.java_home / "bin" / "java")
-        return shutil.which("java") or "java"
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.offsets import topic_offsets
-from infra.streaming import committed_offsets
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import topic_offsets
+from runtime.streaming import committed_offsets
 
 
 def behind(ends: dict[int, int], committed: dict[int, int]) -> int:

@@ -1,7 +1,7 @@
 """`make demo-screenshot`: a picture of the running demo's dashboard (docs/demo.png).
 
 Opens the dashboard of `make demo` in headless Chromium (the DevTools driver of the dashboard
-test, `tests/browser.py`), waits until the charts have loaded and drawn, and saves a screenshot.
+test, `infra/browser.py`), waits until the charts have loaded and drawn, and saves a screenshot.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.browser import BrowserError, chromium_page
+from infra.browser import BrowserError, chromium_page
 
 STATE = "document.body.dataset.state"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resolve the JVM dependencies named by infra/<set>/pom.xml into the jar cache, once:
 #   bash infra/jars.sh kafka
-# The cache directory is named after the POM's hash (infra/jars.py finds it the same way), so
+# The cache directory is named after the POM's hash (runtime/jars.py finds it the same way), so
 # a changed POM gets a fresh directory and every clone and venv shares the jars. Maven resolves
 # with the machine's own settings (~/.m2/settings.xml, /etc/maven/settings.xml).
 set -euo pipefail

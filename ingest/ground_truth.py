@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from ingest.events import Event
+from events.model import Event
 
 COLUMNS: Final = (
     "bucket_start",

@@ -15,9 +15,9 @@ from typing import Literal
 
 import orjson
 
-from ingest.events import FIELDS
+from events.model import FIELDS
 from ingest.producer import EventProducer
-from ingest.shutdown import StopRequest
+from runtime.shutdown import StopRequest
 
 FileFormat = Literal["jsonl", "csv"]
 _INTEGER_FIELDS = frozenset({"event_time", "schema_version"})

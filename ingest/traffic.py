@@ -26,7 +26,7 @@ import msgspec
 import orjson
 from msgspec.structs import replace as struct_replace
 
-from ingest.events import Event
+from events.model import Event
 
 RecordKind = Literal["event", "duplicate", "malformed"]
 

@@ -15,34 +15,18 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from connectors.formats import read_kafka, write_delta
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.streaming import StreamProgress, drive, query_id
-from master_dataset.records import EVENTS_SCHEMA, PARSED_SCHEMA, REJECTED_SCHEMA, parse_batches
+from events.records import EVENTS_SCHEMA, PARSED_SCHEMA, REJECTED_SCHEMA, parse_batches
+from lake.settings import LakeSettings
+from master_dataset.settings import ArchiverSettings
+from runtime.formats import read_kafka, write_delta
+from runtime.kafka_settings import KafkaSettings
+from runtime.streaming import StreamProgress, drive, query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("ctr.archiver")
-
-
-class ArchiverSettings(BaseSettings):
-    """The archiver's own knobs (environment variables ``ARCHIVER_*``)."""
-
-    model_config = SettingsConfigDict(env_prefix="ARCHIVER_", extra="ignore")
-
-    trigger_seconds: float = Field(default=10.0, gt=0)
-    max_offsets_per_trigger: int = Field(default=1_000_000, ge=1)
-    starting_offsets: str = "earliest"
-    # Offsets the checkpoint expects but the log no longer holds (retention, a lost broker):
-    # stop and say so (true), or skip to the earliest offset still there (false).
-    fail_on_data_loss: bool = True
-    checkpoint_name: str = "archiver"
 
 
 def build_query(

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from views import DIMENSIONS
+from views.columns import DIMENSIONS
 
 Granularity = Literal["minute", "hour", "day"]
 GRANULARITIES: Final = get_args(Granularity)

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from serving_layer.coverage import Coverage
+from lake.coverage import Coverage
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql
 from serving_layer.tables import TableSnapshot

@@ -21,8 +21,8 @@ from typing import Any, Final, TypeVar, cast
 import duckdb
 import pyarrow as pa
 
-from infra.lake import LakeSettings
-from serving_layer.coverage import Coverage, CoveredInterval, Source
+from lake.coverage import Coverage, CoveredInterval, Source
+from lake.settings import LakeSettings
 from serving_layer.freshness import Freshness
 from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql
 from serving_layer.relations import create_arrow_table, create_relation

@@ -23,9 +23,9 @@ from typing import Final
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from infra.lake import LakeSettings
-from master_dataset.records import EVENTS_SCHEMA, REJECTED_SCHEMA
-from views import DIMENSIONS
+from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
+from lake.settings import LakeSettings
+from views.columns import DIMENSIONS
 
 _log = logging.getLogger(__name__)
 _TS = pa.timestamp("us", tz="UTC")

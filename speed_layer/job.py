@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,18 +24,18 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from batch_layer.maintenance import prune_speed
-from connectors.formats import read_delta, read_kafka
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
-from master_dataset.records import PARSED_SCHEMA, parse_batches
+from events.records import PARSED_SCHEMA, parse_batches
+from lake.maintenance import prune_speed
+from lake.settings import LakeSettings
+from runtime.formats import read_delta, read_kafka
+from runtime.kafka_settings import KafkaSettings
+from runtime.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
+from speed_layer.settings import SpeedSettings
 from speed_layer.status import write_status
 from speed_layer.tables import LATE_SCHEMA, SPEED_CTR_SCHEMA, append_late, merge_counts
-from views.ctr import DIMENSIONS, ctr
+from views.columns import DIMENSIONS
+from views.ctr import ctr
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,35 +47,6 @@ SPEED_CTR: Final = "speed/ctr"
 SPEED_LATE: Final = "speed/late"
 BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
 OBSERVATION: Final = "speed"
-_DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$", re.IGNORECASE)
-
-
-class SpeedSettings(BaseSettings):
-    """The speed job's knobs (environment variables ``SPEED_*``)."""
-
-    model_config = SettingsConfigDict(env_prefix="SPEED_", extra="ignore")
-
-    trigger_seconds: float = Field(default=1.0, gt=0)
-    # How far behind the newest event time a bucket stays open for late events.
-    watermark: str = "10 minutes"
-    # Where a first start (no checkpoint) begins: the whole retained log by default.
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int = Field(default=200_000, ge=1)
-    # Offsets the checkpoint expects but the log no longer holds: stop (true) or skip (false).
-    fail_on_data_loss: bool = True
-    checkpoint_name: str = "speed"
-    # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
-    maintenance_seconds: float = Field(default=300.0, gt=0)
-    vacuum_retention_hours: float = Field(default=1.0, ge=0)
-
-    @field_validator("watermark")
-    @classmethod
-    def _check_watermark(cls, value: str) -> str:
-        if not _DURATION.match(value):
-            raise ValueError(
-                f"SPEED_WATERMARK must look like '10 minutes' or '30 seconds', got {value!r}"
-            )
-        return value.strip()
 
 
 class SpeedStateError(RuntimeError):
@@ -216,7 +186,7 @@ def _late_counts(schema: pa.Schema, closed: pa.Table | None) -> pa.Table:
 
 def maintain(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> None:
     """Drop buckets the batch layer now covers, compact small files, vacuum old ones."""
-    from batch_layer.maintenance import compact_and_vacuum
+    from lake.maintenance import compact_and_vacuum
 
     try:
         pruned = prune_speed(spark, lake)

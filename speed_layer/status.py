@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from infra.lake import LakeSettings
-from infra.streaming import StreamProgress
+from lake.settings import LakeSettings
+from runtime.streaming import StreamProgress
 
 STATUS_FILE = "speed.status.json"
 

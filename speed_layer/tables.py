@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from connectors.formats import write_delta
-from views.ctr import DIMENSIONS
+from runtime.formats import write_delta
+from views.columns import DIMENSIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

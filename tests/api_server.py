@@ -12,8 +12,8 @@ import uvicorn
 from api.main import create_app
 from api.settings import ApiSettings
 from infra.broker import free_port
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
 
 
 @contextlib.contextmanager

@@ -13,10 +13,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from infra.broker import scratch_broker
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings, spark_session
-from infra.topics import delete_topics, ensure_topics
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.spark import spark_session
+from runtime.spark_settings import SparkSettings
+from runtime.topics import delete_topics, ensure_topics
 
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
 # connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
 
-from infra.kafka_settings import KafkaSettings
-from infra.offsets import offsets_consumer, topic_offsets
+from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import offsets_consumer, topic_offsets
 
 
 @dataclass(frozen=True)

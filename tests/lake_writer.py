@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from infra.lake import LakeSettings
+from lake.settings import LakeSettings
 from serving_layer.tables import SCHEMAS
-from views import DIMENSIONS
+from views.columns import DIMENSIONS
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from api import ApiSettings
-from infra.lake import LakeSettings
-from serving_layer import wilson_interval
+from api.settings import ApiSettings
+from lake.settings import LakeSettings
+from serving_layer.wilson import wilson_interval
 from tests.api_server import running_api
 from tests.lake_writer import (
     cover,

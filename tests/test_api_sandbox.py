@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ByteSize, SecretStr
 
-from api import ApiSettings
-from infra.lake import LakeSettings
+from api.settings import ApiSettings
+from lake.settings import LakeSettings
 from serving_layer.tables import SnapshotSource
 from tests.api_server import running_api
 from tests.lake_writer import build_sandbox_lake, lake_digest

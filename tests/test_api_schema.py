@@ -19,8 +19,8 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from api import ApiSettings
-from infra.lake import LakeSettings
+from api.settings import ApiSettings
+from lake.settings import LakeSettings
 from tests.lake_writer import cover, ctr_row, minute, write_batch, write_speed
 from tests.test_api import AUTH, TOKEN, serve
 

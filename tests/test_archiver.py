@@ -17,12 +17,13 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from ingest.produce import ProduceSummary, produce
 from ingest.producer import EventProducer
+from ingest.send_loop import ProduceSummary, produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from master_dataset.archiver import ArchiverSettings, run
+from lake.settings import LakeSettings
+from master_dataset.archiver import run
+from master_dataset.settings import ArchiverSettings
+from runtime.kafka_settings import KafkaSettings
 from tests import faults
 from tests.consume import read_topic
 

@@ -26,15 +26,15 @@ from pyspark.sql import SparkSession
 
 from api.settings import ApiSettings
 from infra.broker import free_port
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.streaming import StreamProgress
 from ingest.producer import REASON_HEADER, SOURCE_HEADER, TOPIC_HEADER, EventProducer
-from master_dataset.archiver import ArchiverSettings
+from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
-from speed_layer import SpeedSettings, read_status
-from speed_layer import run as run_speed
-from speed_layer.status import write_status
+from master_dataset.settings import ArchiverSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.streaming import StreamProgress
+from speed_layer.job import run as run_speed
+from speed_layer.settings import SpeedSettings
+from speed_layer.status import read_status, write_status
 from tests.api_server import running_api
 from tests.consume import read_topic
 

@@ -11,9 +11,9 @@ from pyspark.sql import SparkSession
 
 from batch_layer.interval import Interval, IntervalError
 from batch_layer.job import MissingTableError, run
-from connectors import write_delta
-from infra.lake import LakeSettings
-from master_dataset.records import EVENTS_SCHEMA
+from events.records import EVENTS_SCHEMA
+from lake.settings import LakeSettings
+from runtime.formats import write_delta
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 HOUR = Interval(T0, T0 + dt.timedelta(hours=1))

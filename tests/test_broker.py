@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra.broker import BrokerError, BrokerSettings, LocalKafka, free_port
-from infra.kafka_settings import KafkaSettings
-from infra.topics import KafkaUnavailableError, ensure_topics, wait_for_cluster
+from infra.broker import BrokerError, LocalKafka, free_port
+from infra.broker_settings import BrokerSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.topics import KafkaUnavailableError, ensure_topics, wait_for_cluster
 from tests.consume import read_topic
 
 CTR = str(Path(sys.executable).with_name("ctr"))

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from infra.lake import LakeSettings
-from infra.streaming import StreamProgress
+from lake.settings import LakeSettings
+from runtime.streaming import StreamProgress
 from speed_layer.status import write_status
 
 runner = CliRunner()

@@ -16,18 +16,19 @@ from deltalake import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors import read_delta, read_kafka, write_delta
-from connectors.duckdb_delta import delta_duckdb
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.streaming import StreamProgress
-from infra.topics import ensure_topics
-from master_dataset.archiver import ArchiverSettings, batch_writer
+from lake.duckdb_delta import delta_duckdb
+from lake.settings import LakeSettings
+from master_dataset.archiver import batch_writer
 from master_dataset.archiver import run as run_archiver
+from master_dataset.settings import ArchiverSettings
+from runtime.formats import read_delta, read_kafka, write_delta
+from runtime.kafka_settings import KafkaSettings
+from runtime.streaming import StreamProgress
+from runtime.topics import ensure_topics
 from serving_layer.tables import SnapshotSource
-from speed_layer import SpeedSettings
 from speed_layer.job import BatchWriter
-from views import DIMENSIONS
+from speed_layer.settings import SpeedSettings
+from views.columns import DIMENSIONS
 
 ROWS = [
     (1, "a", dt.date(2026, 1, 1), dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)),
@@ -152,7 +153,7 @@ def test_a_replayed_archiver_batch_is_a_no_op(
 ) -> None:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from master_dataset.records import PARSED_SCHEMA, parse_batches
+    from events.records import PARSED_SCHEMA, parse_batches
 
     topic = fresh_topic(kafka)
     produce(topic, [b"{", b"[]"])

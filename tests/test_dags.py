@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from infra.lake import LakeSettings
+from lake.settings import LakeSettings
 from tests.test_batch_job import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]

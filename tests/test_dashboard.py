@@ -22,11 +22,11 @@ import pytest
 from pydantic import SecretStr
 
 from api.settings import ApiSettings
-from infra.lake import LakeSettings
+from infra.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
+from lake.settings import LakeSettings
 from tests import lake_writer
 from tests.api_server import running_api
-from tests.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
-from views import DIMENSIONS
+from views.columns import DIMENSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "dashboard-test-token"

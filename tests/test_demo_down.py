@@ -128,7 +128,7 @@ def _members(pgid: int) -> list[str]:
 
 def test_drain_compares_the_last_committed_offsets_with_the_topic_end(tmp_path: Path) -> None:
     from infra.demo_drain import behind
-    from infra.streaming import committed_offsets
+    from runtime.streaming import committed_offsets
 
     checkpoint = tmp_path / "archiver"
     assert committed_offsets(checkpoint, "ad-events") == {}  # not started yet: nothing read

@@ -26,17 +26,17 @@ from pyspark.sql import SparkSession
 from api.settings import ApiSettings
 from batch_layer.interval import Interval
 from batch_layer.job import run as run_batch
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from ingest.events import Event, validate
+from events.model import Event, validate
 from ingest.ground_truth import read_csv
-from master_dataset.archiver import ArchiverSettings
+from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
-from speed_layer import SpeedSettings
-from speed_layer import run as run_speed
+from master_dataset.settings import ArchiverSettings
+from runtime.kafka_settings import KafkaSettings
+from speed_layer.job import run as run_speed
+from speed_layer.settings import SpeedSettings
 from tests.api_server import running_api
 from tests.consume import read_topic
-from views import DIMENSIONS
+from views.columns import DIMENSIONS
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 TOKEN = "e2e-test-token-0123456789"

@@ -27,17 +27,18 @@ from pyspark.sql import SparkSession
 from api.settings import ApiSettings
 from batch_layer.interval import Interval
 from batch_layer.job import run as run_batch
-from infra.broker import BrokerSettings, LocalKafka, free_port
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings
-from infra.topics import ensure_topics
+from events.records import EVENTS_SCHEMA
+from infra.broker import LocalKafka, free_port
+from infra.broker_settings import BrokerSettings
 from ingest.producer import EventProducer
-from master_dataset.archiver import ArchiverSettings
+from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
-from master_dataset.records import EVENTS_SCHEMA
-from speed_layer import SpeedSettings
-from speed_layer import run as run_speed
+from master_dataset.settings import ArchiverSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.spark_settings import SparkSettings
+from runtime.topics import ensure_topics
+from speed_layer.job import run as run_speed
+from speed_layer.settings import SpeedSettings
 from tests import faults
 from tests.api_server import running_api
 

@@ -15,22 +15,17 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from events.model import Event, validate
 from infra.broker import free_port
-from infra.kafka_settings import KafkaSettings
-from infra.offsets import partition_offsets, topic_offsets
-from infra.topics import ensure_topics
-from ingest.events import Event, validate
 from ingest.ground_truth import GroundTruth, read_csv
-from ingest.produce import ProduceSummary, produce
-from ingest.producer import (
-    REASON_HEADER,
-    SOURCE_HEADER,
-    DeliveryStats,
-    EventProducer,
-    ProducerSettings,
-)
+from ingest.producer import REASON_HEADER, SOURCE_HEADER, DeliveryStats, EventProducer
 from ingest.replay import replay
+from ingest.send_loop import ProduceSummary, produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import partition_offsets, topic_offsets
+from runtime.topics import ensure_topics
 from tests.consume import read_topic
 
 START_MS = 1_790_000_000_000  # 2026-09-21T14:13:20Z

@@ -21,10 +21,11 @@ from confluent_kafka.admin import ConfigResource
 from deltalake import DeltaTable
 
 from infra.broker import LocalKafka, scratch_cluster
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.topics import admin_client, ensure_topics
-from ingest.producer import EventProducer, ProducerSettings
+from ingest.producer import EventProducer
+from ingest.settings import ProducerSettings
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.topics import admin_client, ensure_topics
 from tests import faults
 from tests.consume import read_topic
 

@@ -8,8 +8,8 @@ import datetime as dt
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from batch_layer.maintenance import compact_and_vacuum, covered_intervals, prune_speed
-from infra.lake import LakeSettings
+from lake.maintenance import compact_and_vacuum, covered_intervals, prune_speed
+from lake.settings import LakeSettings
 
 T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from infra.kafka_settings import KafkaSettings
-from ingest.events import Event
-from ingest.producer import REASON_HEADER, EventProducer, ProducerSettings
+from events.model import Event
+from ingest.producer import REASON_HEADER, EventProducer
+from ingest.settings import ProducerSettings
+from runtime.kafka_settings import KafkaSettings
 
 NOW_MS = 1_790_000_000_000
 KAFKA = KafkaSettings(bootstrap_servers="127.0.0.1:1", topic="events", dlq_topic="dead")

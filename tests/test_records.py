@@ -7,7 +7,7 @@ import time
 import orjson
 import pyarrow as pa
 
-from master_dataset.records import parse_batch
+from events.records import parse_batch
 
 YEAR_MS = 365 * 86_400_000
 

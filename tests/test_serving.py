@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.lake import LakeSettings
-from serving_layer import Coverage, CtrQuery, QueryError, ServingLayer, wilson_interval
+from lake.coverage import Coverage
+from lake.settings import LakeSettings
+from serving_layer.query import CtrQuery, QueryError
+from serving_layer.service import ServingLayer
+from serving_layer.wilson import wilson_interval
 from tests.lake_writer import T0, cover, ctr_row, minute, write_batch, write_speed, write_status
 
 H = dt.timedelta(hours=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.lake import LakeSettings
+from lake.settings import LakeSettings
 from serving_layer.tables import SnapshotSource
 from tests.lake_writer import ctr_row, minute, write_speed
 

@@ -20,8 +20,8 @@ from pyspark.sql import SparkSession
 from batch_layer.interval import Interval
 from batch_layer.job import run
 from infra.broker import free_port
-from infra.lake import LakeSettings
-from infra.spark import submit_args
+from lake.settings import LakeSettings
+from runtime.spark import submit_args
 from tests.test_batch_job import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]

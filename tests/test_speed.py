@@ -24,14 +24,16 @@ from pyspark.sql import SparkSession
 
 import batch_layer.job
 import speed_layer.job
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.streaming import StreamProgress
-from ingest.events import Event, validate
-from ingest.produce import produce
+from events.model import Event, validate
 from ingest.producer import EventProducer
+from ingest.send_loop import produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from speed_layer import SpeedSettings, SpeedStateError, read_status, reset, run
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.streaming import StreamProgress
+from speed_layer.job import SpeedStateError, reset, run
+from speed_layer.settings import SpeedSettings
+from speed_layer.status import read_status
 from tests import faults
 from tests.consume import read_topic
 from views.ctr import ctr as the_view
@@ -198,13 +200,13 @@ def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
             "clicks": pa.array([0, 1, 1, 0], pa.int64()),
         }
     )
-    open_rows, late = speed_layer.split_late(view, int(at(10).timestamp() * 1000))
+    open_rows, late = speed_layer.job.split_late(view, int(at(10).timestamp() * 1000))
     assert open_rows.column("impressions").to_pylist() == [4]
     assert late.to_pylist() == [
         {"bucket_start": at(8), "impressions": 1, "clicks": 0},
         {"bucket_start": at(9), "impressions": 5, "clicks": 2},
     ]
-    everything, nothing = speed_layer.split_late(view, 0)  # no watermark yet
+    everything, nothing = speed_layer.job.split_late(view, 0)  # no watermark yet
     assert everything.num_rows == 4
     assert nothing.num_rows == 0
 

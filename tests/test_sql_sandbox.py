@@ -15,9 +15,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from infra.lake import LakeSettings
-from serving_layer import SqlBusyError, SqlError, SqlPool, SqlRefusedError
-from serving_layer.sandbox import SANDBOX_VIEWS, check_read_only, open_sandbox
+from lake.settings import LakeSettings
+from serving_layer.sandbox import (
+    SANDBOX_VIEWS,
+    SqlError,
+    SqlRefusedError,
+    check_read_only,
+    open_sandbox,
+)
+from serving_layer.sql_pool import SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource
 from tests.lake_writer import build_sandbox_lake, lake_digest
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from msgspec.structs import replace as struct_replace
 
-from ingest.events import Event, validate
+from events.model import Event, validate
 from ingest.ground_truth import GroundTruth, format_bucket, read_csv
 from ingest.traffic import Record, TrafficConfig, TrafficGenerator
 

@@ -1,4 +1,4 @@
-"""The event contract, held to :func:`ingest.events.validate`.
+"""The event contract, held to :func:`events.model.validate`.
 
 Unit tests pin every field rule, its boundaries and the garbage a Kafka topic can carry; the
 property tests hold the two halves of the validator to agreeing: the fast path (msgspec decoding
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.countries import ISO_3166_ALPHA2
-from ingest.events import (
+from events.countries import ISO_3166_ALPHA2
+from events.model import (
     DEFAULT_RULES,
     DEVICE_TYPES,
     EVENT_TYPES,

@@ -1,4 +1,4 @@
-"""Properties of :func:`ingest.events.validate` under hostile input (hypothesis).
+"""Properties of :func:`events.model.validate` under hostile input (hypothesis).
 
 Whatever the bytes, the validator returns an :class:`Event` or an :class:`Invalid` whose reasons
 are short ``field: problem`` lines, never an exception; a valid event survives any way of
@@ -15,7 +15,7 @@ import orjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ingest.events import (
+from events.model import (
     FIELDS,
     MAX_NESTING,
     MAX_RECORD_BYTES,

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-DIMENSIONS: Final = ("campaign_id", "ad_id", "site_id", "country", "device_type")
-CTR_COLUMNS: Final = ("bucket_start", *DIMENSIONS, "impressions", "clicks")
+from views.columns import DIMENSIONS
 
 
 def ctr(events: DataFrame) -> DataFrame:

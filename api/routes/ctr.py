@@ -13,8 +13,9 @@ from api.deps import CacheDep, ServingDep, SettingsDep
 from api.errors import ParameterError
 from api.models import CtrResponse, ErrorResponse
 from api.rendering import freshness_json
-from serving_layer import CtrQuery, CtrResult, QueryError
-from views import DIMENSIONS
+from serving_layer.query import CtrQuery, QueryError
+from serving_layer.service import CtrResult
+from views.columns import DIMENSIONS
 
 router = APIRouter(prefix="/api/v1", tags=["ctr"])
 

@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from api.deps import ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.models import ErrorResponse, SqlRequest, SqlResponse
-from serving_layer import SqlError, SqlRefusedError
+from serving_layer.sandbox import SqlError, SqlRefusedError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
 

@@ -1,6 +1,6 @@
 """Kafka records -> master dataset rows: parsed with the ingest validator, valid or rejected.
 
-The same :func:`ingest.events.validate` as every producer, with the record's Kafka timestamp as
+The same :func:`events.model.validate` as every producer, with the record's Kafka timestamp as
 the reference time, so a record replayed after a crash gets the same verdict. The reference is
 never later than the clock at parse time: a producer that stamps its records in the year 3000
 (or sets no timestamp) does not get year-3000 events past the far-future check.
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.events import Invalid, validate
+from events.model import Invalid, validate
 
 EVENTS_SCHEMA = pa.schema(
     [

@@ -7,7 +7,7 @@ the driver serves them to the executors of a standalone cluster. Delta's SQL ext
 catalog are configured, and every table delta-spark creates keeps to the Delta features that
 delta-rs and DuckDB read (no deletion vectors, classic checkpoints, no column mapping).
 
-``python -m infra.spark`` prints the same as ``spark-submit`` arguments (the Airflow DAG's
+``python -m runtime.spark`` prints the same as ``spark-submit`` arguments (the Airflow DAG's
 spark-submit uses them).
 """
 
@@ -20,10 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from infra.jars import jars
+from runtime.jars import jars
+from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,27 +34,6 @@ DELTA_TABLE_DEFAULTS: Final = {
     "columnMapping.mode": "none",
 }
 _VERSIONED_JAR: Final = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
-
-
-class SparkSettings(BaseSettings):
-    """Where Spark runs (environment variables ``SPARK_*``)."""
-
-    model_config = SettingsConfigDict(env_prefix="SPARK_", extra="ignore")
-
-    master: str = "local[2]"
-    app_name: str = "ctr-lambda"
-    shuffle_partitions: int = Field(default=4, ge=1)
-    ui_enabled: bool = False
-    driver_memory: str = "2g"
-    # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
-    conf: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("master")
-    @classmethod
-    def _check_master(cls, value: str) -> str:
-        if not value.startswith(("local", "spark://", "yarn", "k8s://")):
-            raise ValueError(f"SPARK_MASTER={value!r} is not local[N], spark://…, yarn or k8s://…")
-        return value
 
 
 @cache

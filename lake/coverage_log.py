@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from connectors.formats import write_delta
+from runtime.formats import write_delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

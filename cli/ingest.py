@@ -11,14 +11,14 @@ from typing import Annotated
 import typer
 
 from cli.console import console, fail, progress_bar
-from infra.kafka_settings import KafkaSettings
-from infra.topics import KafkaUnavailableError
 from ingest.ground_truth import GroundTruth
-from ingest.produce import produce as produce_records
 from ingest.producer import DeliveryStats, EventProducer, TopicMissingError
 from ingest.replay import replay as replay_file
-from ingest.shutdown import StopRequest
+from ingest.send_loop import produce as produce_records
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from runtime.kafka_settings import KafkaSettings
+from runtime.shutdown import StopRequest
+from runtime.topics import KafkaUnavailableError
 
 DEFAULT_CLOCK_RATE = 1000.0
 

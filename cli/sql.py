@@ -41,7 +41,7 @@ def sql(
     memory limits given here."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
-    from infra.lake import LakeSettings
+    from lake.settings import LakeSettings
     from serving_layer.sql_pool import SqlPool
     from serving_layer.tables import SnapshotSource
 

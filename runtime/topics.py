@@ -9,7 +9,7 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
-from infra.kafka_settings import KafkaSettings
+from runtime.kafka_settings import KafkaSettings
 
 
 class KafkaUnavailableError(RuntimeError):

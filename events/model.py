@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 import orjson
 
-from ingest.countries import ISO_3166_ALPHA2
+from events.countries import ISO_3166_ALPHA2
 
 SCHEMA_VERSION: Final = 1
 EVENT_TYPES: Final = frozenset({"impression", "click"})

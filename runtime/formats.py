@@ -1,7 +1,7 @@
 """Reading Kafka, and reading and writing Delta tables, the way every job does it.
 
 Spark's ``kafka`` source and delta-spark's ``delta`` format (their jars are on every session's
-classpath: see ``infra.spark``). Options a job needs are named here once: the client
+classpath: see ``runtime.spark``). Options a job needs are named here once: the client
 configuration for a secured cluster, idempotent commits (``txnAppId``/``txnVersion``),
 ``replaceWhere``, time travel.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from infra.kafka_settings import KafkaSettings
+from runtime.kafka_settings import KafkaSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession

@@ -8,8 +8,8 @@ import typer
 
 from batch_layer.interval import Interval, IntervalError
 from cli.console import console, fail, progress_bar
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings
+from lake.settings import LakeSettings
+from runtime.spark_settings import SparkSettings
 
 
 def _interval(start: str, end: str) -> Interval:
@@ -29,7 +29,7 @@ def batch(
     batch/coverage. Safe to rerun.
     """
     from batch_layer.job import MissingTableError, run
-    from infra.spark import spark_session
+    from runtime.spark import spark_session
 
     interval = _interval(start, end)
     spark = spark_session(SparkSettings())
@@ -49,7 +49,7 @@ def backfill(
     With Airflow running, prefer `airflow backfill create --dag-id ctr_batch ...`.
     """
     from batch_layer.job import MissingTableError, run
-    from infra.spark import spark_session
+    from runtime.spark import spark_session
 
     interval = _interval(start, end)
     hours = list(interval.hours())

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from infra.kafka_settings import KafkaSettings
+from runtime.kafka_settings import KafkaSettings
 
 # Answers a partition gives while its leadership moves (a new topic, a broker failing over).
 _TRANSIENT: Final = frozenset(

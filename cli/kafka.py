@@ -9,10 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.console import console, fail
-from infra.broker import BrokerError, BrokerSettings, LocalKafka
-from infra.kafka_settings import KafkaSettings
-from infra.status import cluster_status
-from infra.topics import KafkaUnavailableError, ensure_topics
+from infra.broker import BrokerError, LocalKafka
+from infra.broker_settings import BrokerSettings
+from infra.cluster_status import cluster_status
+from runtime.kafka_settings import KafkaSettings
+from runtime.topics import KafkaUnavailableError, ensure_topics
 
 app = typer.Typer(
     help="Local Apache Kafka cluster (1 or 3 brokers) and the topics; any Kafka cluster by "

@@ -8,8 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from connectors.formats import read_delta
-from infra.lake import LakeSettings
+from lake.settings import LakeSettings
+from runtime.formats import read_delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from ingest.ground_truth import GroundTruth
 from ingest.producer import EventProducer
-from ingest.shutdown import StopRequest
 from ingest.traffic import Record
+from runtime.shutdown import StopRequest
 
 ProgressCallback = Callable[[int], None]
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer
     from pyspark.sql.streaming import StreamingQuery
 
-    from infra.kafka_settings import KafkaSettings
+    from runtime.kafka_settings import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class KafkaLag:
     def behind(self, end_offsets: dict[str, dict[str, int]] | None) -> int | None:
         if not end_offsets:
             return None
-        from infra.offsets import offsets_consumer, partition_offsets
+        from runtime.offsets import offsets_consumer, partition_offsets
 
         try:
             if self._consumer is None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.kafka_settings import KafkaSettings
-from infra.offsets import partition_offsets
-from infra.topics import wait_for_cluster
+from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import partition_offsets
+from runtime.topics import wait_for_cluster
 
 
 @dataclass(frozen=True)

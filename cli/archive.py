@@ -7,11 +7,11 @@ from typing import Annotated
 import typer
 
 from cli.console import console, fail, progress_bar
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings
-from infra.streaming import StreamProgress
-from ingest.shutdown import StopRequest
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.shutdown import StopRequest
+from runtime.spark_settings import SparkSettings
+from runtime.streaming import StreamProgress
 
 
 def archive(
@@ -29,7 +29,8 @@ def archive(
     offset and ingest time; invalid records go to master/rejected with the reason and the raw
     bytes. Progress is checkpointed under CHECKPOINT_ROOT: restart it any time.
     """
-    from master_dataset.archiver import ArchiverSettings, run
+    from master_dataset.archiver import run
+    from master_dataset.settings import ArchiverSettings
 
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = ArchiverSettings()
@@ -37,7 +38,7 @@ def archive(
         f"archiving {kafka.topic} from {kafka.bootstrap_servers} into {lake.events} and "
         f"{lake.rejected} (checkpoint {lake.checkpoint(settings.checkpoint_name)})"
     )
-    from infra.spark import spark_session
+    from runtime.spark import spark_session
 
     spark = spark_session(spark_settings)
     with StopRequest() as stop, progress_bar("rows", total_known=False) as bar:

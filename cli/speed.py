@@ -9,11 +9,11 @@ from typing import Annotated
 import typer
 
 from cli.console import console, fail, progress_bar
-from infra.kafka_settings import KafkaSettings
-from infra.lake import LakeSettings
-from infra.spark import SparkSettings
-from infra.streaming import StreamProgress
-from ingest.shutdown import StopRequest
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+from runtime.shutdown import StopRequest
+from runtime.spark_settings import SparkSettings
+from runtime.streaming import StreamProgress
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True)
 
@@ -45,14 +45,15 @@ def speed(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from speed_layer.job import SpeedSettings, SpeedStateError
+    from speed_layer.job import SpeedStateError
     from speed_layer.job import reset as reset_speed
     from speed_layer.job import run as run_speed
+    from speed_layer.settings import SpeedSettings
 
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = SpeedSettings()
     if reset:
-        from infra.spark import spark_session
+        from runtime.spark import spark_session
 
         reset_speed(spark_session(spark_settings), lake, settings)
         console.print("speed/ctr and speed/late emptied, checkpoint deleted")
@@ -62,7 +63,7 @@ def speed(
         f"{lake.table('speed/ctr')} (watermark {settings.watermark}, trigger "
         f"{settings.trigger_seconds:g} s, checkpoint {lake.checkpoint(settings.checkpoint_name)})"
     )
-    from infra.spark import spark_session
+    from runtime.spark import spark_session
 
     if not console.is_terminal:  # under a supervisor or in a log file: one line per batch
         logging.basicConfig(

@@ -1,0 +1,33 @@
+"""The local broker's settings (environment variables BROKER_*)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BrokerSettings(BaseSettings):
+    """Where the local cluster keeps its state (``RUN_DIR``) and how its JVMs run."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    run_dir: Path = Field(default=Path("run"), validation_alias="RUN_DIR")
+    start_timeout_s: float = Field(default=90.0, gt=0, validation_alias="KAFKA_START_TIMEOUT_S")
+    heap: str = Field(default="512m", pattern=r"^\d+[kmg]$", validation_alias="KAFKA_HEAP")
+    controller_port: int | None = Field(
+        default=None, ge=1, le=65535, validation_alias="KAFKA_CONTROLLER_PORT"
+    )
+    java_home: Path | None = Field(default=None, validation_alias="JAVA_HOME")
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.run_dir / "kafka"
+
+    @property
+    def java(self) -> str:
+        if self.java_home is not None:
+            return str(self.java_home / "bin" / "java")
+        return shutil.which("java") or "java"

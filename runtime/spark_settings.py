@@ -1,0 +1,27 @@
+"""Where Spark runs and how (environment variables SPARK_*)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SparkSettings(BaseSettings):
+    """Where Spark runs (environment variables ``SPARK_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPARK_", extra="ignore")
+
+    master: str = "local[2]"
+    app_name: str = "ctr-lambda"
+    shuffle_partitions: int = Field(default=4, ge=1)
+    ui_enabled: bool = False
+    driver_memory: str = "2g"
+    # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("master")
+    @classmethod
+    def _check_master(cls, value: str) -> str:
+        if not value.startswith(("local", "spark://", "yarn", "k8s://")):
+            raise ValueError(f"SPARK_MASTER={value!r} is not local[N], spark://…, yarn or k8s://…")
+        return value

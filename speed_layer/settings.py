@@ -1,0 +1,38 @@
+"""The speed job's settings (environment variables SPEED_*)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$", re.IGNORECASE)
+
+
+class SpeedSettings(BaseSettings):
+    """The speed job's knobs (environment variables ``SPEED_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPEED_", extra="ignore")
+
+    trigger_seconds: float = Field(default=1.0, gt=0)
+    # How far behind the newest event time a bucket stays open for late events.
+    watermark: str = "10 minutes"
+    # Where a first start (no checkpoint) begins: the whole retained log by default.
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = Field(default=200_000, ge=1)
+    # Offsets the checkpoint expects but the log no longer holds: stop (true) or skip (false).
+    fail_on_data_loss: bool = True
+    checkpoint_name: str = "speed"
+    # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
+    maintenance_seconds: float = Field(default=300.0, gt=0)
+    vacuum_retention_hours: float = Field(default=1.0, ge=0)
+
+    @field_validator("watermark")
+    @classmethod
+    def _check_watermark(cls, value: str) -> str:
+        if not _DURATION.match(value):
+            raise ValueError(
+                f"SPEED_WATERMARK must look like '10 minutes' or '30 seconds', got {value!r}"
+            )
+        return value.strip()
