@@ -28,10 +28,11 @@ test: setup  ## run the test suite (starts its own broker on a free port)
 test-faults: setup  ## the fault tests only, each fault repeated CTR_FAULT_ROUNDS times (default 5)
 	CTR_FAULT_ROUNDS=$${CTR_FAULT_ROUNDS:-5} $(PY) -m pytest -m faults $(PYTEST_ARGS)
 
-lint: setup  ## ruff format --check, ruff check, mypy --strict
+lint: setup  ## ruff format --check, ruff check, mypy --strict, the dependency direction
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: setup  ## apply ruff formatting and fixes
 	$(VENV)/bin/ruff format .

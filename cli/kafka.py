@@ -9,11 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.console import console, fail
-from infra.broker import BrokerError, LocalKafka
 from infra.broker_settings import BrokerSettings
-from infra.cluster_status import cluster_status
 from runtime.kafka_settings import KafkaSettings
-from runtime.topics import KafkaUnavailableError, ensure_topics
+
+# The Kafka client (confluent_kafka) is imported inside each command: `ctr --help` loads no
+# engine.
 
 app = typer.Typer(
     help="Local Apache Kafka cluster (1 or 3 brokers) and the topics; any Kafka cluster by "
@@ -42,6 +42,9 @@ def up(
     """Start the local Kafka cluster (if KAFKA_BOOTSTRAP_SERVERS is local) and create the
     topics. Its log directories live under RUN_DIR/kafka: records and offsets survive
     `ctr kafka down`."""
+    from infra.broker import BrokerError, LocalKafka
+    from runtime.topics import KafkaUnavailableError
+
     kafka = KafkaSettings()
     if brokers == 2:
         fail("--brokers: 1 or 3 (a quorum-friendly cluster), not 2")
@@ -82,6 +85,8 @@ def down(
     ] = False,
 ) -> None:
     """Stop the local cluster started by `ctr kafka up` (its data stays unless --delete-data)."""
+    from infra.broker import BrokerError, LocalKafka
+
     kafka = KafkaSettings()
     if not _local(kafka):
         console.print(f"broker: {kafka.bootstrap_servers} is not local; nothing to stop")
@@ -104,6 +109,8 @@ def create_topics() -> None:
 
 
 def _create_topics(kafka: KafkaSettings) -> None:
+    from runtime.topics import KafkaUnavailableError, ensure_topics
+
     try:
         results = ensure_topics(kafka)
     except KafkaUnavailableError as exc:
@@ -116,6 +123,10 @@ def _create_topics(kafka: KafkaSettings) -> None:
 def status() -> None:
     """Brokers, the controller, and per partition its leader, replicas, in-sync replicas and
     earliest/latest offsets."""
+    from infra.broker import BrokerError, LocalKafka
+    from infra.cluster_status import cluster_status
+    from runtime.topics import KafkaUnavailableError
+
     kafka = KafkaSettings()
     controller = "controller {} (as reported by the brokers)"
     if _local(kafka):
