@@ -147,36 +147,56 @@ def validate(
     ('record: not valid JSON (unexpected end of data at byte 1)',)
     """
     if type(record) is bytes or isinstance(record, bytes):
-        size = len(record)
-        if size > MAX_RECORD_BYTES:
-            return Invalid((f"record: {size} bytes exceeds the limit of {MAX_RECORD_BYTES}",))
-        if not record.isascii():  # msgspec checks UTF-8 only where it decodes a string
-            try:
-                record.decode()
-            except UnicodeDecodeError as exc:
-                return Invalid((f"record: not valid UTF-8 ({exc.reason} at byte {exc.start})",))
-        # A record shorter than MAX_NESTING bytes cannot nest deeper than that: the common
-        # case pays one comparison.
-        if size > MAX_NESTING and _nesting_depth(record) > MAX_NESTING:
-            return Invalid((f"record: JSON nested deeper than {MAX_NESTING} levels",))
-        try:
-            event = _decode(record)  # the static rules, checked in C while decoding
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return Invalid(_explain(record, reference_ms, rules, exc))
-    elif isinstance(record, str):
+        return _validate_bytes(record, reference_ms, rules)
+    if isinstance(record, str):
         try:
             encoded = record.encode()
         except UnicodeEncodeError as exc:  # lone surrogates: text that is not Unicode
             return Invalid((f"record: not valid UTF-8 text ({exc.reason} at {exc.start})",))
-        return validate(encoded, reference_ms, rules)
-    elif isinstance(record, bytearray | memoryview):
-        return validate(bytes(record), reference_ms, rules)
-    else:
+        return _validate_bytes(encoded, reference_ms, rules)
+    if isinstance(record, bytearray | memoryview):
+        return _validate_bytes(bytes(record), reference_ms, rules)
+    return _validate_object(record, reference_ms, rules)
+
+
+def _validate_bytes(record: bytes, reference_ms: int, rules: ValidationRules) -> Event | Invalid:
+    """:func:`validate` for a raw record: the producers' and the Spark jobs' hot path."""
+    size = len(record)
+    if size > MAX_RECORD_BYTES:
+        return Invalid((f"record: {size} bytes exceeds the limit of {MAX_RECORD_BYTES}",))
+    if not record.isascii():  # msgspec checks UTF-8 only where it decodes a string
         try:
-            event = msgspec.convert(record, Event)
-        # ValueError: msgspec printing an int past 4,300 digits into its message.
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
-            return Invalid(_explain(record, reference_ms, rules, exc))
+            record.decode()
+        except UnicodeDecodeError as exc:
+            return Invalid((f"record: not valid UTF-8 ({exc.reason} at byte {exc.start})",))
+    # A record shorter than MAX_NESTING bytes cannot nest deeper than that: the common
+    # case pays one comparison.
+    if size > MAX_NESTING and _nesting_depth(record) > MAX_NESTING:
+        return Invalid((f"record: JSON nested deeper than {MAX_NESTING} levels",))
+    try:
+        event = _decode(record)  # the static rules, checked in C while decoding
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return Invalid(_explain(record, reference_ms, rules, exc))
+    event_time = event.event_time  # _check_time, inlined on the hot path
+    if rules.min_event_time_ms <= event_time <= reference_ms + rules.max_future_skew_ms:
+        return event
+    return Invalid(_time_reasons(event_time, reference_ms, rules))
+
+
+def _validate_object(
+    record: Mapping[str, Any], reference_ms: int, rules: ValidationRules
+) -> Event | Invalid:
+    """:func:`validate` for an already decoded record (anything but text or bytes)."""
+    try:
+        event = msgspec.convert(record, Event)
+    # ValueError: msgspec printing an int past 4,300 digits into its message.
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+        return Invalid(_explain(record, reference_ms, rules, exc))
+    return _check_time(event, reference_ms, rules)
+
+
+def _check_time(event: Event, reference_ms: int, rules: ValidationRules) -> Event | Invalid:
+    """``event`` if its time lies within ``rules`` around ``reference_ms``."""
     event_time = event.event_time
     if rules.min_event_time_ms <= event_time <= reference_ms + rules.max_future_skew_ms:
         return event

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,9 +63,21 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 
 def parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    values = batch.column("value").to_pylist()
-    stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-    now_ms = time.time_ns() // 1_000_000
+    cols = _parse_values(
+        batch.column("value").to_pylist(),
+        batch.column("timestamp").cast(pa.int64()).to_pylist(),  # microseconds
+        now_ms=time.time_ns() // 1_000_000,
+    )
+    rejected = pa.array([r is not None for r in cols["reason"]])
+    arrays = [_output_column(field, batch, cols, rejected) for field in PARSED_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
+
+
+def _parse_values(
+    values: list[bytes | None], stamps: list[int | None], *, now_ms: int
+) -> dict[str, list[object]]:
+    """Validate every Kafka value: the parsed columns of :data:`PARSED_SCHEMA`, by name (the
+    event's fields, ``event_date``, ``reason`` and ``value``; the rest stay null)."""
     n = len(values)
     cols: dict[str, list[object]] = {name: [None] * n for name in PARSED_SCHEMA.names}
     event_id, event_type, event_time = cols["event_id"], cols["event_type"], cols["event_time"]
@@ -79,47 +92,49 @@ def parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
             reason[i] = "record: no value (a null Kafka record)"
             continue
         result = validate(value, reference_ms)
-        if type(result) is Invalid:
+        if isinstance(result, Invalid):
             reason[i] = result.reason
             raw[i] = value
             continue
-        event_id[i] = result.event_id  # type: ignore[union-attr]
-        event_type[i] = result.event_type  # type: ignore[union-attr]
-        millis = result.event_time  # type: ignore[union-attr]
+        event_id[i] = result.event_id
+        event_type[i] = result.event_type
+        millis = result.event_time
         event_time[i] = millis * 1000
-        impression[i] = result.impression_id  # type: ignore[union-attr]
-        ad[i] = result.ad_id  # type: ignore[union-attr]
-        campaign[i] = result.campaign_id  # type: ignore[union-attr]
-        site[i] = result.site_id  # type: ignore[union-attr]
-        country[i] = result.country  # type: ignore[union-attr]
-        device[i] = result.device_type  # type: ignore[union-attr]
-        user[i] = result.user_id  # type: ignore[union-attr]
-        version[i] = result.schema_version  # type: ignore[union-attr]
+        impression[i] = result.impression_id
+        ad[i] = result.ad_id
+        campaign[i] = result.campaign_id
+        site[i] = result.site_id
+        country[i] = result.country
+        device[i] = result.device_type
+        user[i] = result.user_id
+        version[i] = result.schema_version
         date[i] = millis // _MS_PER_DAY
-    rejected = pa.array([r is not None for r in reason])
-    stamp_column = batch.column("timestamp")
-    arrays = []
-    for field in PARSED_SCHEMA:
-        name = field.name
-        if name == "ingest_time":
-            arrays.append(stamp_column)
-        elif name == "kafka_timestamp":
-            arrays.append(pc.if_else(rejected, stamp_column, None))
-        elif name == "key":
-            arrays.append(pc.if_else(rejected, batch.column("key"), None))
-        elif name == "kafka_topic":
-            arrays.append(batch.column("topic"))
-        elif name == "kafka_partition":
-            arrays.append(batch.column("partition"))
-        elif name == "kafka_offset":
-            arrays.append(batch.column("offset"))
-        elif name in ("event_time",):
-            arrays.append(pa.array(cols[name], pa.int64()).cast(field.type))
-        elif name == "event_date":
-            arrays.append(pa.array(cols[name], pa.int32()).cast(pa.date32()))
-        else:
-            arrays.append(pa.array(cols[name], field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
+    return cols
+
+
+# Output columns copied from the Kafka batch, and those kept only for rejected records.
+_FROM_KAFKA: Final = {
+    "ingest_time": "timestamp",
+    "kafka_topic": "topic",
+    "kafka_partition": "partition",
+    "kafka_offset": "offset",
+}
+_FROM_KAFKA_IF_REJECTED: Final = {"kafka_timestamp": "timestamp", "key": "key"}
+
+
+def _output_column(
+    field: pa.Field, batch: pa.RecordBatch, cols: dict[str, list[object]], rejected: pa.Array
+) -> pa.Array:
+    name = field.name
+    if name in _FROM_KAFKA:
+        return batch.column(_FROM_KAFKA[name])
+    if name in _FROM_KAFKA_IF_REJECTED:
+        return pc.if_else(rejected, batch.column(_FROM_KAFKA_IF_REJECTED[name]), None)
+    if name == "event_time":
+        return pa.array(cols[name], pa.int64()).cast(field.type)
+    if name == "event_date":
+        return pa.array(cols[name], pa.int32()).cast(pa.date32())
+    return pa.array(cols[name], field.type)
 
 
 def split(parsed: pa.Table) -> tuple[pa.Table, pa.Table]:
