@@ -143,7 +143,14 @@ class SqlPool:
             try:
                 if self._closed:
                     raise SandboxUnavailableError("the SQL worker pool is closed")
-                return self._run(worker, sql, tables, max_rows, max_bytes, timeout_s)
+                return self._run(
+                    worker,
+                    sql,
+                    tables,
+                    max_rows=max_rows,
+                    max_bytes=max_bytes,
+                    timeout_s=timeout_s,
+                )
             finally:
                 self._idle.put(worker)
 
@@ -169,6 +176,7 @@ class SqlPool:
         worker: _Worker,
         sql: str,
         tables: Mapping[str, TableSnapshot],
+        *,
         max_rows: int,
         max_bytes: int,
         timeout_s: float,

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from serving_layer.sandbox import (
     SqlError,
@@ -26,6 +26,9 @@ from serving_layer.sandbox import (
     open_sandbox,
 )
 from serving_layer.tables import TableSnapshot
+
+if TYPE_CHECKING:
+    import duckdb
 
 # Thread stacks, DuckDB's allocator arenas and Arrow buffers outside DuckDB's memory limit.
 ADDRESS_SLACK: Final = 512 * 2**20
@@ -47,13 +50,24 @@ def main(argv: list[str]) -> None:
         except (EOFError, OSError, KeyboardInterrupt):
             return
         _limit_cpu(timeout_s + grace_s, threads)
-        conn.send(answer(sql, tables, max_rows, max_bytes, timeout_s, memory_bytes, threads))
+        conn.send(
+            answer(
+                sql,
+                tables,
+                max_rows=max_rows,
+                max_bytes=max_bytes,
+                timeout_s=timeout_s,
+                memory_bytes=memory_bytes,
+                threads=threads,
+            )
+        )
         _release_memory()
 
 
 def answer(
     sql: str,
     tables: Mapping[str, TableSnapshot],
+    *,
     max_rows: int,
     max_bytes: int,
     timeout_s: float,
@@ -64,29 +78,54 @@ def answer(
     refused, error, timeout, unavailable."""
     try:
         statement = check_read_only(sql)
-        try:
-            con = open_sandbox(tables, memory_limit_bytes=memory_bytes, threads=threads)
-        except MemoryError:
-            return "error", "the query ran out of memory (the sandbox's limit) while starting"
-        except Exception as exc:
-            return "unavailable", f"the lake snapshot could not be opened: {exc}"
+        con = _open(tables, memory_bytes, threads)
         try:
             result = execute(
                 con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s
             )
         finally:
             con.close()
-        return "ok", result
-    except SqlRefusedError as exc:
+    except Exception as exc:  # an Arrow error on a damaged file, say: an answer, not a crash
+        return _failure(exc)
+    return "ok", result
+
+
+class _OpenFailedError(Exception):
+    """The sandbox could not be opened: the reply's kind and message."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _open(
+    tables: Mapping[str, TableSnapshot], memory_bytes: int, threads: int
+) -> duckdb.DuckDBPyConnection:
+    try:
+        return open_sandbox(tables, memory_limit_bytes=memory_bytes, threads=threads)
+    except MemoryError:
+        raise _OpenFailedError(
+            "error", "the query ran out of memory (the sandbox's limit) while starting"
+        ) from None
+    except Exception as exc:
+        raise _OpenFailedError(
+            "unavailable", f"the lake snapshot could not be opened: {exc}"
+        ) from None
+
+
+def _failure(exc: Exception) -> tuple[str, str]:
+    """The reply to a request that raised ``exc``."""
+    if isinstance(exc, _OpenFailedError):
+        return exc.kind, str(exc)
+    if isinstance(exc, SqlRefusedError):
         return "refused", str(exc)
-    except SqlError as exc:
+    if isinstance(exc, SqlError):
         # DuckDB's hints name settings the sandbox has locked.
         message = str(exc).split("\n\nPossible solutions")[0]
         return ("timeout" if "time limit" in message else "error"), message
-    except MemoryError:
+    if isinstance(exc, MemoryError):
         return "error", "the query ran out of memory (the sandbox's limit)"
-    except Exception as exc:  # an Arrow error on a damaged file, say: an answer, not a crash
-        return "error", f"{type(exc).__name__}: {exc}"
+    return "error", f"{type(exc).__name__}: {exc}"
 
 
 def confine(memory_bytes: int) -> None:
