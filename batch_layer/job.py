@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from batch_layer.interval import Interval
+from lake.catalog import BATCH_COVERAGE, BATCH_CTR
 from lake.coverage_log import CoverageRow, record
 from lake.settings import LakeSettings
 from runtime.formats import read_delta, write_delta
@@ -91,7 +92,7 @@ def run(
         on_step(f"replacing {interval} of batch/ctr with {rows:,} rows")
         write_delta(
             view,
-            lake.table("batch/ctr"),
+            BATCH_CTR.path(lake),
             mode="overwrite",
             replace_where=interval.sql_predicate("bucket_start"),
         )
@@ -100,7 +101,7 @@ def run(
     on_step("recording coverage")
     record(
         spark,
-        lake.table("batch/coverage"),
+        BATCH_COVERAGE.path(lake),
         CoverageRow(run_id, VIEW, interval.start, interval.end, version, rows, clock()),
     )
     return BatchRun(run_id, interval, version, rows)

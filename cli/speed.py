@@ -111,13 +111,14 @@ def status(
     """Show the speed job's last reported micro-batch: rates, duration, lag, watermark."""
     import json
 
-    from speed_layer.status import read_status, status_path
+    from lake.speed_status import read_status, speed_status_path
 
     lake = LakeSettings()
     current = read_status(lake)
     if current is None:
         fail(
-            f"no status at {status_path(lake)}: the speed job has not run with this CHECKPOINT_ROOT"
+            f"no status at {speed_status_path(lake)}: the speed job has not run with this "
+            "CHECKPOINT_ROOT"
         )
     if json_output:
         typer.echo(json.dumps(current, indent=2))

@@ -1,8 +1,12 @@
-"""Which minute buckets the batch layer has made exact, as disjoint intervals.
+"""Which minute buckets the batch layer has made exact, as disjoint intervals: the coverage
+rule of the serving layer ("covered → batch rows, else speed rows"), in one place.
 
 ``batch/coverage`` has one row per finished run; runs overlap (hourly runs with a lookback,
 reruns, backfills). Their union, as sorted disjoint [start, end) intervals, answers "is this
-bucket covered" with one comparison and tells a rolled-up bucket how much of it is exact.
+bucket covered" with one comparison and tells a rolled-up bucket how much of it is exact. The
+serving layer's queries, its SQL sandbox and the pruning of superseded speed rows all read it
+from here: :class:`Coverage` (the merged intervals, as Arrow or as a SQL predicate) and
+:func:`in_intervals_sql` (the predicate's one spelling).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import pyarrow as pa
 
 Source = Literal["batch", "speed", "mixed"]
 
@@ -69,9 +75,41 @@ class Coverage:
                 total += overlap
         return total
 
+    def to_arrow(self) -> pa.Table:
+        """The intervals as a table (``interval_start``, ``interval_end``) to join against."""
+        ts = pa.timestamp("us", tz="UTC")
+        return pa.table(
+            {
+                "interval_start": pa.array([i.start for i in self.intervals], ts),
+                "interval_end": pa.array([i.end for i in self.intervals], ts),
+            }
+        )
+
+    def sql_predicate(self, column: str) -> str:
+        """SQL, true when ``column`` (a timestamp) is covered; timestamp literals only."""
+        return in_intervals_sql(
+            column,
+            [
+                (f"TIMESTAMP '{_sql_time(i.start)}'", f"TIMESTAMP '{_sql_time(i.end)}'")
+                for i in self.intervals
+            ],
+        )
+
     def source(self, start: dt.datetime, end: dt.datetime) -> Source:
         """``batch`` if [start, end) is all covered, ``speed`` if none of it, else ``mixed``."""
         covered = self.covered_span(start, end)
         if covered >= end - start:
             return "batch"
         return "speed" if covered == dt.timedelta(0) else "mixed"
+
+
+def in_intervals_sql(column: str, bounds: Sequence[tuple[str, str]]) -> str:
+    """SQL, true when ``column`` lies in one of the [start, end) ``bounds`` (SQL expressions:
+    literals or bound-parameter placeholders, never request text); ``false`` for none."""
+    if not bounds:
+        return "false"
+    return "(" + " OR ".join(f"({column} >= {lo} AND {column} < {hi})" for lo, hi in bounds) + ")"
+
+
+def _sql_time(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00:00")

@@ -10,15 +10,11 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lake.catalog import BATCH_COVERAGE
 from runtime.formats import write_delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-COVERAGE_SCHEMA = (
-    "run_id string, view string, interval_start timestamp, interval_end timestamp, "
-    "input_version long, rows_written long, finished_at timestamp"
-)
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,7 @@ def record(spark: SparkSession, path: str, row: CoverageRow) -> None:
         row.rows_written,
         row.finished_at,
     )
-    frame = spark.createDataFrame([values], COVERAGE_SCHEMA)
+    frame = spark.createDataFrame([values], BATCH_COVERAGE.spark_schema())
     # Keyed by run id: writing the same run's coverage again (a retry) is a no-op.
     write_delta(
         frame.coalesce(1),

@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lake.catalog import BATCH_COVERAGE, MAINTAINED, SPEED_CTR
+from lake.coverage import Coverage
 from lake.settings import LakeSettings
 from runtime.formats import read_delta
 
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctr.maintenance")
 
-TABLES = ("master/events", "master/rejected", "batch/ctr", "batch/coverage", "speed/ctr")
+TABLES = tuple(t.name for t in MAINTAINED)
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,13 @@ def compact_and_vacuum(
     )
 
 
-def covered_intervals(
-    spark: SparkSession, lake: LakeSettings, view: str = "ctr"
-) -> list[tuple[dt.datetime, dt.datetime]]:
+def covered_intervals(spark: SparkSession, lake: LakeSettings, view: str = "ctr") -> Coverage:
     """The [start, end) intervals finished batch runs of ``view`` hold, merged."""
     from delta.tables import DeltaTable
 
-    path = lake.table("batch/coverage")
+    path = BATCH_COVERAGE.path(lake)
     if not DeltaTable.isDeltaTable(spark, path):
-        return []
+        return Coverage(())
     from pyspark.sql import functions as F
 
     rows = (
@@ -73,28 +73,18 @@ def covered_intervals(
         .select(F.unix_micros("interval_start"), F.unix_micros("interval_end"))
         .collect()
     )
-    spans = sorted((_from_micros(start), _from_micros(end)) for start, end in rows)
-    merged: list[tuple[dt.datetime, dt.datetime]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return Coverage((_from_micros(start), _from_micros(end)) for start, end in rows)
 
 
 def prune_speed(spark: SparkSession, lake: LakeSettings) -> int:
     """Delete speed/ctr rows in buckets the batch layer covers; returns rows deleted."""
     from delta.tables import DeltaTable
 
-    path = lake.table("speed/ctr")
-    intervals = covered_intervals(spark, lake)
-    if not intervals or not DeltaTable.isDeltaTable(spark, path):
+    path = SPEED_CTR.path(lake)
+    coverage = covered_intervals(spark, lake)
+    if not coverage.intervals or not DeltaTable.isDeltaTable(spark, path):
         return 0
-    predicate = " OR ".join(
-        f"(bucket_start >= timestamp'{_iso(start)}' AND bucket_start < timestamp'{_iso(end)}')"
-        for start, end in intervals
-    )
+    predicate = coverage.sql_predicate("bucket_start")
     table = DeltaTable.forPath(spark, path)
     before = table.history(1).collect()[0]["version"]
     table.delete(predicate)

@@ -27,8 +27,12 @@ class LakeSettings(BaseSettings):
 
     @property
     def events(self) -> str:
-        return self.table("master/events")
+        from lake.catalog import MASTER_EVENTS
+
+        return MASTER_EVENTS.path(self)
 
     @property
     def rejected(self) -> str:
-        return self.table("master/rejected")
+        from lake.catalog import MASTER_REJECTED
+
+        return MASTER_REJECTED.path(self)

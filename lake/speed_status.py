@@ -1,7 +1,8 @@
 """The speed job's health, as a small JSON file others read (`ctr speed status`, the API).
 
-Written after every micro-batch to ``{CHECKPOINT_ROOT}/speed.status.json`` (replaced
-atomically, so a reader never sees half a file).
+Written by the streaming job after every micro-batch to ``{CHECKPOINT_ROOT}/speed.status.json``
+(replaced atomically, so a reader never sees half a file); its format, its writer and its
+readers live here together.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from runtime.streaming import StreamProgress
 STATUS_FILE = "speed.status.json"
 
 
-def status_path(lake: LakeSettings) -> Path:
+def speed_status_path(lake: LakeSettings) -> Path:
     return lake.checkpoint_root / STATUS_FILE
 
 
@@ -39,7 +41,7 @@ def write_status(
         "invalid_records": invalid,
         "invalid_records_total": _invalid_total(read_status(lake), progress.batch_id, invalid),
     }
-    path = status_path(lake)
+    path = speed_status_path(lake)
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(f".{os.getpid()}.tmp")
     scratch.write_text(json.dumps(status, indent=2))
@@ -60,7 +62,65 @@ def _invalid_total(previous: dict[str, Any] | None, batch_id: int, invalid: int)
 def read_status(lake: LakeSettings) -> dict[str, Any] | None:
     """The last status the job wrote, or None if it never ran (or the file is unreadable)."""
     try:
-        data: dict[str, Any] = json.loads(status_path(lake).read_text())
+        data: dict[str, Any] = json.loads(speed_status_path(lake).read_text())
     except (OSError, ValueError):
         return None
     return data
+
+
+@dataclass(frozen=True)
+class SpeedStatus:
+    """What the streaming job last reported (``{CHECKPOINT_ROOT}/speed.status.json``)."""
+
+    updated_at: dt.datetime
+    batch_id: int | None
+    watermark: dt.datetime | None
+    offsets_behind: int | None
+    input_rows_per_second: float | None
+    processed_rows_per_second: float | None
+    batch_duration_ms: int | None
+    invalid_records_total: int | None = None
+
+
+def read_speed_status(path: Path) -> SpeedStatus | None:
+    """The speed job's status file, or None if missing or unreadable (it is advisory)."""
+    try:
+        raw = json.loads(path.read_text())
+        return SpeedStatus(
+            updated_at=_time(raw["updated_at"]) or dt.datetime.min.replace(tzinfo=dt.UTC),
+            batch_id=_int(raw.get("batch_id")),
+            watermark=_time(raw.get("watermark")),
+            offsets_behind=_int(raw.get("offsets_behind")),
+            input_rows_per_second=_float(raw.get("input_rows_per_second")),
+            processed_rows_per_second=_float(raw.get("processed_rows_per_second")),
+            batch_duration_ms=_int(raw.get("batch_duration_ms")),
+            invalid_records_total=_int(raw.get("invalid_records_total")),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        # Half-written or from another version: no status rather than a failed request.
+        return None
+
+
+def _time(value: object) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(value)
+    parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+def _int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(value)
+    return int(value)
+
+
+def _float(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(value)
+    return float(value)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from lake.coverage import in_intervals_sql
 from views.columns import DIMENSIONS
 
 Granularity = Literal["minute", "hour", "day"]
@@ -48,6 +49,27 @@ class OrderKey:
 
 
 @dataclass(frozen=True)
+class QueryLimits:
+    """What one query may ask for: the longest range and the most rows."""
+
+    max_range: dt.timedelta = dt.timedelta(days=31)
+    max_limit: int = 100_000
+
+    def check(self, query: CtrQuery) -> CtrQuery:
+        """``query`` if it stays within these limits, else the :class:`QueryError` naming the
+        parameter."""
+        if query.end - query.start > self.max_range:
+            raise QueryError(
+                "end",
+                f"range {query.end - query.start} is too large: at most {self.max_range} per "
+                "query; narrow start/end",
+            )
+        if not 1 <= query.limit <= self.max_limit:
+            raise QueryError("limit", f"must be between 1 and {self.max_limit}, got {query.limit}")
+        return query
+
+
+@dataclass(frozen=True)
 class CtrQuery:
     """Impressions, clicks and CTR per time bucket and dimension group over [start, end).
 
@@ -78,67 +100,23 @@ class CtrQuery:
         filters: Mapping[str, Sequence[str]] | None = None,
         order_by: Sequence[str] = (),
         limit: int = 10_000,
-        max_range: dt.timedelta = dt.timedelta(days=31),
-        max_limit: int = 100_000,
     ) -> CtrQuery:
-        end = _minute_ceil(_utc(end, "end"))
-        if start is None:
-            start = max(end - DEFAULT_RANGE, EARLIEST)
-        start = _minute_ceil(_utc(start, "start"))
-        if end <= start:
-            raise QueryError(
-                "end", f"must be after start ({end.isoformat()} <= {start.isoformat()})"
-            )
-        if end - start > max_range:
-            raise QueryError(
-                "end",
-                f"range {end - start} is too large: at most {max_range} per query; "
-                "narrow start/end",
-            )
-        if granularity not in GRANULARITIES:
-            raise QueryError(
-                "granularity", f"must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
-            )
-        groups: list[str] = []
-        for name in group_by:
-            if name not in DIMENSIONS:
-                raise QueryError(
-                    "group_by", f"unknown dimension {name!r}; one of: {', '.join(DIMENSIONS)}"
-                )
-            if name not in groups:
-                groups.append(name)
-        pinned: list[tuple[str, tuple[str, ...]]] = []
-        for name, values in sorted((filters or {}).items()):
-            if name not in DIMENSIONS:
-                raise QueryError(name, f"unknown dimension; one of: {', '.join(DIMENSIONS)}")
-            unique = tuple(sorted(set(values)))
-            if len(unique) > MAX_FILTER_VALUES:
-                raise QueryError(name, f"at most {MAX_FILTER_VALUES} values, got {len(unique)}")
-            if unique:
-                pinned.append((name, unique))
-        keys: list[OrderKey] = []
-        for raw in order_by:
-            key = OrderKey(raw[1:], True) if raw.startswith("-") else OrderKey(raw)
-            allowed = ("bucket_start", *groups, *MEASURES)
-            if key.column not in allowed:
-                hint = " (group by it first)" if key.column in DIMENSIONS else ""
-                raise QueryError(
-                    "order_by",
-                    f"cannot order by {key.column!r}{hint}; one of: {', '.join(allowed)}, "
-                    "with a leading '-' for descending",
-                )
-            keys.append(key)
-        if not 1 <= limit <= max_limit:
-            raise QueryError("limit", f"must be between 1 and {max_limit}, got {limit}")
-        return cls(
+        """The query, every parameter checked but the deployment's bounds on range and rows,
+        which :meth:`QueryLimits.check` applies."""
+        start, end = _range(start, end)
+        groups = _group_by(group_by)
+        query = cls(
             start=start,
             end=end,
-            granularity=granularity,  # type: ignore[arg-type]  # checked above
-            group_by=tuple(groups),
-            filters=tuple(pinned),
-            order_by=tuple(keys),
+            granularity=_granularity(granularity),
+            group_by=groups,
+            filters=_filters(filters or {}),
+            order_by=_order_by(order_by, groups),
             limit=limit,
         )
+        if limit < 1:
+            raise QueryError("limit", f"must be at least 1, got {limit}")
+        return query
 
     @property
     def step(self) -> dt.timedelta:
@@ -177,32 +155,18 @@ def ctr_sql(
             placeholders.append(f"${name}_{i}")
         where.append(f"t.{name} IN ({', '.join(placeholders)})")
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in query.group_by)])
+    predicate = None
     if intervals is not None:
         if len(intervals) > MAX_PREDICATE_INTERVALS:
             raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
-        ranges = []
+        bounds = []
         for i, (start, end) in enumerate(intervals):
             params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
-            ranges.append(f"(t.bucket_start >= $cov_start_{i} AND t.bucket_start < $cov_end_{i})")
-        is_covered = f"({' OR '.join(ranges)})" if ranges else "false"
-        merged = f"""
-            SELECT {columns}, t.impressions, t.clicks, t.run_id
-            FROM {batch} t WHERE {" AND ".join(where)} AND {is_covered}
-            UNION ALL
-            SELECT {columns}, t.impressions, t.clicks, NULL::VARCHAR
-            FROM {speed} t WHERE {" AND ".join(where)} AND NOT {is_covered}
-        """
-    else:
-        merged = f"""
-            SELECT {columns}, t.impressions, t.clicks, t.run_id
-            FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
-            WHERE {" AND ".join(where)} AND t.bucket_start < c.interval_end
-            UNION ALL
-            SELECT {columns}, t.impressions, t.clicks, NULL::VARCHAR
-            FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
-            WHERE {" AND ".join(where)}
-              AND (c.interval_end IS NULL OR t.bucket_start >= c.interval_end)
-        """
+            bounds.append((f"$cov_start_{i}", f"$cov_end_{i}"))
+        predicate = in_intervals_sql("t.bucket_start", bounds)
+    merged = _merge_rule(
+        batch=batch, speed=speed, covered=covered, columns=columns, where=where, predicate=predicate
+    )
     # Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
     # multiples of their length, and integer division is far cheaper than date_trunc on a
     # TIMESTAMPTZ (which goes through the ICU calendar for every row).
@@ -257,15 +221,105 @@ def merged_sql(
     if unknown:
         raise ValueError(f"'dimensions' must be among {DIMENSIONS}, got {sorted(unknown)}")
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in dimensions)])
-    return f"""
-        SELECT {columns}, t.impressions, t.clicks, 'batch' AS source, t.run_id
-        FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
-        WHERE t.bucket_start < c.interval_end
-        UNION ALL
-        SELECT {columns}, t.impressions, t.clicks, 'speed' AS source, NULL::VARCHAR AS run_id
-        FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
-        WHERE c.interval_end IS NULL OR t.bucket_start >= c.interval_end
+    return _merge_rule(batch=batch, speed=speed, covered=covered, columns=columns, source=True)
+
+
+def _merge_rule(
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    columns: str,
+    where: Sequence[str] = (),
+    predicate: str | None = None,
+    source: bool = False,
+) -> str:
+    """The serving rule, written once: per minute bucket, covered by a batch run → the batch
+    rows, else the speed rows.
+
+    ``covered`` holds the disjoint covered intervals; the as-of join finds the one interval that
+    could hold a bucket. ``predicate``, when given, is the same coverage as a range predicate
+    on ``t.bucket_start`` (:func:`lake.coverage.in_intervals_sql`), which DuckDB pushes into the
+    Parquet scan instead of joining. ``where`` narrows both sides; ``source`` adds a column
+    saying which side a row came from.
     """
+    narrow = "".join(f" AND {condition}" for condition in where)
+    from_batch = ", 'batch' AS source" if source else ""
+    from_speed = ", 'speed' AS source" if source else ""
+    if predicate is not None:
+        return f"""
+            SELECT {columns}, t.impressions, t.clicks{from_batch}, t.run_id
+            FROM {batch} t WHERE {predicate}{narrow}
+            UNION ALL
+            SELECT {columns}, t.impressions, t.clicks{from_speed}, NULL::VARCHAR AS run_id
+            FROM {speed} t WHERE NOT {predicate}{narrow}
+        """
+    return f"""
+        SELECT {columns}, t.impressions, t.clicks{from_batch}, t.run_id
+        FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
+        WHERE t.bucket_start < c.interval_end{narrow}
+        UNION ALL
+        SELECT {columns}, t.impressions, t.clicks{from_speed}, NULL::VARCHAR AS run_id
+        FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
+        WHERE (c.interval_end IS NULL OR t.bucket_start >= c.interval_end){narrow}
+    """
+
+
+def _range(start: dt.datetime | None, end: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    end = _minute_ceil(_utc(end, "end"))
+    if start is None:
+        start = max(end - DEFAULT_RANGE, EARLIEST)
+    start = _minute_ceil(_utc(start, "start"))
+    if end <= start:
+        raise QueryError("end", f"must be after start ({end.isoformat()} <= {start.isoformat()})")
+    return start, end
+
+
+_GRANULARITY: Final[Mapping[str, Granularity]] = {"minute": "minute", "hour": "hour", "day": "day"}
+
+
+def _granularity(value: str) -> Granularity:
+    if value in _GRANULARITY:
+        return _GRANULARITY[value]
+    raise QueryError("granularity", f"must be one of {', '.join(GRANULARITIES)}, got {value!r}")
+
+
+def _group_by(names: Sequence[str]) -> tuple[str, ...]:
+    for name in names:
+        if name not in DIMENSIONS:
+            raise QueryError(
+                "group_by", f"unknown dimension {name!r}; one of: {', '.join(DIMENSIONS)}"
+            )
+    return tuple(dict.fromkeys(names))  # first occurrence of each, in order
+
+
+def _filters(filters: Mapping[str, Sequence[str]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    pinned = []
+    for name, values in sorted(filters.items()):
+        if name not in DIMENSIONS:
+            raise QueryError(name, f"unknown dimension; one of: {', '.join(DIMENSIONS)}")
+        unique = tuple(sorted(set(values)))
+        if len(unique) > MAX_FILTER_VALUES:
+            raise QueryError(name, f"at most {MAX_FILTER_VALUES} values, got {len(unique)}")
+        if unique:
+            pinned.append((name, unique))
+    return tuple(pinned)
+
+
+def _order_by(raw_keys: Sequence[str], groups: Sequence[str]) -> tuple[OrderKey, ...]:
+    allowed = ("bucket_start", *groups, *MEASURES)
+    keys = []
+    for raw in raw_keys:
+        key = OrderKey(raw[1:], True) if raw.startswith("-") else OrderKey(raw)
+        if key.column not in allowed:
+            hint = " (group by it first)" if key.column in DIMENSIONS else ""
+            raise QueryError(
+                "order_by",
+                f"cannot order by {key.column!r}{hint}; one of: {', '.join(allowed)}, "
+                "with a leading '-' for descending",
+            )
+        keys.append(key)
+    return tuple(keys)
 
 
 def _utc(value: dt.datetime, name: str) -> dt.datetime:

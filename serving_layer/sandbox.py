@@ -31,18 +31,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from lake.catalog import SERVED
 from lake.coverage import Coverage
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql
 from serving_layer.tables import TableSnapshot
 
-SANDBOX_VIEWS: Final[Mapping[str, str]] = {
-    "events": "master/events",
-    "rejected": "master/rejected",
-    "ctr_batch": "batch/ctr",
-    "ctr_speed": "speed/ctr",
-    "coverage": "batch/coverage",
-}
+SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
 VIEW_NAMES: Final = (*SANDBOX_VIEWS, "covered", "ctr")
 _QUERY_KEYWORDS: Final = frozenset(
     {"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "("}
@@ -163,15 +158,7 @@ def open_sandbox(
         rows = con.execute(
             "SELECT interval_start, interval_end FROM coverage WHERE view = 'ctr'"
         ).fetchall()
-        intervals = Coverage(rows).intervals
-        ts = pa.timestamp("us", tz="UTC")
-        covered = pa.table(
-            {
-                "interval_start": pa.array([i.start for i in intervals], ts),
-                "interval_end": pa.array([i.end for i in intervals], ts),
-            }
-        )
-        con.from_arrow(covered).create("covered")
+        con.from_arrow(Coverage(rows).to_arrow()).create("covered")
         con.execute(
             "CREATE VIEW ctr AS "
             + merged_sql(batch="ctr_batch", speed="ctr_speed", covered="covered")

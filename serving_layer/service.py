@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
 
 import duckdb
-import pyarrow as pa
 
+from lake.catalog import SERVED
 from lake.coverage import Coverage, CoveredInterval, Source
 from lake.settings import LakeSettings
 from serving_layer.freshness import Freshness
@@ -30,13 +30,7 @@ from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
 from serving_layer.wilson import wilson_interval
 
 # DuckDB names: fixed prefixes plus a version number, never request text.
-_PREFIX: Final = {
-    "batch/ctr": "batch_ctr",
-    "batch/coverage": "coverage",
-    "speed/ctr": "speed_ctr",
-    "master/events": "events",
-    "master/rejected": "rejected",
-}
+_PREFIX: Final = {t.name: t.sql_name for t in SERVED}
 _MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
 # A superseded relation stays this long for requests that pinned it before it was replaced.
 _GRACE_S: Final = 120.0
@@ -273,17 +267,7 @@ class ServingLayer:
 
     def _covered_relation(self, table: TableSnapshot) -> str:
         def create(name: str) -> str:
-            intervals = self._coverage(table).intervals
-            data = pa.table(
-                {
-                    "interval_start": pa.array(
-                        [i.start for i in intervals], pa.timestamp("us", tz="UTC")
-                    ),
-                    "interval_end": pa.array(
-                        [i.end for i in intervals], pa.timestamp("us", tz="UTC")
-                    ),
-                }
-            )
+            data = self._coverage(table).to_arrow()
             covered = f"covered_{name}"
             with self._lock, self.cursor() as cur:
                 create_arrow_table(cur, covered, data)

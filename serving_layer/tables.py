@@ -10,48 +10,23 @@ background thread reads the logs, instead of every request of that moment waitin
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
+from lake.catalog import SERVED
 from lake.settings import LakeSettings
-from views.columns import DIMENSIONS
+from lake.speed_status import SpeedStatus, read_speed_status, speed_status_path
 
 _log = logging.getLogger(__name__)
-_TS = pa.timestamp("us", tz="UTC")
-_CTR_FIELDS = [("bucket_start", _TS), *((d, pa.string()) for d in DIMENSIONS)]
-_MEASURES = [("impressions", pa.int64()), ("clicks", pa.int64())]
-
-# The table contracts (../shared/DESIGN.md): the schema a table has before it is first written.
-SCHEMAS: Final[Mapping[str, pa.Schema]] = {
-    "batch/ctr": pa.schema([*_CTR_FIELDS, *_MEASURES, ("run_id", pa.string())]),
-    "batch/coverage": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("view", pa.string()),
-            ("interval_start", _TS),
-            ("interval_end", _TS),
-            ("input_version", pa.int64()),
-            ("rows_written", pa.int64()),
-            ("finished_at", _TS),
-        ]
-    ),
-    "speed/ctr": pa.schema([*_CTR_FIELDS, *_MEASURES, ("updated_at", _TS)]),
-    "master/events": EVENTS_SCHEMA,
-    "master/rejected": REJECTED_SCHEMA,
-}
-CTR_TABLES: Final = ("batch/ctr", "batch/coverage", "speed/ctr")
-ALL_TABLES: Final = (*CTR_TABLES, "master/events", "master/rejected")
+SCHEMAS: Final[Mapping[str, pa.Schema]] = {t.name: t.schema for t in SERVED}
+ALL_TABLES: Final = tuple(t.name for t in SERVED)
 # Reader features whose data a plain Parquet scan of the file list would get wrong.
 _UNSUPPORTED_FEATURES: Final = frozenset({"deletionVectors", "columnMapping"})
 
@@ -74,20 +49,6 @@ class TableSnapshot:
     @property
     def exists(self) -> bool:
         return self.version is not None
-
-
-@dataclass(frozen=True)
-class SpeedStatus:
-    """What the streaming job last reported (``{CHECKPOINT_ROOT}/speed.status.json``)."""
-
-    updated_at: dt.datetime
-    batch_id: int | None
-    watermark: dt.datetime | None
-    offsets_behind: int | None
-    input_rows_per_second: float | None
-    processed_rows_per_second: float | None
-    batch_duration_ms: int | None
-    invalid_records_total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +151,7 @@ class SnapshotSource:
         for name in self.tables:
             old = previous.tables.get(name) if previous is not None else None
             tables[name] = self._table(name, old)
-        status_path = Path(self.lake.checkpoint_root) / "speed.status.json"
+        status_path = speed_status_path(self.lake)
         try:
             stamp: int | None = status_path.stat().st_mtime_ns
         except OSError:
@@ -227,47 +188,3 @@ class SnapshotSource:
             partition_columns=tuple(handle.metadata().partition_columns),
             schema=pa.schema(handle.schema().to_arrow()),
         )
-
-
-def read_speed_status(path: Path) -> SpeedStatus | None:
-    """The speed job's status file, or None if missing or unreadable (it is advisory)."""
-    try:
-        raw = json.loads(path.read_text())
-        return SpeedStatus(
-            updated_at=_time(raw["updated_at"]) or dt.datetime.min.replace(tzinfo=dt.UTC),
-            batch_id=_int(raw.get("batch_id")),
-            watermark=_time(raw.get("watermark")),
-            offsets_behind=_int(raw.get("offsets_behind")),
-            input_rows_per_second=_float(raw.get("input_rows_per_second")),
-            processed_rows_per_second=_float(raw.get("processed_rows_per_second")),
-            batch_duration_ms=_int(raw.get("batch_duration_ms")),
-            invalid_records_total=_int(raw.get("invalid_records_total")),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        # Half-written or from another version: no status rather than a failed request.
-        return None
-
-
-def _time(value: object) -> dt.datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(value)
-    parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
-
-
-def _int(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(value)
-    return int(value)
-
-
-def _float(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(value)
-    return float(value)

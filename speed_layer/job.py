@@ -26,14 +26,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from events.records import PARSED_SCHEMA, parse_batches
+from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.maintenance import prune_speed
 from lake.settings import LakeSettings
+from lake.speed_status import write_status
 from runtime.formats import read_delta, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
 from speed_layer.settings import SpeedSettings
-from speed_layer.status import write_status
-from speed_layer.tables import LATE_SCHEMA, SPEED_CTR_SCHEMA, append_late, merge_counts
+from speed_layer.tables import append_late, merge_counts
 from views.columns import DIMENSIONS
 from views.ctr import ctr
 
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctr.speed")
 
-SPEED_CTR: Final = "speed/ctr"
-SPEED_LATE: Final = "speed/late"
 BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
 OBSERVATION: Final = "speed"
 
@@ -102,7 +101,7 @@ def _check_fresh_start(spark: SparkSession, lake: LakeSettings, checkpoint: str)
     """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
     from speed_layer.tables import exists
 
-    path = lake.table(SPEED_CTR)
+    path = SPEED_CTR.path(lake)
     if (Path(checkpoint) / "metadata").exists() or not exists(spark, path):
         return
     if not read_delta(spark, path).isEmpty():
@@ -117,8 +116,8 @@ class BatchWriter:
     """foreachBatch function: view of the micro-batch, split at the watermark, two commits."""
 
     def __init__(self, lake: LakeSettings, checkpoint: str, settings: SpeedSettings) -> None:
-        self.ctr_path = lake.table(SPEED_CTR)
-        self.late_path = lake.table(SPEED_LATE)
+        self.ctr_path = SPEED_CTR.path(lake)
+        self.late_path = SPEED_LATE.path(lake)
         self.lake = lake
         self.checkpoint = checkpoint
         self.settings = settings
@@ -163,7 +162,7 @@ def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:
     """(rows of open buckets, late counts per closed bucket) of a micro-batch's view rows.
 
     A bucket is closed once the watermark reaches its end (Spark's rule for event-time windows):
-    its rows in this batch are late events, summed per bucket into ``LATE_SCHEMA``'s first
+    its rows in this batch are late events, summed per bucket into ``speed/late``'s first
     three columns.
     """
     if watermark_ms <= 0 or view.num_rows == 0:
@@ -191,7 +190,7 @@ def maintain(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -
     try:
         pruned = prune_speed(spark, lake)
         report = compact_and_vacuum(
-            spark, lake, SPEED_CTR, retention_hours=settings.vacuum_retention_hours
+            spark, lake, SPEED_CTR.name, retention_hours=settings.vacuum_retention_hours
         )
         log.info(
             "speed/ctr maintenance: %d covered rows pruned, %s files compacted",
@@ -208,8 +207,8 @@ def reset(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> N
 
     from speed_layer.tables import reset as reset_table
 
-    reset_table(spark, lake.table(SPEED_CTR), SPEED_CTR_SCHEMA)
-    reset_table(spark, lake.table(SPEED_LATE), LATE_SCHEMA)
+    reset_table(spark, SPEED_CTR.path(lake), SPEED_CTR.spark_schema())
+    reset_table(spark, SPEED_LATE.path(lake), SPEED_LATE.spark_schema())
     shutil.rmtree(lake.checkpoint(settings.checkpoint_name), ignore_errors=True)
 
 

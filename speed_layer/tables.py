@@ -22,21 +22,10 @@ from views.columns import DIMENSIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("ctr.speed")
 
-SPEED_CTR_SCHEMA: Final = ", ".join(
-    [
-        "bucket_start timestamp",
-        *(f"{d} string" for d in DIMENSIONS),
-        "impressions long",
-        "clicks long",
-        "updated_at timestamp",
-    ]
-)
-LATE_SCHEMA: Final = (
-    "bucket_start timestamp, impressions long, clicks long, batch_id long, recorded_at timestamp"
-)
 KEY: Final = ("bucket_start", *DIMENSIONS)
 _MERGE_PREDICATE: Final = " AND ".join(f"t.{column} = s.{column}" for column in KEY)
 _TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
@@ -141,7 +130,7 @@ def _retrying(path: str, attempt: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def reset(spark: SparkSession, path: str, schema: str) -> None:
+def reset(spark: SparkSession, path: str, schema: StructType) -> None:
     """Empty a speed table (a new version; history and concurrent readers are unaffected)."""
     if exists(spark, path):
         spark.createDataFrame([], schema).write.format("delta").mode("overwrite").save(path)

@@ -28,13 +28,13 @@ from api.settings import ApiSettings
 from infra.broker import free_port
 from ingest.producer import REASON_HEADER, SOURCE_HEADER, TOPIC_HEADER, EventProducer
 from lake.settings import LakeSettings
+from lake.speed_status import read_status, write_status
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import StreamProgress
 from speed_layer.job import run as run_speed
 from speed_layer.settings import SpeedSettings
-from speed_layer.status import read_status, write_status
 from tests.api_server import running_api
 from tests.consume import read_topic
 

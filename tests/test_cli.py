@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from lake.settings import LakeSettings
+from lake.speed_status import write_status
 from runtime.streaming import StreamProgress
-from speed_layer.status import write_status
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ import pytest
 
 from lake.coverage import Coverage
 from lake.settings import LakeSettings
-from serving_layer.query import CtrQuery, QueryError
+from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import ServingLayer
 from serving_layer.wilson import wilson_interval
 from tests.lake_writer import T0, cover, ctr_row, minute, write_batch, write_speed, write_status
@@ -266,8 +266,15 @@ def test_a_request_keeps_its_snapshot_while_tables_change(
 def test_invalid_queries_name_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
     arguments: dict[str, object] = {"start": T0, "end": T0 + H, **kwargs}
     with pytest.raises(QueryError, match=f"^{parameter}: ") as caught:
-        CtrQuery.create(**arguments)  # type: ignore[arg-type]
+        QueryLimits().check(CtrQuery.create(**arguments))  # type: ignore[arg-type]
     assert caught.value.parameter == parameter
+
+
+def test_the_limits_of_a_deployment_bound_range_and_rows() -> None:
+    query = CtrQuery.create(start=T0, end=T0 + dt.timedelta(days=40), limit=500)
+    assert QueryLimits(max_range=dt.timedelta(days=60)).check(query) is query
+    with pytest.raises(QueryError, match=r"^limit: must be between 1 and 100"):
+        QueryLimits(max_range=dt.timedelta(days=60), max_limit=100).check(query)
 
 
 def test_bounds_round_up_to_the_minute() -> None:

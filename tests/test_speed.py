@@ -29,11 +29,11 @@ from ingest.producer import EventProducer
 from ingest.send_loop import produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
+from lake.speed_status import read_status
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import StreamProgress
 from speed_layer.job import SpeedStateError, reset, run
 from speed_layer.settings import SpeedSettings
-from speed_layer.status import read_status
 from tests import faults
 from tests.consume import read_topic
 from views.ctr import ctr as the_view

@@ -13,7 +13,7 @@ from api.deps import CacheDep, ServingDep, SettingsDep
 from api.errors import ParameterError
 from api.models import CtrResponse, ErrorResponse
 from api.rendering import freshness_json
-from serving_layer.query import CtrQuery, QueryError
+from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
 from views.columns import DIMENSIONS
 
@@ -82,9 +82,9 @@ async def get_ctr(
             filters={name: v for name, v in values.items() if v},
             order_by=_split(order_by),
             limit=min(DEFAULT_LIMIT, settings.max_rows) if limit is None else limit,
-            max_range=dt.timedelta(days=settings.max_range_days),
-            max_limit=settings.max_rows,
         )
+        limits = QueryLimits(dt.timedelta(days=settings.max_range_days), settings.max_rows)
+        query = limits.check(query)
     except QueryError as exc:
         raise ParameterError(exc.parameter, exc.message) from None
     # On the event loop while nothing blocks (a cached answer of a current snapshot, the usual

@@ -1,0 +1,110 @@
+"""Every table of the lake, declared once: its name (its path under ``LAKE_ROOT``), its schema,
+its partitioning and the name SQL users query it by.
+
+The Arrow schemas here are the contracts of ``../shared/DESIGN.md``. Spark jobs create tables
+from :meth:`Table.spark_schema`, the serving layer reads them with these schemas before they
+first exist, and the SQL sandbox and the maintenance DAG list them from :data:`TABLES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+
+from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
+from views.columns import DIMENSIONS
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from lake.settings import LakeSettings
+
+TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_CTR_KEY: Final = [("bucket_start", TIMESTAMP), *((d, pa.string()) for d in DIMENSIONS)]
+_MEASURES: Final = [("impressions", pa.int64()), ("clicks", pa.int64())]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    schema: pa.Schema
+    sql_name: str
+    description: str
+    partition_by: tuple[str, ...] = ()
+
+    def path(self, lake: LakeSettings) -> str:
+        return lake.table(self.name)
+
+    def spark_schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(self.schema)
+
+
+MASTER_EVENTS: Final = Table(
+    "master/events",
+    EVENTS_SCHEMA,
+    "events",
+    "every valid event, as archived from Kafka (duplicates included)",
+    partition_by=("event_date",),
+)
+MASTER_REJECTED: Final = Table(
+    "master/rejected",
+    REJECTED_SCHEMA,
+    "rejected",
+    "records that failed validation, with the reason",
+)
+BATCH_CTR: Final = Table(
+    "batch/ctr",
+    pa.schema([*_CTR_KEY, *_MEASURES, ("run_id", pa.string())]),
+    "ctr_batch",
+    "the exact view: impressions and clicks per minute and dimensions, deduplicated",
+)
+BATCH_COVERAGE: Final = Table(
+    "batch/coverage",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("view", pa.string()),
+            ("interval_start", TIMESTAMP),
+            ("interval_end", TIMESTAMP),
+            ("input_version", pa.int64()),
+            ("rows_written", pa.int64()),
+            ("finished_at", TIMESTAMP),
+        ]
+    ),
+    "coverage",
+    "one row per finished batch run: the interval it made exact",
+)
+SPEED_CTR: Final = Table(
+    "speed/ctr",
+    pa.schema([*_CTR_KEY, *_MEASURES, ("updated_at", TIMESTAMP)]),
+    "ctr_speed",
+    "the approximate view of the last minutes, from the streaming job",
+)
+SPEED_LATE: Final = Table(
+    "speed/late",
+    pa.schema(
+        [
+            ("bucket_start", TIMESTAMP),
+            ("impressions", pa.int64()),
+            ("clicks", pa.int64()),
+            ("batch_id", pa.int64()),
+            ("recorded_at", TIMESTAMP),
+        ]
+    ),
+    "late",
+    "counts of events that arrived after their bucket closed in the speed layer",
+)
+
+TABLES: Final[Mapping[str, Table]] = {
+    t.name: t
+    for t in (MASTER_EVENTS, MASTER_REJECTED, BATCH_CTR, BATCH_COVERAGE, SPEED_CTR, SPEED_LATE)
+}
+# What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own).
+SERVED: Final = (BATCH_CTR, BATCH_COVERAGE, SPEED_CTR, MASTER_EVENTS, MASTER_REJECTED)
+# What the maintenance DAG compacts and vacuums.
+MAINTAINED: Final = (MASTER_EVENTS, MASTER_REJECTED, BATCH_CTR, BATCH_COVERAGE, SPEED_CTR)
