@@ -1,4 +1,5 @@
-"""Small Delta tables for serving and API tests, written with delta-rs (no Spark)."""
+"""Small Delta tables for serving and API tests, written with delta-rs (no Spark), and a
+query for the SQL sandbox's tests over them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from serving_layer.tables import SCHEMAS
 from views.columns import DIMENSIONS
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
+# One regular expression over a 50 MB string: 8 s of one core here, and DuckDB checks for an
+# interrupt only between row batches, so only the pool's kill stops it at the limit.
+RUNAWAY_REGEX = "SELECT length(regexp_replace(repeat('x', 50000000), 'x', 'yy', 'g'))"
 
 
 def minute(n: int) -> dt.datetime:

@@ -20,8 +20,7 @@ from api.settings import ApiSettings
 from lake.settings import LakeSettings
 from serving_layer.tables import SnapshotSource
 from tests.api_server import running_api
-from tests.lake_writer import build_sandbox_lake, lake_digest
-from tests.test_sql_sandbox import RUNAWAY_REGEX
+from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest
 
 TOKEN = "attack-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -21,8 +21,11 @@ from schemathesis.generation import GenerationMode
 
 from api.settings import ApiSettings
 from lake.settings import LakeSettings
+from tests.api_server import running_api
 from tests.lake_writer import cover, ctr_row, minute, write_batch, write_speed
-from tests.test_api import AUTH, TOKEN, serve
+
+TOKEN = "schema-test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,8 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
     write_batch(lake, "run-a", [ctr_row(minute(5), 100, 10)])
     cover(lake, "run-a", minute(0), minute(30))
     write_speed(lake, [ctr_row(minute(45), 40, 4)])
-    for url in serve(ApiSettings(token=SecretStr(TOKEN), sql_timeout_s=2, max_range_days=31), lake):
+    settings = ApiSettings(token=SecretStr(TOKEN), sql_timeout_s=2, max_range_days=31)
+    with running_api(settings, lake) as url:
         yield schemathesis.openapi.from_url(f"{url}/openapi.json")
 
 

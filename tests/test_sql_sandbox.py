@@ -25,11 +25,7 @@ from serving_layer.sandbox import (
 )
 from serving_layer.sql_pool import SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource
-from tests.lake_writer import build_sandbox_lake, lake_digest
-
-# One regular expression over a 50 MB string: 8 s of one core here, and DuckDB checks for an
-# interrupt only between row batches, so only the pool's kill stops it at the limit.
-RUNAWAY_REGEX = "SELECT length(regexp_replace(repeat('x', 50000000), 'x', 'yy', 'g'))"
+from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,17 @@ from events.model import (
     _reasons,
     validate,
 )
+from tests.event_cases import (
+    MAX_MS,
+    MIN_MS,
+    REASON_PREFIX,
+    REF,
+    json_values,
+    valid,
+    valid_events,
+)
 
-REF = 1_700_000_000_000  # 2023-11-14T22:13:20Z, the "now" every test validates against
-MIN_MS = DEFAULT_RULES.min_event_time_ms
-MAX_MS = REF + DEFAULT_RULES.max_future_skew_ms
 ID_FIELDS = ("impression_id", "ad_id", "campaign_id", "site_id", "user_id")
-REASON_PREFIX = re.compile(rf"^({'|'.join((*FIELDS, 'record'))}): \S")
 
 PROPERTY = settings(
     max_examples=300,
@@ -45,23 +50,6 @@ PROPERTY = settings(
     database=None,  # nothing written under the working tree
     suppress_health_check=[HealthCheck.too_slow],
 )
-
-
-def valid() -> dict[str, Any]:
-    """A valid click, as its JSON object."""
-    return {
-        "event_id": "evt-0001",
-        "event_type": "click",
-        "event_time": REF - 60_000,
-        "impression_id": "imp-0001",
-        "ad_id": "ad-17",
-        "campaign_id": "cmp-3",
-        "site_id": "site-9",
-        "country": "US",
-        "device_type": "mobile",
-        "user_id": "user-42",
-        "schema_version": 1,
-    }
 
 
 def as_bytes(obj: Any) -> bytes:
@@ -654,18 +642,6 @@ def test_a_bad_time_is_reported_alongside_type_errors(form: Form) -> None:
 
 # --- properties -------------------------------------------------------------------------------
 
-INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | INT64
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=8,
-)
 # Values that sit on or near a rule, so that replacements are often valid or barely invalid.
 near_values = st.sampled_from(
     [
@@ -763,32 +739,6 @@ def test_arbitrary_text_never_raises(record: str) -> None:
     assert isinstance(result, Event | Invalid)
     if isinstance(result, Invalid):
         assert all(REASON_PREFIX.match(reason) for reason in result.reasons), result.reasons
-
-
-def ids(max_size: int) -> st.SearchStrategy[str]:
-    return st.text(min_size=1, max_size=max_size)
-
-
-@st.composite
-def valid_events(draw: st.DrawFn) -> tuple[int, dict[str, Any]]:
-    reference = draw(st.integers(MIN_MS, 4_102_444_800_000))  # up to 2100-01-01
-    event = {
-        "event_id": draw(ids(MAX_EVENT_ID_CHARS)),
-        "event_type": draw(st.sampled_from(sorted(EVENT_TYPES))),
-        "event_time": draw(
-            st.integers(MIN_MS, reference + DEFAULT_RULES.max_future_skew_ms)
-            | st.sampled_from([MIN_MS, reference + DEFAULT_RULES.max_future_skew_ms])
-        ),
-        "impression_id": draw(ids(MAX_ID_CHARS)),
-        "ad_id": draw(ids(MAX_ID_CHARS)),
-        "campaign_id": draw(ids(MAX_ID_CHARS)),
-        "site_id": draw(ids(MAX_ID_CHARS)),
-        "country": draw(st.sampled_from(sorted(ISO_3166_ALPHA2))),
-        "device_type": draw(st.sampled_from(sorted(DEVICE_TYPES))),
-        "user_id": draw(ids(MAX_ID_CHARS)),
-        "schema_version": 1,
-    }
-    return reference, event
 
 
 @PROPERTY

@@ -24,7 +24,7 @@ from events.model import (
     ValidationRules,
     validate,
 )
-from tests.test_validation import REASON_PREFIX, REF, json_values, valid, valid_events
+from tests.event_cases import REASON_PREFIX, REF, json_values, valid, valid_events
 
 PROPERTY = settings(
     max_examples=200,
