@@ -13,7 +13,7 @@ class ErrorResponse(BaseModel):
     parameter: str | None = Field(default=None, description="the request parameter at fault")
 
 
-class Freshness(BaseModel):
+class FreshnessBody(BaseModel):
     latest_covered_bucket: dt.datetime | None = Field(
         description="start of the last minute the batch layer made exact"
     )
@@ -24,7 +24,7 @@ class Freshness(BaseModel):
     versions: dict[str, int | None] = Field(description="Delta table versions the answer read")
 
 
-class CtrRow(BaseModel):
+class CtrRowBody(BaseModel):
     """One bucket and group. Dimension fields are present when grouped by them."""
 
     bucket_start: dt.datetime
@@ -58,36 +58,36 @@ class CtrQueryEcho(BaseModel):
 
 
 class CtrResponse(BaseModel):
-    rows: list[CtrRow]
+    rows: list[CtrRowBody]
     truncated: bool = Field(description="more rows matched than 'limit'")
     query: CtrQueryEcho
-    freshness: Freshness
+    freshness: FreshnessBody
 
 
-class CoveredInterval(BaseModel):
+class CoveredIntervalBody(BaseModel):
     start: dt.datetime
     end: dt.datetime
 
 
-class TableInfo(BaseModel):
+class TableInfoBody(BaseModel):
     table: str
     version: int | None = Field(description="Delta version; null if the table does not exist")
     rows: int
     files: int
 
 
-class ViewInfo(BaseModel):
+class ViewInfoBody(BaseModel):
     name: str
-    covered_intervals: list[CoveredInterval]
+    covered_intervals: list[CoveredIntervalBody]
     runs: int = Field(description="batch runs recorded in batch/coverage")
     latest_covered_bucket: dt.datetime | None
     latest_speed_bucket: dt.datetime | None
-    tables: dict[str, TableInfo]
+    tables: dict[str, TableInfoBody]
 
 
 class ViewsResponse(BaseModel):
-    views: list[ViewInfo]
-    freshness: Freshness
+    views: list[ViewInfoBody]
+    freshness: FreshnessBody
 
 
 class SqlRequest(BaseModel):

@@ -6,11 +6,11 @@ from fastapi import APIRouter
 
 from api.deps import ServingDep
 from api.models import (
-    CoveredInterval,
+    CoveredIntervalBody,
     ErrorResponse,
-    Freshness,
-    TableInfo,
-    ViewInfo,
+    FreshnessBody,
+    TableInfoBody,
+    ViewInfoBody,
     ViewsResponse,
 )
 from api.rendering import freshness_json
@@ -27,20 +27,20 @@ router = APIRouter(prefix="/api/v1", tags=["views"])
 def get_views(serving: ServingDep) -> ViewsResponse:
     snapshot = serving.snapshot()
     views = [
-        ViewInfo(
+        ViewInfoBody(
             name=view.name,
             covered_intervals=[
-                CoveredInterval(start=i.start, end=i.end) for i in view.covered_intervals
+                CoveredIntervalBody(start=i.start, end=i.end) for i in view.covered_intervals
             ],
             runs=view.runs,
             latest_covered_bucket=view.latest_covered_bucket,
             latest_speed_bucket=view.latest_speed_bucket,
             tables={
-                role: TableInfo(table=t.table, version=t.version, rows=t.rows, files=t.files)
+                role: TableInfoBody(table=t.table, version=t.version, rows=t.rows, files=t.files)
                 for role, t in view.tables.items()
             },
         )
         for view in serving.views(snapshot)
     ]
-    freshness = Freshness.model_validate(freshness_json(serving.freshness(snapshot)))
+    freshness = FreshnessBody.model_validate(freshness_json(serving.freshness(snapshot)))
     return ViewsResponse(views=views, freshness=freshness)
