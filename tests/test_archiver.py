@@ -3,14 +3,7 @@ restarts and SIGKILLs, against the real broker, Spark and Delta tables."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -26,8 +19,6 @@ from master_dataset.settings import ArchiverSettings
 from runtime.kafka_settings import KafkaSettings
 from tests import faults
 from tests.consume import read_topic
-
-CTR = str(Path(sys.executable).with_name("ctr"))
 
 
 def _produce_mixed(topics: KafkaSettings, n: int, seed: int) -> ProduceSummary:
@@ -94,52 +85,15 @@ def test_available_now_archives_every_record_once(
 @pytest.mark.faults
 @pytest.mark.timeout(faults.timeout(600))
 def test_sigkill_and_restart_never_loses_or_repeats_a_record(
-    kafka_env: dict[str, str], topics: KafkaSettings, tmp_path: Path
+    kafka_env: dict[str, str], topics: KafkaSettings, lake: LakeSettings
 ) -> None:
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
-    env = {
-        **kafka_env,
-        "LAKE_ROOT": str(lake.lake_root),
-        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
-        "ARCHIVER_TRIGGER_SECONDS": "0.5",
-        "ARCHIVER_MAX_OFFSETS_PER_TRIGGER": "1500",
-        "SPARK_SHUFFLE_PARTITIONS": "2",
-    }
-    stop = threading.Event()
-
-    def traffic() -> None:
-        config = TrafficConfig(seed=5, start_ms=int(time.time() * 1000), malformed_fraction=0.03)
-        generator = TrafficGenerator(config)
-        with EventProducer(topics, validate_records=False) as producer:
-            while not stop.is_set():
-                produce(generator, producer, limit=100)
-                producer.poll(0.2)  # ~500 records/s
-
-    producer_thread = threading.Thread(target=traffic)
-    producer_thread.start()
-    rng = random.Random(1)
-    kills = 0
-    try:
-        for _ in range(3 * faults.ROUNDS):
-            # Its own process group: SIGKILL takes the Python driver and Spark's JVM down
-            # together, as a crash of the machine or container would.
-            process = subprocess.Popen(
-                [CTR, "archive"], env=env, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-            time.sleep(rng.uniform(9, 20))  # Spark starts in ~8 s: kill before, during, after
-            assert process.poll() is None, "the archiver died on its own"
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-            kills += 1
-    finally:
-        stop.set()
-        producer_thread.join(timeout=60)
-    assert kills == 3 * faults.ROUNDS
-    env["ARCHIVER_MAX_OFFSETS_PER_TRIGGER"] = "100000"
-    done = subprocess.run([CTR, "archive", "--available-now"], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    env = faults.job_env(
+        kafka_env, lake, ARCHIVER_TRIGGER_SECONDS="0.5", ARCHIVER_MAX_OFFSETS_PER_TRIGGER="1500"
+    )
+    with faults.traffic(topics, seed=5, malformed_fraction=0.03):
+        # Spark starts in ~8 s: kill before, during and after it starts.
+        faults.sigkill_repeatedly("archive", env, kills=3 * faults.ROUNDS, seed=1, alive_s=(9, 20))
+    faults.catch_up("archive", {**env, "ARCHIVER_MAX_OFFSETS_PER_TRIGGER": "100000"})
     events, rejected = _assert_exactly_once(topics, lake)
     assert events > 1000
     assert rejected > 0

@@ -107,9 +107,7 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         assert (int(delivered.group(1).replace(",", "")), delivered.group(2)) == (events, "0")
 
         # Whatever the streaming archiver did not get to, a catch-up run archives.
-        done = subprocess.run([CTR, "archive", "--available-now"], env=env, capture_output=True,
-                              text=True, timeout=300, check=False)  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
+        faults.catch_up("archive", env)
         records = read_topic(kafka, kafka.topic)
         assert len(records) == events
         table = DeltaTable(lake.events).to_pyarrow_table()

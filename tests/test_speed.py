@@ -7,11 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,8 +22,6 @@ import batch_layer.job
 import speed_layer.job
 from events.model import Event, validate
 from ingest.producer import EventProducer
-from ingest.send_loop import produce
-from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from lake.speed_status import read_status
 from runtime.kafka_settings import KafkaSettings
@@ -39,7 +32,6 @@ from tests import faults
 from tests.consume import read_topic
 from views.ctr import ctr as the_view
 
-CTR = str(Path(sys.executable).with_name("ctr"))
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
 SETTINGS = SpeedSettings(trigger_seconds=0.5)
 
@@ -251,48 +243,15 @@ def _exact_counts(topics: KafkaSettings) -> Counter[tuple[object, ...]]:
 @pytest.mark.faults
 @pytest.mark.timeout(faults.timeout(600))
 def test_sigkill_and_restart_never_count_a_bucket_twice(
-    kafka_env: dict[str, str], topics: KafkaSettings, tmp_path: Path
+    kafka_env: dict[str, str], topics: KafkaSettings, lake: LakeSettings
 ) -> None:
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
-    env = {
-        **kafka_env,
-        "LAKE_ROOT": str(lake.lake_root),
-        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
-        "SPEED_TRIGGER_SECONDS": "0.5",
-        "SPEED_MAX_OFFSETS_PER_TRIGGER": "700",
-        "SPARK_SHUFFLE_PARTITIONS": "2",
-    }
-    stop = threading.Event()
-
-    def traffic() -> None:
-        config = TrafficConfig(seed=8, start_ms=int(time.time() * 1000), malformed_fraction=0.02)
-        generator = TrafficGenerator(config)
-        with EventProducer(topics, validate_records=False) as producer:
-            while not stop.is_set():
-                produce(generator, producer, limit=100)
-                producer.poll(0.2)  # ~500 records/s
-
-    producer_thread = threading.Thread(target=traffic)
-    producer_thread.start()
-    rng = random.Random(3)
-    try:
-        for _ in range(3 * faults.ROUNDS):
-            # Its own process group: SIGKILL takes the driver and Spark's JVM down together.
-            process = subprocess.Popen(
-                [CTR, "speed"], env=env, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-            time.sleep(rng.uniform(10, 20))  # Spark starts in ~8 s: kill during and between
-            assert process.poll() is None, "the speed job died on its own"
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-    finally:
-        stop.set()
-        producer_thread.join(timeout=60)
-    env["SPEED_MAX_OFFSETS_PER_TRIGGER"] = "100000"
-    done = subprocess.run([CTR, "speed", "--available-now"], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    env = faults.job_env(
+        kafka_env, lake, SPEED_TRIGGER_SECONDS="0.5", SPEED_MAX_OFFSETS_PER_TRIGGER="700"
+    )
+    with faults.traffic(topics, seed=8, malformed_fraction=0.02):
+        # Spark starts in ~8 s: kill during its start and between micro-batches.
+        faults.sigkill_repeatedly("speed", env, kills=3 * faults.ROUNDS, seed=3, alive_s=(10, 20))
+    faults.catch_up("speed", {**env, "SPEED_MAX_OFFSETS_PER_TRIGGER": "100000"})
 
     assert late_rows(lake) == {}  # events in time order, well within the watermark
     expected = _exact_counts(topics)
