@@ -14,6 +14,7 @@ from cli.console import console, fail, progress_bar
 from ingest.ground_truth import GroundTruth
 from ingest.producer import DeliveryStats, EventProducer, TopicMissingError
 from ingest.replay import replay as replay_file
+from ingest.send_loop import Pacing, ProduceSummary
 from ingest.send_loop import produce as produce_records
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from runtime.kafka_settings import KafkaSettings
@@ -115,15 +116,9 @@ def produce(
     Runs until --events, --duration or Ctrl-C; either way it flushes and reports what was
     delivered. Malformed records go to the dead-letter topic with their reason.
     """
-    if seed is None:
-        seed = random.SystemRandom().randrange(2**31)
-        console.print(f"seed {seed} (pass --seed {seed} to repeat this stream)")
-    start_ms = _parse_time(start, "--start")
+    seed = _seed(seed)
     events_per_second = rate or clock_rate
-    if start_ms is None:
-        start_ms = int(time.time() * 1000)
-        if events is not None and rate is None:
-            start_ms -= int(events / events_per_second * 1000)
+    start_ms = _start_ms(start, events, paced=rate is not None, per_second=events_per_second)
     try:
         config = TrafficConfig(
             seed=seed,
@@ -139,36 +134,78 @@ def produce(
         raise typer.BadParameter(str(exc)) from None
     producer = _open_producer(validate_records=not skip_validation)
     truth = GroundTruth() if ground_truth is not None else None
+    summary = _send_traffic(
+        config, producer, limit=events, pacing=Pacing(rate=rate, duration_s=duration), truth=truth
+    )
+    _report_sent(summary)
+    if truth is not None and ground_truth is not None:
+        _write_ground_truth(truth, ground_truth)
+    _report_delivery(producer.stats)
+
+
+def _seed(seed: int | None) -> int:
+    """``seed``, or a random one, printed so the stream can be repeated."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+        console.print(f"seed {seed} (pass --seed {seed} to repeat this stream)")
+    return seed
+
+
+def _start_ms(start: str | None, events: int | None, *, paced: bool, per_second: float) -> int:
+    """--start in epoch ms; by default now, or with --events and no --rate, early enough that
+    the last record is about now."""
+    start_ms = _parse_time(start, "--start")
+    if start_ms is not None:
+        return start_ms
+    start_ms = int(time.time() * 1000)
+    if events is not None and not paced:
+        start_ms -= int(events / per_second * 1000)
+    return start_ms
+
+
+def _send_traffic(
+    config: TrafficConfig,
+    producer: EventProducer,
+    *,
+    limit: int | None,
+    pacing: Pacing,
+    truth: GroundTruth | None,
+) -> ProduceSummary:
+    """The generated traffic into ``producer``, with a progress bar, until done or Ctrl-C."""
     with (
         StopRequest() as stop,
         producer,
-        progress_bar("events", total_known=events is not None) as bar,
+        progress_bar("events", total_known=limit is not None) as bar,
     ):
-        task = bar.add_task("producing", total=events)
+        task = bar.add_task("producing", total=limit)
         summary = produce_records(
             TrafficGenerator(config),
             producer,
-            limit=events,
-            duration_s=duration,
-            rate=rate,
+            limit=limit,
+            pacing=pacing,
             stop=stop,
             ground_truth=truth,
             on_progress=lambda n: bar.update(task, completed=n),
         )
         bar.update(task, description="flushing")
+    return summary
+
+
+def _report_sent(summary: ProduceSummary) -> None:
     console.print(
         f"sent {summary.records:,} records in {summary.seconds:.1f} s ({summary.rate:,.0f}/s): "
         f"{summary.events:,} events ({summary.late:,} late), {summary.duplicates:,} duplicates, "
         f"{summary.malformed:,} malformed"
         + (f"; stopped by {summary.stopped_by}" if summary.stopped_by else "")
     )
-    if truth is not None and ground_truth is not None:
-        rows = truth.write_csv(ground_truth)
-        console.print(
-            f"ground truth: {rows:,} rows, {truth.impressions:,} impressions, "
-            f"{truth.clicks:,} clicks -> {ground_truth}"
-        )
-    _report_delivery(producer.stats)
+
+
+def _write_ground_truth(truth: GroundTruth, path: Path) -> None:
+    rows = truth.write_csv(path)
+    console.print(
+        f"ground truth: {rows:,} rows, {truth.impressions:,} impressions, "
+        f"{truth.clicks:,} clicks -> {path}"
+    )
 
 
 def replay(

@@ -57,7 +57,7 @@ def sql(
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=memory_bytes)
     try:
         if query is not None:
-            if not _run(pool, source, query, output, max_rows, timeout):
+            if not _run(pool, source, query, output=output, max_rows=max_rows, timeout=timeout):
                 raise typer.Exit(1)
             return
         _shell(pool, source, output, max_rows, timeout)
@@ -66,7 +66,13 @@ def sql(
 
 
 def _run(
-    pool: SqlPool, source: SnapshotSource, query: str, output: Format, max_rows: int, timeout: float
+    pool: SqlPool,
+    source: SnapshotSource,
+    query: str,
+    *,
+    output: Format,
+    max_rows: int,
+    timeout: float,
 ) -> bool:
     from serving_layer.sandbox import SqlError, SqlRefusedError
 
@@ -139,5 +145,5 @@ def _shell(
             continue
         buffer.append(line)
         if stripped.endswith(";"):
-            _run(pool, source, "\n".join(buffer), output, max_rows, timeout)
+            _run(pool, source, "\n".join(buffer), output=output, max_rows=max_rows, timeout=timeout)
             buffer.clear()

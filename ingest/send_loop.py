@@ -29,47 +29,52 @@ class ProduceSummary:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How fast and for how long the loop sends, by which clock."""
+
+    rate: float | None = None  # records/s; None: as fast as the producer accepts them
+    duration_s: float | None = None  # None: no time limit
+    clock: Callable[[], float] = time.monotonic
+
+
 def produce(
     records: Iterable[Record],
     producer: EventProducer,
     *,
     limit: int | None = None,
-    duration_s: float | None = None,
-    rate: float | None = None,
+    pacing: Pacing | None = None,
     stop: StopRequest | None = None,
     ground_truth: GroundTruth | None = None,
     on_progress: ProgressCallback | None = None,
-    clock: Callable[[], float] = time.monotonic,
 ) -> ProduceSummary:
-    """Send records until ``limit`` records, ``duration_s`` seconds or a stop request.
+    """Send records until ``limit`` records, ``pacing.duration_s`` seconds or a stop request.
 
-    With ``rate`` (records/s) the loop waits for the wall clock, serving delivery reports while
-    it waits; without it, it sends as fast as the producer accepts. ``ground_truth`` counts the
-    original events the producer accepted for the event topic.
+    With ``pacing.rate`` (records/s) the loop waits for the clock, serving delivery reports
+    while it waits; without it, it sends as fast as the producer accepts. ``ground_truth``
+    counts the original events the producer accepted for the event topic.
     """
+    pacing = pacing or Pacing()
+    rate, clock = pacing.rate, pacing.clock
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if rate is not None and rate <= 0:
         raise ValueError(f"rate must be positive, got {rate}")
     start = clock()
-    deadline = start + duration_s if duration_s is not None else None
+    deadline = start + pacing.duration_s if pacing.duration_s is not None else None
     counts = {"event": 0, "duplicate": 0, "malformed": 0}
     late = sent = 0
     stopped_by = None
     iterator = iter(records)
     while limit is None or sent < limit:
         if sent % 256 == 0:
-            if stop is not None and stop.requested:
-                stopped_by = stop.signal_name
-                break
-            if deadline is not None and clock() >= deadline:
+            done, stopped_by = _time_to_stop(stop, deadline, clock)
+            if done:
                 break
             if on_progress is not None:
                 on_progress(sent)
         if rate is not None:
-            ahead = start + sent / rate - clock()
-            if ahead > 0.001:
-                producer.poll(ahead)  # serve delivery reports while waiting
+            _wait_until(start + sent / rate, producer, clock)
         try:
             record = next(iterator)
         except StopIteration:
@@ -92,3 +97,19 @@ def produce(
         seconds=clock() - start,
         stopped_by=stopped_by,
     )
+
+
+def _time_to_stop(
+    stop: StopRequest | None, deadline: float | None, clock: Callable[[], float]
+) -> tuple[bool, str | None]:
+    """(whether to stop now, the signal that asked for it)."""
+    if stop is not None and stop.requested:
+        return True, stop.signal_name
+    return deadline is not None and clock() >= deadline, None
+
+
+def _wait_until(due: float, producer: EventProducer, clock: Callable[[], float]) -> None:
+    """Serve delivery reports until the clock reaches ``due``."""
+    ahead = due - clock()
+    if ahead > 0.001:
+        producer.poll(ahead)

@@ -20,13 +20,13 @@ from bisect import bisect
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Final, Generic, Literal, TypeVar
 
 import msgspec
 import orjson
 from msgspec.structs import replace as struct_replace
 
-from events.model import Event
+from events.model import DeviceType, Event
 
 RecordKind = Literal["event", "duplicate", "malformed"]
 
@@ -35,7 +35,13 @@ COUNTRY_MIX: Final = {
     "US": 30, "IN": 9, "GB": 7, "DE": 6, "BR": 6, "FR": 5, "JP": 5, "CA": 4, "MX": 3, "ES": 3,
     "IT": 3, "AU": 3, "NL": 2, "PL": 2, "ID": 2, "KR": 2, "SE": 1, "TR": 1, "ZA": 1, "NG": 1,
 }  # fmt: skip
-DEVICE_MIX: Final = {"mobile": 58, "desktop": 30, "tablet": 6, "ctv": 4, "other": 2}
+DEVICE_MIX: Final[dict[DeviceType, int]] = {
+    "mobile": 58,
+    "desktop": 30,
+    "tablet": 6,
+    "ctv": 4,
+    "other": 2,
+}
 
 MALFORMED_KINDS: Final = (
     "not_json",
@@ -110,15 +116,18 @@ class _Ad:
     ctr: float
 
 
-class _Weighted:
+_T = TypeVar("_T")
+
+
+class _Weighted(Generic[_T]):
     """Fast repeated weighted choice by bisecting cumulative weights."""
 
-    def __init__(self, items: list[str] | list[_Ad], weights: list[float]) -> None:
+    def __init__(self, items: list[_T], weights: list[float]) -> None:
         self.items = items
         self.cumulative = list(itertools.accumulate(weights))
         self.total = self.cumulative[-1]
 
-    def pick(self, rng: random.Random) -> object:
+    def pick(self, rng: random.Random) -> _T:
         return self.items[bisect(self.cumulative, rng.random() * self.total)]
 
 
@@ -190,7 +199,6 @@ class TrafficGenerator:
         rng = self.rng
         cfg = self.config
         ad = self._ads.pick(rng)
-        assert isinstance(ad, _Ad)
         late = cfg.late_fraction > 0 and rng.random() < cfg.late_fraction
         event_time = now
         if late:
@@ -203,9 +211,9 @@ class TrafficGenerator:
             impression_id=impression_id,
             ad_id=ad.ad_id,
             campaign_id=ad.campaign_id,
-            site_id=str(self._sites.pick(rng)),
-            country=str(self._countries.pick(rng)),
-            device_type=self._devices.pick(rng),  # type: ignore[arg-type]
+            site_id=self._sites.pick(rng),
+            country=self._countries.pick(rng),
+            device_type=self._devices.pick(rng),
             user_id=f"user-{rng.randrange(cfg.users):07d}",
             schema_version=1,
         )
