@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Final
 
-INFRA: Final = Path(__file__).resolve().parent
+# The POMs live with the local infrastructure that fetches them (infra/jars.sh).
+INFRA: Final = Path(__file__).resolve().parents[1] / "infra"
 
 
 class JarsMissingError(RuntimeError):

@@ -70,11 +70,13 @@ def connector_conf() -> dict[str, str]:
 def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     """Build (or return the running) SparkSession with the connectors on its classpath."""
     settings = settings or SparkSettings()
-    # Executors' Python must be this interpreter (it has pyarrow, msgspec...).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
+
+    # Python workers must run this interpreter (it has pyarrow, msgspec...), unless the
+    # environment says otherwise: the conf for executors a cluster starts, and the context's
+    # pythonExec (which PySpark takes from PYSPARK_PYTHON, else "python3" from PATH) for the
+    # functions this driver ships. Nothing is written into os.environ.
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
 
     builder = (
         SparkSession.builder.master(settings.master)
@@ -83,7 +85,9 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.pyspark.python", python)
+        .config("spark.driver.bindAddress", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+        .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.ui.showConsoleProgress", "false")
@@ -93,6 +97,7 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.sparkContext.pythonExec = python
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
