@@ -294,6 +294,47 @@ def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, flo
     }
 
 
+def _wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.2)
+
+
+def _api_load(url: str, duration_s: float) -> tuple[str, dict[str, float]]:
+    """(load generator, its figures): wrk if installed, else the Python client."""
+    import asyncio
+
+    if shutil.which("wrk"):
+        return "wrk", _wrk(url, duration_s, CLIENTS)
+    print("bench serving: no wrk (make bench installs it); a Python client")
+    latencies, errors = asyncio.run(_load(url, duration_s, CLIENTS))
+    return "python asyncio", {
+        **_percentiles(latencies),
+        "requests_per_s": len(latencies) / duration_s,
+        "requests": len(latencies),
+        "errors": errors,
+    }
+
+
+def _cache_metrics(metrics: str) -> dict[str, float]:
+    """The API's response-cache counters from its Prometheus text."""
+    found = {}
+    for line in metrics.splitlines():
+        if line.startswith("ctr_api_cache_") and "_created" not in line and "#" not in line:
+            name, value = line.split()
+            found[name.removeprefix("ctr_api_")] = float(value)
+    return found
+
+
 def main(events: int | None = None) -> dict[str, object]:
     """``events`` is ignored (the lake's size is fixed: 24 h x COMBOS combinations)."""
     import asyncio
@@ -319,32 +360,11 @@ def main(events: int | None = None) -> dict[str, object]:
         writer = SpeedWriter(lake)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{url}/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the API server did not start")
-                time.sleep(0.2)
+            _wait_until_up(url, server)
             asyncio.run(_load(url, 2.0, CLIENTS))  # warm-up
             writer.start()
             print(f"bench serving: {CLIENTS} clients for {duration:.0f} s ...", flush=True)
-            if shutil.which("wrk"):
-                load_generator = "wrk"
-                api = _wrk(url, duration, CLIENTS)
-            else:
-                print("bench serving: no wrk (make bench installs it); a Python client")
-                latencies, errors = asyncio.run(_load(url, duration, CLIENTS))
-                load_generator = "python asyncio"
-                api = {
-                    **_percentiles(latencies),
-                    "requests_per_s": len(latencies) / duration,
-                    "requests": len(latencies),
-                    "errors": errors,
-                }
+            load_generator, api = _api_load(url, duration)
             checked = httpx.get(f"{url}/api/v1/ctr", params=dashboard_params(),
                                 headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
             if checked.status_code != 200 or not checked.json()["rows"]:
@@ -357,10 +377,7 @@ def main(events: int | None = None) -> dict[str, object]:
             server.terminate()
             server.wait(timeout=30)
         api["speed_commits_during_run"] = writer.commits
-        for line in metrics.splitlines():
-            if line.startswith("ctr_api_cache_") and "_created" not in line and "#" not in line:
-                name, value = line.split()
-                api[name.removeprefix("ctr_api_")] = float(value)
+        api.update(_cache_metrics(metrics))
         print(f"bench serving: the floor, in-process DuckDB, {CLIENTS} threads ...", flush=True)
         floor = _floor(lake, duration, CLIENTS)
     result: dict[str, object] = {

@@ -8,6 +8,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 import pyarrow as pa
 from deltalake import write_deltalake
@@ -27,24 +28,28 @@ def minute(n: int) -> dt.datetime:
     return T0 + dt.timedelta(minutes=n)
 
 
-def ctr_row(
-    at: dt.datetime,
-    impressions: int,
-    clicks: int,
-    *,
-    campaign: str = "cmp-1",
-    ad: str = "ad-1",
-    site: str = "site-1",
-    country: str = "US",
-    device: str = "mobile",
-) -> dict[str, object]:
-    return dict(
-        zip(
-            ("bucket_start", *DIMENSIONS, "impressions", "clicks"),
-            (at, campaign, ad, site, country, device, impressions, clicks),
-            strict=True,
-        )
-    )
+# ctr_row's dimensions, by keyword, with their defaults, in the order of DIMENSIONS.
+ROW_DIMENSIONS: Final = {
+    "campaign": "cmp-1",
+    "ad": "ad-1",
+    "site": "site-1",
+    "country": "US",
+    "device": "mobile",
+}
+
+
+def ctr_row(at: dt.datetime, impressions: int, clicks: int, **dimensions: str) -> dict[str, object]:
+    """A ctr view row; ``dimensions`` (keywords of :data:`ROW_DIMENSIONS`) replace defaults."""
+    unknown = dimensions.keys() - ROW_DIMENSIONS.keys()
+    if unknown:
+        raise TypeError(f"ctr_row() got unknown dimension(s) {', '.join(sorted(unknown))}")
+    values = {**ROW_DIMENSIONS, **dimensions}.values()
+    return {
+        "bucket_start": at,
+        **dict(zip(DIMENSIONS, values, strict=True)),
+        "impressions": impressions,
+        "clicks": clicks,
+    }
 
 
 def write(
