@@ -6,20 +6,21 @@ import random
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.console import console, fail, progress_bar
-from ingest.ground_truth import GroundTruth
-from ingest.producer import DeliveryStats, EventProducer, TopicMissingError
-from ingest.replay import replay as replay_file
-from ingest.send_loop import Pacing, ProduceSummary
-from ingest.send_loop import produce as produce_records
-from ingest.traffic import TrafficConfig, TrafficGenerator
 from runtime.kafka_settings import KafkaSettings
 from runtime.shutdown import StopRequest
-from runtime.topics import KafkaUnavailableError
+
+# The producer and the generators (confluent_kafka, msgspec) are imported where a command runs
+# them: `ctr --help` loads no engine.
+if TYPE_CHECKING:
+    from ingest.ground_truth import GroundTruth
+    from ingest.producer import DeliveryStats, EventProducer
+    from ingest.send_loop import Pacing, ProduceSummary
+    from ingest.traffic import TrafficConfig
 
 DEFAULT_CLOCK_RATE = 1000.0
 
@@ -37,6 +38,9 @@ def _parse_time(value: str | None, option: str) -> int | None:
 
 
 def _open_producer(validate_records: bool = True) -> EventProducer:
+    from ingest.producer import EventProducer, TopicMissingError
+    from runtime.topics import KafkaUnavailableError
+
     producer = EventProducer(KafkaSettings(), validate_records=validate_records)
     try:
         producer.check_ready()
@@ -116,6 +120,10 @@ def produce(
     Runs until --events, --duration or Ctrl-C; either way it flushes and reports what was
     delivered. Malformed records go to the dead-letter topic with their reason.
     """
+    from ingest.ground_truth import GroundTruth
+    from ingest.send_loop import Pacing
+    from ingest.traffic import TrafficConfig
+
     seed = _seed(seed)
     events_per_second = rate or clock_rate
     start_ms = _start_ms(start, events, paced=rate is not None, per_second=events_per_second)
@@ -172,6 +180,9 @@ def _send_traffic(
     truth: GroundTruth | None,
 ) -> ProduceSummary:
     """The generated traffic into ``producer``, with a progress bar, until done or Ctrl-C."""
+    from ingest.send_loop import produce as produce_records
+    from ingest.traffic import TrafficGenerator
+
     with (
         StopRequest() as stop,
         producer,
@@ -225,6 +236,8 @@ def replay(
 
     Invalid lines go to the dead-letter topic with their reason and FILE:LINE.
     """
+    from ingest.replay import replay as replay_file
+
     if not file.is_file():
         raise typer.BadParameter(f"no such file: {file}", param_hint="FILE")
     producer = _open_producer()

@@ -1,0 +1,45 @@
+"""The house rules that keep the layout one-way and the command line light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+ENGINES = ("pyspark", "duckdb", "deltalake", "confluent_kafka", "fastapi", "airflow")
+COMMANDS = [
+    [],
+    ["kafka"],
+    ["kafka", "up"],
+    ["produce"],
+    ["replay"],
+    ["archive"],
+    ["batch"],
+    ["backfill"],
+    ["speed"],
+    ["speed", "status"],
+    ["serve"],
+    ["sql"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(["ctr", *c]))
+def test_help_imports_no_engine(command: list[str]) -> None:
+    script = (
+        "import sys\n"
+        f"sys.argv = ['ctr', *{command!r}, '--help']\n"
+        "from cli.main import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code\n"
+        f"loaded = sorted(e for e in {ENGINES!r} if e in sys.modules)\n"
+        "print('engines:', ','.join(loaded))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout
+    assert done.stdout.splitlines()[-1] == "engines: "
