@@ -1,10 +1,12 @@
-"""Read a whole topic back, by explicit offsets up to its verified end (test support)."""
+"""Read a whole topic back, by explicit offsets up to its verified end, and where the archiver
+put each record (test support)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
+import pyarrow as pa
 from confluent_kafka import TopicPartition
 
 from runtime.kafka_settings import KafkaSettings
@@ -58,3 +60,11 @@ def read_topic(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> 
     if remaining:
         raise AssertionError(f"timed out reading {topic}: still missing {remaining}")
     return records
+
+
+def coordinates(archived: pa.Table) -> list[tuple[int, int]]:
+    """(partition, offset) of each row of an archived table (master/events, master/rejected),
+    to compare with the records :func:`read_topic` returns."""
+    partitions = archived.column("kafka_partition").to_pylist()
+    offsets = archived.column("kafka_offset").to_pylist()
+    return list(zip(partitions, offsets, strict=True))

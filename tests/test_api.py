@@ -323,8 +323,11 @@ def test_concurrent_first_requests_of_a_new_version_all_succeed(
 ) -> None:
     # A fresh server: each table version's derived relations are built on first use, by
     # whichever of these requests gets there first.
-    queries = [{**RANGE, "granularity": g, "group_by": by} for g in ("minute", "hour", "day")
-               for by in ("campaign_id", "country", "device_type")]  # fmt: skip
+    queries = [
+        {**RANGE, "granularity": g, "group_by": by}
+        for g in ("minute", "hour", "day")
+        for by in ("campaign_id", "country", "device_type")
+    ]
     for url in serve(ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0), lake):
         with (
             httpx.Client(base_url=url, headers=AUTH) as http,

@@ -18,12 +18,16 @@ from master_dataset.archiver import run
 from master_dataset.settings import ArchiverSettings
 from runtime.kafka_settings import KafkaSettings
 from tests import faults
-from tests.consume import read_topic
+from tests.consume import coordinates, read_topic
 
 
 def _produce_mixed(topics: KafkaSettings, n: int, seed: int) -> ProduceSummary:
-    config = TrafficConfig(seed=seed, start_ms=int(time.time() * 1000) - n,
-                           duplicate_fraction=0.02, malformed_fraction=0.05)  # fmt: skip
+    config = TrafficConfig(
+        seed=seed,
+        start_ms=int(time.time() * 1000) - n,
+        duplicate_fraction=0.02,
+        malformed_fraction=0.05,
+    )
     with EventProducer(topics, validate_records=False) as producer:  # malformed reach the topic
         return produce(TrafficGenerator(config), producer, limit=n)
 
@@ -38,15 +42,9 @@ def _archived(lake: LakeSettings) -> tuple[pa.Table, pa.Table]:
 def _assert_exactly_once(topics: KafkaSettings, lake: LakeSettings) -> tuple[int, int]:
     records = {(r.partition, r.offset): r for r in read_topic(topics, topics.topic)}
     events, rejected = _archived(lake)
-    coordinates = list(
-        zip(events.column("kafka_partition").to_pylist(), events.column("kafka_offset").to_pylist(),
-            strict=True)
-    ) + list(
-        zip(rejected.column("kafka_partition").to_pylist(),
-            rejected.column("kafka_offset").to_pylist(), strict=True)
-    )  # fmt: skip
-    assert len(coordinates) == len(set(coordinates)), "a record was archived twice"
-    assert set(coordinates) == set(records), "a record is missing"
+    archived = coordinates(events) + coordinates(rejected)
+    assert len(archived) == len(set(archived)), "a record was archived twice"
+    assert set(archived) == set(records), "a record is missing"
     for row in rejected.to_pylist():
         original = records[(row["kafka_partition"], row["kafka_offset"])]
         assert row["value"] == original.value  # raw bytes kept
@@ -61,8 +59,7 @@ def test_available_now_archives_every_record_once(
 ) -> None:
     summary = _produce_mixed(topics, 3000, seed=21)
     settings = ArchiverSettings(max_offsets_per_trigger=1000)
-    archived = run(spark, kafka=topics, lake=lake,
-                   settings=settings, available_now=True)  # fmt: skip
+    archived = run(spark, kafka=topics, lake=lake, settings=settings, available_now=True)
     assert archived == 3000
     events, rejected = _assert_exactly_once(topics, lake)
     assert (events, rejected) == (summary.events + summary.duplicates, summary.malformed)
@@ -77,8 +74,7 @@ def test_available_now_archives_every_record_once(
 
     # Nothing new: a second run archives nothing and commits nothing.
     version = table.version()
-    assert run(spark, kafka=topics, lake=lake,
-               settings=settings, available_now=True) == 0  # fmt: skip
+    assert run(spark, kafka=topics, lake=lake, settings=settings, available_now=True) == 0
     assert DeltaTable(lake.events).version() == version
 
 

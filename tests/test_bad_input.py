@@ -192,8 +192,9 @@ def test_every_bad_record_is_dead_lettered_or_quarantined_with_its_reason(
     # 2. The archiver: every record of the topic in exactly one table, exactly once.
     on_topic = read_topic(topics, topics.topic)
     assert len(on_topic) == len(BAD) + 2 * len(VALID) + 1
-    archived = run_archiver(spark, kafka=topics, lake=lake,
-                            settings=ArchiverSettings(), available_now=True)  # fmt: skip
+    archived = run_archiver(
+        spark, kafka=topics, lake=lake, settings=ArchiverSettings(), available_now=True
+    )
     assert archived == len(on_topic)
     rejected = DeltaTable(lake.rejected).to_pyarrow_table().to_pylist()
     events = DeltaTable(lake.events).to_pyarrow_table()
@@ -213,13 +214,11 @@ def test_every_bad_record_is_dead_lettered_or_quarantined_with_its_reason(
     expected_ids = [_event_id(v) for v in VALID.values()]
     expected_ids += [f"p-{i}" for i in expected_ids]
     assert sorted(events.column("event_id").to_pylist()) == sorted(expected_ids)
-    countries = dict(zip(events.column("event_id").to_pylist(),
-                         events.column("country").to_pylist(), strict=True))  # fmt: skip
+    countries = {row["event_id"]: row["country"] for row in events.to_pylist()}
     assert countries["evt-121"] == "DE"  # a repeated key: the last occurrence wins
 
     # 3. The speed layer reads the same topic, skips and counts the bad records.
-    run_speed(spark, kafka=topics, lake=lake,
-              settings=SpeedSettings(), available_now=True)  # fmt: skip
+    run_speed(spark, kafka=topics, lake=lake, settings=SpeedSettings(), available_now=True)
     status = read_status(lake)
     assert status is not None
     assert status["invalid_records_total"] == len(BAD) + 1
@@ -273,10 +272,15 @@ def test_metrics_leave_out_the_dlq_depth_when_kafka_is_unreachable(
 
 def _progress(batch_id: int, invalid: int) -> StreamProgress:
     return StreamProgress(
-        batch_id=batch_id, input_rows=10, input_rows_per_second=1.0,
-        processed_rows_per_second=1.0, batch_duration_ms=5, watermark=None,
-        offsets_behind=0, metrics={"speed.invalid": invalid},
-    )  # fmt: skip
+        batch_id=batch_id,
+        input_rows=10,
+        input_rows_per_second=1.0,
+        processed_rows_per_second=1.0,
+        batch_duration_ms=5,
+        watermark=None,
+        offsets_behind=0,
+        metrics={"speed.invalid": invalid},
+    )
 
 
 def test_speed_status_keeps_a_running_total_of_invalid_records(lake: LakeSettings) -> None:

@@ -58,9 +58,14 @@ def _write(results: Path, name: str, payload: dict[str, Any]) -> None:
 def test_each_benchmark_has_its_headline_and_goal() -> None:
     rows = {
         name: report.summarize(name, result)
-        for name, result in [("ingest", INGEST), ("archive", ARCHIVE), ("batch", BATCH),
-                             ("speed", SPEED), ("serving", SERVING)]
-    }  # fmt: skip
+        for name, result in [
+            ("ingest", INGEST),
+            ("archive", ARCHIVE),
+            ("batch", BATCH),
+            ("speed", SPEED),
+            ("serving", SERVING),
+        ]
+    }
     assert rows["ingest"].measured.startswith("440,941 events/s")
     assert (rows["ingest"].ratio, rows["ingest"].met) == ("0.74", True)
     assert "3 brokers, acks=all: 200,000 events/s (kcat 250,000, ratio 0.80)" in (

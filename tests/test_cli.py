@@ -76,15 +76,26 @@ def test_speed_status_reads_the_jobs_status_file(tmp_path: Path) -> None:
     assert "has not run" in missing.output
 
     progress = StreamProgress(
-        batch_id=7, input_rows=5000, input_rows_per_second=5012.5,
-        processed_rows_per_second=6100.0, batch_duration_ms=820, offsets_behind=130,
-        watermark=dt.datetime(2026, 11, 22, 9, 50, tzinfo=dt.UTC), metrics={"speed.invalid": 3},
-    )  # fmt: skip
+        batch_id=7,
+        input_rows=5000,
+        input_rows_per_second=5012.5,
+        processed_rows_per_second=6100.0,
+        batch_duration_ms=820,
+        offsets_behind=130,
+        watermark=dt.datetime(2026, 11, 22, 9, 50, tzinfo=dt.UTC),
+        metrics={"speed.invalid": 3},
+    )
     write_status(LakeSettings(checkpoint_root=tmp_path), progress)
     shown = runner.invoke(app, ["speed", "status"], env=env)
     assert shown.exit_code == 0, shown.output
-    for words in ("last batch     7", "5,012 rows/s", "820 ms", "offsets behind 130",
-                  "2026-11-22T09:50:00+00:00", "3 in the last batch"):  # fmt: skip
+    for words in (
+        "last batch     7",
+        "5,012 rows/s",
+        "820 ms",
+        "offsets behind 130",
+        "2026-11-22T09:50:00+00:00",
+        "3 in the last batch",
+    ):
         assert words in shown.output
     raw = runner.invoke(app, ["speed", "status", "--json"], env=env)
     assert json.loads(raw.output)["offsets_behind"] == 130

@@ -51,8 +51,9 @@ def ids(path: Path) -> list[int]:
 
 def fresh_topic(kafka: KafkaSettings, partitions: int = 1) -> KafkaSettings:
     name = f"connectors-{uuid.uuid4().hex[:8]}"
-    topic = kafka.model_copy(update={"topic": name, "dlq_topic": f"{name}-dlq",
-                                     "topic_partitions": partitions})  # fmt: skip
+    topic = kafka.model_copy(
+        update={"topic": name, "dlq_topic": f"{name}-dlq", "topic_partitions": partitions}
+    )
     ensure_topics(topic)
     return topic
 
@@ -207,9 +208,13 @@ def test_every_micro_batch_keeps_to_the_read_limit(
     batches: list[StreamProgress] = []
     settings = ArchiverSettings(max_offsets_per_trigger=100)
     archived = run_archiver(
-        spark, kafka=topic, lake=lake, settings=settings, available_now=True,
+        spark,
+        kafka=topic,
+        lake=lake,
+        settings=settings,
+        available_now=True,
         on_progress=batches.append,
-    )  # fmt: skip
+    )
     assert archived == 250  # AvailableNow: everything there when it started, then it stops
     sizes = [b.input_rows for b in batches if b.input_rows]
     assert sum(sizes) == 250

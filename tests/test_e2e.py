@@ -78,8 +78,12 @@ def _sql_totals(url: str, start: dt.datetime, end: dt.datetime) -> tuple[int, in
         f"WHERE bucket_start >= TIMESTAMPTZ '{start.isoformat()}' "
         f"AND bucket_start < TIMESTAMPTZ '{end.isoformat()}'"
     )
-    response = httpx.post(f"{url}/api/v1/sql", json={"sql": sql},
-                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)  # fmt: skip
+    response = httpx.post(
+        f"{url}/api/v1/sql",
+        json={"sql": sql},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=60,
+    )
     assert response.status_code == 200, response.text
     impressions, clicks = response.json()["rows"][0]
     return int(impressions or 0), int(clicks or 0)
@@ -96,8 +100,14 @@ def _topic_counts(topics: KafkaSettings) -> tuple[Counter[tuple[Key, str]], int]
         if not isinstance(event, Event):
             invalid += 1
             continue
-        key = (event.event_time - event.event_time % 60_000, event.campaign_id, event.ad_id,
-               event.site_id, event.country, event.device_type)  # fmt: skip
+        key = (
+            event.event_time - event.event_time % 60_000,
+            event.campaign_id,
+            event.ad_id,
+            event.site_id,
+            event.country,
+            event.device_type,
+        )
         counts[(key, event.event_type)] += 1
     return counts, invalid
 
@@ -123,13 +133,19 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
     # event time), with duplicates, late events (10 min to 3 h old) and malformed records.
     start = _hour_floor(dt.datetime.now(dt.UTC)) - 3 * HOUR
     truth_file = tmp_path / "truth.csv"
+    traffic = (
+        "--events 6000 --seed 42 --clock-rate 1 --duplicates 0.03 --late 0.05 --malformed 0.02 "
+        "--campaigns 3 --sites 4 --skip-validation"
+    )
+    options = [*traffic.split(), "--start", start.isoformat(), "--ground-truth", str(truth_file)]
     produced = subprocess.run(
-        [CTR, "produce", "--events", "6000", "--seed", "42", "--start", start.isoformat(),
-         "--clock-rate", "1", "--duplicates", "0.03", "--late", "0.05", "--malformed", "0.02",
-         "--campaigns", "3", "--sites", "4", "--skip-validation",
-         "--ground-truth", str(truth_file)],
-        env=kafka_env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [CTR, "produce", *options],
+        env=kafka_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert produced.returncode == 0, produced.stderr[-2000:]
     truth = read_csv(truth_file)
     on_topic, invalid = _topic_counts(topics)
@@ -142,21 +158,19 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
         ArchiverSettings(max_offsets_per_trigger=2500),
         SpeedSettings(max_offsets_per_trigger=1000),
     )
-    run_archiver(spark, kafka=topics, lake=lake,
-                 settings=archiver, available_now=True)  # fmt: skip
-    run_speed(spark, kafka=topics, lake=lake,
-              settings=speed_job, available_now=True)  # fmt: skip
+    run_archiver(spark, kafka=topics, lake=lake, settings=archiver, available_now=True)
+    run_speed(spark, kafka=topics, lake=lake, settings=speed_job, available_now=True)
     assert DeltaTable(lake.rejected).count() == invalid
 
     # 3. The batch layer covers everything up to one hour after the traffic started.
     first_hour = start + HOUR
-    run_batch(spark, Interval(start - 4 * HOUR, first_hour), lake=lake)  # fmt: skip
+    run_batch(spark, Interval(start - 4 * HOUR, first_hour), lake=lake)
     window = (start - 4 * HOUR, start + 2 * HOUR)
     cutoff_ms = int(first_hour.timestamp() * 1000)
     truth_keys = {k for k, (i, c) in truth.items() if i or c}
 
-    with running_api(ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0),
-                     lake) as url:  # fmt: skip
+    api = ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0)
+    with running_api(api, lake) as url:
         rows = _api_rows(url, *window)
         covered = {k: r for k, r in rows.items() if k[0] < cutoff_ms}
         speed = {k: r for k, r in rows.items() if k[0] >= cutoff_ms}
@@ -199,7 +213,7 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
         assert _sql_totals(url, *window) == (api_impressions, api_clicks)
 
         # 4. The batch layer covers the rest: the whole range is exact.
-        run_batch(spark, Interval(first_hour, window[1]), lake=lake)  # fmt: skip
+        run_batch(spark, Interval(first_hour, window[1]), lake=lake)
         rows = _api_rows(url, *window)
         assert {r["source"] for r in rows.values()} == {"batch"}
         assert {k: (r["impressions"], r["clicks"]) for k, r in rows.items()} == {

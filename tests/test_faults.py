@@ -6,6 +6,7 @@ all of them longer.)"""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import random
 import signal
@@ -59,14 +60,23 @@ def _events(n: int, seed: int, first_offset: int) -> pa.Table:
         when = T0 + dt.timedelta(seconds=rng.randrange(3600))
         rows.append(
             {
-                "event_id": f"s{seed}-{i}", "event_type": "click" if i % 10 == 0 else "impression",
-                "event_time": when, "impression_id": f"i{seed}-{i}", "ad_id": f"ad-{i % 4}",
-                "campaign_id": "cmp-1", "site_id": "site-1", "country": "US",
-                "device_type": "mobile", "user_id": "u", "schema_version": 1,
-                "event_date": when.date(), "kafka_partition": 0,
-                "kafka_offset": first_offset + i, "ingest_time": when,
+                "event_id": f"s{seed}-{i}",
+                "event_type": "click" if i % 10 == 0 else "impression",
+                "event_time": when,
+                "impression_id": f"i{seed}-{i}",
+                "ad_id": f"ad-{i % 4}",
+                "campaign_id": "cmp-1",
+                "site_id": "site-1",
+                "country": "US",
+                "device_type": "mobile",
+                "user_id": "u",
+                "schema_version": 1,
+                "event_date": when.date(),
+                "kafka_partition": 0,
+                "kafka_offset": first_offset + i,
+                "ingest_time": when,
             }
-        )  # fmt: skip
+        )
     return pa.Table.from_pylist(rows, schema=EVENTS_SCHEMA)
 
 
@@ -97,9 +107,12 @@ def _kill_batch_at(step: str, lake: LakeSettings, env: dict[str, str]) -> None:
     """Run `ctr batch` for INTERVAL and SIGKILL it (driver and JVM) once it prints ``step``."""
     with subprocess.Popen(
         [CTR, "batch", "--start", INTERVAL.start.isoformat(), "--end", INTERVAL.end.isoformat()],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
-    ) as process:  # fmt: skip
+    ) as process:
         assert process.stderr is not None
         for line in process.stderr:
             if step in line:
@@ -117,8 +130,12 @@ def test_a_batch_job_killed_mid_write_leaves_the_old_state_or_the_new_one(
 ) -> None:
     lake, old, version = rewritten_lake
     covered_before = _coverage_versions(lake)
-    env = {**os.environ, "LAKE_ROOT": str(lake.lake_root), "COLUMNS": "200",
-           "SPARK_SHUFFLE_PARTITIONS": "2"}  # fmt: skip
+    env = {
+        **os.environ,
+        "LAKE_ROOT": str(lake.lake_root),
+        "COLUMNS": "200",
+        "SPARK_SHUFFLE_PARTITIONS": "2",
+    }
     seen_after_data_commit = []
     # While the view's files are written, then between the view's commit and the coverage row.
     for step in ["replacing", "recording coverage"] * faults.ROUNDS:
@@ -179,8 +196,9 @@ def test_the_api_never_serves_half_a_rewrite(
     new_per_ad = _per_ad(_view(lake))
     assert not errors
     assert old_per_ad != new_per_ad
-    seen = Counter("old" if a == old_per_ad else "new" if a == new_per_ad else "mixed"
-                   for a in answers)  # fmt: skip
+    seen = Counter(
+        "old" if a == old_per_ad else "new" if a == new_per_ad else "mixed" for a in answers
+    )
     assert seen["mixed"] == 0, "a response mixed the old and the new rows"
     assert seen["old"] > 0
     assert seen["new"] > 0
@@ -204,46 +222,52 @@ def test_a_broker_that_lost_its_log_is_reported_not_skipped(
     )
 
     def send(n: int) -> None:
-        event = {"event_type": "impression", "event_time": 1_790_000_000_000,
-                 "impression_id": "i", "ad_id": "a", "campaign_id": "c", "site_id": "s",
-                 "country": "US", "device_type": "mobile", "user_id": "u",
-                 "schema_version": 1}  # fmt: skip
+        event = {
+            "event_type": "impression",
+            "event_time": 1_790_000_000_000,
+            "impression_id": "i",
+            "ad_id": "a",
+            "campaign_id": "c",
+            "site_id": "s",
+            "country": "US",
+            "device_type": "mobile",
+            "user_id": "u",
+            "schema_version": 1,
+        }
         with EventProducer(kafka) as producer:
-            producer.send_many([(orjson.dumps({**event, "event_id": f"e{i}"}), b"k")
-                                for i in range(n)])  # fmt: skip
+            producer.send_many(
+                [(orjson.dumps({**event, "event_id": f"e{i}"}), b"k") for i in range(n)]
+            )
+
+    # Each job reads what the topic holds and stops: how many records it read.
+    archive = functools.partial(run_archiver, spark, kafka=kafka, lake=lake, available_now=True)
+    speed = functools.partial(run_speed, spark, kafka=kafka, lake=lake, available_now=True)
 
     broker.start()
     try:
         ensure_topics(kafka)
         send(20)
-        assert run_archiver(spark, kafka=kafka, lake=lake,
-                            available_now=True) == 20  # fmt: skip
-        assert run_speed(spark, kafka=kafka, lake=lake,
-                         available_now=True) == 20  # fmt: skip
+        assert archive() == 20
+        assert speed() == 20
         broker.stop(delete_data=True)  # the log is gone (a new cluster on the same address)
         broker.start()
         ensure_topics(kafka)
         send(3)
-        for job in (run_archiver, run_speed):
+        for job in (archive, speed):
             with pytest.raises(RuntimeError, match="lost records") as caught:
-                job(spark, kafka=kafka, lake=lake,
-                    available_now=True)  # fmt: skip
+                job()
             assert "failOnDataLoss=false" in str(caught.value)  # (the timeout catches a hang)
         assert DeltaTable(lake.events).count() == 20  # nothing skipped silently
         # Told to skip what is lost, both go on from where the log is now. Spark's kafka source
         # cannot tell the new log's first offsets from the lost ones below its checkpoint: the
         # 3 records sent before are skipped too (and reported in the log), later ones are read.
-        archiver = ArchiverSettings(fail_on_data_loss=False)
-        speed = SpeedSettings(fail_on_data_loss=False)
-        assert run_archiver(spark, kafka=kafka, lake=lake, settings=archiver,
-                            available_now=True) == 0  # fmt: skip
-        assert run_speed(spark, kafka=kafka, lake=lake, settings=speed,
-                         available_now=True) == 0  # fmt: skip
+        skip_archiver = ArchiverSettings(fail_on_data_loss=False)
+        skip_speed = SpeedSettings(fail_on_data_loss=False)
+        assert archive(settings=skip_archiver) == 0
+        assert speed(settings=skip_speed) == 0
         send(5)
-        assert run_archiver(spark, kafka=kafka, lake=lake, settings=archiver,
-                            available_now=True) == 5  # fmt: skip
-        assert run_speed(spark, kafka=kafka, lake=lake, settings=speed,
-                         available_now=True) == 5  # fmt: skip
+        assert archive(settings=skip_archiver) == 5
+        assert speed(settings=skip_speed) == 5
     finally:
         broker.stop(delete_data=True)
     assert DeltaTable(lake.events).count() == 25

@@ -205,13 +205,24 @@ def test_replay_preserves_event_time_and_dead_letters_bad_lines(
     assert dead["events.csv:3"].headers[REASON_HEADER].startswith(b"event_time:")
 
 
+def ctr_produce(
+    env: dict[str, str], options: list[str], timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run `ctr produce` with ``options`` to its end (its output as text)."""
+    return subprocess.run(
+        [CTR, "produce", *options],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def test_produce_command_writes_ground_truth(kafka_env: dict[str, str], tmp_path: Path) -> None:
     truth = tmp_path / "truth.csv"
-    done = subprocess.run(
-        [CTR, "produce", "--events", "3000", "--seed", "1", "--malformed", "0.05",
-         "--ground-truth", str(truth)],
-        env=kafka_env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    sample = ["--events", "3000", "--seed", "1", "--malformed", "0.05"]
+    done = ctr_produce(kafka_env, [*sample, "--ground-truth", str(truth)], timeout_s=120)
     assert done.returncode == 0, done.stderr
     assert "sent 3,000 records" in done.stderr
     assert "0 failed" in done.stderr
@@ -224,10 +235,7 @@ def test_produce_command_writes_ground_truth(kafka_env: dict[str, str], tmp_path
 
 def test_produce_fails_fast_when_the_broker_is_unreachable(tmp_path: Path) -> None:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
-    done = subprocess.run(
-        [CTR, "produce", "--events", "10"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = ctr_produce(env, ["--events", "10"])
     assert done.returncode != 0
     assert "no Kafka broker answered at 127.0.0.1:" in done.stderr
     assert "Traceback" not in done.stderr
@@ -239,10 +247,7 @@ def test_produce_fails_clearly_when_the_topic_is_missing(kafka: KafkaSettings) -
         "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
         "KAFKA_TOPIC": "no-such-topic",
     }
-    done = subprocess.run(
-        [CTR, "produce", "--events", "10"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = ctr_produce(env, ["--events", "10"])
     assert done.returncode != 0
     assert "no-such-topic" in done.stderr
     assert "ctr kafka create-topics" in done.stderr
@@ -254,8 +259,10 @@ def test_sigterm_stops_produce_cleanly_and_loses_nothing(kafka_env: dict[str, st
     )
     with subprocess.Popen(
         [CTR, "produce", "--rate", "2000", "--seed", "2"],
-        env=kafka_env, stderr=subprocess.PIPE, text=True,
-    ) as process:  # fmt: skip
+        env=kafka_env,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             offsets = partition_offsets(settings, [(settings.topic, p) for p in range(6)])

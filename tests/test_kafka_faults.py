@@ -27,7 +27,7 @@ from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import admin_client, ensure_topics
 from tests import faults
-from tests.consume import read_topic
+from tests.consume import coordinates, read_topic
 
 pytestmark = pytest.mark.faults
 
@@ -73,15 +73,17 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         )
         log = (tmp_path / "archiver.log").open("w")
         archiver = subprocess.Popen(
-            [CTR, "archive"], env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+            [CTR, "archive"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         events = 4000 * faults.ROUNDS
+        options = f"--events {events} --rate 400 --seed 3 --duplicates 0 --late 0.02"
         producer = subprocess.Popen(
-            [CTR, "produce", "--events", str(events), "--rate", "400", "--seed", "3",
-             "--duplicates", "0", "--late", "0.02"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [CTR, "produce", *options.split()],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             wait_until(
                 lambda: (
@@ -111,12 +113,9 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         records = read_topic(kafka, kafka.topic)
         assert len(records) == events
         table = DeltaTable(lake.events).to_pyarrow_table()
-        coordinates = list(
-            zip(table.column("kafka_partition").to_pylist(),
-                table.column("kafka_offset").to_pylist(), strict=True)
-        )  # fmt: skip
-        assert len(coordinates) == len(set(coordinates)) == events, "by partition and offset"
-        assert set(coordinates) == {(r.partition, r.offset) for r in records}
+        archived = coordinates(table)
+        assert len(archived) == len(set(archived)) == events, "by partition and offset"
+        assert set(archived) == {(r.partition, r.offset) for r in records}
         ids = table.column("event_id").to_pylist()
         assert len(set(ids)) == len(ids) == events, "by event id"
 

@@ -53,8 +53,9 @@ class FakeClient:
         self.room = room
         self.stuck = False
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                headers: Any = None) -> None:  # fmt: skip
+    def produce(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, headers: Any = None
+    ) -> None:
         if len(self.queue) >= self.room:
             raise BufferError("queue full")
         if value is not None and len(value) > 10_000:

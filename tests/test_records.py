@@ -15,12 +15,19 @@ YEAR_MS = 365 * 86_400_000
 def _event(event_time_ms: int, n: int) -> bytes:
     return orjson.dumps(
         {
-            "event_id": f"e{n}", "event_type": "impression", "event_time": event_time_ms,
-            "impression_id": f"i{n}", "ad_id": "ad-001-01", "campaign_id": "cmp-001",
-            "site_id": "site-0001", "country": "US", "device_type": "mobile", "user_id": "u1",
+            "event_id": f"e{n}",
+            "event_type": "impression",
+            "event_time": event_time_ms,
+            "impression_id": f"i{n}",
+            "ad_id": "ad-001-01",
+            "campaign_id": "cmp-001",
+            "site_id": "site-0001",
+            "country": "US",
+            "device_type": "mobile",
+            "user_id": "u1",
             "schema_version": 1,
         }
-    )  # fmt: skip
+    )
 
 
 def _kafka_batch(records: list[tuple[bytes, int | None]]) -> pa.RecordBatch:

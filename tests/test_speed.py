@@ -30,6 +30,7 @@ from speed_layer.job import SpeedStateError, reset, run
 from speed_layer.settings import SpeedSettings
 from tests import faults
 from tests.consume import read_topic
+from views.columns import DIMENSIONS
 from views.ctr import ctr as the_view
 
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
@@ -87,8 +88,7 @@ def run_until_caught_up(
     lake: LakeSettings,
     settings: SpeedSettings = SETTINGS,
 ) -> int:
-    return run(spark, kafka=topics, lake=lake,
-               settings=settings, available_now=True)  # fmt: skip
+    return run(spark, kafka=topics, lake=lake, settings=settings, available_now=True)
 
 
 def test_clean_input_gives_exact_counts(
@@ -154,9 +154,13 @@ def test_events_later_than_the_watermark_are_dropped_and_counted(
 
     # Stop once every batch that wrote the 6 events has also reported its progress.
     seen = run(
-        spark, kafka=topics, lake=lake, settings=SETTINGS, on_progress=after_batch,
+        spark,
+        kafka=topics,
+        lake=lake,
+        settings=SETTINGS,
+        on_progress=after_batch,
         should_stop=lambda: sent_late and reported >= 6 and _caught_up(lake, 6),
-    )  # fmt: skip
+    )
     assert seen == 6
     assert speed_rows(lake) == [
         (at(20), "ad-1", 1, 0),
@@ -234,8 +238,7 @@ def _exact_counts(topics: KafkaSettings) -> Counter[tuple[object, ...]]:
         result = validate(record.value, int(time.time() * 1000))
         if isinstance(result, Event):
             bucket = result.event_time // 60_000 * 60_000
-            key = (bucket, result.campaign_id, result.ad_id, result.site_id, result.country,
-                   result.device_type)  # fmt: skip
+            key = (bucket, *(getattr(result, name) for name in DIMENSIONS))
             counts[(*key, result.event_type)] += 1
     return counts
 
@@ -258,8 +261,7 @@ def test_sigkill_and_restart_never_count_a_bucket_twice(
     table = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table().to_pylist()
     got: Counter[tuple[object, ...]] = Counter()
     for r in table:
-        key = (int(r["bucket_start"].timestamp() * 1000), r["campaign_id"], r["ad_id"],
-               r["site_id"], r["country"], r["device_type"])  # fmt: skip
+        key = (int(r["bucket_start"].timestamp() * 1000), *(r[name] for name in DIMENSIONS))
         got[(*key, "impression")] += r["impressions"]
         got[(*key, "click")] += r["clicks"]
     got = +got  # drop zero counts

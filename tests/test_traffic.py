@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,13 @@ def take(config: TrafficConfig, n: int) -> list[Record]:
 
 
 def test_a_seed_and_start_fix_the_stream() -> None:
-    config = TrafficConfig(seed=11, start_ms=START_MS, duplicate_fraction=0.1,
-                           late_fraction=0.1, malformed_fraction=0.1)  # fmt: skip
+    config = TrafficConfig(
+        seed=11,
+        start_ms=START_MS,
+        duplicate_fraction=0.1,
+        late_fraction=0.1,
+        malformed_fraction=0.1,
+    )
     first = [r.value for r in take(config, 3000)]
     assert first == [r.value for r in take(config, 3000)]
     assert first != [r.value for r in take(config.with_seed(12), 3000)]
@@ -34,6 +40,7 @@ def test_events_are_valid_and_clicks_follow_their_impression() -> None:
     records = take(TrafficConfig(seed=1, start_ms=START_MS, late_fraction=0.2), 30_000)
     impressions: dict[str, Event] = {}
     clicks = 0
+    placement = operator.attrgetter("ad_id", "site_id", "country")  # a click's is its impression's
     for record in records:
         event = validate(record.value, START_MS + 10**8)
         assert isinstance(event, Event)
@@ -44,9 +51,7 @@ def test_events_are_valid_and_clicks_follow_their_impression() -> None:
             clicks += 1
             impression = impressions[event.impression_id]  # emitted earlier
             assert impression.event_time < event.event_time
-            assert (impression.ad_id, impression.site_id, impression.country) == (
-                event.ad_id, event.site_id, event.country,
-            )  # fmt: skip
+            assert placement(impression) == placement(event)
             assert record.emit_ms >= impression.event_time
     # True CTRs between 0.2 % and 5 %, so overall between those bounds too.
     assert 0.002 < clicks / len(impressions) < 0.05
@@ -100,9 +105,19 @@ def test_bad_configuration_is_refused(field: str, value: float, message: str) ->
 
 def test_ground_truth_counts_per_minute_bucket_and_round_trips(tmp_path: Path) -> None:
     truth = GroundTruth()
-    base = Event(event_id="1", event_type="impression", event_time=0, impression_id="i",
-                 ad_id="a", campaign_id="c", site_id="s", country="US", device_type="mobile",
-                 user_id="u", schema_version=1)  # fmt: skip
+    base = Event(
+        event_id="1",
+        event_type="impression",
+        event_time=0,
+        impression_id="i",
+        ad_id="a",
+        campaign_id="c",
+        site_id="s",
+        country="US",
+        device_type="mobile",
+        user_id="u",
+        schema_version=1,
+    )
     minute = START_MS - START_MS % 60_000
     truth.add(struct_replace(base, event_time=minute))
     truth.add(struct_replace(base, event_id="2", event_time=minute + 59_999))
