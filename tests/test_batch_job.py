@@ -71,15 +71,16 @@ def coverage(lake: LakeSettings) -> list[dict[str, object]]:
 
 
 def test_counts_are_exact_deduplicated_and_bounded(spark: SparkSession, lake: LakeSettings) -> None:
-    archive(spark, lake, [
-        event("a", "impression", at(0)),          # exactly at start: counted
+    rows = [
+        event("a", "impression", at(0)),  # exactly at start: counted
         event("a", "impression", at(0), offset=9),  # the same event again: not counted twice
         event("b", "impression", at(0.5)),
         event("c", "click", at(1)),
         event("d", "impression", at(59.99), ad="ad-2"),
-        event("e", "impression", at(60)),         # exactly at end: not in this interval
-        event("f", "impression", at(-1)),         # before start: not in this interval
-    ])  # fmt: skip
+        event("e", "impression", at(60)),  # exactly at end: not in this interval
+        event("f", "impression", at(-1)),  # before start: not in this interval
+    ]
+    archive(spark, lake, rows)
     result = run(spark, HOUR, lake=lake)
     assert view(lake) == [
         (at(0), "ad-1", 2, 0),
@@ -114,9 +115,7 @@ def test_late_events_count_when_their_interval_is_recomputed_and_reruns_are_iden
 def test_rows_outside_the_interval_are_untouched_and_an_empty_interval_writes_nothing(
     spark: SparkSession, lake: LakeSettings
 ) -> None:
-    archive(spark, lake, [
-        event("a", "impression", at(10)), event("b", "impression", at(70)),
-    ])  # fmt: skip
+    archive(spark, lake, [event("a", "impression", at(10)), event("b", "impression", at(70))])
     run(spark, Interval(at(0), at(120)), lake=lake)
     assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 1, 0)]
     # An hour with no events: no rows, a coverage row saying so, nothing else touched.
@@ -161,27 +160,30 @@ def test_backfill_command_runs_hour_by_hour(spark: SparkSession, lake: LakeSetti
     import subprocess
     import sys
 
-    archive(spark, lake, [
+    rows = [
         event("a", "impression", at(10)),
         event("b", "click", at(70)),
         event("c", "impression", at(155)),  # 12:35, past --to
-    ])  # fmt: skip
+    ]
+    archive(spark, lake, rows)
     env = {**os.environ, "LAKE_ROOT": str(lake.lake_root), "SPARK_MASTER": "local[1]"}
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("ctr")), "backfill",
-         "--from", "2026-11-22T10:00Z", "--to", "2026-11-22T12:30Z"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+
+    def backfill(start: str, end: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(Path(sys.executable).with_name("ctr")), "backfill", "--from", start, "--to", end],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    done = backfill("2026-11-22T10:00Z", "2026-11-22T12:30Z")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "backfilled 3 hour(s)" in done.stderr
     assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 0, 1)]
-    assert [(r["interval_start"], r["interval_end"]) for r in coverage(lake)] == [
-        (at(0), at(60)), (at(60), at(120)), (at(120), at(150)),
-    ]  # fmt: skip
-    bad = subprocess.run(
-        [str(Path(sys.executable).with_name("ctr")), "backfill", "--from", "2026-11-22T12:00Z",
-         "--to", "2026-11-22T11:00Z"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    intervals = [(r["interval_start"], r["interval_end"]) for r in coverage(lake)]
+    assert intervals == [(at(0), at(60)), (at(60), at(120)), (at(120), at(150))]
+    bad = backfill("2026-11-22T12:00Z", "2026-11-22T11:00Z")
     assert bad.returncode == 2
     assert "must be after start" in bad.stderr

@@ -35,13 +35,13 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = [(work / name).open("wb") for name in ("master.log", "worker0.log", "worker1.log")]
+    master = [str(BIN / "spark-class"), "org.apache.spark.deploy.master.Master"]
+    master += ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())]
     processes = [
         subprocess.Popen(
-            [str(BIN / "spark-class"), "org.apache.spark.deploy.master.Master", "--host",
-             "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
-            env=env, stdout=logs[0], stderr=subprocess.STDOUT, start_new_session=True,
+            master, env=env, stdout=logs[0], stderr=subprocess.STDOUT, start_new_session=True
         )
-    ]  # fmt: skip
+    ]
     for n in range(2):
         processes.append(
             subprocess.Popen(
@@ -89,10 +89,15 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
     local = LakeSettings(lake_root=tmp_path / "local", checkpoint_root=tmp_path / "ck")
     t = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
     events = [
-        event(f"e{n}", "click" if n % 7 == 0 else "impression",
-              t + dt.timedelta(seconds=37 * n), ad=f"ad-{n % 3}", offset=n)
+        event(
+            f"e{n}",
+            "click" if n % 7 == 0 else "impression",
+            t + dt.timedelta(seconds=37 * n),
+            ad=f"ad-{n % 3}",
+            offset=n,
+        )
         for n in range(200)
-    ]  # fmt: skip
+    ]
     events.append(event("e5", "impression", t + dt.timedelta(seconds=185), ad="ad-2", offset=999))
     archive(spark, local, events)
     cluster = LakeSettings(lake_root=tmp_path / "cluster", checkpoint_root=tmp_path / "ck2")
@@ -100,15 +105,20 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
 
     interval = Interval(t, t + dt.timedelta(hours=2))
     run(spark, interval, lake=local)
-    env = {**os.environ, "LAKE_ROOT": str(cluster.lake_root), "SPARK_MASTER": spark_cluster,
-           "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "LAKE_ROOT": str(cluster.lake_root),
+        "SPARK_MASTER": spark_cluster,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    submit = [str(BIN / "spark-submit"), *submit_args(), "--master", spark_cluster]
+    submit += ["--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2"]
+    job = [str(ROOT / "batch_layer" / "submit.py")]
+    job += ["--start", "2026-11-22T10:00:00Z", "--end", "2026-11-22T12:00:00Z"]
     done = subprocess.run(
-        [str(BIN / "spark-submit"), *submit_args(), "--master", spark_cluster,
-         "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
-         str(ROOT / "batch_layer" / "submit.py"),
-         "--start", "2026-11-22T10:00:00Z", "--end", "2026-11-22T12:00:00Z"],
-        env=env, capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
+        [*submit, *job], env=env, capture_output=True, text=True, timeout=400, check=False
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     assert f"spark master: {spark_cluster}" in done.stdout
 
