@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Final
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar, cast
 
 import duckdb
 import pyarrow as pa
 
+from lake.catalog import SERVED
 from serving_layer.tables import TableSnapshot
 
 _HIVE_TYPES: Final = {
@@ -64,3 +70,110 @@ def create_relation(
 def create_arrow_table(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table) -> None:
     """Copy an Arrow table into the database as ``name`` (a trusted identifier)."""
     con.from_arrow(data).create(name)
+
+
+# DuckDB names: fixed prefixes plus a version number, never request text.
+_PREFIX: Final = {t.name: t.sql_name for t in SERVED}
+_MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
+# A superseded relation stays this long for requests that pinned it before it was replaced.
+_GRACE_S: Final = 120.0
+_T = TypeVar("_T")
+
+
+@dataclass
+class Relation:
+    name: str
+    kind: str
+    superseded_at: float | None = None
+    derived: dict[str, object] = field(default_factory=dict)
+
+
+class RelationCache:
+    """One in-memory DuckDB database holding a relation per (table, version) the requests use:
+    a view over the version's Parquet files for ``batch/ctr`` (large, changes hourly) and
+    in-memory copies of ``speed/ctr`` and ``batch/coverage`` (small; the speed table changes
+    every second), plus values derived once per version. Relations of superseded versions are
+    dropped a while later. Thread-safe."""
+
+    def __init__(self, *, threads: int = 2) -> None:
+        self._db = duckdb.connect(
+            config={
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+                "threads": threads,
+            }
+        )
+        self._db.execute("SET TimeZone = 'UTC'")
+        self._db.execute("SET parquet_metadata_cache = true")
+        self._lock = threading.Lock()
+        self._derive_lock = threading.Lock()
+        self._relations: dict[tuple[str, int | None], Relation] = {}
+        self._latest: dict[str, int | None] = {}
+
+    def close(self) -> None:
+        self._db.close()
+
+    def create_table(self, name: str, data: pa.Table) -> None:
+        with self._lock, self.cursor() as cur:
+            create_arrow_table(cur, name, data)
+
+    @contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        cur = self._db.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+    def relation(self, table: TableSnapshot) -> Relation:
+        key = (table.name, table.version)
+        found = self._relations.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._relations.get(key)
+            if found is not None:
+                return found
+            version = "missing" if table.version is None else f"v{table.version}"
+            name = f"{_PREFIX[table.name]}_{version}"
+            with self.cursor() as cur:
+                kind = create_relation(cur, name, table, materialize=table.name in _MATERIALIZED)
+            relation = Relation(name, kind)
+            self._relations[key] = relation
+            self._retire(table.name, table.version)
+            return relation
+
+    def derived(self, table: TableSnapshot, what: str, compute: Callable[[str], _T]) -> _T:
+        """A value computed once per table version (coverage intervals, row counts, …)."""
+        relation = self.relation(table)
+        if what not in relation.derived:
+            # Once per version: concurrent first requests wait for one computation (some
+            # computations create a named table, which a second attempt could not).
+            with self._derive_lock:
+                if what not in relation.derived:
+                    relation.derived[what] = compute(relation.name)
+        return cast(_T, relation.derived[what])
+
+    def scalar(self, sql: str) -> Any:
+        with self.cursor() as cur:
+            row = cur.execute(sql).fetchone()
+        return row[0] if row else None
+
+    def _retire(self, table: str, version: int | None) -> None:
+        """Mark older versions of ``table`` superseded; drop those superseded long enough."""
+        now = time.monotonic()
+        newest = self._latest.get(table)
+        if version is not None and (newest is None or version > newest):
+            self._latest[table] = version
+        for (name, v), relation in list(self._relations.items()):
+            if name != table or v == self._latest.get(table):
+                continue
+            if relation.superseded_at is None:
+                relation.superseded_at = now
+            elif now - relation.superseded_at > _GRACE_S:
+                with self.cursor() as cur:
+                    cur.execute(f"DROP {relation.kind} IF EXISTS {relation.name}")
+                    covered = relation.derived.get("covered")
+                    if isinstance(covered, str):
+                        cur.execute(f"DROP TABLE IF EXISTS {covered}")
+                del self._relations[(name, v)]

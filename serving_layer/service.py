@@ -1,40 +1,29 @@
 """The serving layer: CTR queries over one consistent snapshot of the batch and speed views.
 
-One in-memory DuckDB database holds a relation per (table, version) the requests use: a view
-over the version's Parquet files for ``batch/ctr`` (large, changes hourly) and in-memory copies
-of ``speed/ctr`` and ``batch/coverage`` (small; the speed table changes every second). Each
-request pins a :class:`~serving_layer.tables.LakeSnapshot` and queries that snapshot's
-relations through a cursor of its own, so concurrent requests never block each other and
-never see a half-written table. Relations of superseded versions are dropped a while later.
+Each request pins a :class:`~serving_layer.tables.LakeSnapshot` and queries that snapshot's
+relations (:class:`~serving_layer.relations.RelationCache`: one DuckDB relation per table
+version) through a cursor of its own, so concurrent requests never block each other and never
+see a half-written table. This module turns rows into answers: the merge rule's rows with
+provenance and Wilson intervals, freshness, what each view holds.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, cast
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Final
 
 import duckdb
 
-from lake.catalog import SERVED
 from lake.coverage import Coverage, CoveredInterval, Source
 from lake.settings import LakeSettings
 from serving_layer.freshness import Freshness
 from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql
-from serving_layer.relations import create_arrow_table, create_relation
+from serving_layer.relations import RelationCache
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
 from serving_layer.wilson import wilson_interval
 
-# DuckDB names: fixed prefixes plus a version number, never request text.
-_PREFIX: Final = {t.name: t.sql_name for t in SERVED}
-_MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
-# A superseded relation stays this long for requests that pinned it before it was replaced.
-_GRACE_S: Final = 120.0
-_T = TypeVar("_T")
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -77,14 +66,6 @@ class ViewInfo:
     tables: dict[str, TableInfo]
 
 
-@dataclass
-class _Relation:
-    name: str
-    kind: str
-    superseded_at: float | None = None
-    derived: dict[str, object] = field(default_factory=dict)
-
-
 class ServingLayer:
     """CTR answers over the lake; thread-safe, one instance per process."""
 
@@ -98,22 +79,10 @@ class ServingLayer:
     ) -> None:
         self.lake = lake
         self.snapshots = SnapshotSource(lake, refresh_s=refresh_s, max_stale_s=max_stale_s)
-        self._db = duckdb.connect(
-            config={
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-                "threads": threads,
-            }
-        )
-        self._db.execute("SET TimeZone = 'UTC'")
-        self._db.execute("SET parquet_metadata_cache = true")
-        self._lock = threading.Lock()
-        self._derive_lock = threading.Lock()
-        self._relations: dict[tuple[str, int | None], _Relation] = {}
-        self._latest: dict[str, int | None] = {}
+        self.relations = RelationCache(threads=threads)
 
     def close(self) -> None:
-        self._db.close()
+        self.relations.close()
 
     def snapshot(self) -> LakeSnapshot:
         return self.snapshots.current()
@@ -123,8 +92,8 @@ class ServingLayer:
     def ctr(self, query: CtrQuery, snapshot: LakeSnapshot | None = None) -> CtrResult:
         """Rows of ``query`` by the merge rule, with provenance and Wilson intervals."""
         snap = snapshot or self.snapshot()
-        batch = self._relation(snap["batch/ctr"])
-        speed = self._relation(snap["speed/ctr"])
+        batch = self.relations.relation(snap["batch/ctr"])
+        speed = self.relations.relation(snap["speed/ctr"])
         coverage = self.coverage(snap)
         covered = self._covered_relation(snap["batch/coverage"])
         within = coverage.within(query.start, query.end)
@@ -178,10 +147,10 @@ class ServingLayer:
     def views(self, snapshot: LakeSnapshot | None = None) -> list[ViewInfo]:
         snap = snapshot or self.snapshot()
         coverage = self.coverage(snap)
-        runs = self._derived(
+        runs = self.relations.derived(
             snap["batch/coverage"],
             "runs",
-            lambda name: self._scalar(
+            lambda name: self.relations.scalar(
                 f"SELECT count(DISTINCT run_id) FROM {name} WHERE view = 'ctr'"
             ),
         )
@@ -201,8 +170,8 @@ class ServingLayer:
         ]
 
     def table_info(self, table: TableSnapshot) -> TableInfo:
-        rows = self._derived(
-            table, "rows", lambda name: self._scalar(f"SELECT count(*) FROM {name}")
+        rows = self.relations.derived(
+            table, "rows", lambda name: self.relations.scalar(f"SELECT count(*) FROM {name}")
         )
         return TableInfo(table.name, table.version, int(rows or 0), len(table.files))
 
@@ -218,7 +187,7 @@ class ServingLayer:
                 ).fetchall()
             return {str(kind): int(n) for kind, n in rows}
 
-        return self._derived(snap["master/rejected"], "by_reason", count)
+        return self.relations.derived(snap["master/rejected"], "by_reason", count)
 
     def coverage(self, snapshot: LakeSnapshot) -> Coverage:
         """The covered intervals of the snapshot's ``batch/coverage``, merged."""
@@ -232,86 +201,26 @@ class ServingLayer:
                 ).fetchall()
             return Coverage((s.astimezone(dt.UTC), e.astimezone(dt.UTC)) for s, e in rows)
 
-        return self._derived(table, "coverage", load)
+        return self.relations.derived(table, "coverage", load)
 
-    @contextmanager
-    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        cur = self._db.cursor()
-        try:
-            yield cur
-        finally:
-            cur.close()
-
-    # -- relations per table version --------------------------------------------------------
+    def cursor(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        return self.relations.cursor()
 
     def relation_name(self, table: TableSnapshot) -> str:
-        return self._relation(table).name
-
-    def _relation(self, table: TableSnapshot) -> _Relation:
-        key = (table.name, table.version)
-        found = self._relations.get(key)
-        if found is not None:
-            return found
-        with self._lock:
-            found = self._relations.get(key)
-            if found is not None:
-                return found
-            version = "missing" if table.version is None else f"v{table.version}"
-            name = f"{_PREFIX[table.name]}_{version}"
-            with self.cursor() as cur:
-                kind = create_relation(cur, name, table, materialize=table.name in _MATERIALIZED)
-            relation = _Relation(name, kind)
-            self._relations[key] = relation
-            self._retire(table.name, table.version)
-            return relation
+        return self.relations.relation(table).name
 
     def _covered_relation(self, table: TableSnapshot) -> str:
         def create(name: str) -> str:
-            data = self._coverage(table).to_arrow()
             covered = f"covered_{name}"
-            with self._lock, self.cursor() as cur:
-                create_arrow_table(cur, covered, data)
+            self.relations.create_table(covered, self._coverage(table).to_arrow())
             return covered
 
-        return self._derived(table, "covered", create)
+        return self.relations.derived(table, "covered", create)
 
     def _latest_speed_bucket(self, table: TableSnapshot) -> dt.datetime | None:
-        value = self._derived(
-            table, "latest", lambda name: self._scalar(f"SELECT max(bucket_start) FROM {name}")
+        value = self.relations.derived(
+            table,
+            "latest",
+            lambda name: self.relations.scalar(f"SELECT max(bucket_start) FROM {name}"),
         )
         return value.astimezone(dt.UTC) if isinstance(value, dt.datetime) else None
-
-    def _derived(self, table: TableSnapshot, what: str, compute: Callable[[str], _T]) -> _T:
-        """A value computed once per table version (coverage intervals, row counts, …)."""
-        relation = self._relation(table)
-        if what not in relation.derived:
-            # Once per version: concurrent first requests wait for one computation (some
-            # computations create a named table, which a second attempt could not).
-            with self._derive_lock:
-                if what not in relation.derived:
-                    relation.derived[what] = compute(relation.name)
-        return cast(_T, relation.derived[what])
-
-    def _scalar(self, sql: str) -> Any:
-        with self.cursor() as cur:
-            row = cur.execute(sql).fetchone()
-        return row[0] if row else None
-
-    def _retire(self, table: str, version: int | None) -> None:
-        """Mark older versions of ``table`` superseded; drop those superseded long enough."""
-        now = time.monotonic()
-        newest = self._latest.get(table)
-        if version is not None and (newest is None or version > newest):
-            self._latest[table] = version
-        for (name, v), relation in list(self._relations.items()):
-            if name != table or v == self._latest.get(table):
-                continue
-            if relation.superseded_at is None:
-                relation.superseded_at = now
-            elif now - relation.superseded_at > _GRACE_S:
-                with self.cursor() as cur:
-                    cur.execute(f"DROP {relation.kind} IF EXISTS {relation.name}")
-                    covered = relation.derived.get("covered")
-                    if isinstance(covered, str):
-                        cur.execute(f"DROP TABLE IF EXISTS {covered}")
-                del self._relations[(name, v)]
