@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.console import console, fail, progress_bar
+from cli.console import console, fail, stream_bar
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.shutdown import StopRequest
@@ -41,21 +41,11 @@ def archive(
     from runtime.spark import spark_session
 
     spark = spark_session(spark_settings)
-    with StopRequest() as stop, progress_bar("rows", total_known=False) as bar:
-        task = bar.add_task("archiving")
-        archived = 0
 
-        def show(progress: StreamProgress) -> None:
-            nonlocal archived
-            archived += progress.input_rows
-            behind = (
-                "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
-            )
-            rate = f"{progress.processed_rows_per_second:,.0f} rows/s"
-            bar.update(
-                task, completed=archived, description=f"batch {progress.batch_id}: {rate}{behind}"
-            )
+    def rate(progress: StreamProgress) -> str:
+        return f"{progress.processed_rows_per_second:,.0f} rows/s"
 
+    with StopRequest() as stop, stream_bar("archiving", rate) as show:
         try:
             total = run(
                 spark,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,6 +20,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from runtime.streaming import StreamProgress
 
 console = Console(stderr=True)
 
@@ -51,3 +56,24 @@ def progress_bar(unit: str, *, total_known: bool) -> Progress:
     if total_known:
         columns.append(TimeRemainingColumn())
     return Progress(*columns, console=console, speed_estimate_period=5.0)
+
+
+@contextmanager
+def stream_bar(
+    first: str, detail: Callable[[StreamProgress], str]
+) -> Iterator[Callable[[StreamProgress], None]]:
+    """A spinner counting a streaming job's rows; yields the ``on_progress`` callback, which
+    describes each micro-batch as ``batch N: <detail>, M behind``."""
+    with progress_bar("rows", total_known=False) as bar:
+        task = bar.add_task(first)
+        rows = 0
+
+        def show(progress: StreamProgress) -> None:
+            nonlocal rows
+            rows += progress.input_rows
+            lag = progress.offsets_behind
+            behind = "" if lag is None else f", {lag:,} behind"
+            description = f"batch {progress.batch_id}: {detail(progress)}{behind}"
+            bar.update(task, completed=rows, description=description)
+
+        yield show

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.console import console, fail, progress_bar
+from cli.console import console, fail, stream_bar
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.shutdown import StopRequest
@@ -71,22 +71,11 @@ def speed(
         )
         logging.getLogger("ctr").setLevel(logging.INFO)
     spark = spark_session(spark_settings)
-    with StopRequest() as stop, progress_bar("rows", total_known=False) as bar:
-        task = bar.add_task("starting")
-        processed = 0
 
-        def show(progress: StreamProgress) -> None:
-            nonlocal processed
-            processed += progress.input_rows
-            behind = (
-                "" if progress.offsets_behind is None else f", {progress.offsets_behind:,} behind"
-            )
-            bar.update(
-                task,
-                completed=processed,
-                description=f"batch {progress.batch_id}: {progress.batch_duration_ms} ms{behind}",
-            )
+    def duration(progress: StreamProgress) -> str:
+        return f"{progress.batch_duration_ms} ms"
 
+    with StopRequest() as stop, stream_bar("starting", duration) as show:
         try:
             total = run_speed(
                 spark,
