@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from infra.browser import BrowserError, chromium_page
+from infra.demo_settings import DemoSettings
 
 STATE = "document.body.dataset.state"
 
@@ -38,15 +38,11 @@ def capture(url: str, token: str, output: Path, view: str = "15m", settle_s: flo
 
 
 def main() -> None:
-    run_dir = Path(os.environ.get("RUN_DIR", "run"))
+    demo = DemoSettings()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, nargs="?", default=Path("docs/demo.png"))
-    parser.add_argument(
-        "--url", default=f"http://127.0.0.1:{os.environ.get('API_PORT', '8000')}", help="the API"
-    )
-    parser.add_argument(
-        "--token-file", type=Path, default=run_dir / "demo" / "api-token", help="the API token"
-    )
+    parser.add_argument("--url", default=f"http://127.0.0.1:{demo.api_port}", help="the API")
+    parser.add_argument("--token-file", type=Path, default=demo.token_file, help="the API token")
     parser.add_argument("--view", default="15m", help="the range button: 15m, 1h, 6h or 24h")
     args = parser.parse_args()
     if not args.token_file.is_file():

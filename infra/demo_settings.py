@@ -1,0 +1,19 @@
+"""What the demo's helper scripts need to find the running demo (``RUN_DIR``, ``API_PORT``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DemoSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    run_dir: Path = Field(default=Path("run"), validation_alias="RUN_DIR")
+    api_port: int = Field(default=8000, ge=1, le=65535, validation_alias="API_PORT")
+
+    @property
+    def token_file(self) -> Path:
+        return self.run_dir / "demo" / "api-token"
