@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -72,11 +71,10 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     settings = settings or SparkSettings()
     from pyspark.sql import SparkSession
 
-    # Python workers must run this interpreter (it has pyarrow, msgspec...), unless the
-    # environment says otherwise: the conf for executors a cluster starts, and the context's
-    # pythonExec (which PySpark takes from PYSPARK_PYTHON, else "python3" from PATH) for the
-    # functions this driver ships. Nothing is written into os.environ.
-    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    # Python workers run settings.python: the conf for executors a cluster starts, and the
+    # context's pythonExec (which PySpark would take from PYSPARK_PYTHON, else "python3" from
+    # PATH) for the functions this driver ships. Nothing is written into os.environ.
+    python = settings.python
 
     builder = (
         SparkSession.builder.master(settings.master)
@@ -86,8 +84,8 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", python)
-        .config("spark.driver.bindAddress", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
-        .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+        .config("spark.driver.bindAddress", settings.local_ip)
+        .config("spark.driver.host", settings.local_ip)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.ui.showConsoleProgress", "false")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,6 +20,10 @@ class SparkSettings(BaseSettings):
     driver_memory: str = "2g"
     # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
     conf: dict[str, str] = Field(default_factory=dict)
+    # The Python of the workers (PySpark's own variable; default: this interpreter, which has
+    # pyarrow, msgspec, ...) and the address the driver binds (Spark's own variable).
+    python: str = Field(default_factory=lambda: sys.executable, validation_alias="PYSPARK_PYTHON")
+    local_ip: str = Field(default="127.0.0.1", validation_alias="SPARK_LOCAL_IP")
 
     @field_validator("master")
     @classmethod
