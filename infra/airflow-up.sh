@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
-export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
+# The project's DAGs (AIRFLOW_DAGS: another folder, e.g. `make demo`'s generated one).
+export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW_DAGS:-$PWD/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # LocalExecutor forks one worker per parallelism slot (default 32, ~130 MB each); ctr_batch runs
 # one Spark job at a time, and this machine has 2 cores.
@@ -14,9 +15,10 @@ export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:${AIRFLOW__API__PORT}/execution/"
-# Catch up from a few hours ago, not from the DAG's default start date: every hourly run is a
-# Spark job, and this machine has 2 cores. Override with CTR_BATCH_START_DATE.
-export CTR_BATCH_START_DATE="${CTR_BATCH_START_DATE:-$(date -u -d '-3 hours' +%Y-%m-%dT%H:00Z)}"
+# Where ctr_batch's spark-submit runs: the spark_default connection (SPARK_MASTER, default
+# local[2], unless AIRFLOW_CONN_SPARK_DEFAULT is set already).
+spark_conn="{\"conn_type\": \"spark\", \"host\": \"${SPARK_MASTER:-local[2]}\"}"
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
 export LAKE_ROOT="${LAKE_ROOT:-$PWD/data/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$PWD/data/checkpoints}"
 export PATH="$PWD/.venv/bin:$PATH"  # standalone starts its components as `airflow …`
 AIRFLOW=.venv/bin/airflow
@@ -54,4 +56,5 @@ passwords="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
     "$passwords" 2>/dev/null || true)"
 echo "airflow: UI $URL  login: admin / ${password:-see $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
-echo "airflow: ctr_batch catches up from $CTR_BATCH_START_DATE"
+echo "airflow: ctr_batch runs the latest complete interval now, then on its schedule" \
+    "(history: airflow backfill create)"

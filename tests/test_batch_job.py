@@ -12,9 +12,8 @@ from pyspark.sql import SparkSession
 
 from batch_layer.interval import Interval, IntervalError
 from batch_layer.job import MissingTableError, run
-from events.records import EVENTS_SCHEMA
 from lake.settings import LakeSettings
-from runtime.formats import write_delta
+from tests.events_helper import archive, event
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 HOUR = Interval(T0, T0 + dt.timedelta(hours=1))
@@ -22,38 +21,6 @@ HOUR = Interval(T0, T0 + dt.timedelta(hours=1))
 
 def at(minutes: float) -> dt.datetime:
     return T0 + dt.timedelta(minutes=minutes)
-
-
-def event(
-    event_id: str, kind: str, when: dt.datetime, ad: str = "ad-1", offset: int = 0
-) -> dict[str, object]:
-    return {
-        "event_id": event_id,
-        "event_type": kind,
-        "event_time": when,
-        "impression_id": f"i-{event_id}",
-        "ad_id": ad,
-        "campaign_id": "cmp-1",
-        "site_id": "site-1",
-        "country": "US",
-        "device_type": "mobile",
-        "user_id": "u",
-        "schema_version": 1,
-        "event_date": when.date(),
-        "kafka_partition": 0,
-        "kafka_offset": offset,
-        "ingest_time": when,
-    }
-
-
-def archive(spark: SparkSession, lake: LakeSettings, rows: list[dict[str, object]]) -> None:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    frame = spark.createDataFrame(
-        [tuple(r[name] for name in EVENTS_SCHEMA.names) for r in rows],
-        from_arrow_schema(EVENTS_SCHEMA),
-    )
-    write_delta(frame, lake.events, partition_by=["event_date"])
 
 
 def view(lake: LakeSettings) -> list[tuple[object, ...]]:

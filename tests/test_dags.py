@@ -1,88 +1,142 @@
-"""The Airflow DAGs: they import cleanly, have the expected shape, and `airflow dags test`
-runs the batch job for real (temporary AIRFLOW_HOME, SQLite, real Spark, real Delta)."""
+"""The Airflow DAGs: they import cleanly, have the expected shape, parse the same whatever the
+environment, and `airflow dags test` runs the batch job for real through the Spark provider's
+SparkSubmitOperator (temporary AIRFLOW_HOME, SQLite, a `spark_default` connection from the
+environment, real Spark, real Delta)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from lake.settings import LakeSettings
-from tests.test_batch_job import archive, event
+from tests.events_helper import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]
+DAGS = ROOT / "dags"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+# What the DAGs read from the environment at parse time before issue 17, and what the tasks read
+# when they run; none of it may change a parsed DAG.
+GARBAGE = {
+    "CTR_BATCH_SCHEDULE": "not a cron",
+    "CTR_BATCH_START_DATE": "yesterday",
+    "CTR_BATCH_LOOKBACK_HOURS": "many",
+    "CTR_BATCH_LOOKBACK_MINUTES": "-1",
+    "CTR_MAINTENANCE_SCHEDULE": "never",
+    "SPARK_MASTER": "nowhere",
+    "SPARK_CONF": "{not json",
+    "LAKE_ROOT": "/nonexistent/lake",
+    "CHECKPOINT_ROOT": "/nonexistent/checkpoints",
+    "CTR_JAR_CACHE": "/nonexistent/jars",
+}
 
 
 @pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A scratch AIRFLOW_HOME, set in this process (for the in-process DagBag) until the
+    module's tests are done, and the environment for `airflow` subprocesses."""
     home = tmp_path_factory.mktemp("airflow")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-    }
-    os.environ["AIRFLOW_HOME"] = str(home)  # for the in-process DagBag below
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    return env
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_HOME", str(home))
+        patch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        yield {
+            **os.environ,
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        }
 
 
-def test_dag_folder_imports_cleanly_with_the_expected_dags(airflow_env: dict[str, str]) -> None:
+def dag_bag(patch: pytest.MonkeyPatch) -> Any:
+    """The DAG folder parsed afresh: the helper module too, not a copy cached in sys.modules."""
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    for name in [m for m in sys.modules if m == "dags" or m.startswith("dags.")]:
+        patch.delitem(sys.modules, name)
+    bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
+    return bag
+
+
+def serialized(bag: Any) -> dict[str, Any]:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    return {dag_id: DagSerialization.to_dict(dag) for dag_id, dag in sorted(bag.dags.items())}
+
+
+def airflow(
+    command: str, *args: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``airflow <command> <args>`` in a subprocess, its output captured."""
+    return subprocess.run(
+        [AIRFLOW, *command.split(), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_dag_folder_imports_cleanly_with_the_expected_dags(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    bag = dag_bag(monkeypatch)
     assert sorted(bag.dag_ids) == ["ctr_batch", "ctr_maintenance"]
 
-    batch = bag.dags.get("ctr_batch")
-    assert batch is not None
+    batch = bag.dags["ctr_batch"]
     assert [t.task_id for t in batch.tasks] == ["recompute_ctr"]
-    assert batch.catchup is True
     assert getattr(batch.timetable, "summary", None) == "0 * * * *"
+    assert batch.catchup is False
     assert batch.max_active_runs == 1
     assert batch.default_args["retries"] == 2
-    command = str(getattr(batch.get_task("recompute_ctr"), "bash_command", ""))
-    assert "spark-submit" in command
-    assert "SPARK_MASTER" in command
+    assert batch.params["lookback_minutes"] == 120
+    submit = batch.get_task("recompute_ctr")
+    assert isinstance(submit, SparkSubmitOperator)
+    assert submit.application == str(ROOT / "batch_layer" / "submit.py")
+    assert "params.lookback_minutes" in " ".join(submit.application_args or [])
+    assert {a.name for a in submit.outlets} == {"batch/ctr", "batch/coverage"}
+    assert submit.env_vars is not None
+    assert submit.env_vars["PYSPARK_PYTHON"] == sys.executable
 
-    maintenance = bag.dags.get("ctr_maintenance")
-    assert maintenance is not None
+    maintenance = bag.dags["ctr_maintenance"]
     assert {t.task_id for t in maintenance.tasks} == {"prune_speed", "compact_and_vacuum"}
     assert str(maintenance.schedule) == "@daily"
 
 
-def test_batch_schedule_and_lookback_come_from_the_environment(
+def test_parsing_reads_no_environment(
     airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # What `make demo` sets: a run every few minutes, each with a lookback of minutes.
-    from airflow.dag_processing.dagbag import DagBag
+    for name in GARBAGE:
+        monkeypatch.delenv(name, raising=False)
+    clean = serialized(dag_bag(monkeypatch))
+    for name, value in GARBAGE.items():
+        monkeypatch.setenv(name, value)
+    assert serialized(dag_bag(monkeypatch)) == clean
 
-    monkeypatch.setenv("CTR_BATCH_SCHEDULE", "*/5 * * * *")
-    monkeypatch.setenv("CTR_BATCH_START_DATE", "2026-11-23T10:05Z")
-    monkeypatch.setenv("CTR_BATCH_LOOKBACK_HOURS", "7")
-    monkeypatch.setenv("CTR_BATCH_LOOKBACK_MINUTES", "15")  # takes precedence over hours
-    bag = DagBag(dag_folder=str(ROOT / "dags" / "ctr_batch.py"))
-    assert bag.import_errors == {}
-    batch = bag.dags["ctr_batch"]
-    assert getattr(batch.timetable, "summary", None) == "*/5 * * * *"
-    assert batch.start_date == dt.datetime(2026, 11, 23, 10, 5, tzinfo=dt.UTC)
-    task = batch.get_task("recompute_ctr")
-    assert task.params["lookback_minutes"] == 15
-    assert "macros.timedelta(minutes=params.lookback_minutes)" in str(
-        getattr(task, "bash_command", "")
+
+def test_the_demo_schedule_is_a_call_of_the_same_definition(airflow_env: dict[str, str]) -> None:
+    # What infra/demo.sh generates: a run every 10 minutes, each with 20 minutes of lookback.
+    from dags.definitions import ctr_batch_dag
+
+    start = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.UTC)
+    demo = ctr_batch_dag(
+        schedule="*/10 * * * *", lookback_minutes=20, start_date=start, catchup=True
     )
-
-    monkeypatch.delenv("CTR_BATCH_LOOKBACK_MINUTES")
-    bag = DagBag(dag_folder=str(ROOT / "dags" / "ctr_batch.py"))
-    assert bag.dags["ctr_batch"].get_task("recompute_ctr").params["lookback_minutes"] == 7 * 60
+    assert getattr(demo.timetable, "summary", None) == "*/10 * * * *"
+    assert demo.start_date == start
+    assert demo.catchup is True
+    assert demo.params["lookback_minutes"] == 20
 
 
 @pytest.mark.timeout(600)
@@ -93,29 +147,36 @@ def test_airflow_dags_test_runs_the_batch_job(
 ) -> None:
     lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
     t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
-    archive(spark, lake, [
-        event("in-lookback", "impression", t - dt.timedelta(minutes=90)),
-        event("in-hour", "impression", t + dt.timedelta(minutes=30)),
-        event("click", "click", t + dt.timedelta(minutes=30, seconds=5)),
-        event("too-late", "impression", t + dt.timedelta(minutes=60)),
-    ])  # fmt: skip
-    env = {
-        **airflow_env,
-        "LAKE_ROOT": str(lake.lake_root),
-        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
-        "SPARK_MASTER": "local[1]",
-        "CTR_BATCH_LOOKBACK_HOURS": "2",
-    }
-    migrate = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True,
-                             timeout=300, check=False)  # fmt: skip
+    archive(
+        spark,
+        lake,
+        [
+            event("too-early", "impression", t - dt.timedelta(minutes=91)),
+            event("in-lookback", "impression", t - dt.timedelta(minutes=90)),
+            event("in-hour", "impression", t + dt.timedelta(minutes=30)),
+            event("click", "click", t + dt.timedelta(minutes=30, seconds=5)),
+            event("too-late", "impression", t + dt.timedelta(minutes=60)),
+        ],
+    )
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env.update(
+        LAKE_ROOT=str(lake.lake_root),
+        CHECKPOINT_ROOT=str(lake.checkpoint_root),
+        # Where Spark runs: the connection, not SPARK_MASTER.
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+    )
+    migrate = airflow("db migrate", env=env, timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
-    # A manual run at 13:00 gets the data interval that ends then, [12:00, 13:00); with the
-    # lookback it recomputes [10:00, 13:00).
-    done = subprocess.run(
-        [AIRFLOW, "dags", "test", "ctr_batch", "2026-11-22T13:00:00+00:00"],
-        env=env, capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    # A manual run at 13:00 gets the data interval that ends then, [12:00, 13:00); with a
+    # lookback of 90 minutes (the run's conf, instead of the param's 120) it recomputes
+    # [10:30, 13:00).
+    conf = json.dumps({"lookback_minutes": 90})
+    done = airflow(
+        "dags test ctr_batch 2026-11-22T13:00:00+00:00", "--conf", conf, env=env, timeout=400
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert "spark master: local[1]" in output, output[-5000:]
     rows = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table().to_pylist()
     assert sorted((r["bucket_start"], r["impressions"], r["clicks"]) for r in rows) == [
         (t - dt.timedelta(minutes=90), 1, 0),
@@ -123,6 +184,7 @@ def test_airflow_dags_test_runs_the_batch_job(
     ]
     [coverage] = DeltaTable(lake.table("batch/coverage")).to_pyarrow_table().to_pylist()
     assert (coverage["interval_start"], coverage["interval_end"]) == (
-        t - dt.timedelta(hours=2), t + dt.timedelta(hours=1),
-    )  # fmt: skip
+        t - dt.timedelta(minutes=90),
+        t + dt.timedelta(hours=1),
+    )
     assert coverage["run_id"].startswith("ctr-")

@@ -22,7 +22,7 @@ from batch_layer.job import run
 from infra.broker import free_port
 from lake.settings import LakeSettings
 from runtime.spark import submit_args
-from tests.test_batch_job import archive, event
+from tests.events_helper import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

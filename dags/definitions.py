@@ -1,0 +1,135 @@
+"""The project's DAGs as functions: the DAG files next to this one (and `make demo`'s generated
+one) call them with their schedule. Airflow parses this file too and finds no DAG in it.
+
+Nothing here reads the environment, a Variable or a file when a DAG is parsed. Where Spark runs
+is the `spark_default` connection (e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark",
+"host": "local[2]"}'``), and where the lake is, ``LAKE_ROOT``/``CHECKPOINT_ROOT`` of the worker:
+both are read when a task runs. The connector jars and Delta's settings (``runtime.spark``) are
+computed then too.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, Context, Param, task
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+PROJECT: Final = Path(__file__).resolve().parents[1]
+START_DATE: Final = datetime(2026, 11, 1, tzinfo=UTC)
+SPARK_CONN_ID: Final = "spark_default"
+# What ctr_batch writes. Named logically, not by path: the lake's location is a setting of the
+# worker (LAKE_ROOT), read when the task runs, and an asset's URI is fixed when the DAG is parsed.
+BATCH_CTR: Final = Asset(name="batch/ctr", uri="x-ctr-lambda://lake/batch/ctr", group="ctr-lambda")
+BATCH_COVERAGE: Final = Asset(
+    name="batch/coverage", uri="x-ctr-lambda://lake/batch/coverage", group="ctr-lambda"
+)
+TABLES: Final = ("master/events", "master/rejected", "batch/ctr", "batch/coverage", "speed/ctr")
+
+
+class ConnectorSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` with the connector jars and Delta's settings of ``runtime.spark``
+    on the command line, computed when the task runs (the jar cache is the worker's), and the
+    connection's master passed on to the job as ``SPARK_MASTER`` (the job's SparkSession sets its
+    master from ``SparkSettings``, which would otherwise override spark-submit's ``--master``)."""
+
+    def execute(self, context: Context) -> None:
+        from runtime.spark import connector_conf
+
+        conf = connector_conf()
+        self.jars = ",".join(filter(None, [conf.pop("spark.jars"), self.jars]))
+        self.conf = {**conf, **(self.conf or {})}
+        master = self._get_hook()._connection["master"]  # as the hook resolved the connection
+        self.env_vars = {"SPARK_MASTER": master, **(self.env_vars or {})}
+        super().execute(context)
+
+
+def ctr_batch_dag(
+    *,
+    schedule: str = "0 * * * *",
+    lookback_minutes: int = 120,
+    start_date: datetime = START_DATE,
+    catchup: bool = False,
+) -> DAG:
+    """``ctr_batch``: at each tick of ``schedule`` (cron, UTC), recompute the exact CTR view for
+    the data interval that just ended plus ``lookback_minutes`` before it (late events), with
+    ``batch_layer/submit.py`` under spark-submit. The lookback is a DAG param: a manual run or a
+    backfill may give another (``--conf '{"lookback_minutes": 360}'``)."""
+    with DAG(
+        dag_id="ctr_batch",
+        description="Exact CTR view (batch/ctr) for each interval and its lookback",
+        # Explicit data intervals, [previous tick, this tick), whatever the scheduler's
+        # create_cron_data_intervals default is.
+        schedule=CronDataIntervalTimetable(schedule, timezone="UTC"),
+        start_date=start_date,
+        catchup=catchup,
+        max_active_runs=1,
+        default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+        params={
+            "lookback_minutes": Param(
+                lookback_minutes,
+                type="integer",
+                minimum=0,
+                description="minutes before the data interval recomputed too (late events)",
+            )
+        },
+        tags=["ctr", "batch"],
+    ) as dag:
+        ConnectorSparkSubmitOperator(
+            task_id="recompute_ctr",
+            conn_id=SPARK_CONN_ID,
+            # The venv's spark-submit (pyspark's), and its interpreter for the job.
+            spark_binary=str(Path(sys.executable).with_name("spark-submit")),
+            application=str(PROJECT / "batch_layer" / "submit.py"),
+            application_args=[
+                "--start",
+                "{{ (data_interval_start - macros.timedelta(minutes=params.lookback_minutes))"
+                ".strftime('%Y-%m-%dT%H:%M:%SZ') }}",
+                "--end",
+                "{{ data_interval_end.strftime('%Y-%m-%dT%H:%M:%SZ') }}",
+                "--run-id",
+                "ctr-{{ run_id | replace(':', '') | replace('+', '') }}",
+            ],
+            env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
+            name="ctr-batch",
+            outlets=[BATCH_CTR, BATCH_COVERAGE],
+        )
+    return dag
+
+
+def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = START_DATE) -> DAG:
+    """``ctr_maintenance``: delete ``speed/ctr`` rows in intervals the batch layer has covered,
+    then compact and vacuum every table, through delta-spark in the worker."""
+    with DAG(
+        dag_id="ctr_maintenance",
+        description="Compact and vacuum the lake; prune speed rows the batch layer superseded",
+        schedule=schedule,
+        start_date=start_date,
+        catchup=False,
+        max_active_runs=1,
+        default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+        tags=["ctr", "maintenance"],
+    ) as dag:
+
+        @task(inlets=[BATCH_COVERAGE])
+        def prune_speed() -> int:
+            from lake.maintenance import prune_speed
+            from lake.settings import LakeSettings
+            from runtime.spark import spark_session
+
+            return prune_speed(spark_session(), LakeSettings())
+
+        @task
+        def compact_and_vacuum(table: str) -> str:
+            from lake.maintenance import compact_and_vacuum
+            from lake.settings import LakeSettings
+            from runtime.spark import spark_session
+
+            return str(compact_and_vacuum(spark_session(), LakeSettings(), table))
+
+        prune_speed() >> compact_and_vacuum.expand(table=list(TABLES))
+    return dag
