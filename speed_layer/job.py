@@ -146,7 +146,12 @@ class BatchWriter:
             starts = on_time["bucket_start"]
             bounds = (pc.min(starts).as_py(), pc.max(starts).as_py())
             merge_counts(
-                spark, self.ctr_path, spark.createDataFrame(on_time), app_id, batch_id, bounds
+                spark,
+                self.ctr_path,
+                spark.createDataFrame(on_time),
+                app_id=app_id,
+                batch_id=batch_id,
+                buckets=bounds,
             )
         log.debug(
             "batch %d: view %.0f ms (%d rows), writes %.0f ms",

@@ -45,6 +45,7 @@ def merge_counts(
     spark: SparkSession,
     path: str,
     rows: DataFrame,
+    *,
     app_id: str,
     batch_id: int,
     buckets: tuple[dt.datetime, dt.datetime],
