@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         interval = Interval.parse(args.start, args.end)
     except IntervalError as exc:
         parser.error(str(exc))
-    spark = spark_session(SparkSettings())
+    spark = spark_session(SparkSettings(), submitted=True)
     print(f"spark master: {spark.sparkContext.master}")
     try:
         result = run(spark, interval, lake=LakeSettings(), run_id=args.run_id, on_step=print)

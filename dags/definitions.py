@@ -19,6 +19,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, Context, Param, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
+from lake.catalog import MAINTAINED
+
 PROJECT: Final = Path(__file__).resolve().parents[1]
 START_DATE: Final = datetime(2026, 11, 1, tzinfo=UTC)
 SPARK_CONN_ID: Final = "spark_default"
@@ -28,14 +30,12 @@ BATCH_CTR: Final = Asset(name="batch/ctr", uri="x-ctr-lambda://lake/batch/ctr", 
 BATCH_COVERAGE: Final = Asset(
     name="batch/coverage", uri="x-ctr-lambda://lake/batch/coverage", group="ctr-lambda"
 )
-TABLES: Final = ("master/events", "master/rejected", "batch/ctr", "batch/coverage", "speed/ctr")
 
 
 class ConnectorSparkSubmitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` with the connector jars and Delta's settings of ``runtime.spark``
-    on the command line, computed when the task runs (the jar cache is the worker's), and the
-    connection's master passed on to the job as ``SPARK_MASTER`` (the job's SparkSession sets its
-    master from ``SparkSettings``, which would otherwise override spark-submit's ``--master``)."""
+    on the command line, computed when the task runs (the jar cache is the worker's). The job
+    keeps the connection's master (``spark_session(submitted=True)``)."""
 
     def execute(self, context: Context) -> None:
         from runtime.spark import connector_conf
@@ -43,8 +43,6 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
         conf = connector_conf()
         self.jars = ",".join(filter(None, [conf.pop("spark.jars"), self.jars]))
         self.conf = {**conf, **(self.conf or {})}
-        master = self._get_hook()._connection["master"]  # as the hook resolved the connection
-        self.env_vars = {"SPARK_MASTER": master, **(self.env_vars or {})}
         super().execute(context)
 
 
@@ -131,5 +129,5 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
 
             return str(compact_and_vacuum(spark_session(), LakeSettings(), table))
 
-        prune_speed() >> compact_and_vacuum.expand(table=list(TABLES))
+        prune_speed() >> compact_and_vacuum.expand(table=[t.name for t in MAINTAINED])
     return dag
