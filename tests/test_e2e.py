@@ -121,18 +121,8 @@ def _late_per_bucket(lake: LakeSettings) -> Counter[int]:
     return late
 
 
-@pytest.mark.timeout(600)
-def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
-    spark: SparkSession,
-    topics: KafkaSettings,
-    kafka_env: dict[str, str],
-    lake: LakeSettings,
-    tmp_path: Path,
-) -> None:
-    # 1. Traffic: 100 minutes of event time starting three hours ago (one event per second of
-    # event time), with duplicates, late events (10 min to 3 h old) and malformed records.
-    start = _hour_floor(dt.datetime.now(dt.UTC)) - 3 * HOUR
-    truth_file = tmp_path / "truth.csv"
+def _produce(start: dt.datetime, truth_file: Path, kafka_env: dict[str, str]) -> None:
+    """``ctr produce``: 6000 records from ``start``, one per second of event time."""
     traffic = (
         "--events 6000 --seed 42 --clock-rate 1 --duplicates 0.03 --late 0.05 --malformed 0.02 "
         "--campaigns 3 --sites 4 --skip-validation"
@@ -147,6 +137,34 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
         check=False,
     )
     assert produced.returncode == 0, produced.stderr[-2000:]
+
+
+def _speed_per_bucket(
+    speed: dict[Key, dict[str, object]], on_topic: Counter[tuple[Key, str]]
+) -> Counter[int]:
+    """Events per bucket in the speed rows, each row checked to be at most what the topic had."""
+    per_bucket: Counter[int] = Counter()
+    for key, row in speed.items():
+        impressions, clicks = int(str(row["impressions"])), int(str(row["clicks"]))
+        assert impressions <= on_topic[(key, "impression")]
+        assert clicks <= on_topic[(key, "click")]
+        per_bucket[key[0]] += impressions + clicks
+    return per_bucket
+
+
+@pytest.mark.timeout(600)
+def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
+    spark: SparkSession,
+    topics: KafkaSettings,
+    kafka_env: dict[str, str],
+    lake: LakeSettings,
+    tmp_path: Path,
+) -> None:
+    # 1. Traffic: 100 minutes of event time starting three hours ago (one event per second of
+    # event time), with duplicates, late events (10 min to 3 h old) and malformed records.
+    start = _hour_floor(dt.datetime.now(dt.UTC)) - 3 * HOUR
+    truth_file = tmp_path / "truth.csv"
+    _produce(start, truth_file, kafka_env)
     truth = read_csv(truth_file)
     on_topic, invalid = _topic_counts(topics)
     assert invalid > 50  # malformed records reached the topic (and must be quarantined)
@@ -188,14 +206,8 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
         assert {r["source"] for r in speed.values()} == {"speed"}
         late = _late_per_bucket(lake)
         assert sum(late.values()) > 0, "the traffic should have had events beyond the watermark"
-        per_bucket_api: Counter[int] = Counter()
+        per_bucket_api = _speed_per_bucket(speed, on_topic)
         per_bucket_topic: Counter[int] = Counter()
-        for key, row in speed.items():
-            on_topic_i = on_topic[(key, "impression")]
-            on_topic_c = on_topic[(key, "click")]
-            assert int(str(row["impressions"])) <= on_topic_i
-            assert int(str(row["clicks"])) <= on_topic_c
-            per_bucket_api[key[0]] += int(str(row["impressions"])) + int(str(row["clicks"]))
         for (key, _), n in on_topic.items():
             if cutoff_ms <= key[0] < int(window[1].timestamp() * 1000):
                 per_bucket_topic[key[0]] += n
