@@ -31,7 +31,13 @@ BIN = Path(sys.executable).parent
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("spark-cluster")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+    # spark-class finds the Spark distribution by importing pyspark with PYSPARK_PYTHON.
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_NO_DAEMONIZE": "1",
+    }
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = [(work / name).open("wb") for name in ("master.log", "worker0.log", "worker1.log")]
