@@ -59,7 +59,7 @@ def run(
     spark: SparkSession,
     interval: Interval,
     *,
-    lake: LakeSettings | None = None,
+    lake: LakeSettings,
     run_id: str | None = None,
     on_step: Callable[[str], None] = lambda step: None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
@@ -68,7 +68,6 @@ def run(
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    lake = lake or LakeSettings()
     if not DeltaTable.is_deltatable(lake.events):
         raise MissingTableError(
             f"master/events does not exist at {lake.events}: run `ctr archive` first "

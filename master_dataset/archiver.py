@@ -89,9 +89,9 @@ def batch_writer(lake: LakeSettings, checkpoint: str) -> Callable[[DataFrame, in
 def run(
     spark: SparkSession,
     *,
-    kafka: KafkaSettings | None = None,
-    lake: LakeSettings | None = None,
-    settings: ArchiverSettings | None = None,
+    kafka: KafkaSettings,
+    lake: LakeSettings,
+    settings: ArchiverSettings,
     available_now: bool = False,
     on_progress: Callable[[StreamProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
@@ -99,9 +99,9 @@ def run(
     """Run the archiver until caught up (available_now) or told to stop; returns rows archived."""
     query = build_query(
         spark,
-        kafka=kafka or KafkaSettings(),
-        lake=lake or LakeSettings(),
-        settings=settings or ArchiverSettings(),
+        kafka=kafka,
+        lake=lake,
+        settings=settings,
         available_now=available_now,
     )
     return drive(query, "the archiver", on_progress=on_progress, should_stop=should_stop)

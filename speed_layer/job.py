@@ -220,21 +220,19 @@ def reset(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> N
 def run(
     spark: SparkSession,
     *,
-    kafka: KafkaSettings | None = None,
-    lake: LakeSettings | None = None,
-    settings: SpeedSettings | None = None,
+    kafka: KafkaSettings,
+    lake: LakeSettings,
+    settings: SpeedSettings,
     available_now: bool = False,
     on_progress: Callable[[StreamProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Run the speed job until caught up (available_now) or told to stop; returns rows read."""
-    lake = lake or LakeSettings()
-    kafka = kafka or KafkaSettings()
     query = build_query(
         spark,
         kafka=kafka,
         lake=lake,
-        settings=settings or SpeedSettings(),
+        settings=settings,
         available_now=available_now,
     )
     lag = KafkaLag(kafka)

@@ -102,7 +102,10 @@ def test_the_platforms_tables_are_readable_by_the_serving_layer(
         % int(dt.datetime.now(dt.UTC).timestamp() * 1000)
     )
     produce(topic, [event, b"not json"])
-    assert run_archiver(spark, kafka=topic, lake=lake, available_now=True) == 2
+    archived = run_archiver(
+        spark, kafka=topic, lake=lake, settings=ArchiverSettings(), available_now=True
+    )
+    assert archived == 2
     snapshot = SnapshotSource(lake, refresh_s=0).current()
     for name in ("master/events", "master/rejected"):
         table = snapshot[name]

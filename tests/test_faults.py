@@ -240,8 +240,12 @@ def test_a_broker_that_lost_its_log_is_reported_not_skipped(
             )
 
     # Each job reads what the topic holds and stops: how many records it read.
-    archive = functools.partial(run_archiver, spark, kafka=kafka, lake=lake, available_now=True)
-    speed = functools.partial(run_speed, spark, kafka=kafka, lake=lake, available_now=True)
+    archive = functools.partial(
+        run_archiver, spark, kafka=kafka, lake=lake, settings=ArchiverSettings(), available_now=True
+    )
+    speed = functools.partial(
+        run_speed, spark, kafka=kafka, lake=lake, settings=SpeedSettings(), available_now=True
+    )
 
     broker.start()
     try:
