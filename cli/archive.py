@@ -6,10 +6,9 @@ from typing import Annotated
 
 import typer
 
-from cli.console import console, fail, stream_bar
+from cli.console import StreamDisplay, console, run_streaming_job
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
-from runtime.shutdown import StopRequest
 from runtime.spark_settings import SparkSettings
 from runtime.streaming import StreamProgress
 
@@ -45,17 +44,13 @@ def archive(
     def rate(progress: StreamProgress) -> str:
         return f"{progress.processed_rows_per_second:,.0f} rows/s"
 
-    with StopRequest() as stop, stream_bar("archiving", rate) as show:
-        try:
-            total = run(
-                spark,
-                kafka=kafka,
-                lake=lake,
-                settings=settings,
-                available_now=available_now,
-                on_progress=show,
-                should_stop=lambda: stop.requested,
-            )
-        except RuntimeError as exc:
-            fail(str(exc))
+    total = run_streaming_job(
+        run,
+        spark,
+        StreamDisplay("archiving", rate),
+        kafka=kafka,
+        lake=lake,
+        settings=settings,
+        available_now=available_now,
+    )
     console.print(f"archived {total:,} records" + (" (caught up)" if available_now else ""))

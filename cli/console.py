@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, NoReturn
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import typer
 from rich.console import Console
@@ -21,7 +22,13 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from runtime.shutdown import StopRequest
+
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lake.settings import LakeSettings
+    from runtime.kafka_settings import KafkaSettings
     from runtime.streaming import StreamProgress
 
 console = Console(stderr=True)
@@ -77,3 +84,41 @@ def stream_bar(
             bar.update(task, completed=rows, description=description)
 
         yield show
+
+
+class StreamingJob(Protocol):
+    def __call__(
+        self,
+        spark: SparkSession,
+        *,
+        kafka: KafkaSettings,
+        lake: LakeSettings,
+        settings: Any,
+        available_now: bool = False,
+        on_progress: Callable[[StreamProgress], None] | None = None,
+        should_stop: Callable[[], bool] = ...,
+    ) -> int: ...
+
+
+@dataclass(frozen=True)
+class StreamDisplay:
+    """How ``ctr archive``/``ctr speed`` show a running job: the spinner's first words and
+    the detail of each micro-batch."""
+
+    first: str
+    detail: Callable[[StreamProgress], str]
+
+
+def run_streaming_job(
+    job: StreamingJob,
+    spark: SparkSession,
+    display: StreamDisplay,
+    **arguments: Any,
+) -> int:
+    """Run a streaming job until caught up or Ctrl-C, with a progress display; its errors
+    (lost records, a foreign table, ...) end the command with the message, no traceback."""
+    with StopRequest() as stop, stream_bar(display.first, display.detail) as show:
+        try:
+            return job(spark, on_progress=show, should_stop=lambda: stop.requested, **arguments)
+        except RuntimeError as exc:
+            fail(str(exc))

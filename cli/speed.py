@@ -8,10 +8,9 @@ from typing import Annotated
 
 import typer
 
-from cli.console import console, fail, stream_bar
+from cli.console import StreamDisplay, console, fail, run_streaming_job
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
-from runtime.shutdown import StopRequest
 from runtime.spark_settings import SparkSettings
 from runtime.streaming import StreamProgress
 
@@ -45,7 +44,6 @@ def speed(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from speed_layer.job import SpeedStateError
     from speed_layer.job import reset as reset_speed
     from speed_layer.job import run as run_speed
     from speed_layer.settings import SpeedSettings
@@ -75,21 +73,15 @@ def speed(
     def duration(progress: StreamProgress) -> str:
         return f"{progress.batch_duration_ms} ms"
 
-    with StopRequest() as stop, stream_bar("starting", duration) as show:
-        try:
-            total = run_speed(
-                spark,
-                kafka=kafka,
-                lake=lake,
-                settings=settings,
-                available_now=available_now,
-                on_progress=show,
-                should_stop=lambda: stop.requested,
-            )
-        except SpeedStateError as exc:
-            fail(str(exc))
-        except RuntimeError as exc:
-            fail(str(exc))
+    total = run_streaming_job(
+        run_speed,
+        spark,
+        StreamDisplay("starting", duration),
+        kafka=kafka,
+        lake=lake,
+        settings=settings,
+        available_now=available_now,
+    )
     console.print(f"processed {total:,} records" + (" (caught up)" if available_now else ""))
 
 
