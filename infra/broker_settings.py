@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -14,7 +14,11 @@ class BrokerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    run_dir: Path = Field(default=Path("run"), validation_alias="RUN_DIR")
+    # KAFKA_RUN_DIR, when set, says where this cluster's state is without moving the rest of
+    # RUN_DIR (the demo's env file points it at the demo's cluster).
+    run_dir: Path = Field(
+        default=Path("run"), validation_alias=AliasChoices("KAFKA_RUN_DIR", "RUN_DIR")
+    )
     start_timeout_s: float = Field(default=90.0, gt=0, validation_alias="KAFKA_START_TIMEOUT_S")
     heap: str = Field(default="512m", pattern=r"^\d+[kmg]$", validation_alias="KAFKA_HEAP")
     controller_port: int | None = Field(
