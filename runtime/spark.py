@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -79,7 +81,7 @@ def spark_session(
 
     # Python workers run settings.python: the conf for executors a cluster starts, and the
     # context's pythonExec (which PySpark would take from PYSPARK_PYTHON, else "python3" from
-    # PATH) for the functions this driver ships. Nothing is written into os.environ.
+    # PATH) for the functions this driver ships.
     python = settings.python
 
     builder = SparkSession.builder if submitted else SparkSession.builder.master(settings.master)
@@ -100,13 +102,29 @@ def spark_session(
     conf: dict[str, Any] = {**connector_conf(), **settings.conf}
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # The JVM reads SPARK_LOCAL_IP from its environment only (no conf says it): without it, it
+    # picks a non-loopback interface for its own addresses. PySpark starts the JVM with a copy
+    # of os.environ, so the variables are there while it starts and removed again after.
+    with _jvm_environment({"SPARK_LOCAL_IP": settings.local_ip, "PYSPARK_PYTHON": python}):
+        spark = builder.getOrCreate()
     for key, value in _local_conf(spark.sparkContext.master or settings.master).items():
         if key not in settings.conf:
             spark.conf.set(key, value)
     spark.sparkContext.pythonExec = python
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextmanager
+def _jvm_environment(variables: dict[str, str]) -> Iterator[None]:
+    """``variables`` in os.environ (where not set already) for the block, then as before."""
+    added = {k: v for k, v in variables.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _local_conf(master: str) -> dict[str, str]:

@@ -42,10 +42,16 @@ def fresh_topic(kafka: KafkaSettings) -> KafkaSettings:
 
 
 def partitions(kafka: KafkaSettings) -> dict[int, tuple[int, tuple[int, ...]]]:
-    """partition -> (leader, in-sync replicas) of the event topic."""
-    metadata = admin_client(kafka).list_topics(kafka.topic, timeout=10)
-    found = metadata.topics[kafka.topic].partitions
-    return {p: (m.leader, tuple(sorted(m.isrs))) for p, m in found.items()}
+    """partition -> (leader, in-sync replicas) of the event topic, once the broker asked knows
+    every partition (a broker learns a new topic's partitions a moment after it is created)."""
+    deadline = time.monotonic() + 30
+    while True:
+        metadata = admin_client(kafka).list_topics(kafka.topic, timeout=10)
+        topic = metadata.topics.get(kafka.topic)
+        found = topic.partitions if topic is not None and topic.error is None else {}
+        if len(found) == kafka.topic_partitions or time.monotonic() > deadline:
+            return {p: (m.leader, tuple(sorted(m.isrs))) for p, m in found.items()}
+        time.sleep(0.2)
 
 
 def wait_until(condition: object, what: str, timeout_s: float = 60) -> None:
