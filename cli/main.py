@@ -1,4 +1,4 @@
-"""`ctr`: one command line for the platform; each layer owns its subcommands."""
+"""`ctr`: one command line for the platform; one module of cli/ per command group."""
 
 from __future__ import annotations
 
