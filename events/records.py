@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from events.model import Invalid, validate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 EVENTS_SCHEMA = pa.schema(
     [
@@ -143,3 +146,11 @@ def split(parsed: pa.Table) -> tuple[pa.Table, pa.Table]:
     events = parsed.filter(valid).select(EVENTS_SCHEMA.names).cast(EVENTS_SCHEMA)
     rejected = parsed.filter(pc.invert(valid)).select(REJECTED_SCHEMA.names).cast(REJECTED_SCHEMA)
     return events, rejected
+
+
+def parse_records(raw: DataFrame) -> DataFrame:
+    """The records of a Spark ``kafka`` source (batch or stream), parsed: the columns of
+    :data:`PARSED_SCHEMA`, ``reason`` null for valid events (the archiver and the speed job)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return raw.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))

@@ -3,12 +3,12 @@ its partitioning and the name SQL users query it by.
 
 The Arrow schemas here are the contracts of ``../shared/DESIGN.md``. Spark jobs create tables
 from :meth:`Table.spark_schema`, the serving layer reads them with these schemas before they
-first exist, and the SQL sandbox and the maintenance DAG list them from :data:`TABLES`.
+first exist, and the SQL sandbox and the maintenance DAG list them from :data:`SERVED` and
+:data:`MAINTAINED`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -32,7 +32,6 @@ class Table:
     name: str
     schema: pa.Schema
     sql_name: str
-    description: str
     partition_by: tuple[str, ...] = ()
 
     def path(self, lake: LakeSettings) -> str:
@@ -48,20 +47,17 @@ MASTER_EVENTS: Final = Table(
     "master/events",
     EVENTS_SCHEMA,
     "events",
-    "every valid event, as archived from Kafka (duplicates included)",
     partition_by=("event_date",),
 )
 MASTER_REJECTED: Final = Table(
     "master/rejected",
     REJECTED_SCHEMA,
     "rejected",
-    "records that failed validation, with the reason",
 )
 BATCH_CTR: Final = Table(
     "batch/ctr",
     pa.schema([*_CTR_KEY, *_MEASURES, ("run_id", pa.string())]),
     "ctr_batch",
-    "the exact view: impressions and clicks per minute and dimensions, deduplicated",
 )
 BATCH_COVERAGE: Final = Table(
     "batch/coverage",
@@ -77,13 +73,11 @@ BATCH_COVERAGE: Final = Table(
         ]
     ),
     "coverage",
-    "one row per finished batch run: the interval it made exact",
 )
 SPEED_CTR: Final = Table(
     "speed/ctr",
     pa.schema([*_CTR_KEY, *_MEASURES, ("updated_at", TIMESTAMP)]),
     "ctr_speed",
-    "the approximate view of the last minutes, from the streaming job",
 )
 SPEED_LATE: Final = Table(
     "speed/late",
@@ -97,13 +91,8 @@ SPEED_LATE: Final = Table(
         ]
     ),
     "late",
-    "counts of events that arrived after their bucket closed in the speed layer",
 )
 
-TABLES: Final[Mapping[str, Table]] = {
-    t.name: t
-    for t in (MASTER_EVENTS, MASTER_REJECTED, BATCH_CTR, BATCH_COVERAGE, SPEED_CTR, SPEED_LATE)
-}
 # What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own).
 SERVED: Final = (BATCH_CTR, BATCH_COVERAGE, SPEED_CTR, MASTER_EVENTS, MASTER_REJECTED)
 # What the maintenance DAG compacts and vacuums.

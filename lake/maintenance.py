@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lake.catalog import BATCH_COVERAGE, MAINTAINED, SPEED_CTR
+from lake.catalog import BATCH_COVERAGE, SPEED_CTR
 from lake.coverage import Coverage
 from lake.settings import LakeSettings
 from runtime.formats import read_delta
@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("ctr.maintenance")
-
-TABLES = tuple(t.name for t in MAINTAINED)
 
 
 @dataclass(frozen=True)

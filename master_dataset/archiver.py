@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from events.records import EVENTS_SCHEMA, PARSED_SCHEMA, REJECTED_SCHEMA, parse_batches
+from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, parse_records
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_kafka, write_delta
@@ -38,7 +39,6 @@ def build_query(
     available_now: bool = False,
 ) -> StreamingQuery:
     """Start the archiving query (it runs until stopped, or until caught up if available_now)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     checkpoint = lake.checkpoint(settings.checkpoint_name)
     raw = read_kafka(
@@ -49,7 +49,7 @@ def build_query(
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
-    parsed = raw.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
+    parsed = parse_records(raw)
     writer = parsed.writeStream.foreachBatch(batch_writer(lake, checkpoint))
     writer = writer.option("checkpointLocation", checkpoint)
     if available_now:
@@ -72,7 +72,7 @@ def batch_writer(lake: LakeSettings, checkpoint: str) -> Callable[[DataFrame, in
             write_delta(
                 batch.where("reason IS NULL").select(*events_columns),
                 lake.events,
-                partition_by=["event_date"],
+                partition_by=MASTER_EVENTS.partition_by,
                 txn=(app_id, batch_id),
             )
             write_delta(

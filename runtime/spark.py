@@ -79,9 +79,8 @@ def spark_session(
     settings = settings or SparkSettings()
     from pyspark.sql import SparkSession
 
-    # Python workers run settings.python: the conf for executors a cluster starts, and the
-    # context's pythonExec (which PySpark would take from PYSPARK_PYTHON, else "python3" from
-    # PATH) for the functions this driver ships.
+    # Python workers run settings.python: the conf for executors a cluster starts, and
+    # PYSPARK_PYTHON while the context starts (PySpark takes its pythonExec from it).
     python = settings.python
 
     builder = SparkSession.builder if submitted else SparkSession.builder.master(settings.master)
@@ -110,7 +109,6 @@ def spark_session(
     for key, value in _local_conf(spark.sparkContext.master or settings.master).items():
         if key not in settings.conf:
             spark.conf.set(key, value)
-    spark.sparkContext.pythonExec = python
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from events.records import PARSED_SCHEMA, parse_batches
+from events.records import parse_records
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.maintenance import prune_speed
 from lake.settings import LakeSettings
@@ -62,7 +62,6 @@ def build_query(
 ) -> StreamingQuery:
     """Start the speed query (it runs until stopped, or until caught up if available_now)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     checkpoint = lake.checkpoint(settings.checkpoint_name)
     _check_fresh_start(spark, lake, checkpoint)
@@ -75,7 +74,7 @@ def build_query(
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
     events = (
-        raw.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
+        parse_records(raw)
         .observe(
             OBSERVATION,
             F.count(F.lit(1)).alias("records"),

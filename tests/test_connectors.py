@@ -155,18 +155,15 @@ def test_idempotent_writes_by_application_and_version(spark: SparkSession, tmp_p
 def test_a_replayed_archiver_batch_is_a_no_op(
     spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
 ) -> None:
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    from events.records import PARSED_SCHEMA, parse_batches
+    from events.records import parse_records
 
     topic = fresh_topic(kafka)
     produce(topic, [b"{", b"[]"])
     checkpoint = Path(lake.checkpoint("replay"))
     (checkpoint).mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
-    parsed = read_kafka(spark, topic, stream=False).mapInArrow(
-        parse_batches, from_arrow_schema(PARSED_SCHEMA)
-    )
+    parsed = parse_records(read_kafka(spark, topic, stream=False))
     write = batch_writer(lake, str(checkpoint))
     write(parsed, 7)
     write(parsed, 7)  # Spark replays a batch after a crash: same id, same rows

@@ -42,6 +42,7 @@ from speed_layer.job import run as run_speed
 from speed_layer.settings import SpeedSettings
 from tests import faults
 from tests.api_server import running_api
+from tests.events_helper import event
 
 pytestmark = pytest.mark.faults
 
@@ -58,25 +59,8 @@ def _events(n: int, seed: int, first_offset: int) -> pa.Table:
     rows = []
     for i in range(n):
         when = T0 + dt.timedelta(seconds=rng.randrange(3600))
-        rows.append(
-            {
-                "event_id": f"s{seed}-{i}",
-                "event_type": "click" if i % 10 == 0 else "impression",
-                "event_time": when,
-                "impression_id": f"i{seed}-{i}",
-                "ad_id": f"ad-{i % 4}",
-                "campaign_id": "cmp-1",
-                "site_id": "site-1",
-                "country": "US",
-                "device_type": "mobile",
-                "user_id": "u",
-                "schema_version": 1,
-                "event_date": when.date(),
-                "kafka_partition": 0,
-                "kafka_offset": first_offset + i,
-                "ingest_time": when,
-            }
-        )
+        kind = "click" if i % 10 == 0 else "impression"
+        rows.append(event(f"s{seed}-{i}", kind, when, ad=f"ad-{i % 4}", offset=first_offset + i))
     return pa.Table.from_pylist(rows, schema=EVENTS_SCHEMA)
 
 
