@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import ConfigResource
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from infra.broker import LocalKafka, scratch_cluster
 from ingest.producer import EventProducer
@@ -54,6 +55,15 @@ def partitions(kafka: KafkaSettings) -> dict[int, tuple[int, tuple[int, ...]]]:
         time.sleep(0.2)
 
 
+def committed_version(path: str | Path) -> int:
+    """The table's latest version, or -1 while it has none a reader can load yet (delta-spark
+    may be writing its first commit as we look)."""
+    try:
+        return DeltaTable(path).version()
+    except (TableNotFoundError, DeltaError, OSError):
+        return -1
+
+
 def wait_until(condition: object, what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():  # type: ignore[operator]
@@ -77,35 +87,49 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
             SPARK_SHUFFLE_PARTITIONS="2",
             COLUMNS="200",
         )
+        # A first few records, so the archiver's first commit (which may take a while under load)
+        # comes before the traffic the broker is killed under.
+        warm_up = 200
+        first = subprocess.run(
+            [CTR, "produce", "--events", str(warm_up), "--seed", "4", "--duplicates", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert first.returncode == 0, first.stdout + first.stderr
         log = (tmp_path / "archiver.log").open("w")
         archiver = subprocess.Popen(
             [CTR, "archive"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        producer: subprocess.Popen[str] | None = None
         events = 4000 * faults.ROUNDS
-        options = f"--events {events} --rate 400 --seed 3 --duplicates 0 --late 0.02"
-        producer = subprocess.Popen(
-            [CTR, "produce", *options.split()],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
         try:
             wait_until(
-                lambda: (
-                    DeltaTable.is_deltatable(lake.events) and DeltaTable(lake.events).version() >= 1
-                ),
+                lambda: committed_version(lake.events) >= 0,
                 "the archiver committed to master/events",
                 timeout_s=240,
             )
+            options = f"--events {events} --rate 400 --seed 3 --duplicates 0 --late 0.02"
+            producer = subprocess.Popen(
+                [CTR, "produce", *options.split()],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             for _ in range(faults.ROUNDS):
+                time.sleep(1)
                 broker.kill(1)
                 time.sleep(3)
                 broker.start()
                 time.sleep(4)
             output, _ = producer.communicate(timeout=300)
         finally:
-            producer.kill()
+            if producer is not None:
+                producer.kill()
+                producer.communicate()
             os.killpg(archiver.pid, signal.SIGTERM)
             archiver.wait(timeout=120)
             log.close()
@@ -113,6 +137,7 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         delivered = re.search(r"delivered ([\d,]+) to the event topic.*?([\d,]+) failed", output)
         assert delivered is not None, output
         assert (int(delivered.group(1).replace(",", "")), delivered.group(2)) == (events, "0")
+        events += warm_up
 
         # Whatever the streaming archiver did not get to, a catch-up run archives.
         faults.catch_up("archive", env)
