@@ -101,6 +101,8 @@ class LakeCollector(Collector):
                 ("tables", lambda: self._tables(serving, lake)),
                 ("freshness", lambda: self._freshness(serving, lake)),
                 ("rejected", lambda: self._rejected(serving, lake)),
+                ("stale", lambda: self._stale(serving, lake)),
+                ("drift", lambda: self._drift(serving, lake)),
             ]
         parts += [("dead_letters", self._dlq), ("cache", self._cache_counts)]
         if self._sql_pool is not None:
@@ -173,6 +175,44 @@ class LakeCollector(Collector):
         for reason, count in serving.rejected_by_reason(snap).items():
             rejected.add_metric([reason], count)
         yield rejected
+
+    def _stale(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
+        buckets = serving.stale_buckets(snap)
+        yield GaugeMetricFamily(
+            "ctr_stale_buckets",
+            "covered minute buckets with events no batch run has counted yet",
+            len(buckets),
+        )
+        yield GaugeMetricFamily(
+            "ctr_stale_events", "late events not yet recomputed", sum(b.events for b in buckets)
+        )
+        oldest = min((b.first_archived_at for b in buckets), default=None)
+        age = 0.0 if oldest is None else max(time.time() - oldest.timestamp(), 0.0)
+        yield GaugeMetricFamily(
+            "ctr_stale_age_seconds",
+            "how long the oldest uncounted late event has waited for a recompute (0: none)",
+            age,
+        )
+
+    def _drift(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
+        drift = serving.drift(snap)
+        error = GaugeMetricFamily(
+            "ctr_drift_relative_error",
+            "|speed - batch| / batch per minute the latest runs covered for the first time",
+            labels=["measure", "quantile"],
+        )
+        for measure, q, value in (
+            ("impressions", "0.5", drift.impressions_p50),
+            ("impressions", "0.99", drift.impressions_p99),
+            ("clicks", "0.5", drift.clicks_p50),
+            ("clicks", "0.99", drift.clicks_p99),
+        ):
+            if value is not None:
+                error.add_metric([measure, q], value)
+        yield error
+        yield GaugeMetricFamily(
+            "ctr_drift_buckets", "minutes the drift figures compare", drift.buckets
+        )
 
     def _dlq(self) -> Iterator[Metric]:
         if self._dead_letters is not None:

@@ -38,9 +38,15 @@ class CtrRowBody(BaseModel):
     ctr: float | None = Field(description="clicks / impressions; null without impressions")
     ctr_ci_low: float | None = Field(description="95% Wilson interval, lower bound")
     ctr_ci_high: float | None = Field(description="95% Wilson interval, upper bound")
-    source: Literal["batch", "speed", "mixed"] = Field(
-        description="batch: every minute of the bucket (in range) is covered by a batch run; "
-        "speed: none is; mixed: some are"
+    source: Literal["batch", "stale", "speed", "mixed"] = Field(
+        description="batch: every minute of the bucket (in range) is covered by a batch run and "
+        "exact; stale: every minute is covered, but some received events after the run that "
+        "covered them (stale_events: they are included, approximately, until a recompute); "
+        "speed: no minute is covered; mixed: some are"
+    )
+    stale_events: int = Field(
+        description="events in this row that arrived after the batch run covering their minute "
+        "and are not yet recomputed (counted as archived, duplicates included); 0 when exact"
     )
     run_ids: list[str] = Field(description="the batch runs whose rows the bucket holds")
 
@@ -76,6 +82,32 @@ class TableInfoBody(BaseModel):
     files: int
 
 
+class StaleIntervalBody(BaseModel):
+    start: dt.datetime
+    end: dt.datetime
+    events: int = Field(description="late events in the interval no batch run has counted")
+    first_archived_at: dt.datetime = Field(
+        description="when the oldest of them was archived (the interval is stale since)"
+    )
+
+
+class DriftBody(BaseModel):
+    """How far the speed layer was from the exact counts, in the minutes the latest runs covered
+    for the first time (relative error: |speed - batch| / batch, minutes with batch > 0)."""
+
+    runs: int = Field(description="runs summarised (the latest that recorded drift)")
+    buckets: int = Field(description="minutes compared")
+    impressions_p50: float | None
+    impressions_p99: float | None
+    clicks_p50: float | None
+    clicks_p99: float | None
+    speed_minus_batch_impressions: int = Field(
+        description="speed - batch over those minutes: duplicates the speed layer counted "
+        "minus events it dropped (later than its watermark)"
+    )
+    speed_minus_batch_clicks: int
+
+
 class ViewInfoBody(BaseModel):
     name: str
     covered_intervals: list[CoveredIntervalBody]
@@ -83,6 +115,11 @@ class ViewInfoBody(BaseModel):
     latest_covered_bucket: dt.datetime | None
     latest_speed_bucket: dt.datetime | None
     tables: dict[str, TableInfoBody]
+    stale_intervals: list[StaleIntervalBody] = Field(
+        description="covered minutes with events no batch run has counted yet (merged); "
+        "`ctr batch --stale` or the ctr_recompute_stale DAG makes them exact"
+    )
+    drift: DriftBody
 
 
 class ViewsResponse(BaseModel):

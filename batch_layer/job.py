@@ -5,6 +5,12 @@ Reads ``master/events`` at its current version for the interval (partition pruni
 shared view, and replaces exactly that interval of ``batch/ctr`` in one atomic commit. Only then
 does it append a row to ``batch/coverage``. Rerunning an interval gives the same rows; events
 that arrived late are counted whenever their interval is recomputed.
+
+Before it covers a minute no run covered before, it records in ``batch/drift`` what the speed
+layer had counted there next to the exact counts (the speed rows are pruned once covered). After
+the coverage row, it forgets the ``master/arrivals`` rows its input version counted, so only
+later arrivals mark a bucket stale. A commit conflict with a concurrent run (a backfill, the
+stale recompute, ``ctr_batch``) retries the whole run on the newer input version.
 """
 
 from __future__ import annotations
@@ -15,16 +21,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from batch_layer.interval import Interval
-from lake.catalog import BATCH_COVERAGE, BATCH_CTR
+from lake.arrivals import forget_counted
+from lake.catalog import BATCH_COVERAGE, BATCH_CTR, BATCH_DRIFT, SPEED_CTR, SPEED_LATE
+from lake.coverage import Coverage
 from lake.coverage_log import CoverageRow, record
+from lake.maintenance import covered_intervals
 from lake.settings import LakeSettings
-from runtime.formats import read_delta, write_delta
+from runtime.formats import is_commit_conflict, read_delta, write_delta
 from views.ctr import ctr
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 VIEW = "ctr"
+COMMIT_ATTEMPTS = 4
 
 
 class MissingTableError(LookupError):
@@ -64,15 +74,39 @@ def run(
     on_step: Callable[[str], None] = lambda step: None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> BatchRun:
-    """Recompute ``batch/ctr`` for ``interval`` and record the coverage."""
+    """Recompute ``batch/ctr`` for ``interval`` and record the coverage (and the drift of the
+    minutes it covers for the first time); a commit conflict with a concurrent run retries."""
     from deltalake import DeltaTable
-    from pyspark.sql import functions as F
 
     if not DeltaTable.is_deltatable(lake.events):
         raise MissingTableError(
             f"master/events does not exist at {lake.events}: run `ctr archive` first "
             "(or point LAKE_ROOT at the lake)"
         )
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return _run_once(
+                spark, interval, lake=lake, run_id=run_id, on_step=on_step, clock=clock
+            )
+        except Exception as exc:
+            if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                raise
+            on_step(f"a concurrent run committed first ({type(exc).__name__}); rerunning")
+    raise AssertionError("unreachable")
+
+
+def _run_once(
+    spark: SparkSession,
+    interval: Interval,
+    *,
+    lake: LakeSettings,
+    run_id: str | None,
+    on_step: Callable[[str], None],
+    clock: Callable[[], dt.datetime],
+) -> BatchRun:
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
     version = DeltaTable(lake.events).version()
     # Same interval and same input version -> same run id: a rerun writes identical rows.
     run_id = run_id or f"{VIEW}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
@@ -88,6 +122,9 @@ def run(
     try:
         on_step("computing the view")
         rows = view.count()
+        drift = record_drift(spark, lake, view, interval, run_id=run_id, at=clock())
+        if drift:
+            on_step(f"recorded the speed layer's drift in {drift:,} newly covered minute(s)")
         on_step(f"replacing {interval} of batch/ctr with {rows:,} rows")
         write_delta(
             view,
@@ -103,4 +140,98 @@ def run(
         BATCH_COVERAGE.path(lake),
         CoverageRow(run_id, VIEW, interval.start, interval.end, version, rows, clock()),
     )
+    forget_counted(spark, lake, where=interval.sql_predicate("bucket_start"), input_version=version)
     return BatchRun(run_id, interval, version, rows)
+
+
+def record_drift(
+    spark: SparkSession,
+    lake: LakeSettings,
+    view: DataFrame,
+    interval: Interval,
+    *,
+    run_id: str,
+    at: dt.datetime,
+) -> int:
+    """Append to ``batch/drift``, per minute of ``interval`` that no run covered before and the
+    speed layer saw (counted in ``speed/ctr``, or dropped as later than its watermark into
+    ``speed/late``), the speed and the batch counts; returns the minutes recorded.
+
+    Idempotent per interval. Minutes covered before are left out: their speed rows (if any) hold
+    only what arrived after the speed layer's pruning, not its estimate of the bucket."""
+    from pyspark.sql import functions as F
+
+    speed_path, late_path = SPEED_CTR.path(lake), SPEED_LATE.path(lake)
+    if not _is_delta(spark, speed_path):
+        return 0
+    fresh = Coverage(_uncovered(covered_intervals(spark, lake), interval.start, interval.end))
+    if not fresh.intervals:
+        return 0
+    in_fresh = fresh.sql_predicate("bucket_start")
+    counted = (
+        read_delta(spark, speed_path)
+        .where(in_fresh)
+        .groupBy("bucket_start")
+        .agg(
+            F.sum("impressions").alias("speed_impressions"),
+            F.sum("clicks").alias("speed_clicks"),
+        )
+    )
+    seen = counted.select("bucket_start")
+    if _is_delta(spark, late_path):
+        seen = seen.union(read_delta(spark, late_path).where(in_fresh).select("bucket_start"))
+    batch = view.groupBy("bucket_start").agg(
+        F.sum("impressions").alias("batch_impressions"), F.sum("clicks").alias("batch_clicks")
+    )
+    zero = F.lit(0)
+    drift = (
+        seen.distinct()
+        .join(counted, "bucket_start", "left")
+        .join(batch, "bucket_start", "left")
+        .select(
+            F.lit(run_id).alias("run_id"),
+            F.lit(VIEW).alias("view"),
+            "bucket_start",
+            *(
+                F.coalesce(column, zero).cast("long").alias(column)
+                for column in (
+                    "speed_impressions",
+                    "speed_clicks",
+                    "batch_impressions",
+                    "batch_clicks",
+                )
+            ),
+            F.lit(at).cast("timestamp").alias("recorded_at"),
+        )
+        .coalesce(1)
+        .persist()
+    )
+    try:
+        minutes = drift.count()
+        if minutes:
+            # Keyed by interval: a run retried after a conflict (another run id) adds no rows.
+            key = f"drift:{VIEW}:{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}"
+            write_delta(drift, BATCH_DRIFT.path(lake), txn=(key, 0))
+        return minutes
+    finally:
+        drift.unpersist()
+
+
+def _uncovered(
+    coverage: Coverage, start: dt.datetime, end: dt.datetime
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The parts of [start, end) ``coverage`` does not hold."""
+    gaps, cursor = [], start
+    for lo, hi in coverage.within(start, end):
+        if cursor < lo:
+            gaps.append((cursor, lo))
+        cursor = hi
+    if cursor < end:
+        gaps.append((cursor, end))
+    return gaps
+
+
+def _is_delta(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))

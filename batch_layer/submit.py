@@ -1,4 +1,5 @@
-"""Entry point for `spark-submit batch_layer/submit.py --start T1 --end T2` (the Airflow task).
+"""Entry point for `spark-submit batch_layer/submit.py --start T1 --end T2` (the Airflow task),
+or `… --stale` (recompute what late events made stale; the ctr_recompute_stale DAG).
 
 spark-submit chooses the cluster (`--master`); the job itself is `batch_layer.job.run`.
 """
@@ -11,10 +12,19 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Recompute batch/ctr for [start, end).")
-    parser.add_argument("--start", required=True, help="ISO-8601 UTC, whole minute")
-    parser.add_argument("--end", required=True, help="ISO-8601 UTC, whole minute, after start")
+    parser.add_argument("--start", help="ISO-8601 UTC, whole minute")
+    parser.add_argument("--end", help="ISO-8601 UTC, whole minute, after start")
     parser.add_argument("--run-id", help="recorded in batch/ctr and batch/coverage")
+    parser.add_argument(
+        "--stale", action="store_true", help="recompute the stale hours instead of an interval"
+    )
     args = parser.parse_args(argv)
+    if args.stale:
+        if args.start or args.end or args.run_id:
+            parser.error("--stale takes no --start, --end or --run-id")
+        return _stale()
+    if not (args.start and args.end):
+        parser.error("--start and --end are required (or --stale)")
 
     from batch_layer.interval import Interval, IntervalError
     from batch_layer.job import MissingTableError, run
@@ -34,6 +44,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"done: run {result.run_id}, {result.rows_written} rows for {interval}")
+    return 0
+
+
+def _stale() -> int:
+    from batch_layer.job import MissingTableError
+    from batch_layer.stale import plan, recompute
+    from lake.settings import LakeSettings
+    from runtime.spark import spark_session
+    from runtime.spark_settings import SparkSettings
+
+    lake = LakeSettings()
+    stale = plan(lake)
+    if not stale.intervals:
+        print("nothing is stale")
+        return 0
+    print(f"{stale.buckets} stale minute(s), {stale.events} late event(s)")
+    spark = spark_session(SparkSettings(), submitted=True)
+    print(f"spark master: {spark.sparkContext.master}")
+    try:
+        runs = recompute(spark, lake, stale, on_interval=lambda i: print(f"recomputing {i}"))
+    except MissingTableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for done in runs:
+        print(f"done: run {done.run_id}, {done.rows_written} rows for {done.interval}")
     return 0
 
 

@@ -20,14 +20,34 @@ def _interval(start: str, end: str) -> Interval:
 
 
 def batch(
-    start: Annotated[str, typer.Option(help="Interval start, ISO-8601 UTC, whole minute.")],
-    end: Annotated[str, typer.Option(help="Interval end (exclusive), after --start.")],
+    start: Annotated[
+        str | None, typer.Option(help="Interval start, ISO-8601 UTC, whole minute.")
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option(help="Interval end (exclusive), after --start.")
+    ] = None,
+    stale: Annotated[
+        bool,
+        typer.Option(
+            "--stale",
+            help="Instead of an interval: recompute every covered hour that received events "
+            "after the run that covered it (see `GET /api/v1/views` stale_intervals), then exit.",
+        ),
+    ] = False,
 ) -> None:
     """Recompute batch/ctr for [START, END) from master/events, exactly (deduplicated).
 
     Replaces that interval of batch/ctr in one atomic commit, then records it in
-    batch/coverage. Safe to rerun.
+    batch/coverage. Safe to rerun. With --stale, recomputes what late events made stale
+    (nothing stale: says so and exits 0).
     """
+    if stale:
+        if start is not None or end is not None:
+            raise typer.BadParameter("give either --stale or --start/--end, not both")
+        _recompute_stale()
+        return
+    if start is None or end is None:
+        raise typer.BadParameter("--start and --end are required (or --stale)")
     from batch_layer.job import MissingTableError, run
     from runtime.spark import spark_session
 
@@ -38,6 +58,43 @@ def batch(
     except MissingTableError as exc:
         fail(str(exc))
     console.print(f"done: run {result.run_id}, {result.rows_written:,} rows for {interval}")
+
+
+def _recompute_stale() -> None:
+    from batch_layer.job import MissingTableError
+    from batch_layer.stale import plan, recompute
+    from runtime.spark import spark_session
+
+    lake = LakeSettings()
+    stale = plan(lake)
+    if not stale.intervals:
+        console.print("nothing is stale: every covered minute is exact")
+        return
+    console.print(
+        f"{stale.buckets:,} stale minute(s) with {stale.events:,} late event(s); recomputing "
+        f"{len(stale.intervals)} interval(s)"
+    )
+    spark = spark_session(SparkSettings())
+    with progress_bar("intervals", total_known=True) as bar:
+        task = bar.add_task("recomputing", total=len(stale.intervals))
+
+        def show(interval: Interval) -> None:
+            bar.update(task, description=f"{interval.start:%Y-%m-%d %H:%M}")
+
+        try:
+            runs = recompute(
+                spark, lake, stale, on_interval=show, on_run=lambda _: bar.advance(task)
+            )
+        except MissingTableError as exc:
+            fail(str(exc))
+    for done in runs:
+        console.print(f"done: run {done.run_id}, {done.rows_written:,} rows for {done.interval}")
+    left = plan(lake)
+    if left.intervals:
+        console.print(
+            f"{left.buckets:,} minute(s) turned stale meanwhile (events still arriving): "
+            "run again, or let the ctr_recompute_stale DAG pick them up"
+        )
 
 
 def backfill(

@@ -93,7 +93,58 @@ SPEED_LATE: Final = Table(
     "late",
 )
 
+# What each archiver commit added to master/events, as view rows per minute bucket and
+# dimensions, with the master/events version that made them readable: the staleness check
+# (lake.staleness) compares it with the input version of the runs that covered a bucket.
+MASTER_ARRIVALS: Final = Table(
+    "master/arrivals",
+    pa.schema(
+        [
+            *_CTR_KEY,
+            *_MEASURES,
+            ("events_version", pa.int64()),
+            ("batch_id", pa.int64()),
+            ("archived_at", TIMESTAMP),
+        ]
+    ),
+    "arrivals",
+)
+# Per minute bucket a batch run covered for the first time: what the speed layer had counted
+# there and what the batch layer counted.
+BATCH_DRIFT: Final = Table(
+    "batch/drift",
+    pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("view", pa.string()),
+            ("bucket_start", TIMESTAMP),
+            ("speed_impressions", pa.int64()),
+            ("speed_clicks", pa.int64()),
+            ("batch_impressions", pa.int64()),
+            ("batch_clicks", pa.int64()),
+            ("recorded_at", TIMESTAMP),
+        ]
+    ),
+    "drift",
+)
+
 # What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own).
-SERVED: Final = (BATCH_CTR, BATCH_COVERAGE, SPEED_CTR, MASTER_EVENTS, MASTER_REJECTED)
+SERVED: Final = (
+    BATCH_CTR,
+    BATCH_COVERAGE,
+    SPEED_CTR,
+    MASTER_EVENTS,
+    MASTER_REJECTED,
+    MASTER_ARRIVALS,
+    BATCH_DRIFT,
+)
 # What the maintenance DAG compacts and vacuums.
-MAINTAINED: Final = (MASTER_EVENTS, MASTER_REJECTED, BATCH_CTR, BATCH_COVERAGE, SPEED_CTR)
+MAINTAINED: Final = (
+    MASTER_EVENTS,
+    MASTER_REJECTED,
+    MASTER_ARRIVALS,
+    BATCH_CTR,
+    BATCH_COVERAGE,
+    BATCH_DRIFT,
+    SPEED_CTR,
+)

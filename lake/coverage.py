@@ -19,7 +19,9 @@ from typing import Literal
 
 import pyarrow as pa
 
-Source = Literal["batch", "speed", "mixed"]
+# batch: every minute exact; stale: every minute covered, some with arrivals no run counted yet
+# (included, approximately); speed: no minute covered; mixed: some covered, some not.
+Source = Literal["batch", "stale", "speed", "mixed"]
 
 
 @dataclass(frozen=True, order=True)

@@ -6,16 +6,21 @@ the rest to ``master/rejected`` with the reason and the raw bytes. Spark's ``kaf
 reads, delta-spark writes; both writes are idempotent Delta commits keyed by (query id, batch
 id) (``txnAppId``/``txnVersion``): after a crash Spark replays the unfinished batch with the same
 offsets and whatever was already committed is skipped, so every (partition, offset) lands
-exactly once.
+exactly once. A third commit, idempotent the same way, appends the batch's valid events counted
+per minute bucket to ``master/arrivals`` with the master/events version that holds them: how the
+serving layer and `ctr batch --stale` learn that a bucket a batch run covered received events
+since (:mod:`lake.staleness`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, parse_records
+from lake.arrivals import record_arrivals
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
@@ -24,6 +29,7 @@ from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import StreamProgress, drive, query_id
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -61,16 +67,19 @@ def build_query(
 
 def batch_writer(lake: LakeSettings, checkpoint: str) -> Callable[[DataFrame, int], None]:
     """foreachBatch function: the parsed batch's valid rows to master/events, the rest to
-    master/rejected, each commit idempotent under (query id, batch id)."""
+    master/rejected, then the valid rows' arrivals; each commit idempotent under (query id,
+    batch id)."""
     events_columns = EVENTS_SCHEMA.names
     rejected_columns = REJECTED_SCHEMA.names
+    events_log = _VersionReader(lake.events)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         app_id = f"ctr-archiver-{query_id(checkpoint)}"
         batch = batch.persist()
         try:
+            valid = batch.where("reason IS NULL").select(*events_columns)
             write_delta(
-                batch.where("reason IS NULL").select(*events_columns),
+                valid,
                 lake.events,
                 partition_by=MASTER_EVENTS.partition_by,
                 txn=(app_id, batch_id),
@@ -80,10 +89,35 @@ def batch_writer(lake: LakeSettings, checkpoint: str) -> Callable[[DataFrame, in
                 lake.rejected,
                 txn=(app_id, batch_id),
             )
+            record_arrivals(
+                valid,
+                lake,
+                events_version=events_log.latest(),
+                txn=(app_id, batch_id),
+                archived_at=dt.datetime.now(dt.UTC),
+            )
         finally:
             batch.unpersist()
 
     return write_batch
+
+
+class _VersionReader:
+    """The latest version of a Delta table, read with delta-rs from the log's new entries only
+    (one handle, updated incrementally)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._handle: DeltaTable | None = None
+
+    def latest(self) -> int:
+        from deltalake import DeltaTable
+
+        if self._handle is None:
+            self._handle = DeltaTable(self.path)
+        else:
+            self._handle.update_incremental()
+        return self._handle.version()
 
 
 def run(

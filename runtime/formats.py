@@ -79,3 +79,23 @@ def read_delta(
     for column, values in (partitions or {}).items():
         frame = frame.where(frame[column].cast("string").isin(values))
     return frame
+
+
+_CONFLICTS = (
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "DeltaConcurrentModificationException",
+)
+
+
+def is_commit_conflict(exc: BaseException) -> bool:
+    """True when ``exc`` is delta-spark's refusal of a commit that conflicts with a concurrent
+    one (its Python class, or the Java class named in the error): rerunning is the remedy."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    text = str(exc)
+    return any(name in names or name in text for name in _CONFLICTS)

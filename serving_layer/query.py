@@ -134,17 +134,20 @@ def ctr_sql(
     batch: str,
     speed: str,
     covered: str,
+    stale: str | None = None,
     intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
 ) -> tuple[str, dict[str, object]]:
     """SQL and bound parameters for ``query`` over registered relations.
 
     ``batch`` and ``speed`` hold base-view rows, ``covered`` the disjoint covered intervals
-    (``interval_start``, ``interval_end``). Per minute bucket the rule is: covered → batch rows,
-    else speed rows. ``intervals``, when given, are the same disjoint intervals as far as they
-    meet the query's range (at most :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into
-    a range predicate instead of an as-of join. Columns: bucket_us (bucket start, microseconds
-    since the epoch), the group_by dimensions, impressions, clicks, ctr, run_ids. One row more
-    than ``query.limit``, so the caller can tell a truncated answer.
+    (``interval_start``, ``interval_end``), ``stale`` the late arrivals no batch run has counted
+    yet (rows of :func:`lake.staleness.stale_sql`, all in covered buckets). Per minute bucket the
+    rule is: covered → batch rows plus its stale arrivals, else speed rows. ``intervals``, when
+    given, are the same disjoint intervals as far as they meet the query's range (at most
+    :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into a range predicate instead of an
+    as-of join. Columns: bucket_us (bucket start, microseconds since the epoch), the group_by
+    dimensions, impressions, clicks, ctr, stale_events, run_ids. One row more than
+    ``query.limit``, so the caller can tell a truncated answer.
     """
     params: dict[str, object] = {"start": query.start, "end": query.end}
     where = ["t.bucket_start >= $start", "t.bucket_start < $end"]
@@ -165,7 +168,10 @@ def ctr_sql(
             bounds.append((f"$cov_start_{i}", f"$cov_end_{i}"))
         predicate = in_intervals_sql("t.bucket_start", bounds)
     merged = _merge_rule(
-        batch=batch, speed=speed, covered=covered, columns=columns, where=where, predicate=predicate
+        _Sides(batch, speed, covered, stale),
+        columns=columns,
+        where=where,
+        predicate=predicate,
     )
     # Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
     # multiples of their length, and integer division is far cheaper than date_trunc on a
@@ -190,7 +196,8 @@ def ctr_sql(
         per_run AS (
             SELECT (epoch_us(bucket_start) // $step_us) * $step_us AS bucket_us,
                    {", ".join([*query.group_by, ""])}run_id,
-                   sum(impressions) AS impressions, sum(clicks) AS clicks
+                   sum(impressions) AS impressions, sum(clicks) AS clicks,
+                   sum(stale_events) AS stale_events
             FROM merged GROUP BY ALL
         )
         SELECT {", ".join(groups)},
@@ -198,6 +205,7 @@ def ctr_sql(
                sum(clicks)::BIGINT AS clicks,
                CASE WHEN sum(impressions) > 0
                     THEN sum(clicks)::DOUBLE / sum(impressions) END AS ctr,
+               sum(stale_events)::BIGINT AS stale_events,
                list_sort(list(run_id) FILTER (WHERE run_id IS NOT NULL)) AS run_ids
         FROM per_run
         GROUP BY ALL
@@ -208,12 +216,18 @@ def ctr_sql(
 
 
 def merged_sql(
-    *, batch: str, speed: str, covered: str, dimensions: Sequence[str] = DIMENSIONS
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    stale: str | None = None,
+    dimensions: Sequence[str] = DIMENSIONS,
 ) -> str:
     """The merge rule at minute grain, as one SELECT (also the sandbox's ``ctr`` view).
 
-    Per minute bucket: covered by a batch run → the batch rows, else the speed rows. Columns:
-    bucket_start, ``dimensions``, impressions, clicks, source ('batch' | 'speed'), run_id.
+    Per minute bucket: covered by a batch run → the batch rows plus the late arrivals no run
+    has counted yet (``stale``), else the speed rows. Columns: bucket_start, ``dimensions``,
+    impressions, clicks, stale_events, source ('batch' | 'late' | 'speed'), run_id.
     ``covered`` must hold disjoint intervals, so the as-of join finds the one that could hold a
     bucket. ``dimensions`` come from :data:`views.DIMENSIONS`, never from a request.
     """
@@ -221,47 +235,68 @@ def merged_sql(
     if unknown:
         raise ValueError(f"'dimensions' must be among {DIMENSIONS}, got {sorted(unknown)}")
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in dimensions)])
-    return _merge_rule(batch=batch, speed=speed, covered=covered, columns=columns, source=True)
+    return _merge_rule(_Sides(batch, speed, covered, stale), columns=columns, source=True)
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """The relations the merge rule reads (trusted names)."""
+
+    batch: str
+    speed: str
+    covered: str
+    stale: str | None = None
 
 
 def _merge_rule(
+    sides: _Sides,
     *,
-    batch: str,
-    speed: str,
-    covered: str,
     columns: str,
     where: Sequence[str] = (),
     predicate: str | None = None,
     source: bool = False,
 ) -> str:
     """The serving rule, written once: per minute bucket, covered by a batch run → the batch
-    rows, else the speed rows.
+    rows plus the bucket's arrivals no run has counted yet, else the speed rows.
 
-    ``covered`` holds the disjoint covered intervals; the as-of join finds the one interval that
-    could hold a bucket. ``predicate``, when given, is the same coverage as a range predicate
-    on ``t.bucket_start`` (:func:`lake.coverage.in_intervals_sql`), which DuckDB pushes into the
-    Parquet scan instead of joining. ``where`` narrows both sides; ``source`` adds a column
-    saying which side a row came from.
+    Of ``sides``, ``covered`` holds the disjoint covered intervals; the as-of join finds the one
+    interval that could hold a bucket. ``stale`` holds the uncounted arrivals (only covered
+    buckets have any).
+    ``predicate``, when given, is the same coverage as a range predicate on ``t.bucket_start``
+    (:func:`lake.coverage.in_intervals_sql`), which DuckDB pushes into the Parquet scan instead
+    of joining. ``where`` narrows every side; ``source`` adds a column saying which side a row
+    came from. Every row says how many of its events are uncounted arrivals (``stale_events``).
     """
+    batch, speed, covered, stale = sides.batch, sides.speed, sides.covered, sides.stale
     narrow = "".join(f" AND {condition}" for condition in where)
     from_batch = ", 'batch' AS source" if source else ""
     from_speed = ", 'speed' AS source" if source else ""
+    counted = "t.impressions, t.clicks, 0::BIGINT AS stale_events"
+    late = ""
+    if stale is not None:
+        from_late = ", 'late' AS source" if source else ""
+        late = f"""
+            UNION ALL
+            SELECT {columns}, t.impressions, t.clicks, t.stale_events{from_late},
+                   NULL::VARCHAR AS run_id
+            FROM {stale} t WHERE true{narrow}
+        """
     if predicate is not None:
         return f"""
-            SELECT {columns}, t.impressions, t.clicks{from_batch}, t.run_id
+            SELECT {columns}, {counted}{from_batch}, t.run_id
             FROM {batch} t WHERE {predicate}{narrow}
             UNION ALL
-            SELECT {columns}, t.impressions, t.clicks{from_speed}, NULL::VARCHAR AS run_id
-            FROM {speed} t WHERE NOT {predicate}{narrow}
+            SELECT {columns}, {counted}{from_speed}, NULL::VARCHAR AS run_id
+            FROM {speed} t WHERE NOT {predicate}{narrow}{late}
         """
     return f"""
-        SELECT {columns}, t.impressions, t.clicks{from_batch}, t.run_id
+        SELECT {columns}, {counted}{from_batch}, t.run_id
         FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
         WHERE t.bucket_start < c.interval_end{narrow}
         UNION ALL
-        SELECT {columns}, t.impressions, t.clicks{from_speed}, NULL::VARCHAR AS run_id
+        SELECT {columns}, {counted}{from_speed}, NULL::VARCHAR AS run_id
         FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
-        WHERE (c.interval_end IS NULL OR t.bucket_start >= c.interval_end){narrow}
+        WHERE (c.interval_end IS NULL OR t.bucket_start >= c.interval_end){narrow}{late}
     """
 
 

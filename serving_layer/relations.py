@@ -86,6 +86,8 @@ class Relation:
     kind: str
     superseded_at: float | None = None
     derived: dict[str, object] = field(default_factory=dict)
+    # Tables created from this version (covered intervals, stale arrivals), dropped with it.
+    tables: list[str] = field(default_factory=list)
 
 
 class RelationCache:
@@ -113,9 +115,17 @@ class RelationCache:
     def close(self) -> None:
         self._db.close()
 
-    def create_table(self, name: str, data: pa.Table) -> None:
+    def create_table(self, name: str, data: pa.Table | str, *, owner: TableSnapshot) -> None:
+        """Create the table ``name`` (a trusted identifier) from Arrow data or a SELECT over
+        relations; it is dropped when ``owner``'s version is."""
         with self._lock, self.cursor() as cur:
-            create_arrow_table(cur, name, data)
+            if isinstance(data, str):
+                cur.execute(f"CREATE TABLE {name} AS {data}")
+            else:
+                create_arrow_table(cur, name, data)
+            relation = self._relations.get((owner.name, owner.version))
+            if relation is not None:
+                relation.tables.append(name)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -173,7 +183,6 @@ class RelationCache:
             elif now - relation.superseded_at > _GRACE_S:
                 with self.cursor() as cur:
                     cur.execute(f"DROP {relation.kind} IF EXISTS {relation.name}")
-                    covered = relation.derived.get("covered")
-                    if isinstance(covered, str):
-                        cur.execute(f"DROP TABLE IF EXISTS {covered}")
+                    for derived in relation.tables:
+                        cur.execute(f"DROP TABLE IF EXISTS {derived}")
                 del self._relations[(name, v)]

@@ -33,12 +33,13 @@ import pyarrow.fs as pafs
 
 from lake.catalog import SERVED
 from lake.coverage import Coverage
+from lake.staleness import stale_sql
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql
 from serving_layer.tables import TableSnapshot
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
-VIEW_NAMES: Final = (*SANDBOX_VIEWS, "covered", "ctr")
+VIEW_NAMES: Final = (*SANDBOX_VIEWS, "covered", "stale", "ctr")
 _QUERY_KEYWORDS: Final = frozenset(
     {"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "("}
 )
@@ -136,7 +137,8 @@ def open_sandbox(
     tables: Mapping[str, TableSnapshot], *, memory_limit_bytes: int, threads: int = 1
 ) -> duckdb.DuckDBPyConnection:
     """A fresh database that can touch no file, with ``tables`` (one per :data:`SANDBOX_VIEWS`
-    entry, by view name) as read-only views plus ``covered`` and ``ctr``."""
+    entry, by view name) as read-only views plus ``covered`` (the merged covered intervals),
+    ``stale`` (arrivals no batch run has counted yet) and ``ctr`` (the merged view)."""
     missing = set(SANDBOX_VIEWS) - set(tables)
     if missing:
         raise ValueError(f"'tables' lacks the views {sorted(missing)}")
@@ -159,9 +161,10 @@ def open_sandbox(
             "SELECT interval_start, interval_end FROM coverage WHERE view = 'ctr'"
         ).fetchall()
         con.from_arrow(Coverage(rows).to_arrow()).create("covered")
+        con.execute("CREATE VIEW stale AS " + stale_sql(arrivals="arrivals", coverage="coverage"))
         con.execute(
             "CREATE VIEW ctr AS "
-            + merged_sql(batch="ctr_batch", speed="ctr_speed", covered="covered")
+            + merged_sql(batch="ctr_batch", speed="ctr_speed", covered="covered", stale="stale")
         )
         con.execute("SET python_enable_replacements = false")
         con.execute("SET lock_configuration = true")

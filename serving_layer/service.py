@@ -18,6 +18,14 @@ import duckdb
 
 from lake.coverage import Coverage, CoveredInterval, Source
 from lake.settings import LakeSettings
+from lake.staleness import (
+    StaleBucket,
+    StaleInterval,
+    stale_buckets,
+    stale_buckets_sql,
+    stale_intervals,
+    stale_sql,
+)
 from serving_layer.freshness import Freshness
 from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql
 from serving_layer.relations import RelationCache
@@ -37,6 +45,7 @@ class CtrRow:
     ctr_ci_low: float | None
     ctr_ci_high: float | None
     source: Source
+    stale_events: int
     run_ids: tuple[str, ...]
 
 
@@ -57,6 +66,21 @@ class TableInfo:
 
 
 @dataclass(frozen=True)
+class DriftSummary:
+    """How far the speed layer was from the batch layer in the minutes the latest runs covered
+    for the first time: relative errors |speed - batch| / batch (buckets with batch > 0)."""
+
+    runs: int
+    buckets: int
+    impressions_p50: float | None
+    impressions_p99: float | None
+    clicks_p50: float | None
+    clicks_p99: float | None
+    speed_minus_batch_impressions: int
+    speed_minus_batch_clicks: int
+
+
+@dataclass(frozen=True)
 class ViewInfo:
     name: str
     covered_intervals: tuple[CoveredInterval, ...]
@@ -64,6 +88,12 @@ class ViewInfo:
     latest_covered_bucket: dt.datetime | None
     latest_speed_bucket: dt.datetime | None
     tables: dict[str, TableInfo]
+    stale_intervals: tuple[StaleInterval, ...]
+    drift: DriftSummary
+
+
+# Drift is summarised over the runs that recorded it most recently.
+DRIFT_RUNS: Final = 24
 
 
 class ServingLayer:
@@ -102,6 +132,7 @@ class ServingLayer:
             batch=batch.name,
             speed=speed.name,
             covered=covered,
+            stale=self._stale_relation(snap),
             intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
         )
         with self.cursor() as cur:
@@ -112,9 +143,11 @@ class ServingLayer:
         rows = []
         for record in fetched[: query.limit]:
             bucket = _EPOCH + dt.timedelta(microseconds=record[0])
-            impressions, clicks, ctr, run_ids = record[-4:]
+            impressions, clicks, ctr, stale_events, run_ids = record[-5:]
             interval = wilson_interval(clicks, impressions)
             source = coverage.source(max(bucket, query.start), min(bucket + step, query.end))
+            if stale_events and source == "batch":
+                source = "stale"
             rows.append(
                 CtrRow(
                     bucket_start=bucket,
@@ -125,6 +158,7 @@ class ServingLayer:
                     ctr_ci_low=interval[0] if interval else None,
                     ctr_ci_high=interval[1] if interval else None,
                     source=source,
+                    stale_events=int(stale_events or 0),
                     run_ids=tuple(run_ids or ()),
                 )
             )
@@ -165,9 +199,41 @@ class ServingLayer:
                     "batch": self.table_info(snap["batch/ctr"]),
                     "speed": self.table_info(snap["speed/ctr"]),
                     "coverage": self.table_info(snap["batch/coverage"]),
+                    "arrivals": self.table_info(snap["master/arrivals"]),
+                    "drift": self.table_info(snap["batch/drift"]),
                 },
+                stale_intervals=tuple(stale_intervals(self.stale_buckets(snap))),
+                drift=self.drift(snap),
             )
         ]
+
+    def stale_buckets(self, snapshot: LakeSnapshot | None = None) -> list[StaleBucket]:
+        """Covered minutes with arrivals no batch run has counted, oldest first."""
+        snap = snapshot or self.snapshot()
+        stale = self._stale_relation(snap)
+
+        def load(_: str) -> list[StaleBucket]:
+            with self.cursor() as cur:
+                return stale_buckets(cur.execute(stale_buckets_sql(stale)).fetchall())
+
+        return self.relations.derived(
+            snap["master/arrivals"], f"stale_buckets@{snap['batch/coverage'].version}", load
+        )
+
+    def drift(self, snapshot: LakeSnapshot | None = None) -> DriftSummary:
+        """The drift of the latest :data:`DRIFT_RUNS` runs that recorded some."""
+        snap = snapshot or self.snapshot()
+
+        def load(name: str) -> DriftSummary:
+            with self.cursor() as cur:
+                row = cur.execute(drift_summary_sql(name, DRIFT_RUNS)).fetchone()
+            assert row is not None
+            runs, buckets, i50, i99, c50, c99, d_impressions, d_clicks = row
+            return DriftSummary(
+                int(runs), int(buckets), i50, i99, c50, c99, int(d_impressions), int(d_clicks)
+            )
+
+        return self.relations.derived(snap["batch/drift"], "summary", load)
 
     def table_info(self, table: TableSnapshot) -> TableInfo:
         rows = self.relations.derived(
@@ -212,10 +278,24 @@ class ServingLayer:
     def _covered_relation(self, table: TableSnapshot) -> str:
         def create(name: str) -> str:
             covered = f"covered_{name}"
-            self.relations.create_table(covered, self._coverage(table).to_arrow())
+            self.relations.create_table(covered, self._coverage(table).to_arrow(), owner=table)
             return covered
 
         return self.relations.derived(table, "covered", create)
+
+    def _stale_relation(self, snap: LakeSnapshot) -> str:
+        """The snapshot's uncounted arrivals (:func:`lake.staleness.stale_sql`) as a small
+        in-memory table, computed once per version of master/arrivals and batch/coverage."""
+        arrivals, coverage = snap["master/arrivals"], snap["batch/coverage"]
+        coverage_name = self.relations.relation(coverage).name
+
+        def create(name: str) -> str:
+            stale = f"stale_{name}_{coverage_name}"
+            sql = stale_sql(arrivals=name, coverage=coverage_name)
+            self.relations.create_table(stale, sql, owner=arrivals)
+            return stale
+
+        return self.relations.derived(arrivals, f"stale@{coverage.version}", create)
 
     def _latest_speed_bucket(self, table: TableSnapshot) -> dt.datetime | None:
         value = self.relations.derived(
@@ -224,3 +304,25 @@ class ServingLayer:
             lambda name: self.relations.scalar(f"SELECT max(bucket_start) FROM {name}"),
         )
         return value.astimezone(dt.UTC) if isinstance(value, dt.datetime) else None
+
+
+def drift_summary_sql(drift: str, runs: int) -> str:
+    """One row summarising ``drift`` (``batch/drift`` rows) over its latest ``runs`` runs: runs,
+    buckets, p50 and p99 of the relative error of impressions and of clicks, and the summed
+    speed-minus-batch differences."""
+    impressions = "abs(speed_impressions - batch_impressions) / batch_impressions"
+    clicks = "abs(speed_clicks - batch_clicks) / batch_clicks"
+    return f"""
+        WITH recent AS (
+            SELECT run_id FROM {drift} WHERE view = 'ctr'
+            GROUP BY run_id ORDER BY max(recorded_at) DESC, run_id LIMIT {int(runs)}
+        )
+        SELECT count(DISTINCT run_id), count(*),
+               quantile_cont({impressions}, 0.5) FILTER (WHERE batch_impressions > 0),
+               quantile_cont({impressions}, 0.99) FILTER (WHERE batch_impressions > 0),
+               quantile_cont({clicks}, 0.5) FILTER (WHERE batch_clicks > 0),
+               quantile_cont({clicks}, 0.99) FILTER (WHERE batch_clicks > 0),
+               coalesce(sum(speed_impressions - batch_impressions), 0),
+               coalesce(sum(speed_clicks - batch_clicks), 0)
+        FROM {drift} WHERE view = 'ctr' AND run_id IN (SELECT run_id FROM recent)
+    """

@@ -71,7 +71,14 @@ def write_speed(lake: LakeSettings, rows: Sequence[dict[str, object]]) -> None:
     write(lake, "speed/ctr", rows, updated_at=T0)
 
 
-def cover(lake: LakeSettings, run_id: str, start: dt.datetime, end: dt.datetime) -> None:
+def cover(
+    lake: LakeSettings,
+    run_id: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    input_version: int = 1,
+) -> None:
     write(
         lake,
         "batch/coverage",
@@ -81,11 +88,25 @@ def cover(lake: LakeSettings, run_id: str, start: dt.datetime, end: dt.datetime)
                 "view": "ctr",
                 "interval_start": start,
                 "interval_end": end,
-                "input_version": 1,
+                "input_version": input_version,
                 "rows_written": 0,
                 "finished_at": end,
             }
         ],
+    )
+
+
+def write_arrivals(
+    lake: LakeSettings, events_version: int, rows: Sequence[dict[str, object]]
+) -> None:
+    """Append ctr rows as one archiver commit's arrivals, readable from ``events_version``."""
+    write(
+        lake,
+        "master/arrivals",
+        rows,
+        events_version=events_version,
+        batch_id=events_version,
+        archived_at=T0 + dt.timedelta(hours=6),
     )
 
 

@@ -267,6 +267,8 @@ def test_healthz_and_metrics_need_no_token(client: httpx.Client, base_url: str) 
             "speed/ctr": 0,
             "master/events": None,
             "master/rejected": 0,
+            "master/arrivals": None,
+            "batch/drift": None,
         },
     }
     text = httpx.get(f"{base_url}/metrics").text

@@ -92,7 +92,7 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     bag = dag_bag(monkeypatch)
-    assert sorted(bag.dag_ids) == ["ctr_batch", "ctr_maintenance"]
+    assert sorted(bag.dag_ids) == ["ctr_batch", "ctr_maintenance", "ctr_recompute_stale"]
 
     batch = bag.dags["ctr_batch"]
     assert [t.task_id for t in batch.tasks] == ["recompute_ctr"]
@@ -108,6 +108,15 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     assert {a.name for a in submit.outlets} == {"batch/ctr", "batch/coverage"}
     assert submit.env_vars is not None
     assert submit.env_vars["PYSPARK_PYTHON"] == sys.executable
+
+    stale = bag.dags["ctr_recompute_stale"]
+    assert [t.task_id for t in stale.tasks] == ["anything_stale", "recompute_stale"]
+    assert getattr(stale.timetable, "summary", None) == "*/10 * * * *"
+    assert stale.max_active_runs == 1
+    recompute = stale.get_task("recompute_stale")
+    assert isinstance(recompute, SparkSubmitOperator)
+    assert recompute.application_args == ["--stale"]
+    assert recompute.upstream_task_ids == {"anything_stale"}
 
     maintenance = bag.dags["ctr_maintenance"]
     assert {t.task_id for t in maintenance.tasks} == {"prune_speed", "compact_and_vacuum"}
@@ -188,3 +197,58 @@ def test_airflow_dags_test_runs_the_batch_job(
         t + dt.timedelta(hours=1),
     )
     assert coverage["run_id"].startswith("ctr-")
+
+
+@pytest.mark.timeout(600)
+def test_airflow_dags_test_recomputes_what_late_events_made_stale(
+    airflow_env: dict[str, str],
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    from batch_layer.interval import Interval
+    from batch_layer.job import run
+    from lake.arrivals import record_arrivals
+    from lake.staleness import read_stale
+
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+    archive(spark, lake, [event("on-time", "impression", t + dt.timedelta(minutes=5))])
+    run(spark, Interval(t, t + dt.timedelta(hours=1)), lake=lake)
+    # Hours later, as the archiver would: two more events for 12:05, and their arrivals.
+    late = [
+        event("late-1", "impression", t + dt.timedelta(minutes=5, seconds=10)),
+        event("late-2", "click", t + dt.timedelta(minutes=5, seconds=20)),
+    ]
+    archive(spark, lake, late)
+    version = DeltaTable(lake.events).version()
+    record_arrivals(
+        spark.read.format("delta").load(lake.events).where("event_id LIKE 'late-%'"),
+        lake,
+        events_version=version,
+        txn=("test-archiver", 1),
+        archived_at=t + dt.timedelta(hours=6),
+    )
+    assert [b.events for b in read_stale(lake)[0]] == [2]
+
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env.update(
+        LAKE_ROOT=str(lake.lake_root),
+        CHECKPOINT_ROOT=str(lake.checkpoint_root),
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+    )
+    migrate = airflow("db migrate", env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    done = airflow("dags test ctr_recompute_stale 2026-11-22T19:00:00+00:00", env=env, timeout=400)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert "spark master: local[1]" in output, output[-5000:]
+    rows = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table().to_pylist()
+    assert [(r["bucket_start"], r["impressions"], r["clicks"]) for r in rows] == [
+        (t + dt.timedelta(minutes=5), 2, 1)
+    ]
+    assert read_stale(lake)[0] == []
+
+    # Nothing stale: the check skips the Spark task.
+    again = airflow("dags test ctr_recompute_stale 2026-11-22T19:10:00+00:00", env=env, timeout=400)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
+    assert "spark master" not in again.stdout + again.stderr

@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import orjson
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -21,7 +20,6 @@ from pyspark.sql import functions as F
 import batch_layer.job
 import speed_layer.job
 from events.model import Event, validate
-from ingest.producer import EventProducer
 from lake.settings import LakeSettings
 from lake.speed_status import read_status
 from runtime.kafka_settings import KafkaSettings
@@ -30,6 +28,8 @@ from speed_layer.job import SpeedStateError, reset, run
 from speed_layer.settings import SpeedSettings
 from tests import faults
 from tests.consume import read_topic
+from tests.wire_events import send
+from tests.wire_events import wire_event as event
 from views.columns import DIMENSIONS
 from views.ctr import ctr as the_view
 
@@ -39,29 +39,6 @@ SETTINGS = SpeedSettings(trigger_seconds=0.5)
 
 def at(minutes: float) -> dt.datetime:
     return T0 + dt.timedelta(minutes=minutes)
-
-
-def event(event_id: str, kind: str, when: dt.datetime, ad: str = "ad-1") -> dict[str, object]:
-    return {
-        "event_id": event_id,
-        "event_type": kind,
-        "event_time": int(when.timestamp() * 1000),
-        "impression_id": f"i-{event_id}",
-        "ad_id": ad,
-        "campaign_id": "cmp-1",
-        "site_id": "site-1",
-        "country": "US",
-        "device_type": "mobile",
-        "user_id": "u",
-        "schema_version": 1,
-    }
-
-
-def send(topics: KafkaSettings, *events: dict[str, object], raw: bytes | None = None) -> None:
-    with EventProducer(topics, validate_records=False) as producer:
-        producer.send_many((orjson.dumps(e), str(e["impression_id"]).encode()) for e in events)
-        if raw is not None:
-            producer.send_many([(raw, None)])
 
 
 def speed_rows(lake: LakeSettings) -> list[tuple[dt.datetime, str, int, int]]:

@@ -173,7 +173,7 @@ def test_merged_view_and_tables(pool: SqlPool, snapshot: LakeSnapshot) -> None:
         ["2026-11-22T10:00:00Z", "2026-11-22T10:01:00Z"]
     ]
     assert pool.run("SHOW TABLES", snapshot).rows == [
-        [name] for name in sorted([*SANDBOX_VIEWS, "covered", "ctr"])
+        [name] for name in sorted([*SANDBOX_VIEWS, "covered", "stale", "ctr"])
     ]
 
 

@@ -117,6 +117,7 @@ def render(result: CtrResult) -> bytes:
             ctr_ci_low=row.ctr_ci_low,
             ctr_ci_high=row.ctr_ci_high,
             source=row.source,
+            stale_events=row.stale_events,
             run_ids=list(row.run_ids),
         )
         rows.append(item)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import APIRouter
 
 from api.deps import ServingDep
 from api.models import (
     CoveredIntervalBody,
+    DriftBody,
     ErrorResponse,
     FreshnessBody,
+    StaleIntervalBody,
     TableInfoBody,
     ViewInfoBody,
     ViewsResponse,
@@ -22,7 +26,7 @@ router = APIRouter(prefix="/api/v1", tags=["views"])
     "/views",
     response_model=ViewsResponse,
     responses={401: {"model": ErrorResponse}},
-    summary="Views: covered intervals, latest speed bucket, row counts, Delta versions",
+    summary="Views: covered and stale intervals, drift, latest speed bucket, rows, versions",
 )
 def get_views(serving: ServingDep) -> ViewsResponse:
     snapshot = serving.snapshot()
@@ -39,6 +43,13 @@ def get_views(serving: ServingDep) -> ViewsResponse:
                 role: TableInfoBody(table=t.table, version=t.version, rows=t.rows, files=t.files)
                 for role, t in view.tables.items()
             },
+            stale_intervals=[
+                StaleIntervalBody(
+                    start=i.start, end=i.end, events=i.events, first_archived_at=i.first_archived_at
+                )
+                for i in view.stale_intervals
+            ],
+            drift=DriftBody(**dataclasses.asdict(view.drift)),
         )
         for view in serving.views(snapshot)
     ]

@@ -1,0 +1,63 @@
+"""master/arrivals: what every archiver commit added to ``master/events``, as view rows.
+
+The archiver appends, per micro-batch, its valid events counted per minute bucket and
+dimensions (the view's own ``views.ctr``, so duplicates within the batch count twice), with
+``events_version``: a master/events version at or after the commit that made those events
+readable. A batch run that read master/events at version V counted every arrival with
+``events_version <= V``; the arrivals of a covered bucket with a later version are the events it
+has not counted yet (see :mod:`lake.staleness`). The batch job deletes the arrivals its run
+counted, so the table holds only what may still be stale or is not covered yet.
+
+``events_version`` is read after the events commit, so it is never below the commit's version;
+when a compaction commits in between it is one higher, which can only make a bucket look stale
+once more than it is (one recompute too many), never the other way round.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from lake.catalog import MASTER_ARRIVALS
+from lake.settings import LakeSettings
+from runtime.formats import write_delta
+from views.ctr import ctr
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def record_arrivals(
+    events: DataFrame,
+    lake: LakeSettings,
+    *,
+    events_version: int,
+    txn: tuple[str, int],
+    archived_at: dt.datetime,
+) -> None:
+    """Append ``events`` (valid master/events rows of one archiver commit) as arrivals, in one
+    commit that is idempotent under ``txn`` (the archiver's (query id, batch id))."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        events.transform(ctr)
+        .withColumn("events_version", F.lit(events_version).cast("long"))
+        .withColumn("batch_id", F.lit(txn[1]).cast("long"))
+        .withColumn("archived_at", F.lit(archived_at).cast("timestamp"))
+        .select(*MASTER_ARRIVALS.schema.names)
+    )
+    write_delta(rows.coalesce(1), MASTER_ARRIVALS.path(lake), txn=txn)
+
+
+def forget_counted(
+    spark: SparkSession, lake: LakeSettings, *, where: str, input_version: int
+) -> None:
+    """Delete the arrivals in ``where`` (SQL on ``bucket_start``, no user text) that a batch run
+    reading master/events at ``input_version`` counted. The archiver's appends are blind, so
+    they never conflict with this delete."""
+    from delta.tables import DeltaTable
+
+    path = MASTER_ARRIVALS.path(lake)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return
+    DeltaTable.forPath(spark, path).delete(f"({where}) AND events_version <= {int(input_version)}")
