@@ -154,7 +154,8 @@ def test_a_stale_bucket_adds_its_late_arrivals_and_never_says_batch(
     assert metric(client, "ctr_stale_buckets") == 1
     assert metric(client, "ctr_stale_events") == 10
     age = metric(client, "ctr_stale_age_seconds")
-    assert age is not None and age > 0
+    assert age is not None
+    assert age > 0
 
     sql = client.post(
         "/api/v1/sql",
