@@ -185,7 +185,9 @@ def test_a_stale_bucket_adds_its_late_arrivals_and_never_says_batch(
 
 
 def test_drift_is_summarised_over_the_latest_runs(client: httpx.Client, lake: LakeSettings) -> None:
-    def drift(run: str, when: dt.datetime, speed: tuple[int, int], batch: tuple[int, int]) -> dict:
+    def drift(
+        run: str, when: dt.datetime, speed: tuple[int, int], batch: tuple[int, int]
+    ) -> dict[str, object]:
         return {
             "run_id": run,
             "view": "ctr",
