@@ -2,7 +2,8 @@
 # The batch layer on a plain loop, for `DEMO_AIRFLOW=0 make demo` (machines where Airflow is too
 # heavy): what the ctr_batch DAG does, without a scheduler. Every DEMO_BATCH_MINUTES, on the
 # clock (like cron */N), it runs `ctr batch` for the interval that just ended plus
-# CTR_BATCH_LOOKBACK_MINUTES before it: at tick T, [T - N - lookback, T).
+# CTR_BATCH_LOOKBACK_MINUTES before it: at tick T, [T - N - lookback, T); then `ctr batch --stale`
+# recomputes what late events made stale (the ctr_recompute_stale DAG's work).
 # SIGTERM: a running batch job finishes first (its commit is atomic either way), then it exits.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,10 @@ while ((!stopping)); do
         echo "batch loop: $(date -u +%H:%M:%S) done"
     else
         echo "batch loop: $(date -u +%H:%M:%S) ctr batch failed (exit $?); next tick retries" >&2
+    fi
+    ((stopping)) && break
+    if ! "$CTR" batch --stale; then
+        echo "batch loop: $(date -u +%H:%M:%S) ctr batch --stale failed (exit $?); next tick retries" >&2
     fi
 done
 echo "batch loop: stopped"
