@@ -2,7 +2,8 @@
 
 The lake holds 50 minutes ending now: batch rows and a finished run covering the first 30,
 speed rows for the last 30 (the 10 minutes they overlap are covered, so the page must show the
-batch numbers there). The page has to show exactly those buckets with their provenance.
+batch numbers there). The page has to show exactly those buckets with their provenance, and
+what /api/v1/views says of stale buckets and the speed layer's drift.
 """
 
 from __future__ import annotations
@@ -179,6 +180,20 @@ DRAWN = """(() => {
            impressions: inside(c.series.volume, 1), campaigns: inside(c.campaign_id.chart, 0),
            countries: inside(c.country.chart, 0), devices: inside(c.device_type.chart, 0) };
 })()"""
+# The stale notice and the drift panel as shown: text, or null for what is hidden.
+EXACTNESS = """(() => {
+  const el = (id) => document.getElementById(id);
+  const shown = (id) => el(id).getClientRects().length > 0;
+  const text = (id) => el(id).textContent.replace(/\\s+/g, " ").trim();
+  const table = [...document.querySelectorAll("#drift-table tr")]
+    .map((tr) => [...tr.cells].map((c) => c.textContent));
+  return {
+    stale: text("fresh-stale"),
+    staleIntervals: shown("stale-detail") ? text("stale-intervals") : null,
+    drift: shown("drift-empty") ? text("drift-empty") : text("drift-title"),
+    driftTable: shown("drift-figures") ? table : null,
+  };
+})()"""
 # Alpha of the canvas pixel at the middle of every campaign bar: painted, not just laid out.
 BAR_PIXELS = """(() => {
   const chart = ctrDashboard.charts.campaign_id.chart;
@@ -248,13 +263,21 @@ def test_dashboard_renders_the_merged_view(
 
     # The provenance legend and the freshness indicator, as the API reports freshness.
     legend = page.evaluate("document.getElementById('provenance-legend').innerText")
-    assert re.findall(r"exact \(batch\)|approximate \(speed\)|mixed", legend) == [
+    assert re.findall(r"exact \(batch\)|stale \([^)]*\)|approximate \(speed\)|mixed", legend) == [
         "exact (batch)",
+        "stale (late events not yet recomputed)",
         "approximate (speed)",
         "mixed",
     ]
     summary = page.evaluate("document.getElementById('ctr-summary').textContent")
     assert summary == "· minute buckets: 30 exact (batch), 21 approximate (speed)"
+    # Nothing stale, no drift recorded (no batch/drift table).
+    assert page.evaluate(EXACTNESS) == {
+        "stale": "none",
+        "staleIntervals": None,
+        "drift": "No drift recorded yet: no batch run has covered minutes the speed layer counted.",
+        "driftTable": None,
+    }
     freshness = _api(api_url, "/api/v1/ctr?" + _window(lake))["freshness"]
     shown = page.evaluate(
         "['fresh-batch', 'fresh-speed', 'fresh-lag', 'fresh-stream']"
@@ -301,6 +324,124 @@ def test_dashboard_renders_the_merged_view(
     page.set_offline(False)
     page.evaluate("document.getElementById('refresh-now').click()")
     page.wait_for(f"{STATE} === 'ready' && document.getElementById('error').hidden")
+
+
+# The tooltip lines a chart shows for one of its elements, as if the pointer were on it.
+TOOLTIP = """((chart, index) => {
+  const el = chart.getDatasetMeta(0).data[index];
+  chart.tooltip.setActiveElements([{ datasetIndex: 0, index }], { x: el.x, y: el.y });
+  const t = chart.tooltip;
+  return [...t.beforeBody, ...t.body.flatMap((b) => b.lines), ...t.afterBody];
+})"""
+# The marks of the buckets at indexes `i` of the series: CTR point style, impressions bar fill.
+MARKS = """((i) => {
+  const c = ctrDashboard.charts.series;
+  const fill = (j) => c.volume.getDatasetMeta(1).data[j].options.backgroundColor;
+  return { point: c.ctr.getDatasetMeta(0).data[i].options.pointStyle, fill: fill(i) };
+})"""
+
+
+def _drift_row(
+    run: str, bucket: dt.datetime, speed: tuple[int, int], batch: tuple[int, int]
+) -> dict[str, object]:
+    return {
+        "run_id": run,
+        "view": "ctr",
+        "bucket_start": bucket,
+        "speed_impressions": speed[0],
+        "speed_clicks": speed[1],
+        "batch_impressions": batch[0],
+        "batch_clicks": batch[1],
+        "recorded_at": bucket + dt.timedelta(hours=1),
+    }
+
+
+def _interval_text(start: dt.datetime, end: dt.datetime) -> str:
+    to = f"{end:%H:%M}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M}"
+    return f"{start:%Y-%m-%d %H:%M}–{to} UTC"
+
+
+def test_dashboard_marks_stale_buckets_and_shows_the_drift(
+    api_url: str, lake: Lake, page: Page
+) -> None:
+    # 9 impressions and a click of campaign c1 archived after the run covering their minute
+    # (it read master/events v1): the minute is stale, its 10 late events added to the batch
+    # counts.
+    stale = lake.batch_minutes[5]
+    c1 = dict(zip(("campaign", "ad", "site", "country", "device"), KEYS[0], strict=True))
+    lake_writer.write_arrivals(lake.settings, 2, [lake_writer.ctr_row(stale, 9, 1, **c1)])
+    # Two runs compared three minutes. Relative errors, impressions: 10/100, 0/50, 4/200 =
+    # 0.1, 0, 0.02; clicks: 0/10, 1/5, 1/10 = 0, 0.2, 0.1. Interpolated quantiles of three
+    # sorted values (a, b, c): p50 = b, p99 = b + 0.98 (c - b). Impressions: p50 2 %,
+    # p99 0.02 + 0.98 * 0.08 = 9.84 %; clicks: p50 10 %, p99 0.1 + 0.98 * 0.1 = 19.8 %.
+    # Speed minus batch: impressions 10 + 0 + 4 = +14 (duplicates), clicks 0 - 1 - 1 = -2.
+    minutes = lake.batch_minutes
+    lake_writer.write(
+        lake.settings,
+        "batch/drift",
+        [
+            _drift_row("run-1", minutes[0], (110, 10), (100, 10)),
+            _drift_row("run-1", minutes[1], (50, 4), (50, 5)),
+            _drift_row("run-2", minutes[2], (204, 9), (200, 10)),
+        ],
+    )
+
+    page.navigate(f"{api_url}/#token={TOKEN}")
+    page.wait_for(f"{STATE} === 'ready'")
+
+    # The stale minute: batch counts plus the late events, marked stale.
+    stale_ms = int(stale.timestamp() * 1000)
+    expected = [
+        [t, "stale", impressions + 9, clicks + 1]
+        if t == stale_ms
+        else [t, source, impressions, clicks]
+        for t, source, impressions, clicks in lake.expected_series()
+    ]
+    assert page.evaluate(SERIES) == expected
+    summary = page.evaluate("document.getElementById('ctr-summary').textContent")
+    assert summary == (
+        "· minute buckets: 29 exact (batch), 1 stale (late events not yet recomputed), "
+        "21 approximate (speed)"
+    )
+
+    # Its tooltip and its marks: a triangle and a dotted bar, unlike its exact neighbour's
+    # filled circle and solid bar and the speed buckets' hatched bars.
+    i = page.evaluate(f"ctrDashboard.state.series.findIndex((s) => s.t === {stale_ms})")
+    assert page.evaluate(f"{TOOLTIP}(ctrDashboard.charts.series.ctr, {i})")[1] == (
+        "exact, plus 10 late events not yet recomputed"
+    )
+    assert page.evaluate(f"{TOOLTIP}(ctrDashboard.charts.series.volume, {i})")[-1] == (
+        "exact, plus 10 late events not yet recomputed"
+    )
+    marks = page.evaluate(
+        f"""(() => {{
+          const last = ctrDashboard.state.series.findLastIndex((s) => s.row?.source === "speed");
+          const [stale, exact, speed] = [{i}, {i - 1}, last].map({MARKS});
+          return [stale.point, exact.point, exact.fill,
+                  stale.fill instanceof CanvasPattern, speed.fill instanceof CanvasPattern,
+                  stale.fill !== speed.fill];
+        }})()"""
+    )
+    assert marks == ["triangle", "circle", "#4c78a8", True, True, True]
+
+    # c1's daily rows hold covered and speed minutes: mixed, with the late events summed.
+    c1_index = page.evaluate("ctrDashboard.charts.campaign_id.chart.data.labels.indexOf('c1')")
+    assert page.evaluate(f"{TOOLTIP}(ctrDashboard.charts.campaign_id.chart, {c1_index})")[-1] == (
+        "mixed, plus 10 late events not yet recomputed"
+    )
+
+    # The stale notice (the interval, its events, since when: the arrivals' archived_at) and
+    # the drift panel, as computed above.
+    assert page.evaluate(EXACTNESS) == {
+        "stale": "1 interval · 10 late events · stale since 2026-11-22 16:00 UTC",
+        "staleIntervals": f"{_interval_text(stale, stale + MINUTE)} (10 events)",
+        "drift": "Speed layer drift 3 minutes compared, first covered by the latest 2 batch runs",
+        "driftTable": [
+            ["", "p50", "p99", "speed − batch"],
+            ["impressions", "2.00 %", "9.84 %", "+14"],
+            ["clicks", "10.00 %", "19.80 %", "-2"],
+        ],
+    }
 
 
 def _window(lake: Lake) -> str:

@@ -1,4 +1,5 @@
-// The CTR dashboard: picks the time range, asks /api/v1/ctr, draws the charts, refreshes.
+// The CTR dashboard: picks the time range, asks /api/v1/ctr, draws the charts, shows what
+// /api/v1/views says of stale buckets and drift, refreshes.
 // `document.body.dataset.state` tells where it is: loading | ready | error | token.
 
 import {
@@ -10,8 +11,10 @@ import {
   storeToken,
 } from "./api.js";
 import { BreakdownChart, SeriesCharts, SOURCE_LABEL } from "./charts.js";
+import { renderDrift, renderStale } from "./exactness.js";
 
 const CTR_PATH = "api/v1/ctr";
+const VIEWS_PATH = "api/v1/views";
 const REFRESH_SECONDS = 5;
 const TOP_N = 10;
 const MINUTE = 60_000;
@@ -39,6 +42,7 @@ const state = {
   series: [],
   breakdowns: {},
   freshness: null,
+  ctrView: null, // the ctr view's entry of /api/v1/views: stale intervals, drift
   truncated: false,
   error: null,
   failures: [], // the last 20 failed refreshes, for the console and the browser test
@@ -75,6 +79,13 @@ function wilson(clicks, impressions) {
   return [Math.max(0, centre - half), Math.min(1, centre + half)];
 }
 
+/** The source of two merged rows: covered stays covered (stale if either is), else mixed. */
+function mergeSource(a, b) {
+  if (a === b) return a;
+  const covered = ["batch", "stale"];
+  return covered.includes(a) && covered.includes(b) ? "stale" : "mixed";
+}
+
 /**
  * Totals per value of `dimension` over the whole range, ranked by clicks. The API is asked
  * for daily rows (the coarsest grain), so a range across midnight yields two rows per value.
@@ -90,7 +101,8 @@ function rankBreakdown(dimension, rows, limit) {
     }
     acc.impressions += row.impressions;
     acc.clicks += row.clicks;
-    acc.source = acc.source === row.source ? acc.source : "mixed";
+    acc.stale_events += row.stale_events;
+    acc.source = mergeSource(acc.source, row.source);
     acc.merged = true;
   }
   const ranked = [...totals.values()];
@@ -116,13 +128,15 @@ const charts = {
 async function fetchAll(view) {
   const window_ = { start: iso(view.start), end: iso(view.end) };
   const dimensions = ["campaign_id", "country", "device_type"];
-  const [series, ...breakdowns] = await Promise.all([
+  const [views, series, ...breakdowns] = await Promise.all([
+    getJson(VIEWS_PATH, {}),
     getJson(CTR_PATH, { ...window_, granularity: view.granularity }),
     ...dimensions.map((d) => getJson(CTR_PATH, { ...window_, granularity: "day", group_by: d })),
   ]);
   return {
     series,
     breakdowns: Object.fromEntries(dimensions.map((d, i) => [d, breakdowns[i]])),
+    ctrView: views.views.find((v) => v.name === "ctr") ?? null,
   };
 }
 
@@ -148,10 +162,13 @@ async function refresh() {
       state.breakdowns[dimension] = rankBreakdown(dimension, body.rows, limit);
       charts[dimension].update(state.breakdowns[dimension]);
     }
+    state.ctrView = answer.ctrView;
     state.refreshes += 1;
     showError(null);
     renderSummary();
     renderFreshness(state.freshness, Date.now());
+    renderStale(state.ctrView?.stale_intervals ?? []);
+    renderDrift(state.ctrView?.drift ?? null);
     document.body.dataset.state = "ready";
   } catch (err) {
     if (generation !== state.generation) return;
@@ -235,7 +252,7 @@ function renderFreshness(freshness, nowMs) {
 }
 
 function renderSummary() {
-  const counts = { batch: 0, speed: 0, mixed: 0 };
+  const counts = { batch: 0, stale: 0, speed: 0, mixed: 0 };
   for (const { row } of state.series) if (row) counts[row.source] = (counts[row.source] ?? 0) + 1;
   const parts = Object.entries(counts)
     .filter(([, n]) => n > 0)

@@ -1,5 +1,6 @@
 // Chart.js charts of the dashboard, with provenance drawn into every mark:
-// exact (batch) solid, approximate (speed) dashed lines and hatched bars, mixed dotted and pale.
+// exact (batch) solid, approximate (speed) dashed lines and hatched bars, mixed dotted and pale,
+// stale (exact plus late events not yet recomputed) dash-dotted, dotted bars, triangle points.
 
 const Chart = window.Chart;
 
@@ -7,15 +8,28 @@ const BLUE = "#4c78a8";
 const ORANGE = "#f58518";
 const TEAL = "#2a7f62";
 
-// Least exact first: a segment between two buckets takes the less exact of their sources.
-const EXACTNESS = { batch: 0, mixed: 1, speed: 2 };
-const DASH = { batch: [], mixed: [2, 3], speed: [6, 4] };
+// A segment between two buckets takes the less exact of their sources. Stale sits between
+// batch and mixed: every minute is covered and exact but for its few late events (added as
+// archived), while mixed and speed buckets hold the speed layer's approximate counts.
+const EXACTNESS = { batch: 0, stale: 1, mixed: 2, speed: 3 };
+const LEAST_EXACT = 3;
+const DASH = { batch: [], stale: [8, 3, 2, 3], mixed: [2, 3], speed: [6, 4] };
 
 export const SOURCE_LABEL = {
   batch: "exact (batch)",
+  stale: "stale (late events not yet recomputed)",
   speed: "approximate (speed)",
   mixed: "mixed",
 };
+
+/** A row's provenance in words, with the late events it holds that no batch run counted yet. */
+export function provenance(row) {
+  const late = row.stale_events ?? 0;
+  const events = `${int(late)} late event${late === 1 ? "" : "s"} not yet recomputed`;
+  if (row.source === "stale") return `exact, plus ${events}`;
+  const label = SOURCE_LABEL[row.source] ?? row.source;
+  return late > 0 ? `${label}, plus ${events}` : label;
+}
 
 function hatch(color) {
   const tile = document.createElement("canvas");
@@ -37,19 +51,43 @@ function hatch(color) {
   return g.createPattern(tile, "repeat");
 }
 
+/** A tile of `color` with white dots: almost solid, as the counts are almost exact. */
+function dotted(color) {
+  const tile = document.createElement("canvas");
+  tile.width = 6;
+  tile.height = 6;
+  const g = tile.getContext("2d");
+  g.fillStyle = color;
+  g.fillRect(0, 0, 6, 6);
+  g.fillStyle = "#fff";
+  g.beginPath();
+  g.arc(3, 3, 1.3, 0, 2 * Math.PI);
+  g.fill();
+  return g.createPattern(tile, "repeat");
+}
+
 function withAlpha(hex, alpha) {
   const n = Number.parseInt(hex.slice(1), 16);
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
 }
 
-/** Bar fill for a source: solid, hatched or pale. */
+/** Bar fill for a source: solid, dotted, hatched or pale. */
 function barFill(color) {
-  const patterns = { batch: color, speed: hatch(color), mixed: withAlpha(color, 0.45) };
+  const patterns = {
+    batch: color,
+    stale: dotted(color),
+    speed: hatch(color),
+    mixed: withAlpha(color, 0.45),
+  };
   return (source) => patterns[source] ?? withAlpha(color, 0.2);
 }
 
+// Points are filled where every minute is covered, hollow where the speed layer counted.
+const COVERED = new Set(["batch", "stale"]);
+const POINT_STYLE = { stale: "triangle", mixed: "rectRot" };
+
 function lessExact(a, b) {
-  return (EXACTNESS[a] ?? 2) >= (EXACTNESS[b] ?? 2) ? a : b;
+  return (EXACTNESS[a] ?? LEAST_EXACT) >= (EXACTNESS[b] ?? LEAST_EXACT) ? a : b;
 }
 
 /** Line options whose segments and points follow the sources of `points`. */
@@ -61,9 +99,9 @@ function provenanceLine(color, sourceOf) {
     borderWidth: 2,
     pointRadius: 2.5,
     pointHoverRadius: 5,
-    pointBackgroundColor: (ctx) => (sourceOf(ctx.dataIndex) === "batch" ? color : "#fff"),
+    pointBackgroundColor: (ctx) => (COVERED.has(sourceOf(ctx.dataIndex)) ? color : "#fff"),
     pointBorderColor: color,
-    pointStyle: (ctx) => (sourceOf(ctx.dataIndex) === "mixed" ? "rectRot" : "circle"),
+    pointStyle: (ctx) => POINT_STYLE[sourceOf(ctx.dataIndex)] ?? "circle",
     segment: {
       borderDash: (ctx) => DASH[segmentSource(ctx)],
       borderColor: (ctx) => (segmentSource(ctx) === "batch" ? color : withAlpha(color, 0.75)),
@@ -171,7 +209,7 @@ export class SeriesCharts {
                 const row = this.series[item.dataIndex].row;
                 return [
                   `CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
-                  `${SOURCE_LABEL[row.source] ?? row.source}`,
+                  provenance(row),
                 ];
               },
             },
@@ -234,7 +272,10 @@ export class SeriesCharts {
           tooltip: {
             callbacks: {
               title: (items) => formatTime(items[0].parsed.x),
-              afterBody: (items) => SOURCE_LABEL[this.series[items[0].dataIndex].row?.source] ?? "",
+              afterBody: (items) => {
+                const row = this.series[items[0].dataIndex].row;
+                return row ? provenance(row) : "";
+              },
             },
           },
         },
@@ -292,7 +333,7 @@ export class BreakdownChart {
                 return [
                   `CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
                   `${int(row.clicks)} clicks / ${int(row.impressions)} impressions`,
-                  SOURCE_LABEL[row.source] ?? row.source,
+                  provenance(row),
                 ];
               },
             },
