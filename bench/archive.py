@@ -5,7 +5,9 @@ The events (with 1 % malformed records, which go to master/rejected) are produce
 6-partition topic on a broker of its own; on a warm SparkSession (local[2]) the plain copy runs
 first, then the archiver with default settings, then the copy again (the better copy is the
 reference). The figure is records archived per second of the run; per-batch Spark timings show
-where the time goes.
+where the time goes. Then live-sized micro-batches: SMALL_BATCHES batches of SMALL_BATCH records
+(what a 10 s trigger sees at a few hundred events/s), the median batch duration (the per-commit
+overhead: master/events, master/rejected and master/arrivals).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from runtime.streaming import StreamProgress
 from runtime.topics import ensure_topics
 
 DEFAULT_EVENTS = 2_000_000
+SMALL_BATCH = 2_000
+SMALL_BATCHES = 15
 RESULTS = Path("bench/results")
 
 
@@ -73,6 +77,7 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
         raise RuntimeError(f"archived {archived:,} and stored {stored:,} of {events:,} records")
     rate = events / seconds
     copies.append(_plain_copy(spark, kafka, work / "copy-2", events))
+    small = _small_batches(spark, kafka, work)
     copy_rate = events / min(copies)
     result = {
         "benchmark": "archive",
@@ -87,6 +92,7 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
             {"rows": b.input_rows, "rows_per_s": round(b.processed_rows_per_second)}
             for b in batches
         ],
+        "small_batches": small,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
     }
     for b in batches:
@@ -95,9 +101,36 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     print(f"bench archive: {events:,} records in {seconds:.1f} s = {rate:,.0f} records/s; "
           f"plain copy {copy_rate:,.0f} records/s; ratio {rate / copy_rate:.2f} "
           "(goal >= 0.5)")  # fmt: skip
+    median, count = small["median_batch_ms"], small["batches"]
+    print(f"bench archive: micro-batches of {SMALL_BATCH:,} records: median {median:,.0f} ms "
+          f"(of {count} after the first)")  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "archive.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _small_batches(spark: SparkSession, kafka: KafkaSettings, work: Path) -> dict[str, float]:
+    """The archiver over SMALL_BATCHES micro-batches of SMALL_BATCH records into a lake of its
+    own: the median duration of a batch after the first (which creates the tables)."""
+    import statistics
+
+    topic = kafka.model_copy(update={"topic": "bench-small", "dlq_topic": "bench-small-dlq"})
+    ensure_topics(topic)
+    n = SMALL_BATCH * SMALL_BATCHES
+    config = TrafficConfig(seed=8, start_ms=int(time.time() * 1000) - n, malformed_fraction=0.01)
+    with EventProducer(topic, validate_records=False) as producer:
+        produce(TrafficGenerator(config), producer, limit=n)
+    lake = LakeSettings(lake_root=work / "small-lake", checkpoint_root=work / "small-ck")
+    batches: list[StreamProgress] = []
+    settings = ArchiverSettings(max_offsets_per_trigger=SMALL_BATCH)
+    run(spark, kafka=topic, lake=lake, settings=settings, available_now=True,
+        on_progress=batches.append)  # fmt: skip
+    durations = [b.batch_duration_ms for b in batches[1:] if b.input_rows]
+    return {
+        "batch_records": SMALL_BATCH,
+        "batches": len(durations),
+        "median_batch_ms": statistics.median(durations),
+    }
 
 
 def _plain_copy(spark: SparkSession, kafka: KafkaSettings, target: Path, events: int) -> float:

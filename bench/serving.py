@@ -6,7 +6,11 @@ server runs in a subprocess (uvicorn, one worker) while a writer commits to spee
 second, as the streaming job does, so snapshots keep changing. The dashboard query (last 24 h,
 hourly, grouped by campaign) runs from 32 concurrent clients for 30 s: p50/p99 latency and
 requests/s. Then the floor: the same query's SQL in-process in DuckDB over the same snapshot,
-from 32 threads for the same time. Results go to bench/results/serving.json.
+from 32 threads for the same time. Then the cost of late arrivals (issue 18): the lake's
+master/arrivals holds the uncovered hours' arrivals and late arrivals in 1 % of the covered
+minutes; one client runs the query's SQL with and without the stale-arrivals branch, and the
+stale table (computed once per master/arrivals and batch/coverage version) is timed. Results go
+to bench/results/serving.json.
 """
 
 from __future__ import annotations
@@ -117,6 +121,95 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
         write_deltalake(lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append")
         rows += len(table)
     return rows
+
+
+STALE_MINUTES = int(COVERED_HOURS * 60 * 0.01)
+
+
+def write_arrivals(lake: LakeSettings, *, end: dt.datetime = END) -> int:
+    """master/arrivals as the archiver leaves it between batch runs: the arrivals of the uncovered
+    hours (not covered, so not stale), and late arrivals in STALE_MINUTES covered minutes spread
+    over the day (stale). Returns rows."""
+    dims = combos()
+    start = end - dt.timedelta(hours=HOURS)
+    ts = pa.timestamp("us", tz="UTC")
+    parts = []
+    uncovered = (HOURS - COVERED_HOURS) * 60
+    recent = minute_rows(start + dt.timedelta(hours=COVERED_HOURS), uncovered, dims, seed=5000)
+    parts.append((recent, 10_000))
+    for i in range(STALE_MINUTES):
+        minute = start + dt.timedelta(minutes=i * (COVERED_HOURS * 60 // STALE_MINUTES) + 7)
+        parts.append((minute_rows(minute, 1, dims, seed=6000 + i), 20_000))
+    rows = 0
+    for counts, version in parts:
+        n = len(counts)
+        table = (
+            counts.append_column("events_version", pa.array([version] * n, pa.int64()))
+            .append_column("batch_id", pa.array([version] * n, pa.int64()))
+            .append_column("archived_at", pa.array([end] * n, ts))
+        )
+        write_deltalake(
+            lake.table("master/arrivals"), table.cast(SCHEMAS["master/arrivals"]), mode="append"
+        )
+        rows += n
+    return rows
+
+
+def _staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
+    """The dashboard query's SQL from one client with the stale-arrivals branch and without it
+    (medians, same process, alternating), and the stale table's computation."""
+    from lake.staleness import stale_sql
+    from serving_layer.query import CtrQuery, ctr_sql
+    from serving_layer.service import ServingLayer
+
+    serving = ServingLayer(lake, refresh_s=3600)
+    snap = serving.snapshot()
+    p = dashboard_params()
+    query = CtrQuery.create(
+        start=dt.datetime.fromisoformat(p["start"]),
+        end=dt.datetime.fromisoformat(p["end"]),
+        granularity="hour",
+        group_by=["campaign_id"],
+    )
+    within = serving.coverage(snap).within(query.start, query.end)
+    names = {
+        "batch": serving.relation_name(snap["batch/ctr"]),
+        "speed": serving.relation_name(snap["speed/ctr"]),
+        "covered": "unused",
+    }
+    arrivals = serving.relation_name(snap["master/arrivals"])
+    coverage = serving.relation_name(snap["batch/coverage"])
+    stale_rows = serving.ctr(query, snap)  # creates the stale table once
+    timings: dict[str, list[float]] = {"without": [], "with": [], "stale_table": []}
+    with serving.cursor() as cur:
+        stale = f"bench_stale_{arrivals}"
+        cur.execute(f"CREATE TABLE {stale} AS {stale_sql(arrivals=arrivals, coverage=coverage)}")
+        plain = ctr_sql(query, **names, intervals=within)
+        merged = ctr_sql(query, **names, stale=stale, intervals=within)
+        for _ in range(repeats):
+            for key, (sql, params) in (("without", plain), ("with", merged)):
+                started = time.perf_counter()
+                cur.execute(sql, params).fetchall()
+                timings[key].append(time.perf_counter() - started)
+        for i in range(5):
+            started = time.perf_counter()
+            cur.execute(
+                f"CREATE TABLE bench_stale_{i} AS "
+                + stale_sql(arrivals=arrivals, coverage=coverage)
+            )
+            timings["stale_table"].append(time.perf_counter() - started)
+        stale_count = cur.execute(f"SELECT count(*) FROM {stale}").fetchone()
+    serving.close()
+    without = statistics.median(timings["without"]) * 1000
+    with_stale = statistics.median(timings["with"]) * 1000
+    return {
+        "query_without_stale_ms": round(without, 2),
+        "query_with_stale_ms": round(with_stale, 2),
+        "ratio": round(with_stale / without, 3),
+        "stale_table_ms": round(statistics.median(timings["stale_table"]) * 1000, 2),
+        "stale_rows": int(stale_count[0]) if stale_count else 0,
+        "stale_answer_rows": sum(1 for r in stale_rows.rows if r.source != "batch"),
+    }
 
 
 def dashboard_params(end: dt.datetime = END) -> dict[str, str]:
@@ -346,6 +439,7 @@ def main(events: int | None = None) -> dict[str, object]:
         lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
         print("bench serving: writing the lake ...", flush=True)
         rows = build_lake(lake)
+        arrival_rows = write_arrivals(lake)
         port = free_port()
         env = {
             **os.environ,
@@ -380,6 +474,8 @@ def main(events: int | None = None) -> dict[str, object]:
         api.update(_cache_metrics(metrics))
         print(f"bench serving: the floor, in-process DuckDB, {CLIENTS} threads ...", flush=True)
         floor = _floor(lake, duration, CLIENTS)
+        print("bench serving: the cost of the stale-arrivals branch, one client ...", flush=True)
+        staleness = _staleness_cost(lake)
     result: dict[str, object] = {
         "benchmark": "serving",
         "query": dashboard_params(),
@@ -390,6 +486,8 @@ def main(events: int | None = None) -> dict[str, object]:
         "api": api,
         "duckdb_floor": floor,
         "p99_ratio": api["p99_ms"] / floor["p99_ms"],
+        "arrival_rows": arrival_rows,
+        "staleness": staleness,
         "goal": "api p99 <= 50 ms and <= 2x the floor",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
@@ -402,6 +500,10 @@ def main(events: int | None = None) -> dict[str, object]:
         f"DuckDB floor ({CLIENTS} threads): p50 {floor['p50_ms']:.1f} ms, "
         f"p99 {floor['p99_ms']:.1f} ms, {floor['requests_per_s']:,.0f} q/s "
         f"(one client: {floor['single_client_median_ms']:.1f} ms)\n"
-        f"p99 ratio API/floor: {result['p99_ratio']:.2f}"
+        f"p99 ratio API/floor: {result['p99_ratio']:.2f}\n"
+        f"staleness, one client: the query {staleness['query_without_stale_ms']:.1f} ms without "
+        f"the stale branch, {staleness['query_with_stale_ms']:.1f} ms with it "
+        f"(ratio {staleness['ratio']:.2f}; {staleness['stale_rows']:,} stale rows); the stale "
+        f"table {staleness['stale_table_ms']:.1f} ms per master/arrivals or coverage version"
     )
     return result
