@@ -136,6 +136,10 @@ class SqlRequest(BaseModel):
         "SUMMARIZE, or EXPLAIN of a query)",
     )
     max_rows: int | None = Field(default=None, ge=1, description="at most API_SQL_MAX_ROWS")
+    as_of: dt.datetime | None = Field(
+        default=None,
+        description="ISO-8601, no offset = UTC: query the Delta versions current at this moment",
+    )
 
 
 class SqlResponse(BaseModel):

@@ -75,7 +75,8 @@ def create_arrow_table(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table
 # DuckDB names: fixed prefixes plus a version number, never request text.
 _PREFIX: Final = {t.name: t.sql_name for t in SERVED}
 _MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
-# A superseded relation stays this long for requests that pinned it before it was replaced.
+# A superseded relation stays this long for requests that pinned it before it was replaced,
+# and this long after its last use (as-of requests read old versions).
 _GRACE_S: Final = 120.0
 _T = TypeVar("_T")
 
@@ -85,6 +86,7 @@ class Relation:
     name: str
     kind: str
     superseded_at: float | None = None
+    used_at: float = 0.0
     derived: dict[str, object] = field(default_factory=dict)
     # Tables created from this version (covered intervals, stale arrivals), dropped with it.
     tables: list[str] = field(default_factory=list)
@@ -139,16 +141,18 @@ class RelationCache:
         key = (table.name, table.version)
         found = self._relations.get(key)
         if found is not None:
+            found.used_at = time.monotonic()
             return found
         with self._lock:
             found = self._relations.get(key)
             if found is not None:
+                found.used_at = time.monotonic()
                 return found
             version = "missing" if table.version is None else f"v{table.version}"
             name = f"{_PREFIX[table.name]}_{version}"
             with self.cursor() as cur:
                 kind = create_relation(cur, name, table, materialize=table.name in _MATERIALIZED)
-            relation = Relation(name, kind)
+            relation = Relation(name, kind, used_at=time.monotonic())
             self._relations[key] = relation
             self._retire(table.name, table.version)
             return relation
@@ -180,7 +184,7 @@ class RelationCache:
                 continue
             if relation.superseded_at is None:
                 relation.superseded_at = now
-            elif now - relation.superseded_at > _GRACE_S:
+            elif now - max(relation.superseded_at, relation.used_at) > _GRACE_S:
                 with self.cursor() as cur:
                     cur.execute(f"DROP {relation.kind} IF EXISTS {relation.name}")
                     for derived in relation.tables:

@@ -6,33 +6,49 @@ while the speed layer commits a new version every second. :class:`SnapshotSource
 delta-rs handle per table and refreshes it at most every ``refresh_s`` seconds; with
 ``max_stale_s``, a request that finds a refresh due gets the current snapshot at once while one
 background thread reads the logs, instead of every request of that moment waiting for the read.
+:meth:`SnapshotSource.at` gives the lake as it was at an earlier moment (as-of queries).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from lake.catalog import SERVED
 from lake.settings import LakeSettings
 from lake.speed_status import SpeedStatus, read_speed_status, speed_status_path
+from serving_layer.delta_log import commit_ns, first_true, log_span, version_at
 
 _log = logging.getLogger(__name__)
 SCHEMAS: Final[Mapping[str, pa.Schema]] = {t.name: t.schema for t in SERVED}
 ALL_TABLES: Final = tuple(t.name for t in SERVED)
 # Reader features whose data a plain Parquet scan of the file list would get wrong.
 _UNSUPPORTED_FEATURES: Final = frozenset({"deletionVectors", "columnMapping"})
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# Table versions read for as-of snapshots, kept for the next requests of that moment (a version
+# never changes; reading one replays its log: tens of ms).
+_PAST_VERSIONS: Final = 32
 
 
 class UnsupportedTableError(RuntimeError):
     """A table uses a Delta feature the serving layer cannot read (deletion vectors, ...)."""
+
+
+class AsOfError(ValueError):
+    """The lake cannot be read as of the moment asked: it is before the lake's first commit or
+    in the future, or a table's version of then was removed (log cleanup or vacuum)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,8 @@ class SnapshotSource:
         self._refreshed_at = float("-inf")
         self._lock = threading.Lock()
         self._refreshing = threading.Lock()
+        self._past: OrderedDict[tuple[str, int], TableSnapshot] = OrderedDict()
+        self._past_lock = threading.Lock()
 
     def cached(self) -> LakeSnapshot | None:
         """The latest snapshot without I/O (for an event loop), or None: call :meth:`current`.
@@ -171,20 +189,127 @@ class SnapshotSource:
             handle = self._handles[name] = DeltaTable(path)
         else:
             handle.update_incremental()
-        version = handle.version()
-        if old is not None and old.version == version:
+        if old is not None and old.version == handle.version():
             return old
-        features = set(handle.protocol().reader_features or ())
-        if features & _UNSUPPORTED_FEATURES:
-            raise UnsupportedTableError(
-                f"{name} (version {version}) uses Delta reader feature(s) "
-                f"{sorted(features & _UNSUPPORTED_FEATURES)}, which the serving layer cannot read"
-            )
-        return TableSnapshot(
-            name=name,
-            path=path,
-            version=version,
-            files=tuple(handle.file_uris()),
-            partition_columns=tuple(handle.metadata().partition_columns),
-            schema=pa.schema(handle.schema().to_arrow()),
+        return _table_snapshot(name, path, handle)
+
+    # -- as of a moment -------------------------------------------------------------------------
+
+    def at(self, moment: dt.datetime) -> LakeSnapshot:
+        """The lake as of ``moment``: every table at its last version committed at or before it
+        (``version=None``: first committed later), without the speed status (not versioned).
+
+        Never kept as the current snapshot (the table versions read are kept for the next
+        requests of the moment). Commit times are those of :mod:`serving_layer.delta_log`.
+        Raises :class:`AsOfError`.
+        """
+        if moment.tzinfo is None:
+            raise ValueError(f"'moment' must be timezone-aware, got {moment.isoformat()}")
+        if moment > dt.datetime.now(dt.UTC):
+            raise AsOfError(f"{_iso(moment)} is in the future")
+        moment_ns = (moment - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+        current = self._current
+        tables = {}
+        first_commits = []
+        for name in self.tables:
+            path = self.lake.table(name)
+            log = Path(path) / "_delta_log"
+            hint = current.tables[name].version if current is not None else None
+            span = log_span(log, hint)
+            if span is None:
+                tables[name] = TableSnapshot(name, path, None, (), (), SCHEMAS[name])
+                continue
+            first, last = span
+            if first == 0 and (created := commit_ns(log, 0)) is not None:
+                first_commits.append(created)
+            version = version_at(log, moment_ns, first, last)
+            if version is None and first == 0:
+                tables[name] = TableSnapshot(name, path, None, (), (), SCHEMAS[name])
+            elif version is None:
+                raise AsOfError(
+                    f"{name} cannot be read as of {_iso(moment)}: its log was cleaned up "
+                    f"(retention){self._readable_from(name, log, first, last)}"
+                )
+            elif current is not None and current.tables[name].version == version:
+                tables[name] = current.tables[name]
+            else:
+                tables[name] = self._table_at(name, log, version, last, moment)
+        if not any(table.exists for table in tables.values()):
+            since = f" ({_commit_iso(min(first_commits))})" if first_commits else ", none yet"
+            raise AsOfError(f"{_iso(moment)} is before the lake's first commit{since}")
+        return LakeSnapshot(tables=tables, status=None)
+
+    def _table_at(
+        self, name: str, log: Path, version: int, last: int, moment: dt.datetime
+    ) -> TableSnapshot:
+        path = self.lake.table(name)
+        with self._past_lock:
+            table = self._past.get((name, version))
+            if table is not None:
+                self._past.move_to_end((name, version))
+        try:
+            if table is None:
+                table = _table_snapshot(name, path, DeltaTable(path, version=version))
+        except DeltaError:
+            removed = "its log was cleaned up"
+        else:
+            if _files_exist(table):
+                with self._past_lock:
+                    self._past[(name, version)] = table
+                    while len(self._past) > _PAST_VERSIONS:
+                        self._past.popitem(last=False)
+                return table
+            removed = "its data files were vacuumed"
+        raise AsOfError(
+            f"{name} version {version}, its version at {_iso(moment)}, cannot be read: {removed} "
+            f"(retention){self._readable_from(name, log, version + 1, last)}"
         )
+
+    def _readable_from(self, name: str, log: Path, low: int, high: int) -> str:
+        """``; <name> can be read as of <time> or later``: the commit time of the first version
+        of ``low..high`` whose log and files are there ("" if none is)."""
+        path = self.lake.table(name)
+
+        def readable(version: int) -> bool:
+            try:
+                return _files_exist(_table_snapshot(name, path, DeltaTable(path, version=version)))
+            except DeltaError:
+                return False
+
+        # Retention removes versions from the oldest on: the readable ones are the newest.
+        if high < low or not readable(high):
+            return ""
+        committed = commit_ns(log, first_true(readable, low, high))
+        return f"; {name} can be read as of {_commit_iso(committed)} or later" if committed else ""
+
+
+def _table_snapshot(name: str, path: str, handle: DeltaTable) -> TableSnapshot:
+    version = handle.version()
+    features = set(handle.protocol().reader_features or ())
+    if features & _UNSUPPORTED_FEATURES:
+        raise UnsupportedTableError(
+            f"{name} (version {version}) uses Delta reader feature(s) "
+            f"{sorted(features & _UNSUPPORTED_FEATURES)}, which the serving layer cannot read"
+        )
+    return TableSnapshot(
+        name=name,
+        path=path,
+        version=version,
+        files=tuple(handle.file_uris()),
+        partition_columns=tuple(handle.metadata().partition_columns),
+        schema=pa.schema(handle.schema().to_arrow()),
+    )
+
+
+def _files_exist(table: TableSnapshot) -> bool:
+    # The lake is on a local file system (LakeSettings): its file URIs are paths.
+    return all(os.path.exists(f) for f in table.files)
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _commit_iso(ns: int) -> str:
+    # Rounded up to the microsecond: as of the time printed, the commit is there.
+    return _iso(_EPOCH + dt.timedelta(microseconds=-(-ns // 1000)))

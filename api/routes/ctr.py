@@ -15,12 +15,15 @@ from api.models import CtrResponse, ErrorResponse
 from api.rendering import freshness_json
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
+from serving_layer.tables import AsOfError
 from views.columns import DIMENSIONS
 
 router = APIRouter(prefix="/api/v1", tags=["ctr"])
 
 DEFAULT_LIMIT: Final = 10_000
-_COMMON: Final = frozenset({"start", "end", "granularity", "group_by", "order_by", "limit"})
+_COMMON: Final = frozenset(
+    {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of"}
+)
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
 
 
@@ -65,6 +68,16 @@ async def get_ctr(
     site_id: Filter = None,
     country: Filter = None,
     device_type: Filter = None,
+    as_of: Annotated[
+        dt.datetime | None,
+        Query(
+            description="ISO-8601, no offset = UTC: answer as of this moment, from the Delta "
+            "versions current then (the answer the API gave then, but for the speed job's "
+            "status in freshness: null, it is not versioned; end defaults to it). 400 if it is "
+            "in the future, before the lake's first commit, or the versions of then were "
+            "removed (retention)"
+        ),
+    ] = None,
 ) -> Response:
     unknown = sorted(set(request.query_params) - _COMMON - set(DIMENSIONS))
     if unknown:
@@ -73,10 +86,11 @@ async def get_ctr(
             f"unknown parameter; allowed: {', '.join(sorted(_COMMON))}, {', '.join(DIMENSIONS)}",
         )
     values = dict(zip(DIMENSIONS, (campaign_id, ad_id, site_id, country, device_type), strict=True))
+    moment = _utc(as_of) if as_of is not None else None
     try:
         query = CtrQuery.create(
             start=_utc(start) if start is not None else None,
-            end=_utc(end) if end is not None else dt.datetime.now(dt.UTC),
+            end=_utc(end) if end is not None else moment or dt.datetime.now(dt.UTC),
             granularity=granularity,
             group_by=_split(group_by),
             filters={name: v for name, v in values.items() if v},
@@ -89,9 +103,17 @@ async def get_ctr(
         raise ParameterError(exc.parameter, exc.message) from None
     # On the event loop while nothing blocks (a cached answer of a current snapshot, the usual
     # case); reading Delta logs and querying DuckDB go to the thread pool.
-    cached = serving.snapshots.cached()
-    snapshot = cached if cached is not None else await run_in_threadpool(serving.snapshot)
-    key = ("ctr", query)
+    if moment is None:
+        cached = serving.snapshots.cached()
+        snapshot = cached if cached is not None else await run_in_threadpool(serving.snapshot)
+        key: tuple[object, ...] = ("ctr", query)
+    else:
+        try:
+            snapshot = await run_in_threadpool(serving.snapshots.at, moment)
+        except AsOfError as exc:
+            raise ParameterError("as_of", str(exc)) from None
+        # Keyed by its snapshot too: never another snapshot's answer, not even a recent one.
+        key = ("ctr", query, snapshot.key)
 
     def compute() -> bytes:
         return render(serving.ctr(query, snapshot))

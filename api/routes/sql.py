@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 
 import orjson
@@ -13,6 +14,7 @@ from api.deps import ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.models import ErrorResponse, SqlRequest, SqlResponse
 from serving_layer.sandbox import SqlError, SqlRefusedError
+from serving_layer.tables import AsOfError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
 
@@ -38,7 +40,14 @@ async def post_sql(
 ) -> Response:
     if body.max_rows is not None and body.max_rows > settings.sql_max_rows:
         raise ParameterError("max_rows", f"at most {settings.sql_max_rows}, got {body.max_rows}")
-    snapshot = await run_in_threadpool(serving.snapshot)
+    if body.as_of is None:
+        snapshot = await run_in_threadpool(serving.snapshot)
+    else:
+        as_of = body.as_of if body.as_of.tzinfo is not None else body.as_of.replace(tzinfo=dt.UTC)
+        try:
+            snapshot = await run_in_threadpool(serving.snapshots.at, as_of)
+        except AsOfError as exc:
+            raise ParameterError("as_of", str(exc)) from None
     run = functools.partial(
         pool.run,
         body.sql,
