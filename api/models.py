@@ -63,7 +63,13 @@ class CtrQueryEcho(BaseModel):
     limit: int
 
 
+class ViewRef(BaseModel):
+    name: str
+    version: int = Field(description="the view version the answer comes from")
+
+
 class CtrResponse(BaseModel):
+    view: ViewRef
     rows: list[CtrRowBody]
     truncated: bool = Field(description="more rows matched than 'limit'")
     query: CtrQueryEcho
@@ -108,8 +114,20 @@ class DriftBody(BaseModel):
     speed_minus_batch_clicks: int
 
 
+class VersionInfoBody(BaseModel):
+    version: int
+    summary: str = Field(description="what the version counts (its definition in code)")
+    where: str | None = Field(description="the events it keeps; null: all")
+    state: Literal["not built", "building", "ready", "published", "retired"]
+    covered_intervals: list[CoveredIntervalBody]
+    runs: int
+    rows: int = Field(description="rows in the version's batch table")
+
+
 class ViewInfoBody(BaseModel):
     name: str
+    version: int = Field(description="the published version, which the other fields describe")
+    versions: list[VersionInfoBody]
     covered_intervals: list[CoveredIntervalBody]
     runs: int = Field(description="batch runs recorded in batch/coverage")
     latest_covered_bucket: dt.datetime | None

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING
 
 from batch_layer.interval import Interval
 from lake.arrivals import forget_counted
-from lake.catalog import BATCH_COVERAGE, BATCH_CTR, BATCH_DRIFT, SPEED_CTR, SPEED_LATE
+from lake.catalog import BATCH_COVERAGE, BATCH_DRIFT, SPEED_CTR, SPEED_LATE, batch_table
 from lake.coverage import Coverage
 from lake.coverage_log import CoverageRow, record
 from lake.maintenance import covered_intervals
+from lake.registry import read_registry
 from lake.settings import LakeSettings
 from runtime.formats import is_commit_conflict, read_delta, write_delta
 from views.ctr import ctr
+from views.definitions import Definition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,23 +72,27 @@ def run(
     interval: Interval,
     *,
     lake: LakeSettings,
+    definition: Definition | None = None,
     run_id: str | None = None,
     on_step: Callable[[str], None] = lambda step: None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> BatchRun:
-    """Recompute ``batch/ctr`` for ``interval`` and record the coverage (and the drift of the
-    minutes it covers for the first time); a commit conflict with a concurrent run retries."""
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(lake.events):
-        raise MissingTableError(
-            f"master/events does not exist at {lake.events}: run `ctr archive` first "
-            "(or point LAKE_ROOT at the lake)"
-        )
+    """Recompute the batch rows of ``definition`` (default: the published version of ``ctr``)
+    for ``interval`` and record the coverage (and the drift of the minutes it covers for the
+    first time); a commit conflict with a concurrent run retries."""
+    _require_events(lake)
+    registry = read_registry(lake)
+    definition = definition or registry.published(VIEW)
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
             return _run_once(
-                spark, interval, lake=lake, run_id=run_id, on_step=on_step, clock=clock
+                spark,
+                interval,
+                lake=lake,
+                definition=definition,
+                run_id=run_id,
+                on_step=on_step,
+                clock=clock,
             )
         except Exception as exc:
             if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
@@ -95,40 +101,75 @@ def run(
     raise AssertionError("unreachable")
 
 
-def _run_once(
+def _require_events(lake: LakeSettings) -> None:
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(lake.events):
+        raise MissingTableError(
+            f"master/events does not exist at {lake.events}: run `ctr archive` first "
+            "(or point LAKE_ROOT at the lake)"
+        )
+
+
+def compute_view(
     spark: SparkSession,
     interval: Interval,
     *,
     lake: LakeSettings,
-    run_id: str | None,
-    on_step: Callable[[str], None],
-    clock: Callable[[], dt.datetime],
-) -> BatchRun:
+    definition: Definition,
+    run_id: str | None = None,
+) -> tuple[DataFrame, int, str]:
+    """The exact rows of ``definition`` for ``interval`` from master/events at its current
+    version: (rows with ``run_id``, the version read, the run id). Same interval, definition and
+    input version -> same run id, so a rerun writes identical rows."""
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
     version = DeltaTable(lake.events).version()
-    # Same interval and same input version -> same run id: a rerun writes identical rows.
-    run_id = run_id or f"{VIEW}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
-    on_step(f"reading master/events v{version} for {interval}")
+    prefix = definition.key.replace("@", "-")
+    run_id = (
+        run_id or f"{prefix}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
+    )
     events = read_delta(
         spark,
         lake.events,
         version=version,
         partitions={"event_date": [d.isoformat() for d in interval.days]},
     ).where(interval.sql_predicate("event_time"))
+    if definition.where:
+        events = events.where(definition.where)
     view = deduplicate(events).transform(ctr).withColumn("run_id", F.lit(run_id))
+    return view, version, run_id
+
+
+def _run_once(
+    spark: SparkSession,
+    interval: Interval,
+    *,
+    lake: LakeSettings,
+    definition: Definition,
+    run_id: str | None,
+    on_step: Callable[[str], None],
+    clock: Callable[[], dt.datetime],
+) -> BatchRun:
+    view, version, run_id = compute_view(
+        spark, interval, lake=lake, definition=definition, run_id=run_id
+    )
+    target = batch_table(definition)
+    on_step(f"reading master/events v{version} for {interval} ({definition.key})")
     view = view.persist()
     try:
         on_step("computing the view")
         rows = view.count()
-        drift = record_drift(spark, lake, view, interval, run_id=run_id, at=clock())
+        drift = record_drift(
+            spark, lake, view, interval, definition=definition, run_id=run_id, at=clock()
+        )
         if drift:
             on_step(f"recorded the speed layer's drift in {drift:,} newly covered minute(s)")
-        on_step(f"replacing {interval} of batch/ctr with {rows:,} rows")
+        on_step(f"replacing {interval} of {target.name} with {rows:,} rows")
         write_delta(
             view,
-            BATCH_CTR.path(lake),
+            target.path(lake),
             mode="overwrite",
             replace_where=interval.sql_predicate("bucket_start"),
         )
@@ -138,9 +179,14 @@ def _run_once(
     record(
         spark,
         BATCH_COVERAGE.path(lake),
-        CoverageRow(run_id, VIEW, interval.start, interval.end, version, rows, clock()),
+        CoverageRow(run_id, definition.key, interval.start, interval.end, version, rows, clock()),
     )
-    forget_counted(spark, lake, where=interval.sql_predicate("bucket_start"), input_version=version)
+    # Arrivals a run counted are forgotten only while no other version may still need them
+    # (a version being built, or one to roll back to, keeps them: see lake.staleness).
+    if read_registry(lake).live(definition.view) == (definition,):
+        forget_counted(
+            spark, lake, where=interval.sql_predicate("bucket_start"), input_version=version
+        )
     return BatchRun(run_id, interval, version, rows)
 
 
@@ -150,6 +196,7 @@ def record_drift(
     view: DataFrame,
     interval: Interval,
     *,
+    definition: Definition,
     run_id: str,
     at: dt.datetime,
 ) -> int:
@@ -164,10 +211,13 @@ def record_drift(
     speed_path, late_path = SPEED_CTR.path(lake), SPEED_LATE.path(lake)
     if not _is_delta(spark, speed_path):
         return 0
-    fresh = Coverage(_uncovered(covered_intervals(spark, lake), interval.start, interval.end))
+    before = covered_intervals(spark, lake, view=definition.key)
+    fresh = Coverage(_uncovered(before, interval.start, interval.end))
     if not fresh.intervals:
         return 0
     in_fresh = fresh.sql_predicate("bucket_start")
+    if definition.where:  # the speed layer counts every event; this version counts fewer
+        in_fresh = f"{in_fresh} AND ({definition.where})"
     counted = (
         read_delta(spark, speed_path)
         .where(in_fresh)
@@ -179,7 +229,8 @@ def record_drift(
     )
     seen = counted.select("bucket_start")
     if _is_delta(spark, late_path):
-        seen = seen.union(read_delta(spark, late_path).where(in_fresh).select("bucket_start"))
+        late_fresh = fresh.sql_predicate("bucket_start")  # speed/late has no dimensions
+        seen = seen.union(read_delta(spark, late_path).where(late_fresh).select("bucket_start"))
     batch = view.groupBy("bucket_start").agg(
         F.sum("impressions").alias("batch_impressions"), F.sum("clicks").alias("batch_clicks")
     )
@@ -190,7 +241,7 @@ def record_drift(
         .join(batch, "bucket_start", "left")
         .select(
             F.lit(run_id).alias("run_id"),
-            F.lit(VIEW).alias("view"),
+            F.lit(definition.key).alias("view"),
             "bucket_start",
             *(
                 F.coalesce(column, zero).cast("long").alias(column)
@@ -210,7 +261,7 @@ def record_drift(
         minutes = drift.count()
         if minutes:
             # Keyed by interval: a run retried after a conflict (another run id) adds no rows.
-            key = f"drift:{VIEW}:{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}"
+            key = f"drift:{definition.key}:{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}"
             write_delta(drift, BATCH_DRIFT.path(lake), txn=(key, 0))
         return minutes
     finally:

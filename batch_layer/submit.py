@@ -18,7 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stale", action="store_true", help="recompute the stale hours instead of an interval"
     )
+    parser.add_argument("--build", metavar="VIEW", help="build a version of VIEW (--version)")
+    parser.add_argument("--version", type=int, help="with --build: the version")
     args = parser.parse_args(argv)
+    if args.build:
+        if args.version is None or args.start or args.end or args.stale:
+            parser.error("--build takes --version and nothing else")
+        return _build(args.build, args.version)
     if args.stale:
         if args.start or args.end or args.run_id:
             parser.error("--stale takes no --start, --end or --run-id")
@@ -69,6 +75,33 @@ def _stale() -> int:
         return 1
     for done in runs:
         print(f"done: run {done.run_id}, {done.rows_written} rows for {done.interval}")
+    return 0
+
+
+def _build(view: str, version: int) -> int:
+    from batch_layer.job import MissingTableError
+    from batch_layer.reprocess import build, plan_build
+    from lake.settings import LakeSettings
+    from runtime.spark import spark_session
+    from runtime.spark_settings import SparkSettings
+    from views.definitions import UnknownVersionError, definition
+
+    try:
+        target = definition(view, version)
+    except UnknownVersionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    lake = LakeSettings()
+    plan = plan_build(lake, target)
+    print(f"{target.key}: {len(plan.done)} hour(s) built, {len(plan.intervals)} to build")
+    spark = spark_session(SparkSettings(), submitted=True) if plan.intervals else None
+    if spark is not None:
+        print(f"spark master: {spark.sparkContext.master}")
+    try:
+        build(spark, lake, plan, on_interval=lambda i: print(f"building {i}"))
+    except MissingTableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from cli import archive, batch, ingest, kafka, serve, speed, sql
+from cli import archive, batch, ingest, kafka, serve, speed, sql, views
 
 app = typer.Typer(
     name="ctr",
@@ -26,6 +26,7 @@ app.command()(batch.backfill)
 app.add_typer(speed.app, name="speed")
 app.command()(serve.serve)
 app.command()(sql.sql)
+app.add_typer(views.app, name="views")
 
 
 def main() -> None:

@@ -149,6 +149,116 @@ def ctr_recompute_stale_dag(
     return dag
 
 
+def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
+    """``ctr_reprocess`` (triggered by hand, with params): build a version of a view from the
+    master dataset, compare it with the published version, stop for review when the diff is
+    larger than ``max_changed_fraction`` of the rows, else publish it.
+
+    ``build`` is `ctr views build` under spark-submit (resumable: a rerun builds only what is
+    missing); ``review`` computes the diff without Spark and skips ``publish`` when it is too
+    large (the log shows the summary and the largest changes; publish by hand with `ctr views
+    publish`, or trigger again with a larger threshold); ``publish`` switches every reader at
+    once (one commit to views/registry) and is refused if the version has not caught up.
+    """
+    with DAG(
+        dag_id="ctr_reprocess",
+        description="Build, diff and publish a version of a view",
+        schedule=None,
+        start_date=start_date,
+        catchup=False,
+        max_active_runs=1,
+        default_args={"retries": 0},
+        params={
+            "view": Param("ctr", type="string", description="the view"),
+            "version": Param(2, type="integer", minimum=1, description="the version to build"),
+            "source": Param("master", enum=["master"], description="where history comes from"),
+            "max_changed_fraction": Param(
+                0.05,
+                type="number",
+                minimum=0,
+                maximum=1,
+                description="publish without review up to this share of changed rows",
+            ),
+        },
+        tags=["ctr", "batch", "views"],
+    ) as dag:
+        build = ConnectorSparkSubmitOperator(
+            task_id="build",
+            conn_id=SPARK_CONN_ID,
+            spark_binary=str(Path(sys.executable).with_name("spark-submit")),
+            application=str(PROJECT / "batch_layer" / "submit.py"),
+            application_args=[
+                "--build",
+                "{{ params.view }}",
+                "--version",
+                "{{ params.version }}",
+            ],
+            env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
+            name="ctr-reprocess-build",
+        )
+
+        @task.short_circuit
+        def review(params: dict[str, object] | None = None) -> bool:
+            import json
+
+            from lake.settings import LakeSettings
+            from serving_layer.diff import diff_summary, diff_versions
+            from serving_layer.service import ServingLayer
+            from views.definitions import definition
+
+            assert params is not None
+            view, version = str(params["view"]), int(params["version"])  # type: ignore[call-overload]
+            serving = ServingLayer(LakeSettings(), refresh_s=0)
+            try:
+                snap = serving.snapshot()
+                published = serving.definition(snap, view=view)
+                result = diff_versions(
+                    serving,
+                    published,
+                    definition(view, version),
+                    start=datetime(1970, 1, 1, tzinfo=UTC),
+                    end=datetime(9999, 1, 1, tzinfo=UTC),
+                    snapshot=snap,
+                )
+            finally:
+                serving.close()
+            print(json.dumps(diff_summary(result), default=str, indent=2))
+            limit = float(params["max_changed_fraction"])  # type: ignore[arg-type]
+            if result.changed_fraction > limit:
+                print(
+                    f"{result.changed_fraction:.2%} of the rows change, over the "
+                    f"{limit:.2%} allowed: stopping for review. Publish by hand with "
+                    f"`ctr views publish {view} {version} --reason ...`."
+                )
+                return False
+            return True
+
+        @task
+        def publish(params: dict[str, object] | None = None, run_id: str | None = None) -> str:
+            from batch_layer.reprocess import caught_up
+            from lake.registry import read_registry, record
+            from lake.settings import LakeSettings
+            from views.definitions import definition
+
+            assert params is not None
+            lake = LakeSettings()
+            view, version = str(params["view"]), int(params["version"])  # type: ignore[call-overload]
+            target = definition(view, version)
+            if read_registry(lake).published(view) == target:
+                return f"{target.key} was already published"
+            missing = caught_up(lake, target)
+            if missing.intervals:
+                raise ValueError(
+                    f"{target.key} does not cover {len(missing.intervals)} interval(s) the "
+                    "published version covers; run the DAG again (its build catches up)"
+                )
+            event = record(lake, view, version, "published", f"ctr_reprocess {run_id}")
+            return f"published {target.key} at {event.at.isoformat()}"
+
+        build >> review() >> publish()
+    return dag
+
+
 def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = START_DATE) -> DAG:
     """``ctr_maintenance``: delete ``speed/ctr`` rows in intervals the batch layer has covered,
     then compact and vacuum every table, through delta-spark in the worker."""

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
 from views.columns import DIMENSIONS
+from views.definitions import DEFINITIONS, Definition
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -128,6 +129,37 @@ BATCH_DRIFT: Final = Table(
     "drift",
 )
 
+# Which version of each view is published, and the history of every version (lake.registry).
+VIEW_REGISTRY: Final = Table(
+    "views/registry",
+    pa.schema(
+        [
+            ("view", pa.string()),
+            ("version", pa.int64()),
+            ("event", pa.string()),
+            ("reason", pa.string()),
+            ("at", TIMESTAMP),
+        ]
+    ),
+    "registry",
+)
+
+
+def batch_table(definition: Definition) -> Table:
+    """The batch rows of a view version: ``batch/ctr`` for version 1, ``batch/ctr_vN`` after
+    (same schema; coverage rows of every version share ``batch/coverage``, keyed by
+    ``Definition.key`` in its ``view`` column)."""
+    if definition.version == 1:
+        return BATCH_CTR
+    return Table(
+        f"batch/{definition.view}_v{definition.version}",
+        BATCH_CTR.schema,
+        f"{definition.view}_batch_v{definition.version}",
+    )
+
+
+VERSIONED: Final = tuple(batch_table(d) for d in DEFINITIONS if d.version != 1)
+
 # What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own).
 SERVED: Final = (
     BATCH_CTR,
@@ -137,6 +169,8 @@ SERVED: Final = (
     MASTER_REJECTED,
     MASTER_ARRIVALS,
     BATCH_DRIFT,
+    VIEW_REGISTRY,
+    *VERSIONED,
 )
 # What the maintenance DAG compacts and vacuums.
 MAINTAINED: Final = (
@@ -147,4 +181,6 @@ MAINTAINED: Final = (
     BATCH_COVERAGE,
     BATCH_DRIFT,
     SPEED_CTR,
+    VIEW_REGISTRY,
+    *VERSIONED,
 )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lake.catalog import BATCH_COVERAGE
+from lake.coverage import Coverage
+from lake.settings import LakeSettings
 from runtime.formats import write_delta
 
 if TYPE_CHECKING:
@@ -44,4 +46,20 @@ def record(spark: SparkSession, path: str, row: CoverageRow) -> None:
         frame.coalesce(1),
         path,
         txn=(f"coverage:{row.run_id}:v{row.input_version}", 0),
+    )
+
+
+def read_coverage(lake: LakeSettings, view: str) -> Coverage:
+    """The merged covered intervals of ``view`` (a version's key: ``ctr``, ``ctr@v2``), read
+    with delta-rs (no Spark)."""
+    from deltalake import DeltaTable
+
+    path = BATCH_COVERAGE.path(lake)
+    if not DeltaTable.is_deltatable(path):
+        return Coverage(())
+    rows = DeltaTable(path).to_pyarrow_table(columns=["view", "interval_start", "interval_end"])
+    return Coverage(
+        (r["interval_start"].astimezone(dt.UTC), r["interval_end"].astimezone(dt.UTC))
+        for r in rows.to_pylist()
+        if r["view"] == view
     )

@@ -110,7 +110,7 @@ class RelationCache:
         self._db.execute("SET TimeZone = 'UTC'")
         self._db.execute("SET parquet_metadata_cache = true")
         self._lock = threading.Lock()
-        self._derive_lock = threading.Lock()
+        self._derive_lock = threading.RLock()  # a computation may derive another value
         self._relations: dict[tuple[str, int | None], Relation] = {}
         self._latest: dict[str, int | None] = {}
 

@@ -16,7 +16,9 @@ from typing import Final
 
 import duckdb
 
+from lake.catalog import batch_table
 from lake.coverage import Coverage, CoveredInterval, Source
+from lake.registry import Registry
 from lake.settings import LakeSettings
 from lake.staleness import (
     StaleBucket,
@@ -27,10 +29,11 @@ from lake.staleness import (
     stale_sql,
 )
 from serving_layer.freshness import Freshness
-from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql
+from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql, merged_sql
 from serving_layer.relations import RelationCache
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
 from serving_layer.wilson import wilson_interval
+from views.definitions import Definition, definition, versions
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -55,6 +58,7 @@ class CtrResult:
     rows: list[CtrRow]
     truncated: bool
     freshness: Freshness
+    view: Definition
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,21 @@ class DriftSummary:
 
 
 @dataclass(frozen=True)
+class VersionInfo:
+    version: int
+    summary: str
+    where: str | None
+    state: str
+    covered_intervals: tuple[CoveredInterval, ...]
+    runs: int
+    rows: int
+
+
+@dataclass(frozen=True)
 class ViewInfo:
     name: str
+    version: int  # the published one, which the other fields describe
+    versions: tuple[VersionInfo, ...]
     covered_intervals: tuple[CoveredInterval, ...]
     runs: int
     latest_covered_bucket: dt.datetime | None
@@ -119,20 +136,46 @@ class ServingLayer:
 
     # -- queries ----------------------------------------------------------------------------
 
-    def ctr(self, query: CtrQuery, snapshot: LakeSnapshot | None = None) -> CtrResult:
-        """Rows of ``query`` by the merge rule, with provenance and Wilson intervals."""
+    def registry(self, snapshot: LakeSnapshot | None = None) -> Registry:
+        """The snapshot's view registry (which version of each view is published)."""
         snap = snapshot or self.snapshot()
-        batch = self.relations.relation(snap["batch/ctr"])
-        speed = self.relations.relation(snap["speed/ctr"])
-        coverage = self.coverage(snap)
-        covered = self._covered_relation(snap["batch/coverage"])
+
+        def load(name: str) -> Registry:
+            with self.cursor() as cur:
+                result = cur.execute(f"SELECT * FROM {name}")
+                columns = [c[0] for c in result.description]
+                rows = [dict(zip(columns, row, strict=True)) for row in result.fetchall()]
+            return Registry.from_rows(rows)
+
+        return self.relations.derived(snap["views/registry"], "registry", load)
+
+    def definition(
+        self, snapshot: LakeSnapshot, version: int | None = None, view: str = "ctr"
+    ) -> Definition:
+        """``version`` of ``view`` (:class:`UnknownVersionError` if there is none), or the
+        version the snapshot's registry publishes."""
+        if version is None:
+            return self.registry(snapshot).published(view)
+        return definition(view, version)
+
+    def ctr(
+        self, query: CtrQuery, snapshot: LakeSnapshot | None = None, version: int | None = None
+    ) -> CtrResult:
+        """Rows of ``query`` by the merge rule, with provenance and Wilson intervals, from the
+        published version of the view (or ``version``)."""
+        snap = snapshot or self.snapshot()
+        view = self.definition(snap, version)
+        batch = self.relations.relation(snap[batch_table(view).name])
+        speed = self._filtered(snap["speed/ctr"], view)
+        coverage = self.coverage(snap, view)
+        covered = self._covered_relation(snap["batch/coverage"], view.key)
         within = coverage.within(query.start, query.end)
         sql, params = ctr_sql(
             query,
             batch=batch.name,
-            speed=speed.name,
+            speed=speed,
             covered=covered,
-            stale=self._stale_relation(snap),
+            stale=self._stale_relation(snap, view),
             intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
         )
         with self.cursor() as cur:
@@ -162,78 +205,132 @@ class ServingLayer:
                     run_ids=tuple(run_ids or ()),
                 )
             )
-        return CtrResult(query, rows, truncated, self.freshness(snap))
+        return CtrResult(query, rows, truncated, self.freshness(snap, view), view)
 
-    def freshness(self, snapshot: LakeSnapshot | None = None) -> Freshness:
+    def freshness(
+        self, snapshot: LakeSnapshot | None = None, view: Definition | None = None
+    ) -> Freshness:
         snap = snapshot or self.snapshot()
+        view = view or self.definition(snap)
         status = snap.status
         return Freshness(
-            latest_covered_bucket=self.coverage(snap).latest_bucket,
+            latest_covered_bucket=self.coverage(snap, view).latest_bucket,
             latest_speed_bucket=self._latest_speed_bucket(snap["speed/ctr"]),
             speed_updated_at=status.updated_at if status else None,
             speed_watermark=status.watermark if status else None,
             speed_lag_records=status.offsets_behind if status else None,
             versions={
-                name: snap[name].version for name in ("batch/ctr", "batch/coverage", "speed/ctr")
+                name: snap[name].version
+                for name in (
+                    batch_table(view).name,
+                    "batch/coverage",
+                    "speed/ctr",
+                    "master/arrivals",
+                    "views/registry",
+                )
             },
         )
 
     def views(self, snapshot: LakeSnapshot | None = None) -> list[ViewInfo]:
         snap = snapshot or self.snapshot()
-        coverage = self.coverage(snap)
-        runs = self.relations.derived(
-            snap["batch/coverage"],
-            "runs",
-            lambda name: self.relations.scalar(
-                f"SELECT count(DISTINCT run_id) FROM {name} WHERE view = 'ctr'"
-            ),
-        )
+        registry = self.registry(snap)
+        view = registry.published("ctr")
+        coverage = self.coverage(snap, view)
         return [
             ViewInfo(
                 name="ctr",
+                version=view.version,
                 covered_intervals=tuple(coverage.intervals),
-                runs=int(runs or 0),
+                runs=self.runs(snap, view),
                 latest_covered_bucket=coverage.latest_bucket,
                 latest_speed_bucket=self._latest_speed_bucket(snap["speed/ctr"]),
+                versions=tuple(self.version_info(snap, d, registry) for d in versions("ctr")),
                 tables={
-                    "batch": self.table_info(snap["batch/ctr"]),
+                    "batch": self.table_info(snap[batch_table(view).name]),
                     "speed": self.table_info(snap["speed/ctr"]),
                     "coverage": self.table_info(snap["batch/coverage"]),
                     "arrivals": self.table_info(snap["master/arrivals"]),
                     "drift": self.table_info(snap["batch/drift"]),
                 },
-                stale_intervals=tuple(stale_intervals(self.stale_buckets(snap))),
-                drift=self.drift(snap),
+                stale_intervals=tuple(stale_intervals(self.stale_buckets(snap, view))),
+                drift=self.drift(snap, view),
             )
         ]
 
-    def stale_buckets(self, snapshot: LakeSnapshot | None = None) -> list[StaleBucket]:
-        """Covered minutes with arrivals no batch run has counted, oldest first."""
+    def merged_relation(self, snapshot: LakeSnapshot, view: Definition) -> str:
+        """The merge rule of ``view`` at minute grain over the snapshot, as a SELECT (columns
+        of :func:`serving_layer.query.merged_sql`)."""
+        return merged_sql(
+            batch=self.relations.relation(snapshot[batch_table(view).name]).name,
+            speed=self._filtered(snapshot["speed/ctr"], view),
+            covered=self._covered_relation(snapshot["batch/coverage"], view.key),
+            stale=self._stale_relation(snapshot, view),
+        )
+
+    def runs(self, snapshot: LakeSnapshot, view: Definition) -> int:
+        """Batch runs recorded for ``view``."""
+
+        def count(name: str) -> int:
+            with self.cursor() as cur:
+                row = cur.execute(
+                    f"SELECT count(DISTINCT run_id) FROM {name} WHERE view = $key",
+                    {"key": view.key},
+                ).fetchone()
+            return int(row[0]) if row else 0
+
+        return self.relations.derived(snapshot["batch/coverage"], f"runs:{view.key}", count)
+
+    def version_info(
+        self, snapshot: LakeSnapshot, view: Definition, registry: Registry | None = None
+    ) -> VersionInfo:
+        """One version of a view: its definition, state, coverage and rows."""
+        registry = registry or self.registry(snapshot)
+        coverage = self.coverage(snapshot, view)
+        return VersionInfo(
+            version=view.version,
+            summary=view.summary,
+            where=view.where,
+            state=registry.state(view.view, view.version),
+            covered_intervals=tuple(coverage.intervals),
+            runs=self.runs(snapshot, view),
+            rows=self.table_info(snapshot[batch_table(view).name]).rows,
+        )
+
+    def stale_buckets(
+        self, snapshot: LakeSnapshot | None = None, view: Definition | None = None
+    ) -> list[StaleBucket]:
+        """Covered minutes with arrivals no batch run has counted, oldest first (of ``view``,
+        default the published version)."""
         snap = snapshot or self.snapshot()
-        stale = self._stale_relation(snap)
+        view = view or self.definition(snap)
+        stale = self._stale_relation(snap, view)
 
         def load(_: str) -> list[StaleBucket]:
             with self.cursor() as cur:
                 return stale_buckets(cur.execute(stale_buckets_sql(stale)).fetchall())
 
-        return self.relations.derived(
-            snap["master/arrivals"], f"stale_buckets@{snap['batch/coverage'].version}", load
-        )
+        batch_version = snap[batch_table(view).name].version
+        key = f"stale_buckets:{view.key}@{snap['batch/coverage'].version}:{batch_version}"
+        return self.relations.derived(snap["master/arrivals"], key, load)
 
-    def drift(self, snapshot: LakeSnapshot | None = None) -> DriftSummary:
-        """The drift of the latest :data:`DRIFT_RUNS` runs that recorded some."""
+    def drift(
+        self, snapshot: LakeSnapshot | None = None, view: Definition | None = None
+    ) -> DriftSummary:
+        """The drift of the latest :data:`DRIFT_RUNS` runs of ``view`` (default: the published
+        version) that recorded some."""
         snap = snapshot or self.snapshot()
+        key = (view or self.definition(snap)).key
 
         def load(name: str) -> DriftSummary:
             with self.cursor() as cur:
-                row = cur.execute(drift_summary_sql(name, DRIFT_RUNS)).fetchone()
+                row = cur.execute(drift_summary_sql(name, DRIFT_RUNS), {"key": key}).fetchone()
             assert row is not None
             runs, buckets, i50, i99, c50, c99, d_impressions, d_clicks = row
             return DriftSummary(
                 int(runs), int(buckets), i50, i99, c50, c99, int(d_impressions), int(d_clicks)
             )
 
-        return self.relations.derived(snap["batch/drift"], "summary", load)
+        return self.relations.derived(snap["batch/drift"], f"summary:{key}", load)
 
     def table_info(self, table: TableSnapshot) -> TableInfo:
         rows = self.relations.derived(
@@ -255,19 +352,22 @@ class ServingLayer:
 
         return self.relations.derived(snap["master/rejected"], "by_reason", count)
 
-    def coverage(self, snapshot: LakeSnapshot) -> Coverage:
-        """The covered intervals of the snapshot's ``batch/coverage``, merged."""
-        return self._coverage(snapshot["batch/coverage"])
+    def coverage(self, snapshot: LakeSnapshot, view: Definition | None = None) -> Coverage:
+        """The covered intervals of the snapshot's ``batch/coverage``, merged, for ``view``
+        (default: the published version)."""
+        view = view or self.definition(snapshot)
+        return self._coverage(snapshot["batch/coverage"], view.key)
 
-    def _coverage(self, table: TableSnapshot) -> Coverage:
+    def _coverage(self, table: TableSnapshot, key: str) -> Coverage:
         def load(name: str) -> Coverage:
             with self.cursor() as cur:
                 rows = cur.execute(
-                    f"SELECT interval_start, interval_end FROM {name} WHERE view = 'ctr'"
+                    f"SELECT interval_start, interval_end FROM {name} WHERE view = $key",
+                    {"key": key},
                 ).fetchall()
             return Coverage((s.astimezone(dt.UTC), e.astimezone(dt.UTC)) for s, e in rows)
 
-        return self.relations.derived(table, "coverage", load)
+        return self.relations.derived(table, f"coverage:{key}", load)
 
     def cursor(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         return self.relations.cursor()
@@ -275,27 +375,53 @@ class ServingLayer:
     def relation_name(self, table: TableSnapshot) -> str:
         return self.relations.relation(table).name
 
-    def _covered_relation(self, table: TableSnapshot) -> str:
+    def _covered_relation(self, table: TableSnapshot, key: str) -> str:
         def create(name: str) -> str:
-            covered = f"covered_{name}"
-            self.relations.create_table(covered, self._coverage(table).to_arrow(), owner=table)
+            covered = f"covered_{name}_{_suffix(key)}"
+            coverage = self._coverage(table, key)
+            self.relations.create_table(covered, coverage.to_arrow(), owner=table)
             return covered
 
-        return self.relations.derived(table, "covered", create)
+        return self.relations.derived(table, f"covered:{key}", create)
 
-    def _stale_relation(self, snap: LakeSnapshot) -> str:
-        """The snapshot's uncounted arrivals (:func:`lake.staleness.stale_sql`) as a small
-        in-memory table, computed once per version of master/arrivals and batch/coverage."""
+    def _filtered(self, table: TableSnapshot, view: Definition) -> str:
+        """``table``'s rows that ``view`` counts (its ``where``), as a relation name."""
+        name = self.relations.relation(table).name
+        where = view.where
+        if where is None:
+            return name
+
+        def create(base: str) -> str:
+            filtered = f"{base}_{_suffix(view.key)}"
+            self.relations.create_table(
+                filtered, f"SELECT * FROM {base} WHERE {where}", owner=table
+            )
+            return filtered
+
+        return self.relations.derived(table, f"filtered:{view.key}", create)
+
+    def _stale_relation(self, snap: LakeSnapshot, view: Definition | None = None) -> str:
+        """The snapshot's uncounted arrivals (:func:`lake.staleness.stale_sql`) for ``view``
+        as a small in-memory table, computed once per version of master/arrivals and
+        batch/coverage."""
+        view = view or self.definition(snap)
         arrivals, coverage = snap["master/arrivals"], snap["batch/coverage"]
+        batch = snap[batch_table(view).name]
         coverage_name = self.relations.relation(coverage).name
+        batch_name = self.relations.relation(batch).name
+        source = self._filtered(arrivals, view)
 
         def create(name: str) -> str:
-            stale = f"stale_{name}_{coverage_name}"
-            sql = stale_sql(arrivals=name, coverage=coverage_name)
+            stale = f"stale_{name}_{coverage_name}_{batch_name}"
+            sql = stale_sql(
+                arrivals=source, coverage=coverage_name, batch=batch_name, view=view.key
+            )
             self.relations.create_table(stale, sql, owner=arrivals)
             return stale
 
-        return self.relations.derived(arrivals, f"stale@{coverage.version}", create)
+        return self.relations.derived(
+            arrivals, f"stale:{view.key}@{coverage.version}:{batch.version}", create
+        )
 
     def _latest_speed_bucket(self, table: TableSnapshot) -> dt.datetime | None:
         value = self.relations.derived(
@@ -309,12 +435,12 @@ class ServingLayer:
 def drift_summary_sql(drift: str, runs: int) -> str:
     """One row summarising ``drift`` (``batch/drift`` rows) over its latest ``runs`` runs: runs,
     buckets, p50 and p99 of the relative error of impressions and of clicks, and the summed
-    speed-minus-batch differences."""
+    speed-minus-batch differences; the view key is the bound parameter ``$key``."""
     impressions = "abs(speed_impressions - batch_impressions) / batch_impressions"
     clicks = "abs(speed_clicks - batch_clicks) / batch_clicks"
     return f"""
         WITH recent AS (
-            SELECT run_id FROM {drift} WHERE view = 'ctr'
+            SELECT run_id FROM {drift} WHERE view = $key
             GROUP BY run_id ORDER BY max(recorded_at) DESC, run_id LIMIT {int(runs)}
         )
         SELECT count(DISTINCT run_id), count(*),
@@ -324,5 +450,10 @@ def drift_summary_sql(drift: str, runs: int) -> str:
                quantile_cont({clicks}, 0.99) FILTER (WHERE batch_clicks > 0),
                coalesce(sum(speed_impressions - batch_impressions), 0),
                coalesce(sum(speed_clicks - batch_clicks), 0)
-        FROM {drift} WHERE view = 'ctr' AND run_id IN (SELECT run_id FROM recent)
+        FROM {drift} WHERE view = $key AND run_id IN (SELECT run_id FROM recent)
     """
+
+
+def _suffix(key: str) -> str:
+    """A view key as part of a DuckDB name: ``ctr@v2`` -> ``ctr_v2``."""
+    return key.replace("@", "_")

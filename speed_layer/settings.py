@@ -26,7 +26,7 @@ class SpeedSettings(BaseSettings):
     checkpoint_name: str = "speed"
     # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
     maintenance_seconds: float = Field(default=300.0, gt=0)
-    vacuum_retention_hours: float = Field(default=1.0, ge=0)
+    vacuum_retention_hours: float = Field(default=48.0, ge=0)
 
     @field_validator("watermark")
     @classmethod

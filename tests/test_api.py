@@ -121,7 +121,13 @@ def test_ctr_hourly_by_campaign(client: httpx.Client) -> None:
         "speed_updated_at": "2026-11-22T12:00:00Z",
         "speed_watermark": "2026-11-22T11:58:00Z",
         "speed_lag_records": 3,
-        "versions": {"batch/ctr": 0, "batch/coverage": 0, "speed/ctr": 0},
+        "versions": {
+            "batch/ctr": 0,
+            "batch/coverage": 0,
+            "speed/ctr": 0,
+            "master/arrivals": None,
+            "views/registry": None,
+        },
     }
     assert body["query"]["group_by"] == ["campaign_id"]
 
@@ -269,6 +275,8 @@ def test_healthz_and_metrics_need_no_token(client: httpx.Client, base_url: str) 
             "master/rejected": 0,
             "master/arrivals": None,
             "batch/drift": None,
+            "views/registry": None,
+            "batch/ctr_v2": None,
         },
     }
     text = httpx.get(f"{base_url}/metrics").text

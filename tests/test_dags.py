@@ -92,7 +92,12 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     bag = dag_bag(monkeypatch)
-    assert sorted(bag.dag_ids) == ["ctr_batch", "ctr_maintenance", "ctr_recompute_stale"]
+    assert sorted(bag.dag_ids) == [
+        "ctr_batch",
+        "ctr_maintenance",
+        "ctr_recompute_stale",
+        "ctr_reprocess",
+    ]
 
     batch = bag.dags["ctr_batch"]
     assert [t.task_id for t in batch.tasks] == ["recompute_ctr"]
@@ -117,6 +122,12 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     assert isinstance(recompute, SparkSubmitOperator)
     assert recompute.application_args == ["--stale"]
     assert recompute.upstream_task_ids == {"anything_stale"}
+
+    reprocess = bag.dags["ctr_reprocess"]
+    assert [t.task_id for t in reprocess.tasks] == ["build", "review", "publish"]
+    assert reprocess.schedule is None
+    assert set(reprocess.params) == {"view", "version", "source", "max_changed_fraction"}
+    assert reprocess.get_task("build").application_args[:2] == ["--build", "{{ params.view }}"]
 
     maintenance = bag.dags["ctr_maintenance"]
     assert {t.task_id for t in maintenance.tasks} == {"prune_speed", "compact_and_vacuum"}

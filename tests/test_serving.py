@@ -50,6 +50,8 @@ def test_empty_lake_answers_empty(serving: ServingLayer) -> None:
         "batch/ctr": None,
         "batch/coverage": None,
         "speed/ctr": None,
+        "master/arrivals": None,
+        "views/registry": None,
     }
 
 
@@ -228,7 +230,13 @@ def test_freshness(lake: LakeSettings, serving: ServingLayer) -> None:
     assert fresh.speed_lag_records == 17
     assert fresh.speed_updated_at == dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
     assert fresh.speed_watermark == dt.datetime(2026, 11, 22, 11, 58, tzinfo=dt.UTC)
-    assert fresh.versions == {"batch/ctr": 0, "batch/coverage": 0, "speed/ctr": 0}
+    assert fresh.versions == {
+        "batch/ctr": 0,
+        "batch/coverage": 0,
+        "speed/ctr": 0,
+        "master/arrivals": None,
+        "views/registry": None,
+    }
 
 
 def test_a_garbled_status_file_means_unknown_lag(lake: LakeSettings, serving: ServingLayer) -> None:

@@ -18,6 +18,7 @@ import pytest
 from lake.settings import LakeSettings
 from serving_layer.sandbox import (
     SANDBOX_VIEWS,
+    VIEW_NAMES,
     SqlError,
     SqlRefusedError,
     check_read_only,
@@ -172,9 +173,7 @@ def test_merged_view_and_tables(pool: SqlPool, snapshot: LakeSnapshot) -> None:
     assert pool.run("SELECT * FROM covered", snapshot).rows == [
         ["2026-11-22T10:00:00Z", "2026-11-22T10:01:00Z"]
     ]
-    assert pool.run("SHOW TABLES", snapshot).rows == [
-        [name] for name in sorted([*SANDBOX_VIEWS, "covered", "stale", "ctr"])
-    ]
+    assert pool.run("SHOW TABLES", snapshot).rows == [[name] for name in sorted(VIEW_NAMES)]
 
 
 def test_values_are_json_ready(pool: SqlPool, snapshot: LakeSnapshot) -> None:

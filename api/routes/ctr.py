@@ -17,12 +17,13 @@ from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
 from serving_layer.tables import AsOfError
 from views.columns import DIMENSIONS
+from views.definitions import UnknownVersionError, definition
 
 router = APIRouter(prefix="/api/v1", tags=["ctr"])
 
 DEFAULT_LIMIT: Final = 10_000
 _COMMON: Final = frozenset(
-    {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of"}
+    {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of", "version"}
 )
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
 
@@ -78,6 +79,14 @@ async def get_ctr(
             "removed (retention)"
         ),
     ] = None,
+    version: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            description="the view version to answer from (see GET /api/v1/views versions); "
+            "default: the published one. An unpublished version can be queried as a preview",
+        ),
+    ] = None,
 ) -> Response:
     unknown = sorted(set(request.query_params) - _COMMON - set(DIMENSIONS))
     if unknown:
@@ -101,22 +110,27 @@ async def get_ctr(
         query = limits.check(query)
     except QueryError as exc:
         raise ParameterError(exc.parameter, exc.message) from None
+    if version is not None:
+        try:
+            definition("ctr", version)
+        except UnknownVersionError as exc:
+            raise ParameterError("version", str(exc)) from None
     # On the event loop while nothing blocks (a cached answer of a current snapshot, the usual
     # case); reading Delta logs and querying DuckDB go to the thread pool.
     if moment is None:
         cached = serving.snapshots.cached()
         snapshot = cached if cached is not None else await run_in_threadpool(serving.snapshot)
-        key: tuple[object, ...] = ("ctr", query)
+        key: tuple[object, ...] = ("ctr", query, version)
     else:
         try:
             snapshot = await run_in_threadpool(serving.snapshots.at, moment)
         except AsOfError as exc:
             raise ParameterError("as_of", str(exc)) from None
         # Keyed by its snapshot too: never another snapshot's answer, not even a recent one.
-        key = ("ctr", query, snapshot.key)
+        key = ("ctr", query, version, snapshot.key)
 
     def compute() -> bytes:
-        return render(serving.ctr(query, snapshot))
+        return render(serving.ctr(query, snapshot, version))
 
     body = cache.peek(key, snapshot.key, compute)
     if body is None:
@@ -145,6 +159,7 @@ def render(result: CtrResult) -> bytes:
         rows.append(item)
     return orjson.dumps(
         {
+            "view": {"name": result.view.view, "version": result.view.version},
             "rows": rows,
             "truncated": result.truncated,
             "query": {

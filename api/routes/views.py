@@ -14,6 +14,7 @@ from api.models import (
     FreshnessBody,
     StaleIntervalBody,
     TableInfoBody,
+    VersionInfoBody,
     ViewInfoBody,
     ViewsResponse,
 )
@@ -33,6 +34,21 @@ def get_views(serving: ServingDep) -> ViewsResponse:
     views = [
         ViewInfoBody(
             name=view.name,
+            version=view.version,
+            versions=[
+                VersionInfoBody(
+                    version=v.version,
+                    summary=v.summary,
+                    where=v.where,
+                    state=v.state,  # type: ignore[arg-type]
+                    covered_intervals=[
+                        CoveredIntervalBody(start=i.start, end=i.end) for i in v.covered_intervals
+                    ],
+                    runs=v.runs,
+                    rows=v.rows,
+                )
+                for v in view.versions
+            ],
             covered_intervals=[
                 CoveredIntervalBody(start=i.start, end=i.end) for i in view.covered_intervals
             ],

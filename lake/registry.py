@@ -1,0 +1,144 @@
+"""views/registry: which version of each view is published, and what happened to every version.
+
+An append-only Delta table of events — ``building``, ``ready``, ``published``, ``retired`` — each
+with its time and reason. One event is one Delta commit, so a publish (or a rollback, which
+publishes the version published before) switches every reader at once: a reader pins one
+version of this table with the others (:mod:`serving_layer.tables`), and time travel over it
+says what was published at any moment. Without any event, version 1 is published.
+
+Written with delta-rs from the command line (one small atomic append, no Spark session needed),
+read with delta-rs or as rows handed in by the serving layer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import pyarrow as pa
+
+from lake.catalog import VIEW_REGISTRY
+from lake.settings import LakeSettings
+from views.definitions import Definition, definition, versions
+
+Event = Literal["building", "ready", "published", "retired"]
+State = Literal["not built", "building", "ready", "published", "retired"]
+EVENTS: Final = ("building", "ready", "published", "retired")
+
+
+@dataclass(frozen=True)
+class RegistryEvent:
+    view: str
+    version: int
+    event: Event
+    reason: str
+    at: dt.datetime
+
+
+class RegistryError(ValueError):
+    """A registry change that would leave readers on a version that cannot serve."""
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The registry's events in commit order, and what they mean."""
+
+    events: tuple[RegistryEvent, ...] = ()
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, object]]) -> Registry:
+        events = []
+        for row in rows:
+            at = row["at"]
+            assert isinstance(at, dt.datetime)
+            events.append(
+                RegistryEvent(
+                    str(row["view"]),
+                    int(row["version"]),  # type: ignore[call-overload]
+                    str(row["event"]),  # type: ignore[arg-type]
+                    str(row["reason"]),
+                    at.astimezone(dt.UTC),
+                )
+            )
+        return cls(tuple(sorted(events, key=lambda e: e.at)))
+
+    def published(self, view: str) -> Definition:
+        """The published version of ``view`` (version 1 until another is published)."""
+        for event in reversed(self.events):
+            if event.view == view and event.event == "published":
+                return definition(view, event.version)
+        return definition(view, 1)
+
+    def previous(self, view: str) -> Definition | None:
+        """The version published before the current one (what a rollback restores)."""
+        published = [e.version for e in self.events if e.view == view and e.event == "published"]
+        current = published[-1] if published else 1
+        for version in reversed([1, *published[:-1]]):
+            if version != current:
+                return definition(view, version)
+        return None
+
+    def state(self, view: str, version: int) -> State:
+        if self.published(view).version == version:
+            return "published"
+        history = [
+            e.event
+            for e in self.events
+            if (e.view, e.version) == (view, version) and e.event != "published"
+        ]
+        if history:
+            return history[-1]
+        was_published = any(
+            e.view == view and e.version == version and e.event == "published" for e in self.events
+        )
+        return "ready" if was_published or version == 1 else "not built"
+
+    def live(self, view: str) -> tuple[Definition, ...]:
+        """Versions readers may still need: published, ready or being built."""
+        return tuple(
+            d
+            for d in versions(view)
+            if self.state(view, d.version) in ("published", "ready", "building")
+        )
+
+    def history(self, view: str) -> Sequence[RegistryEvent]:
+        return [e for e in self.events if e.view == view]
+
+
+def read_registry(lake: LakeSettings, *, version: int | None = None) -> Registry:
+    """The registry as it is (or at table ``version``), empty before its first event."""
+    from deltalake import DeltaTable
+
+    path = VIEW_REGISTRY.path(lake)
+    if not DeltaTable.is_deltatable(path):
+        return Registry()
+    table = DeltaTable(path, version=version)
+    return Registry.from_rows(table.to_pyarrow_table().to_pylist())
+
+
+def record(
+    lake: LakeSettings,
+    view: str,
+    version: int,
+    event: Event,
+    reason: str,
+    *,
+    at: dt.datetime | None = None,
+) -> RegistryEvent:
+    """Append one event (one atomic commit) and return it."""
+    from deltalake import write_deltalake
+
+    definition(view, version)  # an unknown version is refused before anything is written
+    entry = RegistryEvent(view, version, event, reason, at or dt.datetime.now(dt.UTC))
+    row = {
+        "view": entry.view,
+        "version": entry.version,
+        "event": entry.event,
+        "reason": entry.reason,
+        "at": entry.at,
+    }
+    data = pa.Table.from_pylist([row], schema=VIEW_REGISTRY.schema)
+    write_deltalake(VIEW_REGISTRY.path(lake), data, mode="append")
+    return entry

@@ -1,0 +1,62 @@
+"""The numbered versions of each view, as code: what every version counts.
+
+A version is bound to its definition here, never to configuration: version 1 of ``ctr`` is the
+base view of :mod:`views.ctr`; a later version is the base view over the events its ``where``
+keeps. ``where`` is a predicate on the event dimensions in the SQL that Spark and DuckDB both
+read, so the batch job applies it to events, and the serving layer to the speed layer's and the
+late arrivals' rows (counted per dimensions, so the same filter keeps the same events).
+Engine-free: the CLI, the API and the DAGs read it without importing Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+class UnknownVersionError(LookupError):
+    """No definition of that view and version exists in code."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    view: str
+    version: int
+    summary: str
+    where: str | None = None  # events (and view rows) the version counts; None: all
+
+    @property
+    def key(self) -> str:
+        """How the lake names the version: ``ctr`` for version 1, ``ctr@v2`` after."""
+        return self.view if self.version == 1 else f"{self.view}@v{self.version}"
+
+
+DEFINITIONS: Final = (
+    Definition("ctr", 1, "impressions and clicks per minute and ad dimensions, every event"),
+    Definition(
+        "ctr",
+        2,
+        "as version 1, without devices the ad servers could not classify (device_type 'other')",
+        where="device_type <> 'other'",
+    ),
+)
+
+
+def definition(view: str, version: int) -> Definition:
+    """The definition of ``view`` at ``version``, or :class:`UnknownVersionError` naming the
+    versions that exist."""
+    for candidate in DEFINITIONS:
+        if (candidate.view, candidate.version) == (view, version):
+            return candidate
+    known = ", ".join(str(d.version) for d in DEFINITIONS if d.view == view)
+    if not known:
+        raise UnknownVersionError(f"no view named {view!r}; views: {', '.join(views())}")
+    raise UnknownVersionError(f"{view} has no version {version}; its versions: {known}")
+
+
+def versions(view: str) -> tuple[Definition, ...]:
+    return tuple(d for d in DEFINITIONS if d.view == view)
+
+
+def views() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(d.view for d in DEFINITIONS))
