@@ -183,7 +183,9 @@ def _staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
     timings: dict[str, list[float]] = {"without": [], "with": [], "stale_table": []}
     with serving.cursor() as cur:
         stale = f"bench_stale_{arrivals}"
-        cur.execute(f"CREATE TABLE {stale} AS {stale_sql(arrivals=arrivals, coverage=coverage)}")
+        batch = names["batch"]
+        select = stale_sql(arrivals=arrivals, coverage=coverage, batch=batch)
+        cur.execute(f"CREATE TABLE {stale} AS {select}")
         plain = ctr_sql(query, **names, intervals=within)
         merged = ctr_sql(query, **names, stale=stale, intervals=within)
         for _ in range(repeats):
@@ -193,10 +195,7 @@ def _staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
                 timings[key].append(time.perf_counter() - started)
         for i in range(5):
             started = time.perf_counter()
-            cur.execute(
-                f"CREATE TABLE bench_stale_{i} AS "
-                + stale_sql(arrivals=arrivals, coverage=coverage)
-            )
+            cur.execute(f"CREATE TABLE bench_stale_{i} AS {select}")
             timings["stale_table"].append(time.perf_counter() - started)
         stale_count = cur.execute(f"SELECT count(*) FROM {stale}").fetchone()
     serving.close()

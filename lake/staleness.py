@@ -20,22 +20,30 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS
+from lake.catalog import BATCH_COVERAGE, BATCH_CTR, MASTER_ARRIVALS, batch_table
 from lake.coverage import Coverage
+from lake.registry import read_registry
 from lake.settings import LakeSettings
 from views.columns import DIMENSIONS
+from views.definitions import Definition
 
 HOUR: Final = dt.timedelta(hours=1)
 MINUTE: Final = dt.timedelta(minutes=1)
 
 
-def stale_sql(*, arrivals: str, coverage: str) -> str:
-    """SELECT of the arrivals rows no covering batch run has counted: bucket_start, the
-    dimensions, impressions, clicks, stale_events (impressions + clicks), archived_at.
+def stale_sql(*, arrivals: str, coverage: str, batch: str, view: str = "ctr") -> str:
+    """SELECT of the arrivals rows no covering batch run of ``view`` (a view version's key,
+    ``ctr`` or ``ctr@v2``) has counted: bucket_start, the dimensions, impressions, clicks,
+    stale_events (impressions + clicks), archived_at.
 
-    ``arrivals`` and ``coverage`` are trusted relation names (``master/arrivals`` and
-    ``batch/coverage`` rows); only covered buckets can be stale.
+    ``arrivals``, ``coverage`` and ``batch`` are trusted relation names (``master/arrivals``,
+    ``batch/coverage`` and the version's batch rows); only covered buckets can be stale. A
+    bucket whose batch rows come from a run not recorded in ``coverage`` yet (a recompute
+    between its two commits) has none: those rows are newer than every recorded run, and
+    adding the arrivals again would count them twice.
     """
+    if not view.replace("@", "").replace("_", "").isalnum():
+        raise ValueError(f"'view' must be a view key like ctr or ctr@v2, got {view!r}")
     dims = ", ".join(f"a.{d}" for d in DIMENSIONS)
     return f"""
         WITH buckets AS (SELECT DISTINCT bucket_start FROM {arrivals}),
@@ -43,13 +51,19 @@ def stale_sql(*, arrivals: str, coverage: str) -> str:
             SELECT b.bucket_start, max(c.input_version) AS input_version
             FROM buckets b JOIN {coverage} c
               ON b.bucket_start >= c.interval_start AND b.bucket_start < c.interval_end
-            WHERE c.view = 'ctr'
+            WHERE c.view = '{view}'
             GROUP BY b.bucket_start
+        ),
+        pending AS (
+            SELECT DISTINCT t.bucket_start FROM {batch} t
+            WHERE t.bucket_start IN (SELECT bucket_start FROM exact)
+              AND t.run_id NOT IN (SELECT run_id FROM {coverage} WHERE view = '{view}')
         )
         SELECT a.bucket_start, {dims}, a.impressions, a.clicks,
                a.impressions + a.clicks AS stale_events, a.archived_at
         FROM {arrivals} a JOIN exact e ON a.bucket_start = e.bucket_start
         WHERE a.events_version > e.input_version
+          AND a.bucket_start NOT IN (SELECT bucket_start FROM pending)
     """
 
 
@@ -120,12 +134,16 @@ def recompute_intervals(
     return [(i.start, i.end) for i in Coverage(parts).intervals]
 
 
-def read_stale(lake: LakeSettings) -> tuple[list[StaleBucket], Coverage]:
-    """The lake's stale buckets now, and its coverage: both tables read with delta-rs (no
-    Spark), the rule run in DuckDB."""
+def read_stale(
+    lake: LakeSettings, view: Definition | None = None
+) -> tuple[list[StaleBucket], Coverage]:
+    """The stale buckets of ``view`` (default: the published version of ``ctr``) now, and its
+    coverage: the tables read with delta-rs (no Spark), the rule run in DuckDB."""
+    view = view or read_registry(lake).published("ctr")
     arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
     coverage_rows = _read(BATCH_COVERAGE.path(lake), BATCH_COVERAGE.schema)
-    ctr_rows = coverage_rows.filter(pc.equal(coverage_rows["view"], "ctr"))
+    batch_rows = _read(batch_table(view).path(lake), BATCH_CTR.schema, ["bucket_start", "run_id"])
+    ctr_rows = coverage_rows.filter(pc.equal(coverage_rows["view"], view.key))
     coverage = Coverage(
         zip(
             (_utc(t) for t in ctr_rows["interval_start"].to_pylist()),
@@ -135,20 +153,25 @@ def read_stale(lake: LakeSettings) -> tuple[list[StaleBucket], Coverage]:
     )
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
-        con.register("arrivals", arrivals)
+        con.register("all_arrivals", arrivals)
+        con.execute(
+            "CREATE VIEW arrivals AS SELECT * FROM all_arrivals"
+            + (f" WHERE {view.where}" if view.where else "")
+        )
         con.register("coverage", coverage_rows)
-        rows = con.execute(
-            stale_buckets_sql(f"({stale_sql(arrivals='arrivals', coverage='coverage')})")
-        ).fetchall()
+        con.register("batch", batch_rows)
+        stale = stale_sql(arrivals="arrivals", coverage="coverage", batch="batch", view=view.key)
+        rows = con.execute(stale_buckets_sql(f"({stale})")).fetchall()
     return stale_buckets(rows), coverage
 
 
-def _read(path: str, schema: pa.Schema) -> pa.Table:
+def _read(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
     from deltalake import DeltaTable
 
+    names = columns or schema.names
     if not DeltaTable.is_deltatable(path):
-        return schema.empty_table()
-    return DeltaTable(path).to_pyarrow_table(columns=schema.names)
+        return pa.schema([schema.field(n) for n in names]).empty_table()
+    return DeltaTable(path).to_pyarrow_table(columns=names)
 
 
 def _utc(value: dt.datetime) -> dt.datetime:

@@ -31,15 +31,22 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from lake.catalog import SERVED
+from lake.catalog import SERVED, batch_table
 from lake.coverage import Coverage
+from lake.registry import Registry
 from lake.staleness import stale_sql
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql
 from serving_layer.tables import TableSnapshot
+from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
-VIEW_NAMES: Final = (*SANDBOX_VIEWS, "covered", "stale", "ctr")
+VERSION_VIEWS: Final = tuple(
+    f"{name}_v{d.version}"
+    for d in versions("ctr")
+    for name in ("covered", "stale", "ctr", "speed", "arrivals")
+)
+VIEW_NAMES: Final = (*SANDBOX_VIEWS, "covered", "stale", "ctr", *VERSION_VIEWS)
 _QUERY_KEYWORDS: Final = frozenset(
     {"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "("}
 )
@@ -157,21 +164,46 @@ def open_sandbox(
         con.execute("SET TimeZone = 'UTC'")
         for view in SANDBOX_VIEWS:
             con.from_arrow(_dataset(tables[view])).create_view(view)
-        rows = con.execute(
-            "SELECT interval_start, interval_end FROM coverage WHERE view = 'ctr'"
-        ).fetchall()
-        con.from_arrow(Coverage(rows).to_arrow()).create("covered")
-        con.execute("CREATE VIEW stale AS " + stale_sql(arrivals="arrivals", coverage="coverage"))
-        con.execute(
-            "CREATE VIEW ctr AS "
-            + merged_sql(batch="ctr_batch", speed="ctr_speed", covered="covered", stale="stale")
-        )
+        _create_version_views(con)
         con.execute("SET python_enable_replacements = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Per version N of ``ctr``: ``covered_vN``, ``stale_vN`` and ``ctr_vN`` (its merge rule,
+    speed and late rows through its definition); ``covered``, ``stale`` and ``ctr`` are those
+    of the version the snapshot's registry publishes."""
+    result = con.execute("SELECT * FROM registry")
+    columns = [c[0] for c in result.description]
+    registry = Registry.from_rows(dict(zip(columns, r, strict=True)) for r in result.fetchall())
+    published = registry.published("ctr")
+    for view in versions("ctr"):
+        n = view.version
+        rows = con.execute(
+            "SELECT interval_start, interval_end FROM coverage WHERE view = $key",
+            {"key": view.key},
+        ).fetchall()
+        con.from_arrow(Coverage(rows).to_arrow()).create(f"covered_v{n}")
+        where = f" WHERE {view.where}" if view.where else ""
+        con.execute(f"CREATE VIEW speed_v{n} AS SELECT * FROM ctr_speed{where}")
+        con.execute(f"CREATE VIEW arrivals_v{n} AS SELECT * FROM arrivals{where}")
+        batch = batch_table(view).sql_name
+        con.execute(
+            f"CREATE VIEW stale_v{n} AS "
+            + stale_sql(arrivals=f"arrivals_v{n}", coverage="coverage", batch=batch, view=view.key)
+        )
+        con.execute(
+            f"CREATE VIEW ctr_v{n} AS "
+            + merged_sql(
+                batch=batch, speed=f"speed_v{n}", covered=f"covered_v{n}", stale=f"stale_v{n}"
+            )
+        )
+    for name in ("covered", "stale", "ctr"):
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_v{published.version}")
 
 
 def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:

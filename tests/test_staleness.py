@@ -8,7 +8,9 @@ import datetime as dt
 from collections.abc import Iterator
 
 import httpx
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from pydantic import SecretStr
 
 from api.settings import ApiSettings
@@ -16,6 +18,7 @@ from lake.coverage import Coverage
 from lake.settings import LakeSettings
 from lake.staleness import StaleBucket, StaleInterval, read_stale, recompute_intervals
 from lake.staleness import stale_intervals as merge_stale
+from serving_layer.tables import SCHEMAS
 from tests.api_server import running_api
 from tests.lake_writer import (
     T0,
@@ -172,11 +175,32 @@ def test_a_stale_bucket_adds_its_late_arrivals_and_never_says_batch(
     assert [(b.bucket_start, b.events) for b in buckets] == [(minute(2), 10)]
     assert recompute_intervals(buckets, coverage) == [(minute(0), minute(30))]
 
-    # A run that read v3 (a recompute) makes the bucket exact again.
+    # A recompute that read v3 has replaced 10:00-10:30 but not recorded its coverage yet:
+    # its rows already hold the late events, which must not be added a second time.
+    data = pa.Table.from_pylist(
+        [
+            {**ctr_row(minute(1), 100, 10), "run_id": "run-b"},
+            {**ctr_row(minute(2), 56, 6), "run_id": "run-b"},
+            {**ctr_row(minute(2), 23, 2, site="site-2"), "run_id": "run-b"},
+        ],
+        schema=SCHEMAS["batch/ctr"],
+    )
+    write_deltalake(
+        lake.table("batch/ctr"),
+        data,
+        mode="overwrite",
+        predicate="bucket_start >= '2026-11-22T10:00:00Z' "
+        "AND bucket_start < '2026-11-22T10:30:00Z'",
+    )
+    assert rows(client, granularity="minute", end="2026-11-22T10:30:00Z") == [
+        ("10:01", 100, 10, "batch", 0),
+        ("10:02", 79, 8, "batch", 0),
+    ]
+    # Its coverage row: the bucket is exact, from run-b.
     cover(lake, "run-b", minute(0), minute(30), input_version=3)
     assert rows(client, granularity="minute", end="2026-11-22T10:30:00Z") == [
         ("10:01", 100, 10, "batch", 0),
-        ("10:02", 70, 7, "batch", 0),
+        ("10:02", 79, 8, "batch", 0),
     ]
     assert client.get("/api/v1/views").json()["views"][0]["stale_intervals"] == []
     assert metric(client, "ctr_stale_buckets") == 0
