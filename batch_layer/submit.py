@@ -1,5 +1,7 @@
-"""Entry point for `spark-submit batch_layer/submit.py --start T1 --end T2` (the Airflow task),
-or `… --stale` (recompute what late events made stale; the ctr_recompute_stale DAG).
+"""Entry point for `spark-submit batch_layer/submit.py --start T1 --end T2 [--mode preview]` (the
+ctr_batch task; preview replaces nothing and prints what the recompute would change), `… --stale`
+(recompute what late events made stale; ctr_recompute_stale) and `… --build VIEW --version N`
+(build a view version; ctr_reprocess).
 
 spark-submit chooses the cluster (`--master`); the job itself is `batch_layer.job.run`.
 """
@@ -8,6 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from batch_layer.interval import Interval
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", help="recorded in batch/ctr and batch/coverage")
     parser.add_argument(
         "--stale", action="store_true", help="recompute the stale hours instead of an interval"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["replace", "preview"],
+        default="replace",
+        help="preview: replace nothing, print what the recompute would change",
     )
     parser.add_argument("--build", metavar="VIEW", help="build a version of VIEW (--version)")
     parser.add_argument("--version", type=int, help="with --build: the version")
@@ -44,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     spark = spark_session(SparkSettings(), submitted=True)
     print(f"spark master: {spark.sparkContext.master}")
+    if args.mode == "preview":
+        return _preview(spark, interval)
     try:
         result = run(spark, interval, lake=LakeSettings(), run_id=args.run_id, on_step=print)
     except MissingTableError as exc:
@@ -75,6 +91,30 @@ def _stale() -> int:
         return 1
     for done in runs:
         print(f"done: run {done.run_id}, {done.rows_written} rows for {done.interval}")
+    return 0
+
+
+def _preview(spark: SparkSession, interval: Interval) -> int:
+    from batch_layer.job import MissingTableError
+    from batch_layer.preview import preview
+    from lake.registry import read_registry
+    from lake.settings import LakeSettings
+
+    lake = LakeSettings()
+    view = read_registry(lake).published("ctr")
+    try:
+        result = preview(spark, interval, lake=lake, definition=view)
+    except MissingTableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    (i_now, i_after), (c_now, c_after) = result.impressions, result.clicks
+    print(
+        f"preview of {interval} ({view.key}, master/events v{result.input_version}): "
+        f"{result.rows_changed} of {result.rows_compared} rows change; impressions {i_now} -> "
+        f"{i_after}, clicks {c_now} -> {c_after}; nothing was replaced"
+    )
+    for bucket, dims, impressions, clicks in result.largest:
+        print(f"  {bucket.isoformat()} {dims}: impressions {impressions}, clicks {clicks}")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +10,9 @@ from batch_layer.interval import Interval, IntervalError
 from cli.console import console, fail, progress_bar
 from lake.settings import LakeSettings
 from runtime.spark_settings import SparkSettings
+
+if TYPE_CHECKING:
+    from batch_layer.preview import Preview
 
 
 def _interval(start: str, end: str) -> Interval:
@@ -100,26 +103,71 @@ def _recompute_stale() -> None:
 def backfill(
     start: Annotated[str, typer.Option("--from", help="First hour, ISO-8601 UTC.")],
     end: Annotated[str, typer.Option("--to", help="End (exclusive), ISO-8601 UTC.")],
+    preview: Annotated[
+        bool,
+        typer.Option(
+            "--preview",
+            help="Replace nothing: show, hour by hour, what the recompute would change "
+            "(rows, impressions, clicks, the largest changes).",
+        ),
+    ] = False,
 ) -> None:
     """Run the batch job hour by hour over [FROM, TO), without Airflow, with a progress bar.
 
-    With Airflow running, prefer `airflow backfill create --dag-id ctr_batch ...`.
+    It recomputes the published version of the view. With Airflow running, prefer `airflow
+    backfill create --dag-id ctr_batch ...` (its `preview` param does what --preview does).
     """
     from batch_layer.job import MissingTableError, run
+    from lake.registry import read_registry
     from runtime.spark import spark_session
 
     interval = _interval(start, end)
     hours = list(interval.hours())
     spark = spark_session(SparkSettings())
     lake = LakeSettings()
+    view = read_registry(lake).published("ctr")
     rows = 0
+    previews = []
     with progress_bar("hours", total_known=True) as bar:
-        task = bar.add_task("backfilling", total=len(hours))
+        task = bar.add_task("previewing" if preview else "backfilling", total=len(hours))
         for hour in hours:
             bar.update(task, description=f"{hour.start:%Y-%m-%d %H:%M}")
             try:
-                rows += run(spark, hour, lake=lake).rows_written
+                if preview:
+                    from batch_layer.preview import preview as preview_hour
+
+                    previews.append(preview_hour(spark, hour, lake=lake, definition=view))
+                else:
+                    rows += run(spark, hour, lake=lake, definition=view).rows_written
             except MissingTableError as exc:
                 fail(str(exc))
             bar.advance(task)
-    console.print(f"backfilled {len(hours)} hour(s) of {interval}: {rows:,} rows")
+    if preview:
+        _print_previews(previews)
+        return
+    console.print(f"backfilled {len(hours)} hour(s) of {interval} ({view.key}): {rows:,} rows")
+
+
+def _print_previews(previews: list[Preview]) -> None:
+    from rich.table import Table
+
+    table = Table("hour (UTC)", "rows changed", "impressions now -> after", "clicks now -> after")
+    for p in previews:
+        (i_now, i_after), (c_now, c_after) = p.impressions, p.clicks
+        table.add_row(
+            f"{p.interval.start:%Y-%m-%d %H:%M}",
+            f"{p.rows_changed:,} of {p.rows_compared:,}",
+            f"{i_now:,} -> {i_after:,} ({i_after - i_now:+,})",
+            f"{c_now:,} -> {c_after:,} ({c_after - c_now:+,})",
+        )
+    console.print(table)
+    largest = sorted(
+        (change for p in previews for change in p.largest),
+        key=lambda c: -(abs(c[2][1] - c[2][0]) + abs(c[3][1] - c[3][0])),
+    )[:5]
+    for bucket, dims, impressions, clicks in largest:
+        console.print(
+            f"  {bucket:%Y-%m-%d %H:%M} {' '.join(dims.values())}: impressions "
+            f"{impressions[0]:,} -> {impressions[1]:,}, clicks {clicks[0]:,} -> {clicks[1]:,}"
+        )
+    console.print("nothing was replaced (run without --preview to recompute)")

@@ -73,7 +73,13 @@ def ctr_batch_dag(
                 type="integer",
                 minimum=0,
                 description="minutes before the data interval recomputed too (late events)",
-            )
+            ),
+            "preview": Param(
+                False,
+                type="boolean",
+                description="replace nothing: log what the recompute would change (a backfill "
+                "with --dag-run-conf '{\"preview\": true}' previews every interval)",
+            ),
         },
         tags=["ctr", "batch"],
     ) as dag:
@@ -91,6 +97,8 @@ def ctr_batch_dag(
                 "{{ data_interval_end.strftime('%Y-%m-%dT%H:%M:%SZ') }}",
                 "--run-id",
                 "ctr-{{ run_id | replace(':', '') | replace('+', '') }}",
+                "--mode",
+                "{{ 'preview' if params.preview else 'replace' }}",
             ],
             env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
             name="ctr-batch",

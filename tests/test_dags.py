@@ -106,10 +106,12 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     assert batch.max_active_runs == 1
     assert batch.default_args["retries"] == 2
     assert batch.params["lookback_minutes"] == 120
+    assert batch.params["preview"] is False
     submit = batch.get_task("recompute_ctr")
     assert isinstance(submit, SparkSubmitOperator)
     assert submit.application == str(ROOT / "batch_layer" / "submit.py")
     assert "params.lookback_minutes" in " ".join(submit.application_args or [])
+    assert "params.preview" in " ".join(submit.application_args or [])
     assert {a.name for a in submit.outlets} == {"batch/ctr", "batch/coverage"}
     assert submit.env_vars is not None
     assert submit.env_vars["PYSPARK_PYTHON"] == sys.executable

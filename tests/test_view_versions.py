@@ -229,3 +229,32 @@ def test_publishing_a_version_that_has_not_caught_up_is_refused(
     nothing = ctr_cli(lake, "views", "rollback", "ctr", "--reason", "nothing to undo")
     assert nothing.returncode == 1
     assert "nothing to roll back to" in nothing.stdout + nothing.stderr
+
+
+def test_a_backfill_preview_shows_the_change_and_replaces_nothing(
+    spark: SparkSession, lake: LakeSettings
+) -> None:
+    from deltalake import DeltaTable
+
+    from batch_layer.preview import preview
+
+    hour = Interval(T0, T0 + dt.timedelta(hours=1))
+    archive(spark, lake, EVENTS[:6])
+    batch_layer.job.run(spark, hour, lake=lake)
+    before = DeltaTable(lake.table("batch/ctr")).version()
+    # Two more events for 08:05 (desktop) arrive: the recompute would add them to that row.
+    archive(
+        spark,
+        lake,
+        [
+            device_event(21, "impression", at(5.1), "desktop"),
+            device_event(22, "click", at(5.2), "desktop"),
+        ],
+    )
+    result = preview(spark, hour, lake=lake, definition=V1)
+    assert (result.rows_compared, result.rows_changed) == (5, 1)
+    assert result.impressions == (4, 5)
+    assert result.clicks == (2, 3)
+    [(bucket, dims, impressions, clicks)] = result.largest
+    assert (bucket, dims["device_type"], impressions, clicks) == (at(5), "desktop", (1, 2), (1, 2))
+    assert DeltaTable(lake.table("batch/ctr")).version() == before
