@@ -265,3 +265,56 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     again = airflow("dags test ctr_recompute_stale 2026-11-22T19:10:00+00:00", env=env, timeout=400)
     assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
     assert "spark master" not in again.stdout + again.stderr
+
+
+@pytest.mark.timeout(600)
+def test_airflow_dags_test_reprocesses_a_view_version(
+    airflow_env: dict[str, str],
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    from batch_layer.interval import Interval
+    from batch_layer.job import run
+    from lake.registry import read_registry
+
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+    archive(
+        spark,
+        lake,
+        [
+            event("phone", "impression", t + dt.timedelta(minutes=5)),
+            {**event("bot", "impression", t + dt.timedelta(minutes=6)), "device_type": "other"},
+        ],
+    )
+    run(spark, Interval(t, t + dt.timedelta(hours=1)), lake=lake)
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env.update(
+        LAKE_ROOT=str(lake.lake_root),
+        CHECKPOINT_ROOT=str(lake.checkpoint_root),
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+    )
+    migrate = airflow("db migrate", env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+
+    # Half the rows change (v2 drops the 'other' one): over a 10 % threshold, it stops for review.
+    strict = json.dumps({"view": "ctr", "version": 2, "max_changed_fraction": 0.1})
+    stopped = airflow(
+        "dags test ctr_reprocess 2026-11-22T19:00:00+00:00", "--conf", strict, env=env, timeout=400
+    )
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 0, output[-5000:]
+    assert "stopping for review" in output, output[-5000:]
+    registry = read_registry(lake)
+    assert (registry.published("ctr").version, registry.state("ctr", 2)) == (1, "ready")
+
+    lenient = json.dumps({"view": "ctr", "version": 2, "max_changed_fraction": 0.6})
+    done = airflow(
+        "dags test ctr_reprocess 2026-11-22T19:05:00+00:00", "--conf", lenient, env=env, timeout=400
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert read_registry(lake).published("ctr").version == 2
+    rows = DeltaTable(lake.table("batch/ctr_v2")).to_pyarrow_table().to_pylist()
+    assert [(r["bucket_start"], r["device_type"], r["impressions"]) for r in rows] == [
+        (t + dt.timedelta(minutes=5), "mobile", 1)
+    ]
