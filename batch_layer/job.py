@@ -44,6 +44,18 @@ class MissingTableError(LookupError):
 
 
 @dataclass(frozen=True)
+class Replay:
+    """Events replayed from the Kafka log into a private master dataset (a Kappa build): the
+    batch job reads them from ``events`` instead of master/events, and records
+    ``input_version``, the master/events version the replay holds at least (the version when it
+    began: the replay read the topic at least as far as the archiver had), so staleness is
+    still judged against master/events."""
+
+    events: str
+    input_version: int
+
+
+@dataclass(frozen=True)
 class BatchRun:
     run_id: str
     interval: Interval
@@ -75,12 +87,13 @@ def run(
     definition: Definition | None = None,
     run_id: str | None = None,
     on_step: Callable[[str], None] = lambda step: None,
-    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    replay: Replay | None = None,
 ) -> BatchRun:
     """Recompute the batch rows of ``definition`` (default: the published version of ``ctr``)
     for ``interval`` and record the coverage (and the drift of the minutes it covers for the
     first time); a commit conflict with a concurrent run retries."""
-    _require_events(lake)
+    if replay is None:
+        _require_events(lake)
     registry = read_registry(lake)
     definition = definition or registry.published(VIEW)
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -92,7 +105,7 @@ def run(
                 definition=definition,
                 run_id=run_id,
                 on_step=on_step,
-                clock=clock,
+                replay=replay,
             )
         except Exception as exc:
             if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
@@ -118,22 +131,26 @@ def compute_view(
     lake: LakeSettings,
     definition: Definition,
     run_id: str | None = None,
+    replay: Replay | None = None,
 ) -> tuple[DataFrame, int, str]:
     """The exact rows of ``definition`` for ``interval`` from master/events at its current
-    version: (rows with ``run_id``, the version read, the run id). Same interval, definition and
-    input version -> same run id, so a rerun writes identical rows."""
+    version (or from a ``replay``): (rows with ``run_id``, the master/events version they
+    hold, the run id). Same interval, definition and input version -> same run id, so a rerun
+    writes identical rows."""
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    version = DeltaTable(lake.events).version()
-    prefix = definition.key.replace("@", "-")
+    path = replay.events if replay else lake.events
+    read = DeltaTable(path).version()
+    version = replay.input_version if replay else read
+    prefix = definition.key.replace("@", "-") + ("-replay" if replay else "")
     run_id = (
         run_id or f"{prefix}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
     )
     events = read_delta(
         spark,
-        lake.events,
-        version=version,
+        path,
+        version=read,
         partitions={"event_date": [d.isoformat() for d in interval.days]},
     ).where(interval.sql_predicate("event_time"))
     if definition.where:
@@ -150,19 +167,20 @@ def _run_once(
     definition: Definition,
     run_id: str | None,
     on_step: Callable[[str], None],
-    clock: Callable[[], dt.datetime],
+    replay: Replay | None,
 ) -> BatchRun:
     view, version, run_id = compute_view(
-        spark, interval, lake=lake, definition=definition, run_id=run_id
+        spark, interval, lake=lake, definition=definition, run_id=run_id, replay=replay
     )
     target = batch_table(definition)
-    on_step(f"reading master/events v{version} for {interval} ({definition.key})")
+    source = "the replayed log" if replay else f"master/events v{version}"
+    on_step(f"reading {source} for {interval} ({definition.key})")
     view = view.persist()
     try:
         on_step("computing the view")
         rows = view.count()
         drift = record_drift(
-            spark, lake, view, interval, definition=definition, run_id=run_id, at=clock()
+            spark, lake, view, interval, definition=definition, run_id=run_id, at=_now()
         )
         if drift:
             on_step(f"recorded the speed layer's drift in {drift:,} newly covered minute(s)")
@@ -179,7 +197,7 @@ def _run_once(
     record(
         spark,
         BATCH_COVERAGE.path(lake),
-        CoverageRow(run_id, definition.key, interval.start, interval.end, version, rows, clock()),
+        CoverageRow(run_id, definition.key, interval.start, interval.end, version, rows, _now()),
     )
     # Arrivals a run counted are forgotten only while no other version may still need them
     # (a version being built, or one to roll back to, keeps them: see lake.staleness).
@@ -266,6 +284,10 @@ def record_drift(
         return minutes
     finally:
         drift.unpersist()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 def _uncovered(

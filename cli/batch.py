@@ -114,8 +114,8 @@ def backfill(
 ) -> None:
     """Run the batch job hour by hour over [FROM, TO), without Airflow, with a progress bar.
 
-    It recomputes the published version of the view. With Airflow running, prefer `airflow
-    backfill create --dag-id ctr_batch ...` (its `preview` param does what --preview does).
+    It recomputes the published version of the view. With Airflow running, prefer
+    `airflow backfill create --dag-id ctr_batch ...` (its `preview` param is --preview).
     """
     from batch_layer.job import MissingTableError, run
     from lake.registry import read_registry

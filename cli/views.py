@@ -10,7 +10,15 @@ import typer
 from cli.console import console, fail, progress_bar
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import SparkSession
+
+    from batch_layer.interval import Interval
+    from batch_layer.job import BatchRun
+    from batch_layer.reprocess import BuildPlan
     from lake.settings import LakeSettings
+    from runtime.kafka_settings import KafkaSettings
     from serving_layer.diff import Diff
     from views.definitions import Definition
 
@@ -90,13 +98,19 @@ def build(
     view: View,
     version: Annotated[int, typer.Option(help="The version to build (defined in code).")],
     source: Annotated[
-        str, typer.Option("--from", help="Where the history comes from: master (master/events).")
+        str,
+        typer.Option(
+            "--from",
+            help="Where the history comes from: master (master/events), or kafka (the retained "
+            "log, replayed from its earliest offset by a second archiving query).",
+        ),
     ] = "master",
 ) -> None:
     """Recompute VIEW's version N over all the history the published version covers, hour by
-    hour from master/events, into the version's own table; the published version keeps
-    serving meanwhile. Resumable: hours already built are skipped, so run it again after an
-    interruption or to catch up with hours covered since."""
+    hour, into the version's own table; the published version keeps serving meanwhile.
+    Resumable: hours already built are skipped, so run it again after an interruption or to
+    catch up with hours covered since. With --from kafka (Kappa-style), hours before the
+    retained log begins are left out (build them --from master)."""
     from batch_layer.job import MissingTableError
     from batch_layer.reprocess import build as build_version
     from batch_layer.reprocess import plan_build
@@ -104,12 +118,13 @@ def build(
     from runtime.spark import spark_session
     from runtime.spark_settings import SparkSettings
 
-    if source != "master":
-        raise typer.BadParameter(
-            f"{source!r}: only 'master' (the master dataset) is a source", param_hint="--from"
-        )
+    if source not in ("master", "kafka"):
+        raise typer.BadParameter(f"{source!r}: one of master, kafka", param_hint="--from")
     target = _definition(view, version)
     lake = LakeSettings()
+    if source == "kafka":
+        _build_from_kafka(lake, target)
+        return
     plan = plan_build(lake, target)
     console.print(
         f"{target.key}: {target.summary}; {len(plan.done)} hour(s) built, "
@@ -133,6 +148,80 @@ def build(
         f"{target.key} is {state}"
         + ("; publish it with `ctr views publish`" if state == "ready" else "")
     )
+
+
+def _build_from_kafka(lake: LakeSettings, target: Definition) -> None:
+    from batch_layer.job import MissingTableError
+    from runtime.kafka_settings import KafkaSettings
+    from runtime.spark import spark_session
+    from runtime.spark_settings import SparkSettings
+
+    spark = spark_session(SparkSettings())
+    console.print(f"{target.key}: replaying the event topic from its earliest offset ...")
+    with progress_bar("hours", total_known=True) as bar:
+        task = bar.add_task("replaying", total=None)
+        try:
+            plan, _ = replay_and_build(
+                spark,
+                lake,
+                KafkaSettings(),
+                target,
+                on_plan=lambda plan: bar.update(
+                    task, description="building", total=len(plan.intervals)
+                ),
+                on_interval=lambda i: bar.update(task, description=f"{i.start:%Y-%m-%d %H:%M}"),
+                on_run=lambda _: bar.advance(task),
+            )
+        except MissingTableError as exc:
+            fail(str(exc))
+    if plan.outside:
+        console.print(
+            f"{len(plan.outside)} hour(s) before the retained log begins were left out: build "
+            f"them with `ctr views build {target.view} --version {target.version} --from master`"
+        )
+    state = _state(lake, target)
+    console.print(f"{target.key} is {state}")
+
+
+def replay_and_build(
+    spark: SparkSession,
+    lake: LakeSettings,
+    kafka: KafkaSettings,
+    target: Definition,
+    *,
+    on_plan: Callable[[BuildPlan], None] = lambda plan: None,
+    on_interval: Callable[[Interval], None] = lambda interval: None,
+    on_run: Callable[[BatchRun], None] = lambda done: None,
+) -> tuple[BuildPlan, list[BatchRun]]:
+    """A Kappa build: a second archiving query replays the event topic from its earliest
+    offset (AvailableNow, a checkpoint of its own) into a private master dataset, then the
+    batch job builds ``target`` from it, hour by hour, over the published version's history
+    that the retained log holds. Coverage records the master/events version from before the
+    replay began: the replay holds at least what it held, so later arrivals still mark buckets
+    stale."""
+    from deltalake import DeltaTable
+
+    from batch_layer.job import Replay
+    from batch_layer.reprocess import build, plan_build, replay_lake, replayed_since
+    from master_dataset.archiver import run as archive
+    from master_dataset.settings import ArchiverSettings
+    from runtime.offsets import topic_offsets
+
+    before = DeltaTable(lake.events).version() if DeltaTable.is_deltatable(lake.events) else -1
+    private = replay_lake(lake, target)
+    settings = ArchiverSettings(starting_offsets="earliest")
+    truncated = any(o.earliest > 0 for o in topic_offsets(kafka, kafka.topic))
+    archive(spark, kafka=kafka, lake=private, settings=settings, available_now=True)
+    # With nothing deleted by retention the log holds the whole history; else only the hours
+    # from its first retained record on are complete.
+    since = replayed_since(private) if truncated else None
+    if truncated and since is None:
+        since = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)  # nothing retained: nothing to build
+    plan = plan_build(lake, target, since=since)
+    on_plan(plan)
+    replay = Replay(private.events, before)
+    runs = build(spark, lake, plan, on_interval=on_interval, on_run=on_run, replay=replay)
+    return plan, runs
 
 
 def _state(lake: LakeSettings, target: Definition) -> str:
