@@ -11,6 +11,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.guard import UNAUTHORIZED, token_ok
+from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
 from serving_layer.service import ServingLayer
@@ -29,8 +30,8 @@ async def get_serving(request: Request) -> ServingLayer:
     return serving
 
 
-async def get_cache(request: Request) -> ResponseCache:
-    cache: ResponseCache = request.app.state.cache
+async def get_cache(request: Request) -> ResponseCache[Rendered]:
+    cache: ResponseCache[Rendered] = request.app.state.cache
     return cache
 
 
@@ -41,7 +42,7 @@ async def get_sql_pool(request: Request) -> SqlPool:
 
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 ServingDep = Annotated[ServingLayer, Depends(get_serving)]
-CacheDep = Annotated[ResponseCache, Depends(get_cache)]
+CacheDep = Annotated[ResponseCache[Rendered], Depends(get_cache)]
 SqlPoolDep = Annotated[SqlPool, Depends(get_sql_pool)]
 
 

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from api.formats import NotAcceptableError
 from serving_layer.sql_pool import SandboxUnavailableError, SqlBusyError
 
 _log = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ def install(app: FastAPI) -> None:
         message = str(first.get("msg", "invalid request"))
         detail = f"{parameter}: {message}" if parameter else message
         return JSONResponse({"detail": detail, "parameter": parameter}, status_code=400)
+
+    @app.exception_handler(NotAcceptableError)
+    async def _not_acceptable(request: Request, exc: NotAcceptableError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "parameter": "Accept"}, status_code=406)
 
     @app.exception_handler(SqlBusyError)
     async def _busy(request: Request, exc: SqlBusyError) -> JSONResponse:

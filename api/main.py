@@ -14,6 +14,7 @@ from api import errors
 from api.deps import require_token
 from api.guard import RequestGuard
 from api.metrics import LakeCollector, RequestMetrics
+from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.routes import ctr, dashboard, health, sql, views
 from api.settings import ApiSettings
@@ -59,7 +60,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.cache = ResponseCache(settings.cache_entries, max_stale_s=settings.cache_stale_s)
+    app.state.cache = ResponseCache[Rendered](
+        settings.cache_entries, max_stale_s=settings.cache_stale_s
+    )
     registry = CollectorRegistry()
     dead_letters = TopicDepth(
         kafka,

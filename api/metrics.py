@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -72,7 +73,7 @@ class LakeCollector(Collector):
     def __init__(
         self,
         serving: Callable[[], ServingLayer],
-        cache: Callable[[], ResponseCache],
+        cache: Callable[[], ResponseCache[Any]],
         dead_letters: TopicDepth | None = None,
         sql_pool: Callable[[], SqlPool] | None = None,
     ):

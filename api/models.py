@@ -44,6 +44,12 @@ class CtrRowBody(BaseModel):
         "covered them (stale_events: they are included, approximately, until a recompute); "
         "speed: no minute is covered; mixed: some are"
     )
+    covered_fraction: float = Field(
+        ge=0,
+        le=1,
+        description="how much of the bucket (its minutes within the queried range) batch runs "
+        "cover: 1 for batch and stale rows, 0 for speed rows, in between for mixed ones",
+    )
     stale_events: int = Field(
         description="events in this row that arrived after the batch run covering their minute "
         "and are not yet recomputed (counted as archived, duplicates included); 0 when exact"
@@ -56,7 +62,7 @@ class CtrQueryEcho(BaseModel):
 
     start: dt.datetime
     end: dt.datetime
-    granularity: Literal["minute", "hour", "day"]
+    granularity: Literal["minute", "hour", "day", "all"]
     group_by: list[str]
     filters: dict[str, list[str]]
     order_by: list[str]

@@ -1,8 +1,24 @@
-"""Domain values as JSON-ready values."""
+"""Domain values as JSON-ready values, and rendered answers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from fastapi import Response
+
 from serving_layer.freshness import Freshness
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """An answer's body, media type and headers, as the response cache keeps it."""
+
+    body: bytes
+    media_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+    def response(self) -> Response:
+        return Response(self.body, media_type=self.media_type, headers=dict(self.headers))
 
 
 def freshness_json(freshness: Freshness) -> dict[str, object]:

@@ -16,16 +16,21 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class _Entry:
+class _Entry(Generic[T]):
     version: Hashable
-    body: bytes
+    body: T
     computed_at: float
 
 
-class ResponseCache:
+class ResponseCache(Generic[T]):
+    """Answers of type ``T`` (rendered bodies) per key and snapshot version."""
+
     def __init__(self, entries: int, *, max_stale_s: float = 0.0) -> None:
         if entries < 0:
             raise ValueError(f"'entries' must be >= 0, got {entries}")
@@ -36,15 +41,15 @@ class ResponseCache:
         self.hits = 0
         self.stale_hits = 0
         self.misses = 0
-        self._data: OrderedDict[Hashable, _Entry] = OrderedDict()
-        self._pending: dict[tuple[Hashable, Hashable], Future[bytes]] = {}
+        self._data: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
+        self._pending: dict[tuple[Hashable, Hashable], Future[T]] = {}
         self._lock = threading.Lock()
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-refresh")
 
     def close(self) -> None:
         self._background.shutdown(wait=False, cancel_futures=True)
 
-    def peek(self, key: Hashable, version: Hashable, compute: Callable[[], bytes]) -> bytes | None:
+    def peek(self, key: Hashable, version: Hashable, compute: Callable[[], T]) -> T | None:
         """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one, while
         ``compute`` refreshes it in the background) if there is one; never blocks on a
         computation, so an event loop may call it. None: call :meth:`get` (in a thread)."""
@@ -53,7 +58,7 @@ class ResponseCache:
         with self._lock:
             return self._cached(key, version, compute)
 
-    def get(self, key: Hashable, version: Hashable, compute: Callable[[], bytes]) -> bytes:
+    def get(self, key: Hashable, version: Hashable, compute: Callable[[], T]) -> T:
         """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one)."""
         if self.entries == 0:
             return compute()
@@ -72,9 +77,7 @@ class ResponseCache:
             self._fill(key, version, compute, pending)
         return pending.result()
 
-    def _cached(
-        self, key: Hashable, version: Hashable, compute: Callable[[], bytes]
-    ) -> bytes | None:
+    def _cached(self, key: Hashable, version: Hashable, compute: Callable[[], T]) -> T | None:
         """Under the lock: a current entry, or a stale one fresh enough (starting its refresh)."""
         entry = self._data.get(key)
         if entry is None:
@@ -87,13 +90,13 @@ class ResponseCache:
             return None
         self.stale_hits += 1
         if (key, version) not in self._pending:
-            future: Future[bytes] = Future()
+            future: Future[T] = Future()
             self._pending[(key, version)] = future
             self._background.submit(self._fill, key, version, compute, future)
         return entry.body
 
     def _fill(
-        self, key: Hashable, version: Hashable, compute: Callable[[], bytes], future: Future[bytes]
+        self, key: Hashable, version: Hashable, compute: Callable[[], T], future: Future[T]
     ) -> None:
         try:
             body = compute()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import enum
 import json
 import sys
@@ -94,9 +93,9 @@ def _run(
 
 def _print(columns: list[str], rows: list[list[object]], output: Format) -> None:
     if output is Format.csv:
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        writer.writerows(rows)
+        from serving_layer.csv_rows import csv_text
+
+        sys.stdout.write(csv_text(columns, rows))
     elif output is Format.json:
         records = [dict(zip(columns, row, strict=True)) for row in rows]
         print(json.dumps(records, indent=2))

@@ -97,12 +97,22 @@ class Coverage:
             ],
         )
 
+    def fraction(self, start: dt.datetime, end: dt.datetime) -> float:
+        """The covered share of [start, end), from 0 to 1 (0 for an empty interval)."""
+        if end <= start:
+            return 0.0
+        return min(self.covered_span(start, end) / (end - start), 1.0)
+
     def source(self, start: dt.datetime, end: dt.datetime) -> Source:
         """``batch`` if [start, end) is all covered, ``speed`` if none of it, else ``mixed``."""
-        covered = self.covered_span(start, end)
-        if covered >= end - start:
-            return "batch"
-        return "speed" if covered == dt.timedelta(0) else "mixed"
+        return source_of(self.fraction(start, end))
+
+
+def source_of(covered_fraction: float) -> Source:
+    """The source of a bucket whose ``covered_fraction`` (0 to 1) is covered, stale aside."""
+    if covered_fraction >= 1:
+        return "batch"
+    return "speed" if covered_fraction <= 0 else "mixed"
 
 
 def in_intervals_sql(column: str, bounds: Sequence[tuple[str, str]]) -> str:

@@ -14,7 +14,8 @@ from typing import Final, Literal, get_args
 from lake.coverage import in_intervals_sql
 from views.columns import DIMENSIONS
 
-Granularity = Literal["minute", "hour", "day"]
+# ``all``: one bucket spanning the query's range (a total per group, Druid's "granularity: all").
+Granularity = Literal["minute", "hour", "day", "all"]
 GRANULARITIES: Final = get_args(Granularity)
 STEP: Final[Mapping[str, dt.timedelta]] = {
     "minute": dt.timedelta(minutes=1),
@@ -28,6 +29,7 @@ MAX_FILTER_VALUES: Final = 100
 EARLIEST: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 LATEST: Final = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 DEFAULT_RANGE: Final = dt.timedelta(hours=24)
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class QueryError(ValueError):
@@ -78,7 +80,8 @@ class CtrQuery:
 
     A minute bucket belongs to the query when its start lies in [start, end); both bounds are
     rounded up to the minute (which selects the same buckets), so equal queries share a cache
-    entry. Build it with :meth:`create`, which validates every parameter.
+    entry. Buckets are UTC minutes, hours or days, or with ``granularity="all"`` one bucket
+    [start, end) per group. Build it with :meth:`create`, which validates every parameter.
     """
 
     start: dt.datetime
@@ -120,7 +123,12 @@ class CtrQuery:
 
     @property
     def step(self) -> dt.timedelta:
-        return STEP[self.granularity]
+        """The length of a bucket (``all``: the whole range)."""
+        return self.end - self.start if self.granularity == "all" else STEP[self.granularity]
+
+    def bucket(self, start: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+        """The part of the bucket starting at ``start`` that lies in the query's range."""
+        return max(start, self.start), min(start + self.step, self.end)
 
 
 # Up to this many covered intervals in a query's range become a range predicate (fast, pushed
@@ -175,8 +183,14 @@ def ctr_sql(
     )
     # Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
     # multiples of their length, and integer division is far cheaper than date_trunc on a
-    # TIMESTAMPTZ (which goes through the ICU calendar for every row).
-    params["step_us"] = query.step // dt.timedelta(microseconds=1)
+    # TIMESTAMPTZ (which goes through the ICU calendar for every row). ``all`` is one bucket
+    # starting at the range's start.
+    if query.granularity == "all":
+        params["start_us"] = (query.start - _EPOCH) // dt.timedelta(microseconds=1)
+        bucket = "$start_us::BIGINT"
+    else:
+        params["step_us"] = query.step // dt.timedelta(microseconds=1)
+        bucket = "(epoch_us(bucket_start) // $step_us) * $step_us"
     groups = ["bucket_us", *query.group_by]
     ordered = {k.column for k in query.order_by}
     order = [
@@ -194,7 +208,7 @@ def ctr_sql(
     sql = f"""
         WITH merged AS ({merged}),
         per_run AS (
-            SELECT (epoch_us(bucket_start) // $step_us) * $step_us AS bucket_us,
+            SELECT {bucket} AS bucket_us,
                    {", ".join([*query.group_by, ""])}run_id,
                    sum(impressions) AS impressions, sum(clicks) AS clicks,
                    sum(stale_events) AS stale_events
@@ -310,7 +324,7 @@ def _range(start: dt.datetime | None, end: dt.datetime) -> tuple[dt.datetime, dt
     return start, end
 
 
-_GRANULARITY: Final[Mapping[str, Granularity]] = {"minute": "minute", "hour": "hour", "day": "day"}
+_GRANULARITY: Final[Mapping[str, Granularity]] = {g: g for g in GRANULARITIES}
 
 
 def _granularity(value: str) -> Granularity:

@@ -17,7 +17,7 @@ from typing import Final
 import duckdb
 
 from lake.catalog import batch_table
-from lake.coverage import Coverage, CoveredInterval, Source
+from lake.coverage import Coverage, CoveredInterval, Source, source_of
 from lake.registry import Registry
 from lake.settings import LakeSettings
 from lake.staleness import (
@@ -48,6 +48,7 @@ class CtrRow:
     ctr_ci_low: float | None
     ctr_ci_high: float | None
     source: Source
+    covered_fraction: float  # of the bucket's minutes in the query's range
     stale_events: int
     run_ids: tuple[str, ...]
 
@@ -181,14 +182,15 @@ class ServingLayer:
         with self.cursor() as cur:
             fetched = cur.execute(sql, params).fetchall()
         truncated = len(fetched) > query.limit
-        step = query.step
         groups = query.group_by
         rows = []
         for record in fetched[: query.limit]:
             bucket = _EPOCH + dt.timedelta(microseconds=record[0])
             impressions, clicks, ctr, stale_events, run_ids = record[-5:]
             interval = wilson_interval(clicks, impressions)
-            source = coverage.source(max(bucket, query.start), min(bucket + step, query.end))
+            lo, hi = query.bucket(bucket)
+            fraction = coverage.fraction(lo, hi)
+            source = source_of(fraction)
             if stale_events and source == "batch":
                 source = "stale"
             rows.append(
@@ -201,6 +203,7 @@ class ServingLayer:
                     ctr_ci_low=interval[0] if interval else None,
                     ctr_ci_high=interval[1] if interval else None,
                     source=source,
+                    covered_fraction=fraction,
                     stale_events=int(stale_events or 0),
                     run_ids=tuple(run_ids or ()),
                 )

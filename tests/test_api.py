@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import csv
+import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -155,6 +157,134 @@ def test_ctr_minute_filters_and_top_n(client: httpx.Client) -> None:
     assert top["truncated"] is True
 
 
+def test_ctr_totals_over_the_range(client: httpx.Client) -> None:
+    top = client.get(
+        "/api/v1/ctr",
+        params={**RANGE, "granularity": "all", "group_by": "campaign_id", "order_by": "-clicks"},
+    ).json()
+    # c1: batch 100/10 at 10:05 (its speed row there is covered) + speed 40/4 at 10:45;
+    # c2: batch 50/1 + speed 20/2. 30 of the range's 120 minutes are covered.
+    assert [
+        (
+            r["bucket_start"],
+            r["campaign_id"],
+            r["impressions"],
+            r["clicks"],
+            r["source"],
+            r["covered_fraction"],
+        )
+        for r in top["rows"]
+    ] == [
+        ("2026-11-22T10:00:00Z", "c1", 140, 14, "mixed", 0.25),
+        ("2026-11-22T10:00:00Z", "c2", 70, 3, "mixed", 0.25),
+    ]
+    assert top["query"]["granularity"] == "all"
+    exact = client.get(
+        "/api/v1/ctr",
+        params={
+            "start": "2026-11-22T10:00:00Z",
+            "end": "2026-11-22T10:30:00Z",
+            "granularity": "all",
+        },
+    ).json()
+    assert [
+        (r["impressions"], r["clicks"], r["source"], r["covered_fraction"]) for r in exact["rows"]
+    ] == [(150, 11, "batch", 1.0)]
+
+
+def _csv(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text, newline="")))
+
+
+def test_ctr_as_csv_has_the_rows_of_the_json_answer(client: httpx.Client) -> None:
+    params = {**RANGE, "granularity": "all", "group_by": "campaign_id,country"}
+    answer = client.get("/api/v1/ctr", params={**params, "format": "csv"})
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "text/csv; charset=utf-8"
+    assert answer.text.startswith(
+        "bucket_start,campaign_id,country,impressions,clicks,ctr,ctr_ci_low,ctr_ci_high,source,"
+        "covered_fraction,stale_events,run_ids\r\n"
+    )
+    header, *lines = _csv(answer.text)
+    rows = client.get("/api/v1/ctr", params=params).json()["rows"]
+    assert [dict(zip(header, line, strict=True)) for line in lines] == [
+        {
+            **{k: "" if v is None else str(v) for k, v in row.items() if k != "run_ids"},
+            "run_ids": " ".join(row["run_ids"]),
+        }
+        for row in rows
+    ]
+    assert [line[:5] + line[8:] for line in lines] == [
+        ["2026-11-22T10:00:00Z", "c1", "DE", "40", "4", "mixed", "0.25", "0", ""],
+        ["2026-11-22T10:00:00Z", "c1", "US", "100", "10", "mixed", "0.25", "0", "run-a"],
+        ["2026-11-22T10:00:00Z", "c2", "US", "70", "3", "mixed", "0.25", "0", "run-a"],
+    ]
+    assert (answer.headers["ctr-truncated"], answer.headers["ctr-view"]) == ("false", "ctr@1")
+    assert answer.headers["ctr-latest-covered-bucket"] == "2026-11-22T10:29:00Z"
+
+
+@pytest.mark.parametrize(
+    ("accept", "params", "media_type"),
+    [
+        ("text/csv", {}, "text/csv"),
+        ("text/csv, */*", {}, "text/csv"),
+        ("text/*", {}, "text/csv"),
+        ("text/csv;q=0.5, application/json", {}, "application/json"),
+        ("*/*", {}, "application/json"),
+        ("text/csv;q=0, */*", {}, "application/json"),
+        ("application/json;q=0, text/csv;q=0.1", {}, "text/csv"),
+        ("application/json", {"format": "csv"}, "text/csv"),
+        ("text/csv", {"format": "json"}, "application/json"),
+    ],
+)
+def test_the_format_follows_accept_unless_format_is_given(
+    client: httpx.Client, accept: str, params: dict[str, str], media_type: str
+) -> None:
+    for answer in (
+        client.get("/api/v1/ctr", params={**RANGE, **params}, headers={"Accept": accept}),
+        client.post(
+            "/api/v1/sql", params=params, headers={"Accept": accept}, json={"sql": "SELECT 1"}
+        ),
+    ):
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].split(";")[0] == media_type
+
+
+def test_an_unacceptable_accept_is_a_406_and_a_bad_format_a_400(client: httpx.Client) -> None:
+    refused = client.get("/api/v1/ctr", params=RANGE, headers={"Accept": "application/xml"})
+    assert refused.status_code == 406
+    assert refused.json()["parameter"] == "Accept"
+    assert "application/json, text/csv" in refused.json()["detail"]
+    for answer in (
+        client.get("/api/v1/ctr", params={**RANGE, "format": "xml"}),
+        client.post("/api/v1/sql", params={"format": "xml"}, json={"sql": "SELECT 1"}),
+    ):
+        assert answer.status_code == 400
+        assert answer.json()["parameter"] == "format"
+
+
+def test_sql_as_csv(client: httpx.Client) -> None:
+    answer = client.post(
+        "/api/v1/sql",
+        params={"format": "csv"},
+        json={"sql": "SELECT source, sum(clicks) AS clicks FROM ctr GROUP BY 1 ORDER BY 1"},
+    )
+    assert answer.status_code == 200
+    assert answer.text == "source,clicks\r\nbatch,11\r\nspeed,6\r\n"
+    assert answer.headers["ctr-column-types"] == "VARCHAR,HUGEINT"
+    assert answer.headers["ctr-truncated"] == "false"
+    values = client.post(
+        "/api/v1/sql",
+        headers={"Accept": "text/csv"},
+        json={
+            "sql": "SELECT [1, 2] AS l, NULL AS n, true AS b, 'a,\"b\"' AS s, "
+            "TIMESTAMPTZ '2026-11-22 10:00:00+00' AS t",
+            "max_rows": 1,
+        },
+    )
+    assert values.text == 'l,n,b,s,t\r\n"[1,2]",,true,"a,""b""",2026-11-22T10:00:00Z\r\n'
+
+
 def test_views(client: httpx.Client) -> None:
     body = client.get("/api/v1/views").json()
     [view] = body["views"]
@@ -302,8 +432,19 @@ def test_openapi_and_docs(base_url: str) -> None:
     assert {"/api/v1/ctr", "/api/v1/views", "/api/v1/sql", "/healthz", "/metrics"} <= set(
         schema["paths"]
     )
-    names = {p["name"] for p in schema["paths"]["/api/v1/ctr"]["get"]["parameters"]}
+    ctr = schema["paths"]["/api/v1/ctr"]["get"]
+    names = {p["name"] for p in ctr["parameters"]}
     assert {"campaign_id", "ad_id", "site_id", "country", "device_type", "granularity"} <= names
+    # Both formats of both data endpoints are documented, and how to ask for them.
+    sql = schema["paths"]["/api/v1/sql"]["post"]
+    for operation in (ctr, sql):
+        assert set(operation["responses"]["200"]["content"]) == {"application/json", "text/csv"}
+        assert "406" in operation["responses"]
+        [format_] = [p for p in operation["parameters"] if p["name"] == "format"]
+        assert format_["schema"]["anyOf"][0]["enum"] == ["json", "csv"]
+    assert "Ctr-Truncated" in ctr["responses"]["200"]["headers"]
+    [granularity] = [p for p in ctr["parameters"] if p["name"] == "granularity"]
+    assert "all: one bucket spanning [start, end)" in granularity["description"]
     assert httpx.get(f"{base_url}/docs").status_code == 200
 
 

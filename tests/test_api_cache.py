@@ -11,7 +11,7 @@ from api.response_cache import ResponseCache
 
 
 def test_hit_per_version_and_recompute_on_a_new_one() -> None:
-    cache = ResponseCache(8)
+    cache = ResponseCache[bytes](8)
     assert cache.get("q", 1, lambda: b"one") == b"one"
     assert cache.get("q", 1, lambda: b"other") == b"one"
     assert cache.get("q", 2, lambda: b"two") == b"two"
@@ -19,7 +19,7 @@ def test_hit_per_version_and_recompute_on_a_new_one() -> None:
 
 
 def test_concurrent_misses_compute_once() -> None:
-    cache = ResponseCache(8)
+    cache = ResponseCache[bytes](8)
     calls = 0
     gate = threading.Event()
 
@@ -44,7 +44,7 @@ def test_concurrent_misses_compute_once() -> None:
 
 
 def test_stale_answer_while_the_new_version_is_computed() -> None:
-    cache = ResponseCache(8, max_stale_s=60)
+    cache = ResponseCache[bytes](8, max_stale_s=60)
     cache.get("q", 1, lambda: b"v1")
     gate = threading.Event()
 
@@ -62,13 +62,13 @@ def test_stale_answer_while_the_new_version_is_computed() -> None:
 
 
 def test_no_stale_answer_beyond_the_bound() -> None:
-    cache = ResponseCache(8, max_stale_s=0)
+    cache = ResponseCache[bytes](8, max_stale_s=0)
     cache.get("q", 1, lambda: b"v1")
     assert cache.get("q", 2, lambda: b"v2") == b"v2"
 
 
 def test_errors_reach_the_caller_and_are_not_cached() -> None:
-    cache = ResponseCache(8)
+    cache = ResponseCache[bytes](8)
 
     def fail() -> bytes:
         raise RuntimeError("boom")
@@ -79,14 +79,14 @@ def test_errors_reach_the_caller_and_are_not_cached() -> None:
 
 
 def test_bounded() -> None:
-    cache = ResponseCache(2)
+    cache = ResponseCache[bytes](2)
     for key in ("a", "b", "c"):
         cache.get(key, 1, key.encode)
     assert cache.get("a", 1, lambda: b"recomputed") == b"recomputed"
 
 
 def test_peek_answers_from_the_cache_and_never_computes_on_the_caller() -> None:
-    cache = ResponseCache(8, max_stale_s=60)
+    cache = ResponseCache[bytes](8, max_stale_s=60)
 
     def must_not_run() -> bytes:
         raise AssertionError("peek computed on the caller's thread")
@@ -107,4 +107,4 @@ def test_peek_answers_from_the_cache_and_never_computes_on_the_caller() -> None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     cache.close()
-    assert ResponseCache(0).peek("q", 1, must_not_run) is None  # caching off
+    assert ResponseCache[bytes](0).peek("q", 1, must_not_run) is None  # caching off

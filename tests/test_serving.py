@@ -83,6 +83,49 @@ def test_half_covered_hour_rolls_up_as_mixed(lake: LakeSettings, serving: Servin
     assert rows(serving, "day") == [(T0.replace(hour=0), 158, 16, "mixed", ("run-a",))]
 
 
+def test_granularity_all_is_one_bucket_over_the_range(
+    lake: LakeSettings, serving: ServingLayer
+) -> None:
+    write_batch(lake, "run-a", [ctr_row(minute(10), 100, 10, campaign="c1")])
+    cover(lake, "run-a", minute(0), minute(30))
+    write_speed(
+        lake,
+        [
+            ctr_row(minute(10), 7, 7, campaign="c1"),  # covered: the batch row counts
+            ctr_row(minute(40), 50, 5, campaign="c1"),
+            ctr_row(minute(70), 8, 1, campaign="c2"),
+        ],
+    )
+    # Starting mid-hour: the bucket starts where the range does, not on an hour.
+    start, end = minute(5), minute(95)
+    query = CtrQuery.create(start=start, end=end, granularity="all", group_by=["campaign_id"])
+    assert [
+        (r.bucket_start, r.dimensions, r.impressions, r.clicks, r.source, r.covered_fraction)
+        for r in serving.ctr(query).rows
+    ] == [
+        (start, {"campaign_id": "c1"}, 150, 15, "mixed", 25 / 90),
+        (start, {"campaign_id": "c2"}, 8, 1, "mixed", 25 / 90),
+    ]
+    covered = CtrQuery.create(start=minute(0), end=minute(30), granularity="all")
+    [row] = serving.ctr(covered).rows
+    assert (row.impressions, row.source, row.covered_fraction) == (100, "batch", 1.0)
+    uncovered = CtrQuery.create(start=minute(30), end=minute(90), granularity="all")
+    [row] = serving.ctr(uncovered).rows
+    assert (row.impressions, row.source, row.covered_fraction) == (58, "speed", 0.0)
+
+
+def test_rolled_up_rows_say_how_much_is_covered(lake: LakeSettings, serving: ServingLayer) -> None:
+    write_batch(lake, "run-a", [ctr_row(minute(10), 100, 10)])
+    cover(lake, "run-a", minute(0), minute(45))
+    write_speed(lake, [ctr_row(minute(50), 5, 1), ctr_row(minute(70), 8, 1)])
+    query = CtrQuery.create(start=minute(15), end=minute(120), granularity="hour")
+    # The first hour within the range is [10:15, 11:00): 30 of its 45 minutes covered.
+    assert [(r.bucket_start, r.source, r.covered_fraction) for r in serving.ctr(query).rows] == [
+        (T0, "mixed", 30 / 45),
+        (T0 + H, "speed", 0.0),
+    ]
+
+
 def test_two_runs_with_a_gap_between_them(lake: LakeSettings, serving: ServingLayer) -> None:
     write_batch(lake, "run-a", [ctr_row(minute(5), 10, 1)])
     write_batch(lake, "run-b", [ctr_row(minute(65), 20, 2)])

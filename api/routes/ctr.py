@@ -1,4 +1,4 @@
-"""GET /api/v1/ctr: the merged CTR view, rolled up, filtered, grouped, ordered."""
+"""GET /api/v1/ctr: the merged CTR view, rolled up, filtered, grouped, ordered; JSON or CSV."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import datetime as dt
 from typing import Annotated, Final
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import CacheDep, ServingDep, SettingsDep
 from api.errors import ParameterError
+from api.formats import CSV_MEDIA_TYPE, Format, FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
-from api.rendering import freshness_json
+from api.rendering import Rendered, freshness_json
+from serving_layer.csv_rows import csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
 from serving_layer.tables import AsOfError
@@ -23,15 +25,42 @@ router = APIRouter(prefix="/api/v1", tags=["ctr"])
 
 DEFAULT_LIMIT: Final = 10_000
 _COMMON: Final = frozenset(
-    {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of", "version"}
+    {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of", "version", "format"}
 )
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
+MEASURE_COLUMNS: Final = (
+    "impressions",
+    "clicks",
+    "ctr",
+    "ctr_ci_low",
+    "ctr_ci_high",
+    "source",
+    "covered_fraction",
+    "stale_events",
+    "run_ids",
+)
+CSV_HEADERS: Final = {
+    "Ctr-Truncated": "true when more rows matched than 'limit'",
+    "Ctr-View": "the view and version that answered, e.g. ctr@1",
+    "Ctr-Latest-Covered-Bucket": "start of the last minute the batch layer made exact",
+    "Ctr-Latest-Speed-Bucket": "newest minute in speed/ctr",
+}
+_CSV_EXAMPLE: Final = (
+    "bucket_start,country,impressions,clicks,ctr,ctr_ci_low,ctr_ci_high,source,"
+    "covered_fraction,stale_events,run_ids\r\n"
+    "2026-11-22T10:00:00Z,US,1200,31,0.025833333333333333,0.01825,0.03647,mixed,0.5,0,"
+    "ctr-20261122T0900-20261122T1030-v42\r\n"
+)
 
 
 @router.get(
     "/ctr",
     response_model=CtrResponse,
-    responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}},
+    responses={
+        **openapi_responses(_CSV_EXAMPLE, CSV_HEADERS),
+        400: {"model": ErrorResponse},
+        401: {"model": ErrorResponse},
+    },
     summary="CTR per time bucket: batch where covered, speed elsewhere",
 )
 async def get_ctr(
@@ -49,7 +78,13 @@ async def get_ctr(
     end: Annotated[
         dt.datetime | None, Query(description="ISO-8601, exclusive; default: now")
     ] = None,
-    granularity: Annotated[str, Query(description="minute | hour | day")] = "hour",
+    granularity: Annotated[
+        str,
+        Query(
+            description="minute | hour | day | all: one bucket spanning [start, end) per group "
+            "(a total over the range; bucket_start = start)"
+        ),
+    ] = "hour",
     group_by: Annotated[
         str | None, Query(description=f"comma-separated subset of {', '.join(DIMENSIONS)}")
     ] = None,
@@ -87,6 +122,8 @@ async def get_ctr(
             "default: the published one. An unpublished version can be queried as a preview",
         ),
     ] = None,
+    format: FormatParam = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     unknown = sorted(set(request.query_params) - _COMMON - set(DIMENSIONS))
     if unknown:
@@ -94,6 +131,7 @@ async def get_ctr(
             unknown[0],
             f"unknown parameter; allowed: {', '.join(sorted(_COMMON))}, {', '.join(DIMENSIONS)}",
         )
+    output = negotiate(format, accept)
     values = dict(zip(DIMENSIONS, (campaign_id, ad_id, site_id, country, device_type), strict=True))
     moment = _utc(as_of) if as_of is not None else None
     try:
@@ -120,25 +158,64 @@ async def get_ctr(
     if moment is None:
         cached = serving.snapshots.cached()
         snapshot = cached if cached is not None else await run_in_threadpool(serving.snapshot)
-        key: tuple[object, ...] = ("ctr", query, version)
+        key: tuple[object, ...] = ("ctr", query, version, output)
     else:
         try:
             snapshot = await run_in_threadpool(serving.snapshots.at, moment)
         except AsOfError as exc:
             raise ParameterError("as_of", str(exc)) from None
         # Keyed by its snapshot too: never another snapshot's answer, not even a recent one.
-        key = ("ctr", query, version, snapshot.key)
+        key = ("ctr", query, version, output, snapshot.key)
 
-    def compute() -> bytes:
-        return render(serving.ctr(query, snapshot, version))
+    def compute() -> Rendered:
+        return render(serving.ctr(query, snapshot, version), output)
 
-    body = cache.peek(key, snapshot.key, compute)
-    if body is None:
-        body = await run_in_threadpool(cache.get, key, snapshot.key, compute)
-    return Response(body, media_type="application/json")
+    answer = cache.peek(key, snapshot.key, compute)
+    if answer is None:
+        answer = await run_in_threadpool(cache.get, key, snapshot.key, compute)
+    return answer.response()
 
 
-def render(result: CtrResult) -> bytes:
+def render(result: CtrResult, output: Format = "json") -> Rendered:
+    """The answer in ``output``'s format."""
+    return render_csv(result) if output == "csv" else Rendered(render_json(result))
+
+
+def render_csv(result: CtrResult) -> Rendered:
+    """A header row (bucket_start, the grouped dimensions, the measures and provenance) and a
+    line per row; run_ids space-separated; the answer's other fields as headers."""
+    groups = result.query.group_by
+    lines = (
+        [
+            _iso(row.bucket_start),
+            *(row.dimensions[d] for d in groups),
+            row.impressions,
+            row.clicks,
+            row.ctr,
+            row.ctr_ci_low,
+            row.ctr_ci_high,
+            row.source,
+            row.covered_fraction,
+            row.stale_events,
+            " ".join(row.run_ids),
+        ]
+        for row in result.rows
+    )
+    freshness = result.freshness
+    headers = {
+        "Ctr-Truncated": "true" if result.truncated else "false",
+        "Ctr-View": f"{result.view.view}@{result.view.version}",
+        "Ctr-Latest-Covered-Bucket": _iso(freshness.latest_covered_bucket),
+        "Ctr-Latest-Speed-Bucket": _iso(freshness.latest_speed_bucket),
+    }
+    return Rendered(
+        csv_text(["bucket_start", *groups, *MEASURE_COLUMNS], lines).encode(),
+        CSV_MEDIA_TYPE,
+        tuple(headers.items()),
+    )
+
+
+def render_json(result: CtrResult) -> bytes:
     """The response body; rows built as plain dicts (validating them again costs more than
     the query for large answers)."""
     query = result.query
@@ -153,6 +230,7 @@ def render(result: CtrResult) -> bytes:
             ctr_ci_low=row.ctr_ci_low,
             ctr_ci_high=row.ctr_ci_high,
             source=row.source,
+            covered_fraction=row.covered_fraction,
             stale_events=row.stale_events,
             run_ids=list(row.run_ids),
         )
@@ -184,3 +262,7 @@ def _split(value: str | None) -> list[str]:
 def _utc(value: dt.datetime) -> dt.datetime:
     # A time without an offset is taken as UTC (the API speaks UTC only).
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+def _iso(value: dt.datetime | None) -> str:
+    return "" if value is None else value.isoformat().replace("+00:00", "Z")

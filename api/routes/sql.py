@@ -1,28 +1,41 @@
-"""POST /api/v1/sql: read-only ad-hoc SQL over the registered views, in sandboxed workers."""
+"""POST /api/v1/sql: read-only ad-hoc SQL over the registered views, in sandboxed workers;
+the answer as JSON or CSV."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+from typing import Annotated, Final
 
 import orjson
 from anyio import CapacityLimiter, to_thread
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
+from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlRequest, SqlResponse
+from serving_layer.csv_rows import csv_text
 from serving_layer.sandbox import SqlError, SqlRefusedError
 from serving_layer.tables import AsOfError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
+
+CSV_HEADERS: Final = {
+    "Ctr-Truncated": "true when rows were cut off at a limit",
+    "Ctr-Truncated-By": "max_rows or max_bytes when truncated",
+    "Ctr-Column-Types": "the columns' DuckDB types, comma-separated",
+    "Ctr-Elapsed-Ms": "the query's time in the worker",
+}
+_CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
 
 
 @router.post(
     "/sql",
     response_model=SqlResponse,
     responses={
+        **openapi_responses(_CSV_EXAMPLE, CSV_HEADERS),
         400: {"model": ErrorResponse, "description": "refused, failed, or over a limit"},
         401: {"model": ErrorResponse},
         413: {"model": ErrorResponse, "description": "body over API_MAX_BODY_BYTES"},
@@ -37,7 +50,10 @@ async def post_sql(
     serving: ServingDep,
     settings: SettingsDep,
     pool: SqlPoolDep,
+    format: FormatParam = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
+    output = negotiate(format, accept)
     if body.max_rows is not None and body.max_rows > settings.sql_max_rows:
         raise ParameterError("max_rows", f"at most {settings.sql_max_rows}, got {body.max_rows}")
     if body.as_of is None:
@@ -65,6 +81,16 @@ async def post_sql(
         raise ParameterError("sql", f"refused: {exc}") from None
     except SqlError as exc:
         raise ParameterError("sql", f"query failed: {exc}") from None
+    elapsed_ms = round(result.elapsed_s * 1000, 3)
+    if output == "csv":
+        headers = {
+            "Ctr-Truncated": "true" if result.truncated else "false",
+            "Ctr-Truncated-By": result.truncated_by or "",
+            "Ctr-Column-Types": ",".join(result.types),
+            "Ctr-Elapsed-Ms": str(elapsed_ms),
+        }
+        text = csv_text(result.columns, result.rows)
+        return Response(text.encode(), media_type=CSV_MEDIA_TYPE, headers=headers)
     return Response(
         orjson.dumps(
             {
@@ -73,7 +99,7 @@ async def post_sql(
                 "rows": result.rows,
                 "truncated": result.truncated,
                 "truncated_by": result.truncated_by,
-                "elapsed_ms": round(result.elapsed_s * 1000, 3),
+                "elapsed_ms": elapsed_ms,
             }
         ),
         media_type="application/json",
