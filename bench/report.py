@@ -118,15 +118,31 @@ def _speed(r: Mapping[str, Any]) -> Row:
 
 def _serving(r: Mapping[str, Any]) -> Row:
     api, floor = r["api"], r["duckdb_floor"]
-    return Row(
-        "serving",
+    measured = (
         f"HTTP, {r['clients']} clients: p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms, "
-        f"{_num(api['requests_per_s'])} req/s, {_num(api.get('errors', 0))} errors",
-        f"in-process DuckDB p99 {floor['p99_ms']:.1f} ms",
-        f"{r['p99_ratio']:.2f}",
-        "p99 ≤ 50 ms and ≤ 2× floor",
-        api["p99_ms"] <= 50 and r["p99_ratio"] <= 2,
+        f"{_num(api['requests_per_s'])} req/s, {_num(api.get('errors', 0))} errors"
     )
+    reference = f"in-process DuckDB p99 {floor['p99_ms']:.1f} ms"
+    ratio = f"{r['p99_ratio']:.2f}"
+    goal = "p99 ≤ 50 ms and ≤ 2× floor"
+    met = api["p99_ms"] <= 50 and r["p99_ratio"] <= 2
+    mix = r.get("distinct_mix")
+    if mix:  # results from before issue 20 have no mix
+        mix_api, mix_floor = mix["api"], mix["duckdb_floor"]
+        measured += (
+            f"; mix of {_num(mix['queries'])} distinct queries: p50 {mix_api['p50_ms']:.1f} ms, "
+            f"p99 {mix_api['p99_ms']:.1f} ms, {_num(mix_api['requests_per_s'])} req/s, "
+            f"{_num(mix_api.get('errors', 0))} errors, cache hit rate "
+            f"{mix['cache_hit_rate']:.0%}"
+        )
+        reference += (
+            f"; mix p50 {mix_floor['p50_ms']:.1f} ms, p99 {mix_floor['p99_ms']:.1f} ms, "
+            f"{_num(mix_floor['requests_per_s'])} q/s"
+        )
+        ratio += f"; mix {mix['p99_ratio']:.2f}"
+        goal += "; mix p99 ≤ 2× mix floor"
+        met = met and mix["p99_ratio"] <= 2
+    return Row("serving", measured, reference, ratio, goal, met)
 
 
 SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {

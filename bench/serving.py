@@ -1,16 +1,25 @@
-"""Serving benchmark: the dashboard query over HTTP with 32 concurrent clients, against DuckDB.
+"""Serving benchmark: dashboard queries over HTTP with 32 concurrent clients, against DuckDB.
 
 A realistic lake (24 h of minute buckets x a few hundred dimension combinations: batch/ctr
 with coverage for the first 22 h, speed/ctr for the rest) is written with delta-rs. The API
 server runs in a subprocess (uvicorn, one worker) while a writer commits to speed/ctr every
-second, as the streaming job does, so snapshots keep changing. The dashboard query (last 24 h,
-hourly, grouped by campaign) runs from 32 concurrent clients for 30 s: p50/p99 latency and
-requests/s. Then the floor: the same query's SQL in-process in DuckDB over the same snapshot,
-from 32 threads for the same time. Then the cost of late arrivals (issue 18): the lake's
-master/arrivals holds the uncovered hours' arrivals and late arrivals in 1 % of the covered
-minutes; one client runs the query's SQL with and without the stale-arrivals branch, and the
-stale table (computed once per master/arrivals and batch/coverage version) is timed. Results go
-to bench/results/serving.json.
+second, as the streaming job does, so snapshots keep changing. Two loads, 32 concurrent clients
+for 30 s each (wrk, else a Python client), p50/p99 latency and requests/s:
+
+- the dashboard query (last 24 h, hourly, grouped by campaign) repeated, which the API's
+  per-snapshot answer cache serves; its floor is the same SQL in-process in DuckDB over the
+  same snapshot, from 32 threads for the same time;
+- a mix of distinct dashboard queries (issue 20; :mod:`bench.serving_mix`: random ranges,
+  filters, splits, top-N), each client walking it from its own offset, so the cache no longer
+  hides the query cost: the response cache's hits, stale hits and misses over the run and its
+  hit rate from /metrics. Its floor: the mix's SQL as the serving layer builds it, in-process
+  over one snapshot, uncached, 32 threads each walking the mix from its own offset.
+
+Then the cost of late arrivals (issue 18): the lake's master/arrivals holds the uncovered hours'
+arrivals and late arrivals in 1 % of the covered minutes; one client runs the query's SQL with
+and without the stale-arrivals branch, and the stale table (computed once per master/arrivals
+and batch/coverage version) is timed. Results go to bench/results/serving.json (the mix under
+``distinct_mix``).
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -34,8 +46,17 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from bench.serving_mix import (
+    MIX_QUERIES,
+    MIX_SEED,
+    ctr_statement,
+    dashboard_mix,
+    request_path,
+    wrk_script,
+)
 from infra.broker import free_port
 from lake.settings import LakeSettings
+from serving_layer.query import CtrQuery
 from serving_layer.tables import SCHEMAS
 from views.columns import DIMENSIONS
 
@@ -253,20 +274,25 @@ class SpeedWriter(threading.Thread):
 
 
 _WRK_UNITS: Final = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+WRK_THREADS: Final = 2
 
 
-def _wrk(url: str, duration_s: float, clients: int) -> dict[str, float]:
+def _wrk(url: str, duration_s: float, clients: int, paths: Sequence[str]) -> dict[str, float]:
     """The load from wrk (C, HdrHistogram percentiles): ``clients`` keep-alive connections on
-    two threads, each sending the dashboard query back to back. Costs the shared two cores far
-    less than a Python client, so the figures are the server's."""
-    from urllib.parse import urlencode
-
-    done = subprocess.run(
-        ["wrk", "-t2", f"-c{clients}", f"-d{duration_s:.0f}s", "--latency",
-         "-H", f"Authorization: Bearer {TOKEN}",
-         f"{url}/api/v1/ctr?{urlencode(dashboard_params())}"],
-        capture_output=True, text=True, check=True, timeout=duration_s + 60,
-    )  # fmt: skip
+    :data:`WRK_THREADS` threads sending requests back to back: the one path, or several in turn
+    (a Lua script, :func:`bench.serving_mix.wrk_script`). Costs the shared two cores far less
+    than a Python client, so the figures are the server's."""
+    with tempfile.TemporaryDirectory(prefix="ctr-bench-wrk-") as scratch:
+        target = [f"{url}{paths[0]}"]
+        if len(paths) > 1:
+            script = Path(scratch) / "mix.lua"
+            script.write_text(wrk_script(paths, WRK_THREADS))
+            target = ["-s", str(script), url]
+        done = subprocess.run(
+            ["wrk", f"-t{WRK_THREADS}", f"-c{clients}", f"-d{duration_s:.0f}s", "--latency",
+             "-H", f"Authorization: Bearer {TOKEN}", *target],
+            capture_output=True, text=True, check=True, timeout=duration_s + 60,
+        )  # fmt: skip
     out = done.stdout
     percentile = {
         m.group(1): float(m.group(2)) * _WRK_UNITS[m.group(3)]
@@ -292,29 +318,37 @@ def _wrk(url: str, duration_s: float, clients: int) -> dict[str, float]:
     }
 
 
-async def _load(url: str, duration_s: float, clients: int) -> tuple[list[float], int]:
-    """``clients`` keep-alive connections, each sending the dashboard query back to back.
+async def _load(
+    url: str, duration_s: float, clients: int, paths: Sequence[str]
+) -> tuple[list[float], int]:
+    """``clients`` keep-alive connections sending ``paths`` in turn back to back, each from its
+    own offset (an equal share apart), so that with several paths concurrent requests differ.
+    An error: a status other than 200, or for a single path (the dashboard query) no rows.
 
     A minimal HTTP/1.1 client on asyncio streams: httpx's pool costs more CPU per request than
     the server does on a cache hit, and the load generator shares the machine's two cores.
     """
     import asyncio
-    from urllib.parse import urlencode, urlsplit
+    from urllib.parse import urlsplit
 
     target = urlsplit(url)
-    request = (
-        f"GET /api/v1/ctr?{urlencode(dashboard_params())} HTTP/1.1\r\n"
-        f"Host: {target.netloc}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
-    ).encode()
+    requests = [
+        f"GET {path} HTTP/1.1\r\nHost: {target.netloc}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        for path in paths
+    ]
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + duration_s
 
-    async def worker() -> None:
+    async def worker(client: int) -> None:
         nonlocal errors
         reader, writer = await asyncio.open_connection(target.hostname, target.port)
+        sent = client * len(requests) // clients
         try:
             while time.perf_counter() < deadline:
+                request = requests[sent % len(requests)]
+                sent += 1
                 started = time.perf_counter()
                 writer.write(request)
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -324,12 +358,14 @@ async def _load(url: str, duration_s: float, clients: int) -> tuple[list[float],
                         length = int(line.split(b":")[1])
                 body = await reader.readexactly(length)
                 latencies.append(time.perf_counter() - started)
-                if not head.startswith(b"HTTP/1.1 200") or b'"rows":[{' not in body:
+                if not head.startswith(b"HTTP/1.1 200") or (
+                    len(requests) == 1 and b'"rows":[{' not in body
+                ):
                     errors += 1
         finally:
             writer.close()
 
-    await asyncio.gather(*(worker() for _ in range(clients)))
+    await asyncio.gather(*(worker(client) for client in range(clients)))
     return latencies, errors
 
 
@@ -386,6 +422,55 @@ def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, flo
     }
 
 
+def _mix_floor(
+    lake: LakeSettings, mix: Sequence[CtrQuery], duration_s: float, clients: int
+) -> dict[str, float]:
+    """The mix's SQL in-process in DuckDB over one snapshot, uncached: ``clients`` threads,
+    each walking the mix from its own offset (an equal share apart), for ``duration_s``. Also
+    one client's median over one pass, and the rows per answer."""
+    from serving_layer.service import ServingLayer
+
+    serving = ServingLayer(lake, refresh_s=3600)
+    snap = serving.snapshot()
+    statements = [ctr_statement(serving, query, snap) for query in mix]
+    single: list[float] = []
+    rows: list[int] = []
+    with serving.cursor() as cur:
+        for sql, params in statements:
+            started = time.perf_counter()
+            rows.append(len(cur.execute(sql, params).fetchall()))
+            single.append(time.perf_counter() - started)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    def worker(client: int) -> None:
+        done = client * len(statements) // clients
+        with serving.cursor() as cur:
+            while time.perf_counter() < deadline:
+                sql, params = statements[done % len(statements)]
+                done += 1
+                started = time.perf_counter()
+                cur.execute(sql, params).fetchall()
+                latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=worker, args=(client,)) for client in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    serving.close()
+    return {
+        **_percentiles(latencies),
+        "requests_per_s": len(latencies) / duration_s,
+        "requests": len(latencies),
+        "single_client_median_ms": statistics.median(single) * 1000,
+        "single_client_p99_ms": _percentiles(single)["p99_ms"],
+        "rows_p50": statistics.median(rows),
+        "rows_max": max(rows),
+        "empty_answers": sum(1 for n in rows if n == 0),
+    }
+
+
 def _wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     import httpx
 
@@ -401,14 +486,15 @@ def _wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float =
         time.sleep(0.2)
 
 
-def _api_load(url: str, duration_s: float) -> tuple[str, dict[str, float]]:
-    """(load generator, its figures): wrk if installed, else the Python client."""
+def _api_load(url: str, duration_s: float, paths: Sequence[str]) -> tuple[str, dict[str, float]]:
+    """(load generator, its figures) for ``paths`` sent in turn: wrk if installed, else the
+    Python client."""
     import asyncio
 
     if shutil.which("wrk"):
-        return "wrk", _wrk(url, duration_s, CLIENTS)
+        return "wrk", _wrk(url, duration_s, CLIENTS, paths)
     print("bench serving: no wrk (make bench installs it); a Python client")
-    latencies, errors = asyncio.run(_load(url, duration_s, CLIENTS))
+    latencies, errors = asyncio.run(_load(url, duration_s, CLIENTS, paths))
     return "python asyncio", {
         **_percentiles(latencies),
         "requests_per_s": len(latencies) / duration_s,
@@ -427,82 +513,163 @@ def _cache_metrics(metrics: str) -> dict[str, float]:
     return found
 
 
-def main(events: int | None = None) -> dict[str, object]:
-    """``events`` is ignored (the lake's size is fixed: 24 h x COMBOS combinations)."""
+def _cache_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The response cache's counters over a run, and its hit rate: answers served from the
+    cache (current, stale, or waiting on a computation another request started) per request."""
+    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    served = delta.get("cache_hits_total", 0.0) + delta.get("cache_stale_hits_total", 0.0)
+    requests = served + delta.get("cache_misses_total", 0.0)
+    return {**delta, "cache_hit_rate": served / requests if requests else 0.0}
+
+
+@dataclass
+class _ApiRuns:
+    load_generator: str
+    single: dict[str, float]
+    mix: dict[str, float]
+    speed_commits: int
+
+
+def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _ApiRuns:
+    """The API server in a subprocess while the writer commits every second: the dashboard query
+    from CLIENTS clients, then the mix, the cache counters read around each."""
     import asyncio
 
     import httpx
 
+    port = free_port()
+    env = {
+        **os.environ,
+        "LAKE_ROOT": str(lake.lake_root),
+        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+        "API_TOKEN": TOKEN,
+        "API_PORT": str(port),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from cli.main import main; main()", "serve"], env=env
+    )
+    writer = SpeedWriter(lake)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(url, server)
+        asyncio.run(_load(url, 2.0, CLIENTS, [dashboard_path()]))  # warm-up
+        writer.start()
+        print(f"bench serving: {CLIENTS} clients for {duration:.0f} s ...", flush=True)
+        load_generator, single = _api_load(url, duration, [dashboard_path()])
+        checked = httpx.get(f"{url}/api/v1/ctr", params=dashboard_params(),
+                            headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        if checked.status_code != 200 or not checked.json()["rows"]:
+            raise RuntimeError(f"the dashboard query failed: {checked.text[:500]}")
+        before = _cache_metrics(httpx.get(f"{url}/metrics").text)
+        single.update(before)
+        print(
+            f"bench serving: {len(mix_paths)} distinct queries, {CLIENTS} clients for "
+            f"{duration:.0f} s ...",
+            flush=True,
+        )
+        _, mix = _api_load(url, duration, mix_paths)
+        mix.update(_cache_delta(before, _cache_metrics(httpx.get(f"{url}/metrics").text)))
+        writer.stop.set()
+        writer.join()
+    finally:
+        writer.stop.set()
+        server.terminate()
+        server.wait(timeout=30)
+    single["speed_commits_during_run"] = writer.commits
+    return _ApiRuns(load_generator, single, mix, writer.commits)
+
+
+def main(events: int | None = None) -> dict[str, object]:
+    """``events`` is ignored (the lake's size is fixed: 24 h x COMBOS combinations)."""
     duration = float(os.environ.get("BENCH_SERVING_SECONDS", DURATION_S))
+    values = {name: [str(v) for v in column] for name, column in combos().items()}
+    mix = dashboard_mix(MIX_QUERIES, values=values, start=END - dt.timedelta(hours=HOURS), end=END)
+    mix_paths = [request_path(query) for query in mix]
     with tempfile.TemporaryDirectory(prefix="ctr-bench-serving-") as scratch:
         lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
         print("bench serving: writing the lake ...", flush=True)
         rows = build_lake(lake)
         arrival_rows = write_arrivals(lake)
-        port = free_port()
-        env = {
-            **os.environ,
-            "LAKE_ROOT": str(lake.lake_root),
-            "CHECKPOINT_ROOT": str(lake.checkpoint_root),
-            "API_TOKEN": TOKEN,
-            "API_PORT": str(port),
-        }
-        server = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", "serve"], env=env
-        )
-        writer = SpeedWriter(lake)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait_until_up(url, server)
-            asyncio.run(_load(url, 2.0, CLIENTS))  # warm-up
-            writer.start()
-            print(f"bench serving: {CLIENTS} clients for {duration:.0f} s ...", flush=True)
-            load_generator, api = _api_load(url, duration)
-            checked = httpx.get(f"{url}/api/v1/ctr", params=dashboard_params(),
-                                headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
-            if checked.status_code != 200 or not checked.json()["rows"]:
-                raise RuntimeError(f"the dashboard query failed: {checked.text[:500]}")
-            writer.stop.set()
-            writer.join()
-            metrics = httpx.get(f"{url}/metrics").text
-        finally:
-            writer.stop.set()
-            server.terminate()
-            server.wait(timeout=30)
-        api["speed_commits_during_run"] = writer.commits
-        api.update(_cache_metrics(metrics))
+        runs = _run_api(lake, duration, mix_paths)
         print(f"bench serving: the floor, in-process DuckDB, {CLIENTS} threads ...", flush=True)
         floor = _floor(lake, duration, CLIENTS)
+        print(f"bench serving: the mix's floor, {CLIENTS} threads ...", flush=True)
+        mix_floor = _mix_floor(lake, mix, duration, CLIENTS)
         print("bench serving: the cost of the stale-arrivals branch, one client ...", flush=True)
         staleness = _staleness_cost(lake)
+    api, mix_api = runs.single, runs.mix
+    mix_ratio = mix_api["p99_ms"] / mix_floor["p99_ms"]
+    distinct_mix: dict[str, object] = {
+        "queries": len(mix),
+        "distinct_paths": len(set(mix_paths)),
+        "seed": MIX_SEED,
+        "shape": _mix_shape(mix),
+        "example_paths": mix_paths[:5],
+        "api": mix_api,
+        "duckdb_floor": mix_floor,
+        "p99_ratio": mix_ratio,
+        "cache_hit_rate": mix_api["cache_hit_rate"],
+        "goal": "mix p99 <= 2x the mix floor",
+        "met": mix_ratio <= 2,
+    }
     result: dict[str, object] = {
         "benchmark": "serving",
         "query": dashboard_params(),
         "lake_rows": rows,
         "clients": CLIENTS,
-        "load_generator": load_generator,
+        "load_generator": runs.load_generator,
         "duration_s": duration,
         "api": api,
         "duckdb_floor": floor,
         "p99_ratio": api["p99_ms"] / floor["p99_ms"],
+        "distinct_mix": distinct_mix,
         "arrival_rows": arrival_rows,
         "staleness": staleness,
-        "goal": "api p99 <= 50 ms and <= 2x the floor",
+        "goal": "api p99 <= 50 ms and <= 2x the floor; mix p99 <= 2x the mix floor",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "serving.json").write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"API (HTTP, {CLIENTS} clients): p50 {api['p50_ms']:.1f} ms, p99 {api['p99_ms']:.1f} ms, "
-        f"{api['requests_per_s']:,.0f} req/s, {api['errors']:.0f} errors ({load_generator}), "
-        f"{writer.commits} speed commits during the run\n"
+        f"{api['requests_per_s']:,.0f} req/s, {api['errors']:.0f} errors "
+        f"({runs.load_generator}), {runs.speed_commits} speed commits during the runs\n"
         f"DuckDB floor ({CLIENTS} threads): p50 {floor['p50_ms']:.1f} ms, "
         f"p99 {floor['p99_ms']:.1f} ms, {floor['requests_per_s']:,.0f} q/s "
         f"(one client: {floor['single_client_median_ms']:.1f} ms)\n"
         f"p99 ratio API/floor: {result['p99_ratio']:.2f}\n"
+        f"mix of {len(set(mix_paths))} distinct queries, API: p50 {mix_api['p50_ms']:.1f} ms, "
+        f"p99 {mix_api['p99_ms']:.1f} ms, {mix_api['requests_per_s']:,.0f} req/s, "
+        f"{mix_api['errors']:.0f} errors; cache hit rate {mix_api['cache_hit_rate']:.1%} "
+        f"({mix_api.get('cache_hits_total', 0):.0f} hits, "
+        f"{mix_api.get('cache_stale_hits_total', 0):.0f} stale, "
+        f"{mix_api.get('cache_misses_total', 0):.0f} misses)\n"
+        f"mix floor ({CLIENTS} threads): p50 {mix_floor['p50_ms']:.1f} ms, "
+        f"p99 {mix_floor['p99_ms']:.1f} ms, {mix_floor['requests_per_s']:,.0f} q/s "
+        f"(one client: median {mix_floor['single_client_median_ms']:.1f} ms, "
+        f"p99 {mix_floor['single_client_p99_ms']:.1f} ms)\n"
+        f"mix p99 ratio API/floor: {mix_ratio:.2f} (goal <= 2: {'' if mix_ratio <= 2 else 'not '}"
+        "met)\n"
         f"staleness, one client: the query {staleness['query_without_stale_ms']:.1f} ms without "
         f"the stale branch, {staleness['query_with_stale_ms']:.1f} ms with it "
         f"(ratio {staleness['ratio']:.2f}; {staleness['stale_rows']:,} stale rows); the stale "
         f"table {staleness['stale_table_ms']:.1f} ms per master/arrivals or coverage version"
     )
     return result
+
+
+def _mix_shape(mix: Sequence[CtrQuery]) -> dict[str, dict[str, int]]:
+    """How many of the mix's queries have each granularity, split, filter count, and top-N."""
+    return {
+        "granularity": dict(Counter(q.granularity for q in mix)),
+        "group_by_dimensions": dict(Counter(str(len(q.group_by)) for q in mix)),
+        "filtered_dimensions": dict(Counter(str(len(q.filters)) for q in mix)),
+        "top_n": dict(Counter("yes" if q.order_by else "no" for q in mix)),
+    }
+
+
+def dashboard_path() -> str:
+    """The dashboard query as a request path."""
+    from urllib.parse import urlencode
+
+    return f"/api/v1/ctr?{urlencode(dashboard_params())}"
