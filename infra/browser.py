@@ -42,6 +42,7 @@ class Page:
         self._ids = itertools.count(1)
         self.console: list[str] = []
         self.exceptions: list[str] = []
+        self.size = (0, 0)
 
     def send(self, method: str, params: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
         call_id = next(self._ids)
@@ -100,17 +101,69 @@ class Page:
                 )
             time.sleep(0.1)
 
+    def resize(self, width: int, height: int, *, mobile: bool = False) -> None:
+        """Lay the page out in a ``width`` x ``height`` viewport (a phone's with ``mobile``)."""
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+        )
+        self.size = (width, height)
+
     def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+        """The whole page. The viewport grows to the page's height first and the page gets a
+        moment to lay out again: capturing beyond the viewport resizes it under the page's
+        responsive charts, which would be caught cleared, mid-redraw."""
+        width, height = self.size
+        full = int(self.evaluate("document.documentElement.scrollHeight"))
+        if full > height:
+            self.resize(width, full)
+            self.evaluate("new Promise((done) => setTimeout(done, 500))")
+        try:
+            data = self.send("Page.captureScreenshot", {"format": "png"})
+        finally:
+            if full > height:
+                self.resize(width, height)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data["data"]))
         return path
+
+    def press(self, key: str) -> None:
+        """A key pressed and released on the focused element, as a keyboard sends it
+        (``Enter``, ``Tab``, ``Escape``, ``ArrowDown``, ``Space``, …)."""
+        code, key_code, text = _KEYS[key]
+        name = " " if key == "Space" else key
+        down = {"key": name, "code": code, "windowsVirtualKeyCode": key_code}
+        self.send("Input.dispatchKeyEvent", {"type": "keyDown", **down, "text": text})
+        self.send("Input.dispatchKeyEvent", {"type": "keyUp", **down})
+
+    def type(self, text: str) -> None:
+        """``text`` typed into the focused element."""
+        self.send("Input.insertText", {"text": text})
+
+    def allow_downloads(self, directory: Path) -> None:
+        """Save what the page downloads into ``directory`` (under its suggested name)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self.send(
+            "Browser.setDownloadBehavior",
+            {"behavior": "allow", "downloadPath": str(directory), "eventsEnabled": True},
+        )
 
     def set_offline(self, offline: bool) -> None:
         self.send(
             "Network.emulateNetworkConditions",
             {"offline": offline, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
         )
+
+
+# DevTools key events: (code, Windows virtual key code, text the key types).
+_KEYS: dict[str, tuple[str, int, str]] = {
+    "Enter": ("Enter", 13, "\r"),
+    "Tab": ("Tab", 9, ""),
+    "Escape": ("Escape", 27, ""),
+    "Space": ("Space", 32, " "),
+    "ArrowDown": ("ArrowDown", 40, ""),
+    "ArrowUp": ("ArrowUp", 38, ""),
+}
 
 
 @contextmanager
@@ -152,10 +205,10 @@ def chromium_page(
             page = Page(ws)
             for domain in ("Page", "Runtime", "Network"):
                 page.send(f"{domain}.enable")
-            page.send(
-                "Emulation.setDeviceMetricsOverride",
-                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-            )
+            page.resize(width, height)
+            # As a window a user looks at: focus and blur events fire (a headless page is never
+            # the focused window otherwise).
+            page.send("Emulation.setFocusEmulationEnabled", {"enabled": True})
             yield page
     finally:
         process.terminate()

@@ -1,5 +1,6 @@
 """One Kafka broker per test session: a local Apache Kafka broker on free ports, or the cluster
-named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own."""
+named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own. One SparkSession per test
+session. The dashboard tests' lake, API server and browser page."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
+from api.settings import ApiSettings
 from infra.broker import scratch_broker
+from infra.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
 from runtime.topics import delete_topics, ensure_topics
+from tests.api_server import running_api
+from tests.dashboard_lake import TOKEN, Lake
 
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
 # connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.
@@ -73,3 +79,25 @@ def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeSettings:
     return LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+
+
+@pytest.fixture
+def dashboard_lake(tmp_path: Path) -> Lake:
+    return Lake.fresh(tmp_path / "lake")
+
+
+@pytest.fixture
+def dashboard_url(dashboard_lake: Lake) -> Iterator[str]:
+    """The real API (``api.main.create_app``) over the dashboard lake, on a loopback port."""
+    with running_api(ApiSettings(token=SecretStr(TOKEN)), dashboard_lake.settings) as url:
+        yield url
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Page]:
+    """A page of a fresh headless Chromium; the test fails if the page threw."""
+    if chromium_binary() is None:
+        pytest.fail(CHROMIUM_MISSING)
+    with chromium_page(tmp_path / "chromium") as page:
+        yield page
+    assert page.exceptions == [], f"the page threw: {page.exceptions}"

@@ -1,10 +1,8 @@
-"""The dashboard in headless Chromium, against the real API over Delta tables the test writes.
-
-The lake holds 50 minutes ending now: batch rows and a finished run covering the first 30,
-speed rows for the last 30 (the 10 minutes they overlap are covered, so the page must show the
-batch numbers there). The page has to show exactly those buckets with their provenance, and
-what /api/v1/views says of stale buckets and the speed layer's drift.
-"""
+"""The dashboard in headless Chromium, against the real API over Delta tables the test writes
+(:mod:`tests.dashboard_lake`): every bucket with its provenance, the breakdowns, what
+/api/v1/views says of stale buckets and the speed layer's drift, the token prompt, auto-refresh
+and the offline message. The analyst's controls (filters, comparison, table, shared URLs) are
+in ``test_dashboard_analyst.py``."""
 
 from __future__ import annotations
 
@@ -13,142 +11,17 @@ import json
 import os
 import re
 import shutil
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from api.settings import ApiSettings
-from infra.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
-from lake.settings import LakeSettings
+from infra.browser import Page
 from tests import lake_writer
-from tests.api_server import running_api
-from views.columns import DIMENSIONS
+from tests.dashboard_lake import KEYS, MINUTE, TOKEN, Lake
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "dashboard-test-token"
-MINUTE = dt.timedelta(minutes=1)
-# (campaign, ad, site, country, device) of the rows written for every minute.
-KEYS = [
-    ("c1", "a1", "s1", "US", "mobile"),
-    ("c2", "a2", "s1", "DE", "desktop"),
-    ("c3", "a3", "s2", "FR", "mobile"),
-]
-
-
-def _counts(minute: int, key: int, layer: str) -> tuple[int, int]:
-    """Impressions and clicks of one row (`minute`: minutes since the epoch); speed differs
-    from batch so a wrong merge shows."""
-    minute %= 60
-    impressions = 100 + 40 * key + minute
-    clicks = (minute * (key + 2)) % 9 + key + 1
-    return (impressions + 7, clicks + 1) if layer == "speed" else (impressions, clicks)
-
-
-def _rows(buckets: list[dt.datetime], layer: str) -> list[dict[str, object]]:
-    rows = []
-    for bucket in buckets:
-        for k, (campaign, ad, site, country, device) in enumerate(KEYS):
-            impressions, clicks = _counts(int(bucket.timestamp() // 60), k, layer)
-            rows.append(
-                lake_writer.ctr_row(
-                    bucket,
-                    impressions,
-                    clicks,
-                    campaign=campaign,
-                    ad=ad,
-                    site=site,
-                    country=country,
-                    device=device,
-                )
-            )
-    return rows
-
-
-class Lake:
-    """The Delta tables of the test and the per-minute numbers the page must show."""
-
-    def __init__(self, root: Path, now: dt.datetime) -> None:
-        self.settings = LakeSettings(lake_root=root, checkpoint_root=root / "checkpoints")
-        self.now = now.replace(second=0, microsecond=0)
-        self.batch_minutes = [self.now - (50 - i) * MINUTE for i in range(30)]  # [T-50, T-20)
-        self.speed_minutes = [self.now - (30 - i) * MINUTE for i in range(31)]  # [T-30, T]
-        self.covered_end = self.batch_minutes[-1] + MINUTE
-
-    def write(self) -> None:
-        run_id = "run-dashboard-test"
-        lake_writer.write_batch(self.settings, run_id, _rows(self.batch_minutes, "batch"))
-        lake_writer.cover(self.settings, run_id, self.batch_minutes[0], self.covered_end)
-        lake_writer.write_speed(self.settings, _rows(self.speed_minutes, "speed"))
-        lake_writer.write_status(
-            self.settings,
-            updated_at=dt.datetime.now(dt.UTC).isoformat(),
-            watermark=(self.now - 2 * MINUTE).isoformat(),
-            offsets_behind=1234,
-        )
-
-    def expected_series(self) -> list[list[Any]]:
-        """[bucket ms, source, impressions, clicks] per minute with data, as the page holds it."""
-        out = []
-        for bucket in sorted(set(self.batch_minutes) | set(self.speed_minutes)):
-            layer = "batch" if bucket < self.covered_end else "speed"
-            minute = int(bucket.timestamp() // 60)
-            counts = [_counts(minute, k, layer) for k in range(len(KEYS))]
-            out.append(
-                [
-                    int(bucket.timestamp() * 1000),
-                    layer,
-                    sum(c[0] for c in counts),
-                    sum(c[1] for c in counts),
-                ]
-            )
-        return out
-
-    def expected_ranking(self, dimension: str) -> list[str]:
-        """Values of `dimension` by total clicks over the data, most first (ties by name)."""
-        clicks: dict[str, int] = {}
-        impressions: dict[str, int] = {}
-        for bucket in sorted(set(self.batch_minutes) | set(self.speed_minutes)):
-            layer = "batch" if bucket < self.covered_end else "speed"
-            minute = int(bucket.timestamp() // 60)
-            for k, key in enumerate(KEYS):
-                value = key[DIMENSIONS.index(dimension)]
-                i, c = _counts(minute, k, layer)
-                clicks[value] = clicks.get(value, 0) + c
-                impressions[value] = impressions.get(value, 0) + i
-        return sorted(clicks, key=lambda v: (-clicks[v], -impressions[v], v))
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Lake:
-    # Far enough from a minute's end that the page's "last hour" holds every bucket written.
-    now = dt.datetime.now(dt.UTC)
-    if now.second > 50:
-        time.sleep(61 - now.second)
-        now = dt.datetime.now(dt.UTC)
-    lake = Lake(tmp_path / "lake", now)
-    lake.write()
-    return lake
-
-
-@pytest.fixture
-def api_url(lake: Lake) -> Iterator[str]:
-    """The real API (``api.main.create_app``) under uvicorn on a free loopback port."""
-    with running_api(ApiSettings(token=SecretStr(TOKEN)), lake.settings) as url:
-        yield url
-
-
-@pytest.fixture
-def page(tmp_path: Path) -> Iterator[Page]:
-    if chromium_binary() is None:
-        pytest.fail(CHROMIUM_MISSING)
-    with chromium_page(tmp_path / "chromium") as page:
-        yield page
-    assert page.exceptions == [], f"the page threw: {page.exceptions}"
 
 
 def _api(url: str, path: str) -> Any:
@@ -207,15 +80,15 @@ BAR_PIXELS = """(() => {
 
 
 def test_dashboard_renders_the_merged_view(
-    api_url: str, lake: Lake, page: Page, tmp_path: Path
+    dashboard_url: str, dashboard_lake: Lake, page: Page, tmp_path: Path
 ) -> None:
     # No token yet: the page asks for one instead of failing silently.
-    page.navigate(f"{api_url}/")
+    page.navigate(f"{dashboard_url}/")
     page.wait_for(f"{STATE} === 'token' && document.getElementById('token-dialog').open")
 
     # A wrong token from the URL fragment: 401, asked again; the fragment leaves the address bar.
     page.navigate("about:blank")
-    page.navigate(f"{api_url}/#token=wrong")
+    page.navigate(f"{dashboard_url}/#token=wrong")
     reason = page.wait_for(
         f"{STATE} === 'token' && document.getElementById('token-reason').textContent"
     )
@@ -234,7 +107,7 @@ def test_dashboard_renders_the_merged_view(
     ) == ("1h minute")
 
     # Every bucket with data, with its provenance and counts: batch where covered, else speed.
-    expected = lake.expected_series()
+    expected = dashboard_lake.expected_series()
     assert page.evaluate(SERIES) == expected
     ctr_points = page.evaluate(
         "ctrDashboard.charts.series.ctr.data.datasets[0].data.filter((p) => p.y !== null)"
@@ -251,13 +124,13 @@ def test_dashboard_renders_the_merged_view(
         "devices": 2,
     }
     assert page.evaluate("ctrDashboard.charts.campaign_id.chart.data.labels") == (
-        lake.expected_ranking("campaign_id")
+        dashboard_lake.expected_ranking("campaign_id")
     )
     assert page.evaluate("ctrDashboard.charts.country.chart.data.labels") == (
-        lake.expected_ranking("country")
+        dashboard_lake.expected_ranking("country")
     )
     assert page.evaluate("ctrDashboard.charts.device_type.chart.data.labels") == (
-        lake.expected_ranking("device_type")
+        dashboard_lake.expected_ranking("device_type")
     )
     assert all(alpha > 0 for alpha in page.evaluate(BAR_PIXELS))
 
@@ -278,7 +151,7 @@ def test_dashboard_renders_the_merged_view(
         "drift": "No drift recorded yet: no batch run has covered minutes the speed layer counted.",
         "driftTable": None,
     }
-    freshness = _api(api_url, "/api/v1/ctr?" + _window(lake))["freshness"]
+    freshness = _api(dashboard_url, "/api/v1/ctr?" + _window(dashboard_lake))["freshness"]
     shown = page.evaluate(
         "['fresh-batch', 'fresh-speed', 'fresh-lag', 'fresh-stream']"
         ".map((id) => document.getElementById(id).textContent)"
@@ -303,8 +176,8 @@ def test_dashboard_renders_the_merged_view(
 
     # Auto-refresh: a new campaign streams in and takes the lead without a reload.
     refreshes = page.evaluate("ctrDashboard.state.refreshes")
-    late = [lake.now - 2 * MINUTE]
-    _write_leader(lake, late)
+    late = [dashboard_lake.now - 2 * MINUTE]
+    _write_leader(dashboard_lake, late)
     page.wait_for(
         f"ctrDashboard.state.refreshes > {refreshes} && "
         "ctrDashboard.charts.campaign_id.chart.data.labels[0] === 'c9'",
@@ -362,22 +235,22 @@ def _interval_text(start: dt.datetime, end: dt.datetime) -> str:
 
 
 def test_dashboard_marks_stale_buckets_and_shows_the_drift(
-    api_url: str, lake: Lake, page: Page
+    dashboard_url: str, dashboard_lake: Lake, page: Page
 ) -> None:
     # 9 impressions and a click of campaign c1 archived after the run covering their minute
     # (it read master/events v1): the minute is stale, its 10 late events added to the batch
     # counts.
-    stale = lake.batch_minutes[5]
+    stale = dashboard_lake.batch_minutes[5]
     c1 = dict(zip(("campaign", "ad", "site", "country", "device"), KEYS[0], strict=True))
-    lake_writer.write_arrivals(lake.settings, 2, [lake_writer.ctr_row(stale, 9, 1, **c1)])
+    lake_writer.write_arrivals(dashboard_lake.settings, 2, [lake_writer.ctr_row(stale, 9, 1, **c1)])
     # Two runs compared three minutes. Relative errors, impressions: 10/100, 0/50, 4/200 =
     # 0.1, 0, 0.02; clicks: 0/10, 1/5, 1/10 = 0, 0.2, 0.1. Interpolated quantiles of three
     # sorted values (a, b, c): p50 = b, p99 = b + 0.98 (c - b). Impressions: p50 2 %,
     # p99 0.02 + 0.98 * 0.08 = 9.84 %; clicks: p50 10 %, p99 0.1 + 0.98 * 0.1 = 19.8 %.
     # Speed minus batch: impressions 10 + 0 + 4 = +14 (duplicates), clicks 0 - 1 - 1 = -2.
-    minutes = lake.batch_minutes
+    minutes = dashboard_lake.batch_minutes
     lake_writer.write(
-        lake.settings,
+        dashboard_lake.settings,
         "batch/drift",
         [
             _drift_row("run-1", minutes[0], (110, 10), (100, 10)),
@@ -386,7 +259,7 @@ def test_dashboard_marks_stale_buckets_and_shows_the_drift(
         ],
     )
 
-    page.navigate(f"{api_url}/#token={TOKEN}")
+    page.navigate(f"{dashboard_url}/#token={TOKEN}")
     page.wait_for(f"{STATE} === 'ready'")
 
     # The stale minute: batch counts plus the late events, marked stale.
@@ -395,7 +268,7 @@ def test_dashboard_marks_stale_buckets_and_shows_the_drift(
         [t, "stale", impressions + 9, clicks + 1]
         if t == stale_ms
         else [t, source, impressions, clicks]
-        for t, source, impressions, clicks in lake.expected_series()
+        for t, source, impressions, clicks in dashboard_lake.expected_series()
     ]
     assert page.evaluate(SERIES) == expected
     summary = page.evaluate("document.getElementById('ctr-summary').textContent")

@@ -1,0 +1,157 @@
+"""The dashboard tests' lake: 50 minutes ending now, written as Delta tables, and the numbers
+the page must show for any filter.
+
+Batch rows and a finished run cover the first 30 minutes, speed rows the last 30 (the 10
+minutes they overlap are covered, so the page must show the batch numbers there). Every minute
+has one row per key of :data:`KEYS`; speed counts differ from batch counts, so a wrong merge
+shows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from lake.settings import LakeSettings
+from serving_layer.wilson import wilson_interval
+from tests import lake_writer
+from views.columns import DIMENSIONS
+
+TOKEN: Final = "dashboard-test-token"
+MINUTE: Final = dt.timedelta(minutes=1)
+# (campaign, ad, site, country, device) of the rows written for every minute.
+KEYS: Final = [
+    ("c1", "a1", "s1", "US", "mobile"),
+    ("c2", "a2", "s1", "DE", "desktop"),
+    ("c3", "a3", "s2", "FR", "mobile"),
+]
+Key = tuple[str, str, str, str, str]
+Keep = Callable[[Key], bool]
+
+
+def everything(_: Key) -> bool:
+    return True
+
+
+def where(**values: str | tuple[str, ...]) -> Keep:
+    """Keys whose dimensions (``country="US"``, ``site_id=("s1", "s2")``) have these values."""
+
+    def keep(key: Key) -> bool:
+        for name, allowed in values.items():
+            value = key[DIMENSIONS.index(name)]
+            if value not in (allowed if isinstance(allowed, tuple) else (allowed,)):
+                return False
+        return True
+
+    return keep
+
+
+def counts(minute: int, key: int, layer: str) -> tuple[int, int]:
+    """Impressions and clicks of one row (``minute``: minutes since the epoch)."""
+    minute %= 60
+    impressions = 100 + 40 * key + minute
+    clicks = (minute * (key + 2)) % 9 + key + 1
+    return (impressions + 7, clicks + 1) if layer == "speed" else (impressions, clicks)
+
+
+def rows(buckets: list[dt.datetime], layer: str) -> list[dict[str, object]]:
+    out = []
+    for bucket in buckets:
+        for k, (campaign, ad, site, country, device) in enumerate(KEYS):
+            impressions, clicks = counts(int(bucket.timestamp() // 60), k, layer)
+            out.append(
+                lake_writer.ctr_row(
+                    bucket,
+                    impressions,
+                    clicks,
+                    campaign=campaign,
+                    ad=ad,
+                    site=site,
+                    country=country,
+                    device=device,
+                )
+            )
+    return out
+
+
+class Lake:
+    """The Delta tables of the test and the per-minute numbers the page must show."""
+
+    def __init__(self, root: Path, now: dt.datetime) -> None:
+        self.settings = LakeSettings(lake_root=root, checkpoint_root=root / "checkpoints")
+        self.now = now.replace(second=0, microsecond=0)
+        self.batch_minutes = [self.now - (50 - i) * MINUTE for i in range(30)]  # [T-50, T-20)
+        self.speed_minutes = [self.now - (30 - i) * MINUTE for i in range(31)]  # [T-30, T]
+        self.covered_end = self.batch_minutes[-1] + MINUTE
+
+    @classmethod
+    def fresh(cls, root: Path) -> Lake:
+        """A lake written now, far enough from a minute's end that the page's "last hour"
+        holds every bucket written."""
+        now = dt.datetime.now(dt.UTC)
+        if now.second > 50:
+            time.sleep(61 - now.second)
+            now = dt.datetime.now(dt.UTC)
+        lake = cls(root, now)
+        lake.write()
+        return lake
+
+    def write(self) -> None:
+        run_id = "run-dashboard-test"
+        lake_writer.write_batch(self.settings, run_id, rows(self.batch_minutes, "batch"))
+        lake_writer.cover(self.settings, run_id, self.batch_minutes[0], self.covered_end)
+        lake_writer.write_speed(self.settings, rows(self.speed_minutes, "speed"))
+        lake_writer.write_status(
+            self.settings,
+            updated_at=dt.datetime.now(dt.UTC).isoformat(),
+            watermark=(self.now - 2 * MINUTE).isoformat(),
+            offsets_behind=1234,
+        )
+
+    def minutes(self) -> list[tuple[dt.datetime, str]]:
+        """Every minute with data and the layer the page must show it from."""
+        return [
+            (bucket, "batch" if bucket < self.covered_end else "speed")
+            for bucket in sorted(set(self.batch_minutes) | set(self.speed_minutes))
+        ]
+
+    def expected_series(self, keep: Keep = everything) -> list[list[Any]]:
+        """[bucket ms, source, impressions, clicks] per minute with data of the kept keys."""
+        out: list[list[Any]] = []
+        for bucket, layer in self.minutes():
+            minute = int(bucket.timestamp() // 60)
+            kept = [counts(minute, k, layer) for k, key in enumerate(KEYS) if keep(key)]
+            if kept:
+                impressions, clicks = sum(c[0] for c in kept), sum(c[1] for c in kept)
+                out.append([int(bucket.timestamp() * 1000), layer, impressions, clicks])
+        return out
+
+    def totals(self, dimension: str, keep: Keep = everything) -> dict[str, tuple[int, int]]:
+        """(impressions, clicks) over the data per value of ``dimension``, kept keys only."""
+        sums: dict[str, tuple[int, int]] = {}
+        for bucket, layer in self.minutes():
+            minute = int(bucket.timestamp() // 60)
+            for k, key in enumerate(KEYS):
+                if keep(key):
+                    value = key[DIMENSIONS.index(dimension)]
+                    i, c = counts(minute, k, layer)
+                    before = sums.get(value, (0, 0))
+                    sums[value] = (before[0] + i, before[1] + c)
+        return sums
+
+    def expected_ranking(self, dimension: str, keep: Keep = everything) -> list[str]:
+        """Values of ``dimension`` by total clicks, most first (ties: impressions, name)."""
+        sums = self.totals(dimension, keep)
+        return sorted(sums, key=lambda v: (-sums[v][1], -sums[v][0], v))
+
+    def expected_ctr(self, dimension: str, keep: Keep = everything) -> dict[str, float]:
+        return {v: c / i for v, (i, c) in self.totals(dimension, keep).items()}
+
+
+def ci(impressions: int, clicks: int) -> tuple[float, float]:
+    interval = wilson_interval(clicks, impressions)
+    assert interval is not None
+    return interval
