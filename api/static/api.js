@@ -39,19 +39,37 @@ export function forgetToken() {
   window.localStorage.removeItem(TOKEN_KEY);
 }
 
-/** GET `path` (relative to the page) with `params`; resolves to the decoded JSON body. */
-export async function getJson(path, params) {
+/** `params` as a query string: arrays repeat their key, empty values are left out. */
+export function queryString(params) {
   const query = new URLSearchParams();
   for (const [key, value] of Object.entries(params)) {
-    if (value !== undefined && value !== null && value !== "") query.set(key, String(value));
+    for (const item of Array.isArray(value) ? value : [value]) {
+      if (item !== undefined && item !== null && item !== "") query.append(key, String(item));
+    }
   }
-  const url = `${path}?${query}`;
+  return query.toString();
+}
+
+/** GET `path` (relative to the page) with `params`; resolves to the decoded JSON body. */
+export async function getJson(path, params) {
+  const response = await get(path, params, "application/json");
+  return response.json();
+}
+
+/** GET `path` as CSV (`format=csv`); resolves to {text, headers}. */
+export async function getCsv(path, params) {
+  const response = await get(path, { ...params, format: "csv" }, "text/csv");
+  return { text: await response.text(), headers: response.headers };
+}
+
+async function get(path, params, accept) {
+  const url = `${path}?${queryString(params)}`;
   const controller = new AbortController();
   const timer = window.setTimeout(() => controller.abort(), TIMEOUT_MS);
   let response;
   try {
     response = await fetch(url, {
-      headers: { Authorization: `Bearer ${storedToken()}`, Accept: "application/json" },
+      headers: { Authorization: `Bearer ${storedToken()}`, Accept: accept },
       signal: controller.signal,
       cache: "no-store",
     });
@@ -67,7 +85,7 @@ export async function getJson(path, params) {
   if (!response.ok) {
     throw new ApiError(`${path} answered ${response.status}: ${await errorDetail(response)}`);
   }
-  return response.json();
+  return response;
 }
 
 async function errorDetail(response) {

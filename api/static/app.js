@@ -1,140 +1,154 @@
-// The CTR dashboard: picks the time range, asks /api/v1/ctr, draws the charts, shows what
-// /api/v1/views says of stale buckets and drift, refreshes.
+// The CTR dashboard: what the analyst selected (range, filters, comparison, table) lives in the
+// URL; each refresh asks /api/v1/ctr for every part of the page under that selection, draws the
+// charts, the totals and the table, shows what /api/v1/views says of stale buckets and drift.
 // `document.body.dataset.state` tells where it is: loading | ready | error | token.
 
 import {
   AuthError,
   adoptTokenFromUrl,
   forgetToken,
+  getCsv,
   getJson,
+  queryString,
   storedToken,
   storeToken,
 } from "./api.js";
 import { BreakdownChart, SeriesCharts, SOURCE_LABEL } from "./charts.js";
 import { renderDrift, renderStale } from "./exactness.js";
+import { ValuePicker } from "./filters.js";
+import { comparedValues, queries, suggestionParams, TABLE_LIMIT } from "./queries.js";
+import {
+  DIMENSION_LABEL,
+  DIMENSIONS,
+  isoMinute,
+  MAX_COMPARE,
+  MAX_FILTER_VALUES,
+  MIN_COMPARE,
+  parseState,
+  RANGES,
+  serializeState,
+  timeWindow,
+} from "./state.js";
+import { DataTable } from "./table.js";
 
 const CTR_PATH = "api/v1/ctr";
 const VIEWS_PATH = "api/v1/views";
 const REFRESH_SECONDS = 5;
-const TOP_N = 10;
-const MINUTE = 60_000;
-const HOUR = 60 * MINUTE;
-
-// Minute buckets up to 6 h (at most 360 points); hourly beyond, where minutes would blur.
-const RANGES = {
-  "15m": { granularity: "minute", stepMs: MINUTE, buckets: 15 },
-  "1h": { granularity: "minute", stepMs: MINUTE, buckets: 60 },
-  "6h": { granularity: "minute", stepMs: MINUTE, buckets: 360 },
-  "24h": { granularity: "hour", stepMs: HOUR, buckets: 24 },
-};
-const DEFAULT_RANGE = "1h";
 const RANGE_KEY = "ctr-lambda.range";
+const SUGGESTION_TTL_MS = 60_000;
 
 const $ = (id) => document.getElementById(id);
+const int = (x) => Math.round(x).toLocaleString("en-US");
+const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)} %`);
 
 const state = {
-  range: RANGES[localStorage.getItem(RANGE_KEY)] ? localStorage.getItem(RANGE_KEY) : DEFAULT_RANGE,
-  generation: 0, // bumped when the range changes, so late answers for the old range are dropped
+  selection: null, // what the analyst chose: see state.js
+  generation: 0, // bumped when the selection changes, so late answers for the old one are dropped
+  shown: -1, // the generation of the answer on the page
   inFlight: false,
   timer: null,
   refreshes: 0,
-  view: null,
+  view: null, // the time window of the last answer (state.timeWindow)
   series: [],
+  compared: null, // [{label, series}] when comparing
+  totals: null,
   breakdowns: {},
+  table: null, // the table's answer
   freshness: null,
   ctrView: null, // the ctr view's entry of /api/v1/views: stale intervals, drift
   truncated: false,
   error: null,
   failures: [], // the last 20 failed refreshes, for the console and the browser test
+  downloads: [], // CSV files handed to the browser: {filename, bytes}
+  urlProblems: [], // what the URL asked for that could not be shown
 };
 
-/** The buckets to show: whole buckets ending with the current (partial) one. */
-function currentView(rangeName, nowMs) {
-  const range = RANGES[rangeName];
-  const end = Math.floor(nowMs / range.stepMs) * range.stepMs + range.stepMs;
-  return { name: rangeName, ...range, start: end - range.buckets * range.stepMs, end };
-}
-
-const iso = (ms) => new Date(ms).toISOString().replace(".000Z", "Z");
-
-/** One entry per bucket of the view; `row` is null where the API has no data for it. */
-function bucketSeries(view, rows) {
+/** One entry per bucket of the window; `row` is null where the API has no data for it. */
+function bucketSeries(window_, rows) {
   const byStart = new Map(rows.map((row) => [Date.parse(row.bucket_start), row]));
   const series = [];
-  for (let t = view.start; t < view.end; t += view.stepMs) {
+  for (let t = window_.first; t < window_.end; t += window_.stepMs) {
     series.push({ t, row: byStart.get(t) ?? null });
   }
   return series;
 }
 
-/** 95 % Wilson score interval, as the API computes it per row. */
-function wilson(clicks, impressions) {
-  if (impressions <= 0) return [0, 0];
-  const z = 1.959963984540054;
-  const p = clicks / impressions;
-  const denom = 1 + (z * z) / impressions;
-  const centre = (p + (z * z) / (2 * impressions)) / denom;
-  const half =
-    (z * Math.sqrt((p * (1 - p)) / impressions + (z * z) / (4 * impressions * impressions))) / denom;
-  return [Math.max(0, centre - half), Math.min(1, centre + half)];
-}
-
-/** The source of two merged rows: covered stays covered (stale if either is), else mixed. */
-function mergeSource(a, b) {
-  if (a === b) return a;
-  const covered = ["batch", "stale"];
-  return covered.includes(a) && covered.includes(b) ? "stale" : "mixed";
-}
-
-/**
- * Totals per value of `dimension` over the whole range, ranked by clicks. The API is asked
- * for daily rows (the coarsest grain), so a range across midnight yields two rows per value.
- */
-function rankBreakdown(dimension, rows, limit) {
-  const totals = new Map();
-  for (const row of rows) {
-    const key = row[dimension];
-    const acc = totals.get(key);
-    if (!acc) {
-      totals.set(key, { ...row });
-      continue;
-    }
-    acc.impressions += row.impressions;
-    acc.clicks += row.clicks;
-    acc.stale_events += row.stale_events;
-    acc.source = mergeSource(acc.source, row.source);
-    acc.merged = true;
-  }
-  const ranked = [...totals.values()];
-  for (const acc of ranked) {
-    if (!acc.merged) continue;
-    acc.ctr = acc.impressions > 0 ? acc.clicks / acc.impressions : 0;
-    [acc.ctr_ci_low, acc.ctr_ci_high] = wilson(acc.clicks, acc.impressions);
-  }
-  ranked.sort(
-    (a, b) =>
-      b.clicks - a.clicks || b.impressions - a.impressions || String(a[dimension]).localeCompare(b[dimension]),
-  );
-  return ranked.slice(0, limit);
-}
-
 const charts = {
   series: new SeriesCharts($("chart-ctr"), $("chart-volume")),
-  campaign_id: new BreakdownChart($("chart-campaign"), "campaign_id"),
-  country: new BreakdownChart($("chart-country"), "country"),
-  device_type: new BreakdownChart($("chart-device"), "device_type"),
+  campaign_id: new BreakdownChart($("chart-campaign"), "campaign_id", (v) => toggleFilter("campaign_id", v)),
+  country: new BreakdownChart($("chart-country"), "country", (v) => toggleFilter("country", v)),
+  device_type: new BreakdownChart($("chart-device"), "device_type", (v) => toggleFilter("device_type", v)),
 };
 
-async function fetchAll(view) {
-  const window_ = { start: iso(view.start), end: iso(view.end) };
-  const dimensions = ["campaign_id", "country", "device_type"];
-  const [views, series, ...breakdowns] = await Promise.all([
+const suggestionCache = new Map();
+
+/** Values of `dimension` with the most impressions under the other filters, cached a minute. */
+async function suggest(dimension) {
+  const window_ = timeWindow(state.selection, Date.now());
+  const params = suggestionParams(state.selection, window_, dimension);
+  const key = `${state.selection.range}|${queryString({ ...params, start: "", end: "" })}`;
+  const cached = suggestionCache.get(key);
+  if (cached && Date.now() - cached.at < SUGGESTION_TTL_MS) return cached.values;
+  const body = await getJson(CTR_PATH, params);
+  const values = body.rows.map((row) => ({ value: row[dimension], impressions: row.impressions }));
+  suggestionCache.set(key, { at: Date.now(), values });
+  return values;
+}
+
+const filterPickers = Object.fromEntries(
+  DIMENSIONS.map((dimension) => [
+    dimension,
+    new ValuePicker($("filters"), {
+      label: DIMENSION_LABEL[dimension],
+      dimension,
+      max: MAX_FILTER_VALUES,
+      placeholder: "all",
+      suggest,
+      onChange: (values) =>
+        select((s) => {
+          if (values.length) s.filters[dimension] = values;
+          else delete s.filters[dimension];
+        }),
+    }),
+  ]),
+);
+
+const comparePicker = new ValuePicker($("compare-picker"), {
+  label: "Values",
+  dimension: null,
+  max: MAX_COMPARE,
+  placeholder: "add a value",
+  suggest: (dimension) => suggest(dimension),
+  onChange: (values) =>
+    select((s) => {
+      s.compare = { ...s.compare, values };
+    }),
+});
+
+const table = new DataTable({
+  onChange: (settings) =>
+    select((s) => {
+      s.table = settings;
+    }),
+  onDownload: () => downloadCsv(),
+});
+
+async function fetchAll(window_) {
+  const q = queries(state.selection, window_, MIN_COMPARE);
+  const dimensions = Object.keys(q.breakdowns);
+  const [views, series, totals, tableAnswer, compare, ...breakdowns] = await Promise.all([
     getJson(VIEWS_PATH, {}),
-    getJson(CTR_PATH, { ...window_, granularity: view.granularity }),
-    ...dimensions.map((d) => getJson(CTR_PATH, { ...window_, granularity: "day", group_by: d })),
+    getJson(CTR_PATH, q.series),
+    getJson(CTR_PATH, q.totals),
+    getJson(CTR_PATH, q.table),
+    q.compare ? getJson(CTR_PATH, q.compare) : null,
+    ...dimensions.map((d) => getJson(CTR_PATH, q.breakdowns[d])),
   ]);
   return {
     series,
+    totals,
+    table: tableAnswer,
+    compare,
     breakdowns: Object.fromEntries(dimensions.map((d, i) => [d, breakdowns[i]])),
     ctrView: views.views.find((v) => v.name === "ctr") ?? null,
   };
@@ -148,27 +162,13 @@ async function refresh() {
   }
   state.inFlight = true;
   const generation = state.generation;
-  const view = currentView(state.range, Date.now());
+  const window_ = timeWindow(state.selection, Date.now());
   try {
-    const answer = await fetchAll(view);
+    const answer = await fetchAll(window_);
     if (generation !== state.generation) return;
-    state.view = view;
-    state.series = bucketSeries(view, answer.series.rows);
-    state.freshness = answer.series.freshness ?? null;
-    state.truncated = [answer.series, ...Object.values(answer.breakdowns)].some((b) => b.truncated);
-    charts.series.update(view, state.series);
-    for (const [dimension, body] of Object.entries(answer.breakdowns)) {
-      const limit = dimension === "device_type" ? Infinity : TOP_N;
-      state.breakdowns[dimension] = rankBreakdown(dimension, body.rows, limit);
-      charts[dimension].update(state.breakdowns[dimension]);
-    }
-    state.ctrView = answer.ctrView;
+    show(window_, answer);
     state.refreshes += 1;
     showError(null);
-    renderSummary();
-    renderFreshness(state.freshness, Date.now());
-    renderStale(state.ctrView?.stale_intervals ?? []);
-    renderDrift(state.ctrView?.drift ?? null);
     document.body.dataset.state = "ready";
   } catch (err) {
     if (generation !== state.generation) return;
@@ -179,9 +179,40 @@ async function refresh() {
       showError(err);
     }
   } finally {
-    state.inFlight = false;
+    if (generation === state.generation) state.inFlight = false;
     schedule();
   }
+}
+
+function show(window_, answer) {
+  state.shown = state.generation;
+  state.view = window_;
+  state.series = bucketSeries(window_, answer.series.rows);
+  const values = comparedValues(state.selection, MIN_COMPARE);
+  const dimension = state.selection.compare.dimension;
+  state.compared = values
+    ? values.map((value) => ({
+        label: value,
+        series: bucketSeries(window_, answer.compare.rows.filter((r) => r[dimension] === value)),
+      }))
+    : null;
+  state.freshness = answer.series.freshness ?? null;
+  state.totals = answer.totals.rows[0] ?? null;
+  state.table = answer.table;
+  const bodies = [answer.series, answer.compare, answer.totals, ...Object.values(answer.breakdowns)];
+  state.truncated = bodies.some((b) => b?.truncated);
+  charts.series.update(window_, state.series, state.compared);
+  for (const [d, body] of Object.entries(answer.breakdowns)) {
+    state.breakdowns[d] = body.rows;
+    charts[d].update(body.rows);
+  }
+  state.ctrView = answer.ctrView;
+  renderSummary();
+  renderTotals();
+  table.render(answer.table, TABLE_LIMIT);
+  renderFreshness(state.freshness, Date.now());
+  renderStale(state.ctrView?.stale_intervals ?? []);
+  renderDrift(state.ctrView?.drift ?? null);
 }
 
 function schedule() {
@@ -257,30 +288,198 @@ function renderSummary() {
   const parts = Object.entries(counts)
     .filter(([, n]) => n > 0)
     .map(([source, n]) => `${n} ${SOURCE_LABEL[source] ?? source}`);
-  const unit = state.view.granularity === "minute" ? "minute" : "hour";
-  $("ctr-summary").textContent = `· ${unit} buckets: ${parts.join(", ") || "no data in this range"}`;
-  if (state.truncated) $("ctr-summary").textContent += " · the API truncated an answer (row limit)";
+  const unit = state.view.granularity;
+  let text = `· ${unit} buckets: ${parts.join(", ") || "no data in this range"}`;
+  if (state.compared) {
+    const { dimension } = state.selection.compare;
+    text += ` · comparing ${state.compared.length} ${DIMENSION_LABEL[dimension].toLowerCase()} values`;
+  }
+  if (state.truncated) text += " · the API truncated an answer (row limit)";
+  $("ctr-summary").textContent = text;
 }
 
-function selectRange(name) {
-  state.range = name;
+/** What the numbers cover, in words: the range and the filters. */
+function scopeText() {
+  const { start, end } = state.view;
+  const filters = Object.entries(state.selection.filters).map(
+    ([d, values]) => `${DIMENSION_LABEL[d].toLowerCase()} ${values.join(" or ")}`,
+  );
+  const range = `${isoMinute(start).replace("T", " ").slice(0, 16)} – ${isoMinute(end).replace("T", " ").slice(0, 16)} UTC`;
+  return `· ${range} · ${filters.length ? `only ${filters.join(", ")}` : "all traffic"}`;
+}
+
+function renderTotals() {
+  const row = state.totals;
+  $("totals-scope").textContent = scopeText();
+  $("total-impressions").textContent = row ? int(row.impressions) : "0";
+  $("total-clicks").textContent = row ? int(row.clicks) : "0";
+  $("total-ctr").textContent = row ? pct(row.ctr) : "–";
+  $("total-ci").textContent =
+    row && row.ctr_ci_low !== null ? `95 %: ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)}` : "";
+  const exact = row ? row.covered_fraction : null;
+  $("total-exact").textContent =
+    exact === null ? "–" : `${(100 * exact).toFixed(exact > 0 && exact < 1 ? 1 : 0)} % of the range`;
+  $("table-scope").textContent = scopeText();
+}
+
+// -- the selection ------------------------------------------------------------------------
+
+/** Apply `change` to a copy of the selection, put it in the URL (a history entry), refresh. */
+function select(change, { push = true } = {}) {
+  const next = structuredClone(state.selection);
+  change(next);
+  apply(next);
+  const url = `${window.location.pathname}?${serializeState(next)}${window.location.hash}`;
+  if (push) window.history.pushState(null, "", url);
+  else window.history.replaceState(null, "", url);
+  refresh();
+}
+
+/** Show `selection` in the controls; the next refresh answers it. */
+function apply(selection) {
+  state.selection = selection;
   state.generation += 1;
   state.inFlight = false;
-  localStorage.setItem(RANGE_KEY, name);
+  if (selection.range !== "custom") localStorage.setItem(RANGE_KEY, selection.range);
   for (const button of document.querySelectorAll("#range button")) {
-    button.setAttribute("aria-pressed", String(button.dataset.range === name));
+    button.setAttribute("aria-pressed", String(button.dataset.range === selection.range));
   }
+  for (const [dimension, picker] of Object.entries(filterPickers)) {
+    picker.setValues(selection.filters[dimension] ?? []);
+    picker.invalidate();
+  }
+  const { dimension, values } = selection.compare;
+  $("compare-dimension").value = dimension ?? "";
+  $("compare-picker").hidden = !dimension;
+  comparePicker.dimension = dimension;
+  comparePicker.label.textContent = dimension ? `${DIMENSION_LABEL[dimension]} values` : "Values";
+  comparePicker.setValues(values);
+  comparePicker.invalidate();
+  $("compare-hint").textContent = compareHint(selection);
+  $("clear-all").hidden = !Object.keys(selection.filters).length && !dimension;
+  table.setSettings(selection.table);
   document.body.dataset.state = "loading";
-  refresh();
+}
+
+function compareHint(selection) {
+  const { dimension, values } = selection.compare;
+  if (!dimension) return "";
+  if (values.length < MIN_COMPARE) {
+    return `pick ${MIN_COMPARE} to ${MAX_COMPARE} values to compare (${values.length} so far)`;
+  }
+  const filtered = selection.filters[dimension];
+  return filtered ? `the ${DIMENSION_LABEL[dimension].toLowerCase()} filter does not apply to the comparison` : "";
+}
+
+function toggleFilter(dimension, value) {
+  select((s) => {
+    const values = s.filters[dimension] ?? [];
+    const next = values.includes(value) ? values.filter((v) => v !== value) : [...values, value];
+    if (next.length) s.filters[dimension] = next;
+    else delete s.filters[dimension];
+  });
+}
+
+/** Start comparing `dimension`: its top values by impressions, as many as fit (up to three). */
+async function compareBy(dimension) {
+  if (!dimension) {
+    select((s) => {
+      s.compare = { dimension: null, values: [] };
+    });
+    return;
+  }
+  let top = [];
+  try {
+    top = (await suggest(dimension)).slice(0, 3).map((s) => s.value);
+  } catch {
+    // The refresh reports what is wrong with the API; the analyst picks values by hand.
+  }
+  select((s) => {
+    s.compare = { dimension, values: top };
+  });
+}
+
+function showCustomRange(open) {
+  const form = $("custom-range");
+  form.hidden = !open;
+  document.querySelector('#range [data-range="custom"]').setAttribute("aria-expanded", String(open));
+  if (!open) return;
+  const window_ = timeWindow(state.selection, Date.now());
+  $("custom-start").value = isoMinute(window_.start).slice(0, 16);
+  $("custom-end").value = isoMinute(window_.end).slice(0, 16);
+  $("custom-start").focus();
+}
+
+async function downloadCsv() {
+  const window_ = timeWindow(state.selection, Date.now());
+  const params = queries(state.selection, window_, MIN_COMPARE).table;
+  const button = $("download-csv");
+  button.disabled = true;
+  try {
+    const { text } = await getCsv(CTR_PATH, params);
+    const stamp = (ms) => isoMinute(ms).replaceAll(":", "").replaceAll("-", "");
+    const filename = `ctr_${stamp(window_.start)}_${stamp(window_.end)}.csv`;
+    const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+    const link = document.createElement("a");
+    link.href = url;
+    link.download = filename;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    window.setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    state.downloads.push({ filename, bytes: text.length });
+  } catch (err) {
+    showError(err);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function copyLink() {
+  const button = $("copy-link");
+  try {
+    await navigator.clipboard.writeText(window.location.href);
+    button.textContent = "Link copied";
+  } catch {
+    // No clipboard (an insecure origin): the address bar holds the same link.
+    button.textContent = "Copy the address bar";
+  }
+  window.setTimeout(() => (button.textContent = "Copy link"), 2000);
 }
 
 function wire() {
   for (const button of document.querySelectorAll("#range button")) {
-    button.addEventListener("click", () => selectRange(button.dataset.range));
+    button.addEventListener("click", () => {
+      if (button.dataset.range === "custom") {
+        showCustomRange($("custom-range").hidden);
+        return;
+      }
+      showCustomRange(false);
+      select((s) => Object.assign(s, { range: button.dataset.range, start: null, end: null }));
+    });
   }
+  $("custom-range").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const start = Date.parse(`${$("custom-start").value}Z`);
+    const end = Date.parse(`${$("custom-end").value}Z`);
+    if (!(end > start) || end - start > 31 * 86_400_000) {
+      $("custom-hint").textContent = "The end must be after the start, at most 31 days later.";
+      return;
+    }
+    showCustomRange(false);
+    select((s) => Object.assign(s, { range: "custom", start, end }));
+  });
+  $("compare-dimension").addEventListener("change", (event) => compareBy(event.target.value || null));
+  $("clear-all").addEventListener("click", () =>
+    select((s) => {
+      s.filters = {};
+      s.compare = { dimension: null, values: [] };
+    }),
+  );
   $("refresh-every").textContent = `(every ${REFRESH_SECONDS} s)`;
   $("auto-refresh").addEventListener("change", () => (state.inFlight ? null : schedule()));
   $("refresh-now").addEventListener("click", () => refresh());
+  $("copy-link").addEventListener("click", () => copyLink());
   $("change-token").addEventListener("click", () => askForToken("Enter the API token."));
   $("token-form").addEventListener("submit", () => {
     storeToken($("token-input").value);
@@ -292,11 +491,27 @@ function wire() {
   document.addEventListener("visibilitychange", () => {
     if (!document.hidden && document.body.dataset.state !== "token") refresh();
   });
+  // Back and forward walk through the views the analyst had.
+  window.addEventListener("popstate", () => {
+    apply(parseState(window.location.search, localStorage.getItem(RANGE_KEY)).state);
+    refresh();
+  });
+}
+
+/** The selection the page opens with: the URL's, else the last range used here. */
+function initialSelection() {
+  const remembered = localStorage.getItem(RANGE_KEY);
+  const { state: selection, problems } = parseState(window.location.search, RANGES[remembered] ? remembered : undefined);
+  state.urlProblems = problems;
+  if (problems.length) console.warn(`dashboard: ignored in the URL: ${problems.join("; ")}`);
+  return selection;
 }
 
 // What the browser test reads (and what a curious user can inspect in the console).
-window.ctrDashboard = { state, charts, refresh };
+window.ctrDashboard = { state, charts, refresh, table, filterPickers, comparePicker };
 
 adoptTokenFromUrl();
 wire();
-selectRange(state.range);
+apply(initialSelection());
+window.history.replaceState(null, "", `${window.location.pathname}?${serializeState(state.selection)}${window.location.hash}`);
+refresh();

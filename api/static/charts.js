@@ -164,51 +164,75 @@ function timeAxis(view) {
   };
 }
 
+// One colour per compared series (Tableau's first five: distinct for most colour visions).
+export const SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2"];
+
 /**
- * The time-series charts: CTR with its 95 % interval, and impressions (bars) with clicks.
- * `series` is one entry per bucket of the range: `{t, row}` with `row` null where no data.
+ * The datasets of one CTR line: the line (provenance in its segments and points), and its 95 %
+ * interval as a band between two invisible lines. `line.series` is one entry per bucket.
+ */
+function ctrDatasets(line, index, compared) {
+  const sourceOf = (i) => line.series[i]?.row?.source;
+  const at = (value) => line.series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
+  return [
+    {
+      role: "ctr",
+      line: index,
+      label: line.label,
+      data: at((r) => r.ctr),
+      ...provenanceLine(line.color, sourceOf),
+    },
+    {
+      role: "ci-low",
+      label: "_ci_low",
+      data: at((r) => r.ctr_ci_low),
+      pointRadius: 0,
+      borderWidth: 0,
+      spanGaps: false,
+    },
+    {
+      role: "ci-high",
+      // One legend entry for the single series' band; compared lines' bands share their colour.
+      label: compared ? `_ci_${line.label}` : "95 % interval",
+      data: at((r) => r.ctr_ci_high),
+      pointRadius: 0,
+      borderWidth: 0,
+      backgroundColor: withAlpha(line.color, compared ? 0.12 : 0.15),
+      fill: "-1",
+      spanGaps: false,
+    },
+  ];
+}
+
+/**
+ * The time-series charts: CTR with its 95 % interval (one line, or one per compared value),
+ * and impressions (bars) with clicks. A series is one entry per bucket of the range:
+ * `{t, row}` with `row` null where there is no data.
  */
 export class SeriesCharts {
   constructor(ctrCanvas, volumeCanvas) {
     this.series = [];
+    this.lines = [];
     const sourceOf = (i) => this.series[i]?.row?.source;
     const fill = barFill(BLUE);
     this.ctr = new Chart(ctrCanvas, {
       type: "line",
-      data: {
-        datasets: [
-          { label: "CTR", data: [], ...provenanceLine(TEAL, sourceOf) },
-          {
-            label: "_ci_low",
-            data: [],
-            pointRadius: 0,
-            borderWidth: 0,
-            spanGaps: false,
-          },
-          {
-            label: "95 % interval",
-            data: [],
-            pointRadius: 0,
-            borderWidth: 0,
-            backgroundColor: withAlpha(TEAL, 0.15),
-            fill: "-1",
-            spanGaps: false,
-          },
-        ],
-      },
+      data: { datasets: [] },
       options: {
         ...baseOptions(),
         scales: { x: { type: "linear" }, y: { beginAtZero: true, ticks: { callback: pctTick } } },
         plugins: {
           ...baseOptions().plugins,
           tooltip: {
-            filter: (item) => item.datasetIndex === 0,
+            filter: (item) => item.dataset.role === "ctr" && item.raw.y !== null,
             callbacks: {
               title: (items) => formatTime(items[0].parsed.x),
               label: (item) => {
-                const row = this.series[item.dataIndex].row;
+                const line = this.lines[item.dataset.line];
+                const row = line.series[item.dataIndex].row;
+                const name = this.lines.length > 1 ? `${line.label}: ` : "";
                 return [
-                  `CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
+                  `${name}CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
                   provenance(row),
                 ];
               },
@@ -283,15 +307,21 @@ export class SeriesCharts {
     });
   }
 
-  update(view, series) {
+  /**
+   * `series`: the (filtered) traffic per bucket, for the volume chart and, without `compared`,
+   * the CTR line; `compared`: [{label, series}] lines to draw on the CTR chart instead.
+   */
+  update(view, series, compared = null) {
     this.series = series;
+    this.lines = compared
+      ? compared.map((line, i) => ({ ...line, color: SERIES_COLORS[i % SERIES_COLORS.length] }))
+      : [{ label: "CTR", color: TEAL, series }];
+    const many = this.lines.length > 1;
+    this.ctr.data.datasets = this.lines.flatMap((line, i) => ctrDatasets(line, i, many));
     const at = (value) => series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
     for (const chart of [this.ctr, this.volume]) {
       chart.options.scales.x = timeAxis(view);
     }
-    this.ctr.data.datasets[0].data = at((r) => r.ctr);
-    this.ctr.data.datasets[1].data = at((r) => r.ctr_ci_low);
-    this.ctr.data.datasets[2].data = at((r) => r.ctr_ci_high);
     this.volume.data.datasets[0].data = at((r) => r.clicks);
     this.volume.data.datasets[1].data = at((r) => r.impressions);
     this.ctr.update("none");
@@ -301,7 +331,8 @@ export class SeriesCharts {
 
 /** A horizontal bar chart of CTR per value of one dimension; `rows` are already ranked. */
 export class BreakdownChart {
-  constructor(canvas, dimension) {
+  /** `onSelect(value)`: a bar was clicked (the page filters on it). */
+  constructor(canvas, dimension, onSelect = null) {
     this.dimension = dimension;
     this.rows = [];
     const fill = barFill(TEAL);
@@ -323,6 +354,12 @@ export class BreakdownChart {
         ...baseOptions(),
         indexAxis: "y",
         interaction: { mode: "nearest", axis: "y", intersect: false },
+        onClick: (_event, elements) => {
+          if (onSelect && elements.length) onSelect(this.rows[elements[0].index][this.dimension]);
+        },
+        onHover: (event, elements) => {
+          event.native.target.style.cursor = onSelect && elements.length ? "pointer" : "default";
+        },
         scales: { x: { beginAtZero: true, ticks: { callback: pctTick, maxRotation: 0 } } },
         plugins: {
           legend: { display: false },
