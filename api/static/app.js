@@ -410,8 +410,9 @@ function showCustomRange(open) {
   $("custom-start").focus();
 }
 
+/** The table's rows as the API's CSV: the query of the table on the page (its time window). */
 async function downloadCsv() {
-  const window_ = timeWindow(state.selection, Date.now());
+  const window_ = state.view ?? timeWindow(state.selection, Date.now());
   const params = queries(state.selection, window_, MIN_COMPARE).table;
   const button = $("download-csv");
   button.disabled = true;
