@@ -67,9 +67,9 @@ dashboard-screenshot: setup  ## run the dashboard browser test and refresh docs/
 	@bash infra/system-packages.sh chromium
 	CTR_DASHBOARD_SCREENSHOT=docs/dashboard.png $(PY) -m pytest tests/test_dashboard.py
 
-demo-screenshot: setup  ## screenshot of the running demo's dashboard into docs/demo.png
+demo-screenshot: setup  ## screenshots of the running demo's dashboard into docs/ (overview, filters, comparison, table)
 	@bash infra/system-packages.sh chromium
-	@$(PY) -m infra.demo_screenshot docs/demo.png
+	@$(PY) -m infra.demo_screenshot docs
 
 lock:  ## re-resolve constraints.txt from pyproject.toml in a scratch venv
 	@bash infra/lock.sh

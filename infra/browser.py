@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -109,17 +109,34 @@ class Page:
         )
         self.size = (width, height)
 
-    def screenshot(self, path: Path) -> Path:
-        """The whole page. The viewport grows to the page's height first and the page gets a
-        moment to lay out again: capturing beyond the viewport resizes it under the page's
-        responsive charts, which would be caught cleared, mid-redraw."""
+    def screenshot(self, path: Path, clip_to: Sequence[str] = ()) -> Path:
+        """The whole page, or the smallest rectangle holding the elements of the CSS selectors
+        ``clip_to``. The viewport grows to the page's height first and the page gets a moment
+        to lay out again: capturing beyond the viewport resizes it under the page's responsive
+        charts, which would be caught cleared, mid-redraw."""
         width, height = self.size
         full = int(self.evaluate("document.documentElement.scrollHeight"))
         if full > height:
             self.resize(width, full)
             self.evaluate("new Promise((done) => setTimeout(done, 500))")
+        params: dict[str, Any] = {"format": "png"}
+        if clip_to:
+            params["clip"] = self.evaluate(
+                f"""(() => {{
+                  window.scrollTo(0, 0);
+                  const rects = {json.dumps(list(clip_to))}
+                    .flatMap((s) => [...document.querySelectorAll(s)])
+                    .map((e) => e.getBoundingClientRect());
+                  if (!rects.length) throw new Error("nothing to clip to: {", ".join(clip_to)}");
+                  const x = Math.min(...rects.map((r) => r.left)) - 8;
+                  const y = Math.min(...rects.map((r) => r.top)) - 8;
+                  return {{ x: Math.max(x, 0), y: Math.max(y, 0), scale: 1,
+                    width: Math.max(...rects.map((r) => r.right)) + 8 - Math.max(x, 0),
+                    height: Math.max(...rects.map((r) => r.bottom)) + 8 - Math.max(y, 0) }};
+                }})()"""
+            )
         try:
-            data = self.send("Page.captureScreenshot", {"format": "png"})
+            data = self.send("Page.captureScreenshot", params)
         finally:
             if full > height:
                 self.resize(width, height)

@@ -107,7 +107,7 @@ Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOM
   source $DEMO/env
 
   # 1. the five countries with the most clicks in the last 24 h, from the merged view
-  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?group_by=country&order_by=-clicks&limit=5'
+  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=all&group_by=country&order_by=-clicks&limit=5'
 
   # 2. ad-hoc SQL: how much of the view is exact (batch) and how much approximate (speed)
   ctr sql "SELECT source, count(*) AS rows, sum(impressions) AS impressions, sum(clicks) AS clicks FROM ctr GROUP BY source"
