@@ -17,13 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 from urllib.parse import urlencode
 
-from lake.catalog import batch_table
 from serving_layer.query import (
     GRANULARITIES,
-    MAX_PREDICATE_INTERVALS,
     STEP,
     CtrQuery,
-    ctr_sql,
 )
 from serving_layer.service import ServingLayer
 from serving_layer.tables import LakeSnapshot
@@ -100,17 +97,8 @@ def ctr_statement(
     serving: ServingLayer, query: CtrQuery, snapshot: LakeSnapshot
 ) -> tuple[str, dict[str, object]]:
     """The SQL and parameters :meth:`ServingLayer.ctr` runs for ``query`` over ``snapshot``
-    (the published view): the same relations, stale arrivals and coverage predicate."""
-    view = serving.definition(snapshot)
-    within = serving.coverage(snapshot, view).within(query.start, query.end)
-    return ctr_sql(
-        query,
-        batch=serving.relation_name(snapshot[batch_table(view).name]),
-        speed=serving._filtered(snapshot["speed/ctr"], view),
-        covered=serving._covered_relation(snapshot["batch/coverage"], view.key),
-        stale=serving._stale_relation(snapshot, view),
-        intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
-    )
+    (the published view)."""
+    return serving.ctr_statement(query, snapshot, serving.definition(snapshot))
 
 
 def wrk_script(paths: Sequence[str], threads: int) -> str:

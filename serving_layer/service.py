@@ -159,6 +159,21 @@ class ServingLayer:
             return self.registry(snapshot).published(view)
         return definition(view, version)
 
+    def ctr_statement(
+        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
+    ) -> tuple[str, dict[str, object]]:
+        """The SQL and bound parameters that answer ``query`` for ``view`` over ``snapshot``
+        (:func:`serving_layer.query.ctr_sql` over the snapshot's relations)."""
+        within = self.coverage(snapshot, view).within(query.start, query.end)
+        return ctr_sql(
+            query,
+            batch=self.relations.relation(snapshot[batch_table(view).name]).name,
+            speed=self._filtered(snapshot["speed/ctr"], view),
+            covered=self._covered_relation(snapshot["batch/coverage"], view.key),
+            stale=self._stale_relation(snapshot, view),
+            intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
+        )
+
     def ctr(
         self, query: CtrQuery, snapshot: LakeSnapshot | None = None, version: int | None = None
     ) -> CtrResult:
@@ -166,30 +181,23 @@ class ServingLayer:
         published version of the view (or ``version``)."""
         snap = snapshot or self.snapshot()
         view = self.definition(snap, version)
-        batch = self.relations.relation(snap[batch_table(view).name])
-        speed = self._filtered(snap["speed/ctr"], view)
         coverage = self.coverage(snap, view)
-        covered = self._covered_relation(snap["batch/coverage"], view.key)
-        within = coverage.within(query.start, query.end)
-        sql, params = ctr_sql(
-            query,
-            batch=batch.name,
-            speed=speed,
-            covered=covered,
-            stale=self._stale_relation(snap, view),
-            intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
-        )
+        sql, params = self.ctr_statement(query, snap, view)
         with self.cursor() as cur:
             fetched = cur.execute(sql, params).fetchall()
         truncated = len(fetched) > query.limit
         groups = query.group_by
+        # Grouped answers repeat each bucket once per group: its start and coverage once.
+        buckets: dict[int, tuple[dt.datetime, float]] = {}
         rows = []
         for record in fetched[: query.limit]:
-            bucket = _EPOCH + dt.timedelta(microseconds=record[0])
+            bucket_us = record[0]
+            if bucket_us not in buckets:
+                start = _EPOCH + dt.timedelta(microseconds=bucket_us)
+                buckets[bucket_us] = (start, coverage.fraction(*query.bucket(start)))
+            bucket, fraction = buckets[bucket_us]
             impressions, clicks, ctr, stale_events, run_ids = record[-5:]
             interval = wilson_interval(clicks, impressions)
-            lo, hi = query.bucket(bucket)
-            fraction = coverage.fraction(lo, hi)
             source = source_of(fraction)
             if stale_events and source == "batch":
                 source = "stale"
