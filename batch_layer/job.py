@@ -202,9 +202,12 @@ def _run_once(
     # Arrivals a run counted are forgotten only while no other version may still need them
     # (a version being built, or one to roll back to, keeps them: see lake.staleness).
     if read_registry(lake).live(definition.view) == (definition,):
-        forget_counted(
-            spark, lake, where=interval.sql_predicate("bucket_start"), input_version=version
-        )
+        where = interval.sql_predicate("bucket_start")
+        if not forget_counted(spark, lake, where=where, input_version=version):
+            on_step(
+                "master/arrivals kept changing under the clean-up: the arrivals this run "
+                "counted stay (not stale; the next run over these minutes removes them)"
+            )
     return BatchRun(run_id, interval, version, rows)
 
 

@@ -35,14 +35,19 @@ while ((!stopping)); do
     end="$(iso "$tick")"
     echo "batch loop: $(date -u +%H:%M:%S) ctr batch --start $start --end $end"
     # In the foreground: bash runs the TERM trap only after it returns.
-    if "$CTR" batch --start "$start" --end "$end"; then
+    # The exit status is taken at once: the timestamp's command substitution resets $?.
+    "$CTR" batch --start "$start" --end "$end"
+    status=$?
+    if ((status == 0)); then
         echo "batch loop: $(date -u +%H:%M:%S) done"
     else
-        echo "batch loop: $(date -u +%H:%M:%S) ctr batch failed (exit $?); next tick retries" >&2
+        echo "batch loop: $(date -u +%H:%M:%S) ctr batch failed (exit $status); next tick retries" >&2
     fi
     ((stopping)) && break
-    if ! "$CTR" batch --stale; then
-        echo "batch loop: $(date -u +%H:%M:%S) ctr batch --stale failed (exit $?); next tick retries" >&2
+    "$CTR" batch --stale
+    status=$?
+    if ((status != 0)); then
+        echo "batch loop: $(date -u +%H:%M:%S) ctr batch --stale failed (exit $status); next tick retries" >&2
     fi
 done
 echo "batch loop: stopped"

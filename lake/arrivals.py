@@ -16,11 +16,12 @@ once more than it is (one recompute too many), never the other way round.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import TYPE_CHECKING
 
 from lake.catalog import MASTER_ARRIVALS
 from lake.settings import LakeSettings
-from runtime.formats import write_delta
+from runtime.formats import is_commit_conflict, write_delta
 from views.ctr import ctr
 
 if TYPE_CHECKING:
@@ -50,14 +51,33 @@ def record_arrivals(
 
 
 def forget_counted(
-    spark: SparkSession, lake: LakeSettings, *, where: str, input_version: int
-) -> None:
+    spark: SparkSession,
+    lake: LakeSettings,
+    *,
+    where: str,
+    input_version: int,
+    attempts: int = 5,
+) -> bool:
     """Delete the arrivals in ``where`` (SQL on ``bucket_start``, no user text) that a batch run
-    reading master/events at ``input_version`` counted. The archiver's appends are blind, so
-    they never conflict with this delete."""
+    reading master/events at ``input_version`` counted; False if the archiver's appends kept
+    conflicting with the delete ``attempts`` times. Leaving them is safe: arrivals at or below
+    a covering run's input version are never stale (:mod:`lake.staleness`), and the next run
+    covering those minutes deletes them."""
     from delta.tables import DeltaTable
 
     path = MASTER_ARRIVALS.path(lake)
     if not DeltaTable.isDeltaTable(spark, path):
-        return
-    DeltaTable.forPath(spark, path).delete(f"({where}) AND events_version <= {int(input_version)}")
+        return True
+    condition = f"({where}) AND events_version <= {int(input_version)}"
+    for attempt in range(1, attempts + 1):
+        try:
+            DeltaTable.forPath(spark, path).delete(condition)
+        except Exception as exc:
+            # delta-spark fails a delete when an append committed while it ran, although the
+            # appended arrivals (newer versions) are not among the rows it deletes.
+            if not is_commit_conflict(exc):
+                raise
+            time.sleep(0.2 * attempt)
+        else:
+            return True
+    return False
