@@ -264,12 +264,12 @@ def test_the_arrivals_clean_up_survives_the_archivers_appends(
     thread = threading.Thread(target=archiver)
     thread.start()
     try:
-        under_appends = forget_counted(spark, lake, where=where, input_version=1, attempts=2)
+        # Whether a delete gets through between two appends is up to timing; it must not
+        # raise (delta-spark's conflict used to fail the run).
+        forget_counted(spark, lake, where=where, input_version=1, attempts=2)
     finally:
         stop.set()
         thread.join()
-    # Whether a delete got through between two appends is up to timing; it must not raise.
-    assert under_appends in {True, False}
     assert len(appended) > 2
     # Once the appends pause, the counted rows go and every newer one stays.
     assert forget_counted(spark, lake, where=where, input_version=1)
