@@ -199,8 +199,8 @@ function show(window_, answer) {
   state.freshness = answer.series.freshness ?? null;
   state.totals = answer.totals.rows[0] ?? null;
   state.table = answer.table;
-  const bodies = [answer.series, answer.compare, answer.totals, ...Object.values(answer.breakdowns)];
-  state.truncated = bodies.some((b) => b?.truncated);
+  // The breakdowns are top-N by design; the table says its own truncation.
+  state.truncated = [answer.series, answer.compare, answer.totals].some((b) => b?.truncated);
   charts.series.update(window_, state.series, state.compared);
   for (const [d, body] of Object.entries(answer.breakdowns)) {
     state.breakdowns[d] = body.rows;

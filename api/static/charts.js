@@ -205,6 +205,21 @@ function ctrDatasets(line, index, compared) {
 }
 
 /**
+ * The top of the CTR axis: room above the highest CTR drawn, so a few buckets with a handful of
+ * impressions (whose intervals span tens of percent) do not flatten every line; their bands are
+ * cut at the top. Undefined (Chart.js decides) when the intervals fit anyway.
+ */
+function ctrAxisMax(lines) {
+  const rows = lines.flatMap((line) => line.series.map((b) => b.row).filter(Boolean));
+  const top = Math.max(0, ...rows.map((r) => r.ctr ?? 0));
+  const bands = Math.max(0, ...rows.map((r) => r.ctr_ci_high ?? 0));
+  if (top <= 0 || bands <= 2 * top) return undefined;
+  const max = 2 * top;
+  const step = 10 ** Math.floor(Math.log10(max)) / 2;
+  return Math.min(1, Math.ceil(max / step) * step);
+}
+
+/**
  * The time-series charts: CTR with its 95 % interval (one line, or one per compared value),
  * and impressions (bars) with clicks. A series is one entry per bucket of the range:
  * `{t, row}` with `row` null where there is no data.
@@ -318,6 +333,7 @@ export class SeriesCharts {
       : [{ label: "CTR", color: TEAL, series }];
     const many = this.lines.length > 1;
     this.ctr.data.datasets = this.lines.flatMap((line, i) => ctrDatasets(line, i, many));
+    this.ctr.options.scales.y.max = ctrAxisMax(this.lines);
     const at = (value) => series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
     for (const chart of [this.ctr, this.volume]) {
       chart.options.scales.x = timeAxis(view);
