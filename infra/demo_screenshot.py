@@ -3,8 +3,9 @@
 Opens the dashboard of `make demo` in headless Chromium (the DevTools driver of the dashboard
 tests, `infra/browser.py`) at each view's URL (the page keeps its view in the query string),
 waits until its charts have loaded and drawn, and saves a screenshot of the view's part of the
-page: the page down to its table (docs/demo.png), the filters at work (docs/dashboard-filters.png), a
-comparison (docs/dashboard-compare.png) and the table (docs/dashboard-table.png).
+page: the page down to its table (docs/demo.png), the filters at work
+(docs/dashboard-filters.png), a comparison (docs/dashboard-compare.png) and the table
+(docs/dashboard-table.png).
 """
 
 from __future__ import annotations
