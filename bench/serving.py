@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,6 @@ from deltalake import write_deltalake
 from bench.serving_mix import (
     MIX_QUERIES,
     MIX_SEED,
-    ctr_statement,
     dashboard_mix,
     request_path,
     wrk_script,
@@ -59,6 +58,9 @@ from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
 from serving_layer.tables import SCHEMAS
 from views.columns import DIMENSIONS
+
+if TYPE_CHECKING:
+    from serving_layer.service import ServingLayer
 
 END = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.UTC)
 HOURS = 24
@@ -373,6 +375,35 @@ async def _load(
     return latencies, errors
 
 
+Statement = tuple[str, dict[str, object]]
+
+
+def _closed_loop(
+    serving: ServingLayer, statements: Sequence[Statement], duration_s: float, clients: int
+) -> list[float]:
+    """Latencies of ``clients`` threads running ``statements`` in turn back to back for
+    ``duration_s``, each from its own offset (an equal share apart), each on its own cursor."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    def worker(client: int) -> None:
+        done = client * len(statements) // clients
+        with serving.cursor() as cur:
+            while time.perf_counter() < deadline:
+                sql, params = statements[done % len(statements)]
+                done += 1
+                started = time.perf_counter()
+                cur.execute(sql, params).fetchall()
+                latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=worker, args=(client,)) for client in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies
+
+
 def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
     """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
     from serving_layer.query import CtrQuery, ctr_sql
@@ -402,21 +433,7 @@ def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, flo
             started = time.perf_counter()
             cur.execute(sql, params).fetchall()
             single.append(time.perf_counter() - started)
-    latencies: list[float] = []
-    deadline = time.perf_counter() + duration_s
-
-    def worker() -> None:
-        with serving.cursor() as cur:
-            while time.perf_counter() < deadline:
-                started = time.perf_counter()
-                cur.execute(sql, params).fetchall()
-                latencies.append(time.perf_counter() - started)
-
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    latencies = _closed_loop(serving, [(sql, params)], duration_s, clients)
     serving.close()
     return {
         **_percentiles(latencies),
@@ -436,7 +453,8 @@ def _mix_floor(
 
     serving = ServingLayer(lake, refresh_s=3600)
     snap = serving.snapshot()
-    statements = [ctr_statement(serving, query, snap) for query in mix]
+    view = serving.definition(snap)
+    statements = [serving.ctr_statement(query, snap, view) for query in mix]
     single: list[float] = []
     rows: list[int] = []
     with serving.cursor() as cur:
@@ -444,24 +462,7 @@ def _mix_floor(
             started = time.perf_counter()
             rows.append(len(cur.execute(sql, params).fetchall()))
             single.append(time.perf_counter() - started)
-    latencies: list[float] = []
-    deadline = time.perf_counter() + duration_s
-
-    def worker(client: int) -> None:
-        done = client * len(statements) // clients
-        with serving.cursor() as cur:
-            while time.perf_counter() < deadline:
-                sql, params = statements[done % len(statements)]
-                done += 1
-                started = time.perf_counter()
-                cur.execute(sql, params).fetchall()
-                latencies.append(time.perf_counter() - started)
-
-    threads = [threading.Thread(target=worker, args=(client,)) for client in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    latencies = _closed_loop(serving, statements, duration_s, clients)
     serving.close()
     return {
         **_percentiles(latencies),

@@ -3,9 +3,9 @@
 A dashboard with filters rarely sends the same query twice: each user picks a range (a preset
 or a brushed span), filters on a few dimension values, splits by a dimension or two, or asks for
 a top-N table. :func:`dashboard_mix` draws such queries, seeded, all distinct;
-:func:`request_path` is a query as the dashboard sends it to ``GET /api/v1/ctr``, and
-:func:`ctr_statement` its SQL as the serving layer builds it, so the API and the in-process
-floor run the same mix. :func:`wrk_script` has wrk walk the mix.
+:func:`request_path` is a query as the dashboard sends it to ``GET /api/v1/ctr``; the floor
+runs each one's SQL as the serving layer builds it (``ServingLayer.ctr_statement``), so the API
+and the in-process floor run the same mix. :func:`wrk_script` has wrk walk the mix.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from serving_layer.query import (
     STEP,
     CtrQuery,
 )
-from serving_layer.service import ServingLayer
-from serving_layer.tables import LakeSnapshot
 from views.columns import DIMENSIONS
 
 MIX_QUERIES: Final = 1000
@@ -91,14 +89,6 @@ def request_path(query: CtrQuery) -> str:
     if query.limit != DEFAULT_LIMIT:
         params.append(("limit", str(query.limit)))
     return f"/api/v1/ctr?{urlencode(params)}"
-
-
-def ctr_statement(
-    serving: ServingLayer, query: CtrQuery, snapshot: LakeSnapshot
-) -> tuple[str, dict[str, object]]:
-    """The SQL and parameters :meth:`ServingLayer.ctr` runs for ``query`` over ``snapshot``
-    (the published view)."""
-    return serving.ctr_statement(query, snapshot, serving.definition(snapshot))
 
 
 def wrk_script(paths: Sequence[str], threads: int) -> str:

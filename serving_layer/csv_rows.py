@@ -9,10 +9,14 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
+from serving_layer.json_values import jsonable
+
 
 def csv_cell(value: object) -> object:
-    """A JSON-ready value (:func:`serving_layer.json_values.jsonable`) as a CSV cell: null
-    empty, booleans ``true``/``false``, lists and objects as JSON text, the rest as is."""
+    """A result value as a CSV cell: as :func:`serving_layer.json_values.jsonable` makes it
+    (times ISO-8601 UTC, …), null empty, booleans ``true``/``false``, lists and objects as JSON
+    text."""
+    value = jsonable(value)
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -23,7 +27,7 @@ def csv_cell(value: object) -> object:
 
 
 def csv_text(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """``columns`` as the header row, then one line per row of JSON-ready values."""
+    """``columns`` as the header row, then one line per row of values (:func:`csv_cell`)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(columns)

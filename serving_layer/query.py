@@ -29,7 +29,6 @@ MAX_FILTER_VALUES: Final = 100
 EARLIEST: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 LATEST: Final = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 DEFAULT_RANGE: Final = dt.timedelta(hours=24)
-_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class QueryError(ValueError):
@@ -186,7 +185,7 @@ def ctr_sql(
     # TIMESTAMPTZ (which goes through the ICU calendar for every row). ``all`` is one bucket
     # starting at the range's start.
     if query.granularity == "all":
-        params["start_us"] = (query.start - _EPOCH) // dt.timedelta(microseconds=1)
+        params["start_us"] = int(query.start.timestamp()) * 1_000_000  # whole minutes
         bucket = "$start_us::BIGINT"
     else:
         params["step_us"] = query.step // dt.timedelta(microseconds=1)

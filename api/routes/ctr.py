@@ -14,7 +14,7 @@ from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, Format, FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
 from api.rendering import Rendered, freshness_json
-from serving_layer.csv_rows import csv_text
+from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
 from serving_layer.tables import AsOfError
@@ -187,7 +187,7 @@ def render_csv(result: CtrResult) -> Rendered:
     groups = result.query.group_by
     lines = (
         [
-            _iso(row.bucket_start),
+            row.bucket_start,
             *(row.dimensions[d] for d in groups),
             row.impressions,
             row.clicks,
@@ -205,8 +205,8 @@ def render_csv(result: CtrResult) -> Rendered:
     headers = {
         "Ctr-Truncated": "true" if result.truncated else "false",
         "Ctr-View": f"{result.view.view}@{result.view.version}",
-        "Ctr-Latest-Covered-Bucket": _iso(freshness.latest_covered_bucket),
-        "Ctr-Latest-Speed-Bucket": _iso(freshness.latest_speed_bucket),
+        "Ctr-Latest-Covered-Bucket": str(csv_cell(freshness.latest_covered_bucket)),
+        "Ctr-Latest-Speed-Bucket": str(csv_cell(freshness.latest_speed_bucket)),
     }
     return Rendered(
         csv_text(["bucket_start", *groups, *MEASURE_COLUMNS], lines).encode(),
@@ -262,7 +262,3 @@ def _split(value: str | None) -> list[str]:
 def _utc(value: dt.datetime) -> dt.datetime:
     # A time without an offset is taken as UTC (the API speaks UTC only).
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
-
-
-def _iso(value: dt.datetime | None) -> str:
-    return "" if value is None else value.isoformat().replace("+00:00", "Z")

@@ -118,7 +118,7 @@ const comparePicker = new ValuePicker($("compare-picker"), {
   dimension: null,
   max: MAX_COMPARE,
   placeholder: "add a value",
-  suggest: (dimension) => suggest(dimension),
+  suggest,
   onChange: (values) =>
     select((s) => {
       s.compare = { ...s.compare, values };

@@ -20,6 +20,8 @@ export class ValuePicker {
     this.onChange = onChange;
     this.values = [];
     this.suggestions = new Set();
+    this.loaded = false; // suggestions asked for once ...
+    this.stale = false; // ... and still for the current range and filters
     this.placeholder = placeholder;
 
     this.root = document.createElement("div");
