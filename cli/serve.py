@@ -24,6 +24,7 @@ def serve(
     import uvicorn
 
     from api.main import create_app
+    from api.server import server_config
     from api.settings import ApiSettings
 
     try:
@@ -40,4 +41,4 @@ def serve(
     host = host or settings.host
     port = port or settings.port
     console.print(f"serving on http://{host}:{port}/ (API docs: http://{host}:{port}/docs)")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    uvicorn.Server(server_config(create_app(settings), settings, host=host, port=port)).run()

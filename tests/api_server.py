@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from api.main import create_app
+from api.server import server_config
 from api.settings import ApiSettings
 from infra.broker import free_port
 from lake.settings import LakeSettings
@@ -22,11 +23,8 @@ def running_api(
 ) -> Iterator[str]:
     """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
     server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings, lake, kafka),
-            host="127.0.0.1",
-            port=free_port(),
-            log_level="warning",
+        server_config(
+            create_app(settings, lake, kafka), settings, host="127.0.0.1", port=free_port()
         )
     )
     thread = threading.Thread(target=server.run, name="test-api", daemon=True)

@@ -1,0 +1,74 @@
+"""The API under uvicorn with the edge's limits: one place that builds the server, for
+``ctr serve``, the tests and the benchmarks alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from api.edge import EdgeLimits, EdgeState, edge_protocol
+from api.settings import ApiSettings
+
+
+def edge_limits(settings: ApiSettings) -> EdgeLimits:
+    return EdgeLimits(
+        max_head_bytes=int(settings.max_header_bytes),
+        max_headers=settings.max_headers,
+        max_request_line_bytes=int(settings.max_request_line_bytes),
+        head_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        max_connections=settings.max_connections,
+        max_connections_per_client=settings.max_connections_per_client,
+    )
+
+
+def server_config(
+    app: FastAPI,
+    settings: ApiSettings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    log_level: str = "warning",
+) -> uvicorn.Config:
+    """uvicorn's configuration for ``app``: the edge protocol with ``settings``' limits (its
+    refusals counted in ``app``'s /metrics), keep-alive, no server header."""
+    edge = EdgeState(edge_limits(settings))
+    registry = getattr(app.state, "registry", None)
+    if registry is not None:
+        registry.register(EdgeCollector(edge))
+    return uvicorn.Config(
+        app,
+        host=host or settings.host,
+        port=port or settings.port,
+        http=edge_protocol(edge),
+        timeout_keep_alive=int(max(1, round(settings.keep_alive_s))),
+        server_header=False,
+        log_level=log_level,
+    )
+
+
+class EdgeCollector(Collector):
+    """``ctr_api_edge_refused_total{reason}`` and ``ctr_api_open_connections``."""
+
+    def __init__(self, edge: EdgeState) -> None:
+        self._edge = edge
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        refused = CounterMetricFamily(
+            "ctr_api_edge_refused",
+            "requests refused before parsing: head too large, too many headers, request line "
+            "too long, head or body too slow, too many connections",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._edge.refused.copy().items()):
+            refused.add_metric([reason], count)
+        yield refused
+        yield GaugeMetricFamily(
+            "ctr_api_open_connections",
+            "open HTTP connections",
+            value=self._edge.open_connections,
+        )
