@@ -10,6 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from api.formats import NotAcceptableError
+from api.query_gate import GateBusyError
+from serving_layer.service import QueryLimitError
 from serving_layer.sql_pool import SandboxUnavailableError, SqlBusyError
 
 _log = logging.getLogger(__name__)
@@ -52,6 +54,18 @@ def install(app: FastAPI) -> None:
             status_code=429,
             headers={"Retry-After": str(exc.retry_after_s)},
         )
+
+    @app.exception_handler(GateBusyError)
+    async def _gate_busy(request: Request, exc: GateBusyError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc), "parameter": None},
+            status_code=429,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
+
+    @app.exception_handler(QueryLimitError)
+    async def _query_limit(request: Request, exc: QueryLimitError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "parameter": None}, status_code=400)
 
     @app.exception_handler(SandboxUnavailableError)
     async def _unavailable(request: Request, exc: SandboxUnavailableError) -> JSONResponse:

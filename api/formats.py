@@ -23,12 +23,19 @@ FormatParam = Annotated[
 ]
 
 
+# Media ranges of an Accept header looked at; the rest is ignored (browsers send about ten).
+MAX_MEDIA_RANGES: Final = 64
+# How much of a refused Accept header the 406 quotes.
+_QUOTED: Final = 80
+
+
 class NotAcceptableError(Exception):
     """The Accept header allows none of the formats: 406."""
 
     def __init__(self, accept: str) -> None:
+        quoted = accept if len(accept) <= _QUOTED else f"{accept[:_QUOTED]}… ({len(accept)} chars)"
         super().__init__(
-            f"Accept: {accept!r} allows none of {', '.join(MEDIA_TYPES.values())} "
+            f"Accept: {quoted!r} allows none of {', '.join(MEDIA_TYPES.values())} "
             "(or use format=json|csv)"
         )
 
@@ -59,7 +66,7 @@ def negotiate(format_: Format | None, accept: str | None) -> Format:
 def _media_ranges(accept: str) -> list[tuple[str, float]]:
     """(media range, quality) of each element of an Accept header; a bad quality reads as 0."""
     ranges = []
-    for element in accept.split(","):
+    for element in accept.split(",", MAX_MEDIA_RANGES)[:MAX_MEDIA_RANGES]:
         media_range, *params = (part.strip() for part in element.split(";"))
         if not media_range:
             continue

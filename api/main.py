@@ -14,6 +14,7 @@ from api import errors
 from api.deps import require_token
 from api.guard import RequestGuard
 from api.metrics import LakeCollector, RequestMetrics
+from api.query_gate import QueryGate
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.routes import ctr, dashboard, health, sql, views
@@ -36,8 +37,21 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.serving = ServingLayer(
-            lake, refresh_s=settings.refresh_s, max_stale_s=settings.cache_stale_s
+            lake,
+            refresh_s=settings.refresh_s,
+            max_stale_s=settings.cache_stale_s,
+            timeout_s=settings.ctr_timeout_s,
+            memory_limit_bytes=int(settings.ctr_memory_limit),
         )
+        app.state.ctr_gate = QueryGate(
+            workers=settings.ctr_workers,
+            per_client=settings.per_client_workers,
+            queue=settings.ctr_queue,
+            queue_timeout_s=settings.ctr_queue_timeout_s,
+            what="CTR queries",
+        )
+        # Answers are computed on threads of their own, as many as may run at once.
+        app.state.ctr_limiter = CapacityLimiter(settings.ctr_workers)
         # Workers start on the first query; SQL waits on threads of its own (see routes/sql).
         app.state.sql_pool = SqlPool(
             workers=settings.sql_workers,
@@ -61,7 +75,9 @@ def create_app(
     )
     app.state.settings = settings
     app.state.cache = ResponseCache[Rendered](
-        settings.cache_entries, max_stale_s=settings.cache_stale_s
+        settings.cache_entries,
+        max_bytes=int(settings.cache_max_bytes),
+        max_stale_s=settings.cache_stale_s,
     )
     registry = CollectorRegistry()
     dead_letters = TopicDepth(
@@ -76,6 +92,7 @@ def create_app(
             lambda: app.state.cache,
             dead_letters,
             lambda: app.state.sql_pool,
+            lambda: app.state.ctr_gate,
         )
     )
     app.state.registry = registry

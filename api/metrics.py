@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.query_gate import QueryGate
 from api.response_cache import ResponseCache
 from api.topic_depth import TopicDepth
 from serving_layer.service import ServingLayer
@@ -48,19 +49,25 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = "500"
 
         async def record_status(message: Message) -> None:
+            # What was sent, once it was: a head the server could not write (an invalid header
+            # value, a closed connection) counts as "dropped", not as the status it named.
             nonlocal status
+            try:
+                await send(message)
+            except BaseException:
+                status = "dropped"
+                raise
             if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+                status = str(message["status"])
 
         try:
             await self.app(scope, receive, record_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            self.requests.labels(scope["method"], route, str(status)).inc()
+            self.requests.labels(scope["method"], route, status).inc()
             self.latency.labels(route).observe(time.perf_counter() - started)
 
 
@@ -76,11 +83,13 @@ class LakeCollector(Collector):
         cache: Callable[[], ResponseCache[Any]],
         dead_letters: TopicDepth | None = None,
         sql_pool: Callable[[], SqlPool] | None = None,
+        ctr_gate: Callable[[], QueryGate] | None = None,
     ):
         self._serving = serving
         self._cache = cache
         self._dead_letters = dead_letters
         self._sql_pool = sql_pool
+        self._ctr_gate = ctr_gate
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         errors = GaugeMetricFamily(
@@ -108,6 +117,8 @@ class LakeCollector(Collector):
         parts += [("dead_letters", self._dlq), ("cache", self._cache_counts)]
         if self._sql_pool is not None:
             parts.append(("sql", self._sql))
+        if self._ctr_gate is not None:
+            parts.append(("ctr_gate", self._gate))
         for part, produce in parts:
             try:
                 # Materialised first, so a part either appears whole or not at all.
@@ -233,6 +244,22 @@ class LakeCollector(Collector):
             "ctr_api_cache_stale_hits",
             "answers from the previous snapshot while the new one is computed",
             cache.stale_hits,
+        )
+        yield GaugeMetricFamily("ctr_api_cache_bytes", "bytes of cached answers", cache.bytes)
+
+    def _gate(self) -> Iterator[Metric]:
+        assert self._ctr_gate is not None
+        stats = self._ctr_gate().stats()
+        yield GaugeMetricFamily(
+            "ctr_api_queries_running", "CTR answers being computed", stats.running
+        )
+        yield GaugeMetricFamily(
+            "ctr_api_queries_waiting", "CTR queries waiting for a place", stats.waiting
+        )
+        yield CounterMetricFamily(
+            "ctr_api_queries_busy",
+            "CTR queries refused with 429 (queue full or wait too long)",
+            stats.rejected_busy,
         )
 
     def _sql(self) -> Iterator[Metric]:

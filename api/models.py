@@ -157,7 +157,8 @@ class SqlRequest(BaseModel):
         max_length=100_000,
         examples=["SELECT source, sum(clicks) FROM ctr GROUP BY 1"],
         description="one read-only query (SELECT, WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW, "
-        "SUMMARIZE, or EXPLAIN of a query)",
+        "SUMMARIZE, or EXPLAIN of a query) calling only allowed functions (GET "
+        "/api/v1/sql/functions lists them)",
     )
     max_rows: int | None = Field(default=None, ge=1, description="at most API_SQL_MAX_ROWS")
     as_of: dt.datetime | None = Field(
@@ -177,6 +178,15 @@ class SqlResponse(BaseModel):
     elapsed_ms: float
 
 
+class SqlFunctionsResponse(BaseModel):
+    table_functions: list[str] = Field(description="allowed in FROM")
+    functions: dict[str, list[str]] = Field(
+        description="allowed scalar, aggregate and window functions and operators, by kind"
+    )
+
+
 class Health(BaseModel):
     status: Literal["ok"]
-    versions: dict[str, int | None]
+    versions: dict[str, int | None] | None = Field(
+        default=None, description="the lake's table versions; with the API token only"
+    )

@@ -17,6 +17,10 @@ class Rendered:
     media_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = field(default=())
 
+    def __len__(self) -> int:
+        """The bytes it holds (the response cache is bounded in them)."""
+        return len(self.body) + sum(len(k) + len(v) for k, v in self.headers)
+
     def response(self) -> Response:
         return Response(self.body, media_type=self.media_type, headers=dict(self.headers))
 

@@ -1,11 +1,13 @@
 """Rendered responses per request, tagged with the lake snapshot they were computed from.
 
-Least-recently-used and bounded. Concurrent requests for the same missing entry wait for one
-computation (single flight). When a new snapshot appears (the speed layer commits every
-second), a request may get the previous snapshot's answer — consistent, at most ``max_stale_s``
-old, its freshness fields naming the versions it read — while one background computation
-brings the entry up to date: recomputing on the request path would put a full query into the
-latency of every client that arrives during that second.
+Least-recently-used and bounded in entries and in bytes (an entry larger than an eighth of the
+bytes is not kept: a few huge answers must not push out every dashboard's). Concurrent requests
+for the same missing entry wait for one computation (single flight). When a new snapshot
+appears (the speed layer commits every second), a request may get the previous snapshot's
+answer — consistent, at most ``max_stale_s`` old, its freshness fields naming the versions it
+read — while one background computation brings the entry up to date: recomputing on the
+request path would put a full query into the latency of every client that arrives during that
+second.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Sized)
 
 
 @dataclass(frozen=True)
@@ -26,18 +28,25 @@ class _Entry(Generic[T]):
     version: Hashable
     body: T
     computed_at: float
+    size: int
 
 
 class ResponseCache(Generic[T]):
     """Answers of type ``T`` (rendered bodies) per key and snapshot version."""
 
-    def __init__(self, entries: int, *, max_stale_s: float = 0.0) -> None:
+    def __init__(
+        self, entries: int, *, max_bytes: int = 64 * 2**20, max_stale_s: float = 0.0
+    ) -> None:
         if entries < 0:
             raise ValueError(f"'entries' must be >= 0, got {entries}")
+        if max_bytes < 0:
+            raise ValueError(f"'max_bytes' must be >= 0, got {max_bytes}")
         if max_stale_s < 0:
             raise ValueError(f"'max_stale_s' must be >= 0, got {max_stale_s}")
         self.entries = entries
+        self.max_bytes = max_bytes
         self.max_stale_s = max_stale_s
+        self.bytes = 0
         self.hits = 0
         self.stale_hits = 0
         self.misses = 0
@@ -105,12 +114,18 @@ class ResponseCache(Generic[T]):
                 del self._pending[(key, version)]
             future.set_exception(exc)
             return
+        size = len(body)
         with self._lock:
             del self._pending[(key, version)]
             current = self._data.get(key)
             if current is None or current.version != version:
-                self._data[key] = _Entry(version, body, time.monotonic())
-                self._data.move_to_end(key)
-                while len(self._data) > self.entries:
-                    self._data.popitem(last=False)
+                if current is not None:
+                    self.bytes -= current.size
+                    del self._data[key]
+                if size <= self.max_bytes // 8:
+                    self._data[key] = _Entry(version, body, time.monotonic(), size)
+                    self.bytes += size
+                while len(self._data) > self.entries or self.bytes > self.max_bytes:
+                    _, evicted = self._data.popitem(last=False)
+                    self.bytes -= evicted.size
         future.set_result(body)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import ByteSize, Field, SecretStr, field_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_TOKEN_LENGTH = 16
@@ -36,14 +36,59 @@ class ApiSettings(BaseSettings):
     # /metrics reads the dead-letter topic's depth from Kafka at most every dlq_refresh_s.
     dlq_refresh_s: float = Field(default=10.0, ge=0)
     kafka_timeout_s: float = Field(default=1.0, gt=0)
+    # /metrics answers this bearer token (or API_TOKEN); unset: API_TOKEN only.
+    metrics_token: SecretStr | None = None
 
-    @field_validator("token")
+    # -- the edge (api/edge.py): checked before a request is parsed --------------------------
+    # The request line plus headers in bytes (431), headers (431), the request line (414).
+    max_header_bytes: ByteSize = Field(default=ByteSize(32 * 2**10), ge=1024)
+    max_headers: int = Field(default=100, ge=1)
+    max_request_line_bytes: ByteSize = Field(default=ByteSize(8 * 2**10), ge=256)
+    # A request's headers within this many seconds of its first byte, its body within this
+    # many seconds of its headers (408).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    # Open connections from one client address, and in all (429).
+    max_connections_per_client: int = Field(default=64, ge=1)
+    max_connections: int = Field(default=1024, ge=1)
+    # Idle keep-alive connections are closed after this many seconds.
+    keep_alive_s: float = Field(default=5.0, gt=0)
+
+    # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
+    # Answers computed at once, of which one client may hold ctr_workers_per_client (default:
+    # one fewer than ctr_workers, so one client never holds them all); up to ctr_queue more
+    # wait, at most ctr_queue_timeout_s (then 429).
+    ctr_workers: int = Field(default=4, ge=1, le=64)
+    ctr_workers_per_client: int | None = Field(default=None, ge=1)
+    ctr_queue: int = Field(default=64, ge=0)
+    ctr_queue_timeout_s: float = Field(default=10.0, gt=0)
+    # A query running longer is stopped (400).
+    ctr_timeout_s: float = Field(default=10.0, gt=0)
+    # DuckDB's memory limit for the serving database (queries, in-memory speed and coverage
+    # tables); past it a query fails instead of growing the process.
+    ctr_memory_limit: ByteSize = Field(default=ByteSize(2**30), ge=64 * 2**20)
+    # An answer larger than this (JSON or CSV bytes) is refused (400 naming 'limit').
+    ctr_max_bytes: ByteSize = Field(default=ByteSize(32 * 2**20), ge=1024)
+    # The response cache's bytes; an answer over an eighth of it is not cached.
+    cache_max_bytes: ByteSize = Field(default=ByteSize(64 * 2**20), ge=0)
+
+    @property
+    def per_client_workers(self) -> int:
+        """``ctr_workers_per_client``, by default one fewer than ``ctr_workers`` (at least 1)."""
+        if self.ctr_workers_per_client is not None:
+            return min(self.ctr_workers_per_client, self.ctr_workers)
+        return max(1, self.ctr_workers - 1)
+
+    @field_validator("token", "metrics_token")
     @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
+    def _long_enough(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is None:
+            return None
         secret = value.get_secret_value().strip()
         if len(secret) < MIN_TOKEN_LENGTH:
+            name = f"API_{str(info.field_name).upper()}"
             raise ValueError(
-                f"API_TOKEN must be at least {MIN_TOKEN_LENGTH} characters "
+                f"{name} must be at least {MIN_TOKEN_LENGTH} characters "
                 "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         return SecretStr(secret)

@@ -70,6 +70,7 @@ CLIENTS = 32
 DURATION_S = 30.0
 RESULTS = Path("bench/results")
 TOKEN = "bench-token-0123456789abcdef"
+AUTH: Final = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def combos(n: int = COMBOS) -> dict[str, np.ndarray]:
@@ -565,7 +566,7 @@ def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _
                             headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
         if checked.status_code != 200 or not checked.json()["rows"]:
             raise RuntimeError(f"the dashboard query failed: {checked.text[:500]}")
-        before = _cache_metrics(httpx.get(f"{url}/metrics").text)
+        before = _cache_metrics(httpx.get(f"{url}/metrics", headers=AUTH).text)
         single.update(before)
         print(
             f"bench serving: {len(mix_paths)} distinct queries, {CLIENTS} clients for "
@@ -573,7 +574,8 @@ def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _
             flush=True,
         )
         _, mix = _api_load(url, duration, mix_paths)
-        mix.update(_cache_delta(before, _cache_metrics(httpx.get(f"{url}/metrics").text)))
+        after = _cache_metrics(httpx.get(f"{url}/metrics", headers=AUTH).text)
+        mix.update(_cache_delta(before, after))
         writer.stop.set()
         writer.join()
     finally:

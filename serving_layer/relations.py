@@ -99,14 +99,18 @@ class RelationCache:
     every second), plus values derived once per version. Relations of superseded versions are
     dropped a while later. Thread-safe."""
 
-    def __init__(self, *, threads: int = 2) -> None:
-        self._db = duckdb.connect(
-            config={
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-                "threads": threads,
-            }
-        )
+    def __init__(self, *, threads: int = 2, memory_limit_bytes: int | None = None) -> None:
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "threads": threads,
+        }
+        if memory_limit_bytes is not None:
+            # Queries past it fail with DuckDB's out-of-memory error instead of growing the
+            # process; nothing spills to disk.
+            config["memory_limit"] = f"{max(memory_limit_bytes // 2**20, 16)}MB"
+            config["temp_directory"] = ""
+        self._db = duckdb.connect(config=config)
         self._db.execute("SET TimeZone = 'UTC'")
         self._db.execute("SET parquet_metadata_cache = true")
         self._lock = threading.Lock()

@@ -10,9 +10,10 @@ provenance and Wilson intervals, freshness, what each view holds.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import duckdb
 
@@ -36,6 +37,10 @@ from serving_layer.wilson import wilson_interval
 from views.definitions import Definition, definition, versions
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class QueryLimitError(RuntimeError):
+    """A query was stopped at a resource limit (time or memory): ask for less."""
 
 
 @dataclass(frozen=True)
@@ -124,10 +129,15 @@ class ServingLayer:
         refresh_s: float = 0.5,
         max_stale_s: float = 0.0,
         threads: int = 2,
+        timeout_s: float | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
         self.lake = lake
+        self.timeout_s = timeout_s
         self.snapshots = SnapshotSource(lake, refresh_s=refresh_s, max_stale_s=max_stale_s)
-        self.relations = RelationCache(threads=threads)
+        self.relations = RelationCache(threads=threads, memory_limit_bytes=memory_limit_bytes)
 
     def close(self) -> None:
         self.relations.close()
@@ -183,8 +193,7 @@ class ServingLayer:
         view = self.definition(snap, version)
         coverage = self.coverage(snap, view)
         sql, params = self.ctr_statement(query, snap, view)
-        with self.cursor() as cur:
-            fetched = cur.execute(sql, params).fetchall()
+        fetched = self._fetch_all(sql, params)
         truncated = len(fetched) > query.limit
         groups = query.group_by
         # Grouped answers repeat each bucket once per group: its start and coverage once.
@@ -382,6 +391,31 @@ class ServingLayer:
 
     def cursor(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         return self.relations.cursor()
+
+    def _fetch_all(self, sql: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        """The rows of ``sql``, interrupted at ``timeout_s``; :class:`QueryLimitError` when it
+        is stopped there or runs out of the database's memory."""
+        with self.cursor() as cur:
+            timer = None
+            if self.timeout_s is not None:
+                timer = threading.Timer(self.timeout_s, cur.interrupt)
+                timer.daemon = True
+                timer.start()
+            try:
+                return cur.execute(sql, params).fetchall()
+            except duckdb.InterruptException:
+                raise QueryLimitError(
+                    f"the query was stopped at the time limit of {self.timeout_s:g} s: ask for "
+                    "a shorter range, a coarser granularity or fewer group_by dimensions"
+                ) from None
+            except duckdb.OutOfMemoryException:
+                raise QueryLimitError(
+                    "the query needs more memory than the server allows: ask for a shorter "
+                    "range, a coarser granularity or fewer group_by dimensions"
+                ) from None
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     def relation_name(self, table: TableSnapshot) -> str:
         return self.relations.relation(table).name

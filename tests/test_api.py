@@ -29,6 +29,7 @@ from tests.lake_writer import (
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+METRICS_TOKEN = "metrics-scrape-token-0123456789"
 RANGE = {"start": "2026-11-22T10:00:00Z", "end": "2026-11-22T12:00:00Z"}
 
 
@@ -81,7 +82,12 @@ def serve(settings: ApiSettings, lake: LakeSettings) -> Iterator[str]:
 def base_url(lake: LakeSettings) -> Iterator[str]:
     yield from serve(
         ApiSettings(
-            token=SecretStr(TOKEN), refresh_s=0, max_rows=1000, sql_timeout_s=2, cache_stale_s=0
+            token=SecretStr(TOKEN),
+            metrics_token=SecretStr(METRICS_TOKEN),
+            refresh_s=0,
+            max_rows=1000,
+            sql_timeout_s=2,
+            cache_stale_s=0,
         ),
         lake,
     )
@@ -392,9 +398,13 @@ def test_bad_sql_bodies_are_400s(
     assert response.json()["parameter"] == parameter
 
 
-def test_healthz_and_metrics_need_no_token(client: httpx.Client, base_url: str) -> None:
-    client.get("/api/v1/ctr", params=RANGE)
-    health = httpx.get(f"{base_url}/healthz")
+def test_healthz_says_up_to_anyone_and_versions_to_the_token(
+    client: httpx.Client, base_url: str
+) -> None:
+    assert httpx.get(f"{base_url}/healthz").json() == {"status": "ok"}
+    wrong = {"Authorization": "Bearer not-the-token-at-all-0123"}
+    assert httpx.get(f"{base_url}/healthz", headers=wrong).json() == {"status": "ok"}
+    health = client.get("/healthz")
     assert health.json() == {
         "status": "ok",
         "versions": {
@@ -409,7 +419,24 @@ def test_healthz_and_metrics_need_no_token(client: httpx.Client, base_url: str) 
             "batch/ctr_v2": None,
         },
     }
-    text = httpx.get(f"{base_url}/metrics").text
+
+
+@pytest.mark.parametrize("token", [None, "not-the-token-at-all-0123"])
+def test_metrics_need_a_token(base_url: str, token: str | None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    answer = httpx.get(f"{base_url}/metrics", headers=headers)
+    assert answer.status_code == 401
+    assert "API_METRICS_TOKEN" in answer.json()["detail"]
+    assert answer.headers["www-authenticate"] == "Bearer"
+    assert "ctr_table_version" not in answer.text
+
+
+@pytest.mark.parametrize("token", [METRICS_TOKEN, TOKEN])
+def test_metrics_with_the_scrape_token_or_the_api_token(
+    client: httpx.Client, base_url: str, token: str
+) -> None:
+    client.get("/api/v1/ctr", params=RANGE)
+    text = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"}).text
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)

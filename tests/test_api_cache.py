@@ -108,3 +108,25 @@ def test_peek_answers_from_the_cache_and_never_computes_on_the_caller() -> None:
         time.sleep(0.01)
     cache.close()
     assert ResponseCache[bytes](0).peek("q", 1, must_not_run) is None  # caching off
+
+
+def test_bounded_in_bytes() -> None:
+    cache = ResponseCache[bytes](100, max_bytes=8000)
+    for key in "abcdefghij":  # ten answers of 900 bytes: 9,000 bytes, over the bound
+        cache.get(key, 1, lambda: b"x" * 900)
+    assert cache.bytes <= 8000
+    assert cache.get("a", 1, lambda: b"recomputed") == b"recomputed"  # the oldest went first
+    assert cache.get("j", 1, lambda: b"recomputed") == b"x" * 900
+    # An answer over an eighth of the bound is answered, not kept.
+    assert cache.get("huge", 1, lambda: b"h" * 1001) == b"h" * 1001
+    assert cache.get("huge", 1, lambda: b"again") == b"again"
+    assert cache.bytes <= 8000
+
+
+def test_a_new_version_replaces_its_entrys_bytes() -> None:
+    cache = ResponseCache[bytes](100, max_bytes=8000)
+    cache.get("q", 1, lambda: b"x" * 500)
+    cache.get("q", 2, lambda: b"y" * 300)
+    assert cache.bytes == 300
+    with pytest.raises(ValueError, match="'max_bytes' must be >= 0"):
+        ResponseCache[bytes](1, max_bytes=-1)

@@ -39,6 +39,7 @@ from tests.api_server import running_api
 from tests.consume import read_topic
 
 TOKEN = "bad-input-test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NOW_MS = int(time.time() * 1000)  # Kafka stamps records with the send time: the reference
 MINUTE = 60_000
 
@@ -163,7 +164,7 @@ def _produce_validated(topics: KafkaSettings) -> None:
 
 
 def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+    text = httpx.get(f"{url}/metrics", headers=AUTH, timeout=30).text
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -261,8 +262,8 @@ def test_metrics_leave_out_the_dlq_depth_when_kafka_is_unreachable(
     ):
         # The client timeout is a hang guard (the lookup gives up after 0.5 s), not a speed
         # check: a scrape that waits on the missing broker fails with ReadTimeout.
-        first = httpx.get(f"{url}/metrics", timeout=10)
-        second = httpx.get(f"{url}/metrics", timeout=10)
+        first = httpx.get(f"{url}/metrics", headers=AUTH, timeout=10)
+        second = httpx.get(f"{url}/metrics", headers=AUTH, timeout=10)
     assert first.status_code == second.status_code == 200
     assert "ctr_dlq_records" not in first.text + second.text
     assert "ctr_table_rows" in first.text  # the rest of the scrape is there

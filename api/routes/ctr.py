@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Annotated, Final
 
 import orjson
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
@@ -13,6 +14,7 @@ from api.deps import CacheDep, ServingDep, SettingsDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, Format, FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
+from api.query_gate import QueryGate
 from api.rendering import Rendered, freshness_json
 from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
@@ -58,8 +60,9 @@ _CSV_EXAMPLE: Final = (
     response_model=CtrResponse,
     responses={
         **openapi_responses(_CSV_EXAMPLE, CSV_HEADERS),
-        400: {"model": ErrorResponse},
+        400: {"model": ErrorResponse, "description": "a bad parameter, or over a limit"},
         401: {"model": ErrorResponse},
+        429: {"model": ErrorResponse, "description": "too many CTR queries at once"},
     },
     summary="CTR per time bucket: batch where covered, speed elsewhere",
 )
@@ -133,11 +136,11 @@ async def get_ctr(
         )
     output = negotiate(format, accept)
     values = dict(zip(DIMENSIONS, (campaign_id, ad_id, site_id, country, device_type), strict=True))
-    moment = _utc(as_of) if as_of is not None else None
+    moment = _utc(as_of, "as_of") if as_of is not None else None
     try:
         query = CtrQuery.create(
-            start=_utc(start) if start is not None else None,
-            end=_utc(end) if end is not None else moment or dt.datetime.now(dt.UTC),
+            start=_utc(start, "start") if start is not None else None,
+            end=_utc(end, "end") if end is not None else moment or dt.datetime.now(dt.UTC),
             granularity=granularity,
             group_by=_split(group_by),
             filters={name: v for name, v in values.items() if v},
@@ -147,6 +150,9 @@ async def get_ctr(
         limits = QueryLimits(dt.timedelta(days=settings.max_range_days), settings.max_rows)
         query = limits.check(query)
     except QueryError as exc:
+        if exc.parameter == "end" and end is None and moment is not None:
+            # The end was as_of's: the moment is what the client can change.
+            raise ParameterError("as_of", f"{exc.message} (the range ends at as_of)") from None
         raise ParameterError(exc.parameter, exc.message) from None
     if version is not None:
         try:
@@ -154,7 +160,8 @@ async def get_ctr(
         except UnknownVersionError as exc:
             raise ParameterError("version", str(exc)) from None
     # On the event loop while nothing blocks (a cached answer of a current snapshot, the usual
-    # case); reading Delta logs and querying DuckDB go to the thread pool.
+    # case); reading Delta logs and querying DuckDB go to threads of their own, a few at once
+    # (the gate: a queue, then 429), so no client's heavy queries hold every thread.
     if moment is None:
         cached = serving.snapshots.cached()
         snapshot = cached if cached is not None else await run_in_threadpool(serving.snapshot)
@@ -166,13 +173,28 @@ async def get_ctr(
             raise ParameterError("as_of", str(exc)) from None
         # Keyed by its snapshot too: never another snapshot's answer, not even a recent one.
         key = ("ctr", query, version, output, snapshot.key)
+    max_bytes = int(settings.ctr_max_bytes)
 
     def compute() -> Rendered:
-        return render(serving.ctr(query, snapshot, version), output)
+        answer = render(serving.ctr(query, snapshot, version), output)
+        if len(answer.body) > max_bytes:
+            raise ParameterError(
+                "limit",
+                f"the answer is {len(answer.body):,} bytes, over API_CTR_MAX_BYTES "
+                f"({max_bytes:,}): ask for fewer rows (limit), a shorter range, a coarser "
+                "granularity or fewer group_by dimensions",
+            )
+        return answer
 
     answer = cache.peek(key, snapshot.key, compute)
     if answer is None:
-        answer = await run_in_threadpool(cache.get, key, snapshot.key, compute)
+        client = request.client.host if request.client else "unknown"
+        gate: QueryGate = request.app.state.ctr_gate
+        async with gate.place(client):
+            limiter: CapacityLimiter = request.app.state.ctr_limiter
+            answer = await to_thread.run_sync(
+                cache.get, key, snapshot.key, compute, limiter=limiter
+            )
     return answer.response()
 
 
@@ -259,6 +281,14 @@ def _split(value: str | None) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()] if value else []
 
 
-def _utc(value: dt.datetime) -> dt.datetime:
-    # A time without an offset is taken as UTC (the API speaks UTC only).
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+def _utc(value: dt.datetime, parameter: str) -> dt.datetime:
+    """``value`` in UTC (a time without an offset is taken as UTC: the API speaks UTC only);
+    a 400 naming ``parameter`` when UTC cannot hold it (0001-01-01T00:00+14:00)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ParameterError(
+            parameter, f"{value.isoformat()} is outside the years 1-9999 in UTC"
+        ) from None

@@ -1,26 +1,59 @@
-"""GET /healthz and GET /metrics (Prometheus text); no token needed."""
+"""GET /healthz (up or down for anyone; the lake's table versions with the API token) and
+GET /metrics (Prometheus text, with API_METRICS_TOKEN or API_TOKEN as a bearer token)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.deps import ServingDep
-from api.models import Health
+from api.deps import ServingDep, SettingsDep
+from api.guard import token_ok
+from api.models import ErrorResponse, Health
 
 router = APIRouter(tags=["operations"])
 
+_bearer = HTTPBearer(auto_error=False, description="API_METRICS_TOKEN (or API_TOKEN) of the server")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
-@router.get("/healthz", response_model=Health, summary="Liveness: the lake's table versions")
-def healthz(serving: ServingDep) -> Health:
-    return Health(status="ok", versions=serving.snapshot().versions())
+
+@router.get(
+    "/healthz",
+    response_model=Health,
+    response_model_exclude_none=True,
+    summary="Liveness: up or down; with the API token, the lake's table versions",
+)
+async def healthz(serving: ServingDep, settings: SettingsDep, credentials: Credentials) -> Health:
+    if not token_ok(settings.token, _header(credentials)):
+        return Health(status="ok")
+    snapshot = await run_in_threadpool(serving.snapshot)
+    return Health(status="ok", versions=snapshot.versions())
 
 
 @router.get(
     "/metrics",
     response_class=Response,
-    summary="Prometheus metrics",
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+    summary="Prometheus metrics (bearer token: API_METRICS_TOKEN or API_TOKEN)",
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, 401: {"model": ErrorResponse}},
 )
-def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(request: Request, settings: SettingsDep, credentials: Credentials) -> Response:
+    header = _header(credentials)
+    allowed = token_ok(settings.token, header) or (
+        settings.metrics_token is not None and token_ok(settings.metrics_token, header)
+    )
+    if not allowed:
+        raise HTTPException(
+            status_code=status.HTTP_401_UNAUTHORIZED,
+            detail="/metrics needs a bearer token: API_METRICS_TOKEN (a scrape-only token; "
+            "Prometheus: authorization: {credentials: ...}) or API_TOKEN",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    body = await run_in_threadpool(generate_latest, request.app.state.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _header(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return f"Bearer {credentials.credentials}" if credentials is not None else None
