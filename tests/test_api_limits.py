@@ -5,6 +5,7 @@ edges of time answered with a 400 naming them."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import csv
 import io
@@ -12,8 +13,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 from pydantic import ByteSize, SecretStr
+from starlette.types import Message, Receive, Scope, Send
 
+from api.metrics import RequestMetrics
 from api.settings import ApiSettings
 from lake.settings import LakeSettings
 from tests.api_server import running_api
@@ -165,3 +169,30 @@ def test_a_huge_accept_is_not_echoed(client: httpx.Client) -> None:
     assert answer.status_code == 406
     assert len(answer.text) < 400
     assert f"({len(accept)} chars)" in answer.json()["detail"]
+
+
+def test_metrics_count_what_was_sent() -> None:
+    """A head the server could not write (uvicorn refuses a header value with CR/LF) counts as
+    dropped, not as the status it named."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def refusing_send(message: Message) -> None:
+        raise RuntimeError("Invalid HTTP header value.")
+
+    async def accepting_send(message: Message) -> None:
+        return None
+
+    async def receive() -> Message:
+        return {"type": "http.request"}
+
+    registry = CollectorRegistry()
+    metrics = RequestMetrics(app, registry)
+    scope: Scope = {"type": "http", "method": "GET", "path": "/x"}
+    with pytest.raises(RuntimeError):
+        asyncio.run(metrics(scope, receive, refusing_send))
+    asyncio.run(metrics(scope, receive, accepting_send))
+    labels = {"method": "GET", "route": "unmatched"}
+    assert registry.get_sample_value("ctr_api_requests_total", {**labels, "status": "dropped"}) == 1
+    assert registry.get_sample_value("ctr_api_requests_total", {**labels, "status": "200"}) == 1

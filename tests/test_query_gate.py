@@ -1,0 +1,114 @@
+"""The CTR route's admission (api/query_gate.py), pure logic on an event loop: places in
+order, a cap per client, a bounded queue, a bounded wait."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from api.query_gate import GateBusyError, QueryGate
+
+
+def _gate(**overrides: float) -> QueryGate:
+    settings = {"workers": 2, "per_client": 1, "queue": 2, "queue_timeout_s": 5.0, **overrides}
+    return QueryGate(
+        workers=int(settings["workers"]),
+        per_client=int(settings["per_client"]),
+        queue=int(settings["queue"]),
+        queue_timeout_s=settings["queue_timeout_s"],
+    )
+
+
+async def _hold(gate: QueryGate, client: str, release: asyncio.Event, log: list[str]) -> None:
+    async with gate.place(client):
+        log.append(client)
+        await release.wait()
+
+
+def test_one_client_never_holds_every_place() -> None:
+    async def scenario() -> list[str]:
+        gate, log = _gate(), list[str]()
+        release = asyncio.Event()
+        heavy = [asyncio.create_task(_hold(gate, "attacker", release, log)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        assert log == ["attacker"]  # the second waits: one place per client
+        # Another client gets the free place at once, ahead of the attacker's waiting query.
+        async with gate.place("analyst"):
+            log.append("analyst")
+        assert gate.stats().waiting == 1
+        release.set()
+        await asyncio.gather(*heavy)
+        return log
+
+    assert asyncio.run(scenario()) == ["attacker", "analyst", "attacker"]
+
+
+def test_a_full_queue_is_busy_at_once() -> None:
+    async def scenario() -> None:
+        gate, log = _gate(per_client=2, queue=1), list[str]()
+        release = asyncio.Event()
+        held = [asyncio.create_task(_hold(gate, f"c{n}", release, log)) for n in range(3)]
+        await asyncio.sleep(0.01)
+        assert (gate.stats().running, gate.stats().waiting) == (2, 1)
+        with pytest.raises(GateBusyError, match="too many queries at once"):
+            async with gate.place("late"):
+                pass
+        release.set()
+        await asyncio.gather(*held)
+        assert gate.stats().rejected_busy == 1
+        assert gate.stats().admitted == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_past_the_timeout_is_busy_and_leaves_the_queue() -> None:
+    async def scenario() -> None:
+        gate, log = _gate(workers=1, queue_timeout_s=0.05), list[str]()
+        release = asyncio.Event()
+        held = asyncio.create_task(_hold(gate, "a", release, log))
+        await asyncio.sleep(0.01)
+        with pytest.raises(GateBusyError, match=r"within 0\.05 s") as raised:
+            async with gate.place("b"):
+                pass
+        assert raised.value.retry_after_s == 1
+        assert gate.stats().waiting == 0
+        release.set()
+        await held
+        async with gate.place("b"):  # the place is free again
+            pass
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_goes_away_gives_its_place_back() -> None:
+    async def scenario() -> None:
+        gate, log = _gate(workers=1), list[str]()
+        release = asyncio.Event()
+        first = asyncio.create_task(_hold(gate, "a", release, log))
+        waiting = asyncio.create_task(_hold(gate, "b", release, log))
+        await asyncio.sleep(0.01)
+        waiting.cancel()  # disconnected while queued
+        await asyncio.sleep(0.01)
+        assert gate.stats().waiting == 0
+        first.cancel()  # disconnected while running
+        await asyncio.sleep(0.01)
+        assert gate.stats().running == 0
+        async with gate.place("c"):
+            assert gate.stats().running == 1
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"workers": 0}, "'workers' must be >= 1"),
+        ({"per_client": 3}, "'per_client' must be within 1..2"),
+        ({"queue": -1}, "'queue' must be >= 0"),
+        ({"queue_timeout_s": 0}, "'queue_timeout_s' must be > 0"),
+    ],
+)
+def test_bad_arguments(arguments: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _gate(**arguments)
