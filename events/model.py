@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
@@ -38,6 +39,43 @@ else:  # msgspec checks membership while decoding
     Country = Literal[tuple(sorted(ISO_3166_ALPHA2))]
 EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
+
+# Characters the string fields must not contain: each is invisible, or reorders or disguises the
+# text around it, so that two values that look alike are different rows (`cmp-001` and
+# `cmp-001\u200b`) or a value displays as another (`cmp-\u202egnp.exe` shows as `cmp-exe.png`).
+# Spelled out rather than read from unicodedata at run time, so that a record's verdict does not
+# change with Python's Unicode version; tests/test_validation.py holds it to the categories.
+_INVISIBLE_BMP: Final = (
+    r"\x00-\x1f\x7f-\x9f"  # Cc: C0 and C1 controls and DEL (tab, CR, LF, NUL, NEL, ...)
+    r"\xa0\u1680\u2000-\u200a\u202f\u205f\u3000"  # Zs but the ASCII space: no-break, em, ...
+    r"\u2028\u2029"  # Zl, Zp: line and paragraph separators
+    # Cf: soft hyphen, Arabic and Syriac marks, zero-width space and joiners, LRM, RLM, ALM, bidi
+    # embeddings, overrides and isolates, word joiner, invisible operators, BOM, annotations
+    r"\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    r"\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    # The rest of Unicode's Default_Ignorable_Code_Point (drawn as nothing): the grapheme joiner,
+    # Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors; and
+    # BRAILLE PATTERN BLANK, a blank the width of a letter
+    r"\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f\uffa0\ufff0-\ufff8\u2800"
+    r"\ud800-\udfff"  # Cs: lone surrogates (a mapping can hold them; JSON cannot)
+    r"\ufdd0-\ufdef\ufffe\uffff"  # noncharacters
+)
+_INVISIBLE_ASTRAL: Final = (
+    # Cf (Unicode 15): Kaithi number signs, Egyptian hieroglyph, shorthand and musical format
+    # controls; the tag block with the variation selectors supplement (Default_Ignorable)
+    r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    r"\U000e0000-\U000e0fff"
+    + "".join(rf"\U{plane:04x}fffe-\U{plane:04x}ffff" for plane in range(1, 17))  # noncharacters
+)
+_INVISIBLE: Final = re.compile(f"[{_INVISIBLE_BMP}{_INVISIBLE_ASTRAL}]")
+# The same rule as a pattern a whole value must match, for the decoder. Unrolled, so that an
+# ordinary character costs one table lookup: re tests a character against each astral member
+# of a class in turn, which made the plain `\A[^...]*\Z` five times slower.
+_ANY_ASTRAL: Final = r"\U00010000-\U0010ffff"
+_ORDINARY: Final = f"[^{_INVISIBLE_BMP}{_ANY_ASTRAL}]*"
+_VISIBLE: Final = rf"\A{_ORDINARY}(?:(?![{_INVISIBLE_ASTRAL}])[{_ANY_ASTRAL}]{_ORDINARY})*\Z"
+_VisibleText = Annotated[str, msgspec.Meta(pattern=_VISIBLE)]
+_INVISIBLE_PROBLEM: Final = "control, format and invisible characters are not allowed"
 
 _STRING_FIELDS: Final = (
     "event_id",
@@ -82,7 +120,9 @@ class Event(msgspec.Struct, frozen=True):
 
     The type annotations are the static half of the contract: msgspec checks them while it
     decodes, in C, which keeps validation off the producer's critical path. The time bounds,
-    which depend on a reference time, are checked by :func:`validate`.
+    which depend on a reference time, are checked by :func:`validate`, and so are invisible
+    characters in the string fields (:class:`_Visible`, decoded only when a record could hold
+    one).
     """
 
     event_id: EventId
@@ -106,7 +146,22 @@ class Event(msgspec.Struct, frozen=True):
         return self.impression_id.encode()
 
 
+class _Visible(msgspec.Struct):
+    """The string fields of an event, free of invisible characters (every occurrence of a
+    repeated key, like the decoder's other checks). Checked apart from :class:`Event`: only a
+    record with an escape or a non-ASCII byte can hold such a character, and most hold neither."""
+
+    event_id: _VisibleText
+    impression_id: _VisibleText
+    ad_id: _VisibleText
+    campaign_id: _VisibleText
+    site_id: _VisibleText
+    user_id: _VisibleText
+
+
 _decode: Final = msgspec.json.Decoder(Event).decode
+_decode_visible: Final = msgspec.json.Decoder(_Visible).decode
+_all_visible: Final = re.compile(_VISIBLE).search
 _encoder: Final = msgspec.json.Encoder()
 
 
@@ -164,9 +219,11 @@ def _validate_bytes(record: bytes, reference_ms: int, rules: ValidationRules) ->
     size = len(record)
     if size > MAX_RECORD_BYTES:
         return Invalid((f"record: {size} bytes exceeds the limit of {MAX_RECORD_BYTES}",))
-    if not record.isascii():  # msgspec checks UTF-8 only where it decodes a string
+    ascii_only = record.isascii()
+    text = ""
+    if not ascii_only:  # msgspec checks UTF-8 only where it decodes a string
         try:
-            record.decode()
+            text = record.decode()
         except UnicodeDecodeError as exc:
             return Invalid((f"record: not valid UTF-8 ({exc.reason} at byte {exc.start})",))
     # A record shorter than MAX_NESTING bytes cannot nest deeper than that: the common
@@ -175,6 +232,10 @@ def _validate_bytes(record: bytes, reference_ms: int, rules: ValidationRules) ->
         return Invalid((f"record: JSON nested deeper than {MAX_NESTING} levels",))
     try:
         event = _decode(record)  # the static rules, checked in C while decoding
+        # Only an escape (\u202e, \t), a DEL or the character itself can put an invisible
+        # character in a string (a raw control byte is not JSON): most records skip this decode.
+        if 0x5C in record or (0x7F in record if ascii_only else not _all_visible(text)):
+            _decode_visible(record)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return Invalid(_explain(record, reference_ms, rules, exc))
     event_time = event.event_time  # _check_time, inlined on the hot path
@@ -189,6 +250,7 @@ def _validate_object(
     """:func:`validate` for an already decoded record (anything but text or bytes)."""
     try:
         event = msgspec.convert(record, Event)
+        msgspec.convert(record, _Visible)
     # ValueError: msgspec printing an int past 4,300 digits into its message.
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
         return Invalid(_explain(record, reference_ms, rules, exc))
@@ -232,6 +294,8 @@ def _explain(
     repeated = _AT_FIELD.search(str(error))
     if repeated and repeated.group(2) in FIELDS:
         problem, name = repeated.group(1), repeated.group(2)
+        if problem.startswith("Expected `str` matching regex"):  # _Visible's pattern
+            problem = "contains a control, format or invisible character"
         return (f"{name}: a repeated key with an invalid occurrence ({problem})",)
     return (f"record: {error}",)
 
@@ -289,6 +353,26 @@ def _check_string(value: object, name: str, limit: int, reasons: list[str]) -> N
         reasons.append(f"{name}: must not be empty")
     elif len(value) > limit:
         reasons.append(f"{name}: {len(value)} characters exceeds the limit of {limit}")
+    elif (found := _INVISIBLE.search(value)) is not None:
+        reasons.append(f"{name}: contains {_code_point(found.group())} ({_INVISIBLE_PROBLEM})")
+
+
+def _code_point(char: str) -> str:
+    """``U+202E RIGHT-TO-LEFT OVERRIDE``; a code point without a name by its kind: ``<control>``."""
+    code = ord(char)
+    name = unicodedata.name(char, "")
+    if not name:
+        category = unicodedata.category(char)
+        if category in _UNNAMED:
+            name = _UNNAMED[category]
+        elif 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE:
+            name = "<noncharacter>"
+        else:
+            name = "<unassigned>"
+    return f"U+{code:04X} {name}"
+
+
+_UNNAMED: Final = {"Cc": "<control>", "Cs": "<surrogate>"}
 
 
 def _check_event_time(

@@ -1,10 +1,12 @@
 """Events for the validator's tests: one valid event, the reference time they are validated
-against, and hypothesis strategies for valid events and arbitrary JSON values (test support)."""
+against, hypothesis strategies for valid events and arbitrary JSON values, and the characters a
+string field must not contain, read from the Unicode database (test support)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import unicodedata
+from typing import Any, Final
 
 from hypothesis import strategies as st
 
@@ -42,6 +44,83 @@ def valid() -> dict[str, Any]:
     }
 
 
+# --- the look-alike rule, from the Unicode database -----------------------------------------------
+
+# Default_Ignorable_Code_Point (DerivedCoreProperties.txt, Unicode 15.1): characters drawn as
+# nothing. Those not in Cf: the grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian
+# and other variation selectors, unassigned code points reserved as ignorable, the tag block.
+DEFAULT_IGNORABLE: Final = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+# Format characters (Cf) newer than this Python's Unicode database (14.0 in Python 3.11).
+NEWER_FORMAT: Final = range(0x13439, 0x13440)  # Egyptian hieroglyph format controls, Unicode 15
+BRAILLE_PATTERN_BLANK: Final = "\u2800"  # So, but a blank the width of a letter
+_IGNORABLE: Final = frozenset(
+    code for low, high in DEFAULT_IGNORABLE for code in range(low, high + 1)
+) | frozenset(NEWER_FORMAT)
+
+
+def invisible(char: str) -> bool:
+    """Whether the contract refuses ``char`` in a string field: controls, format characters,
+    separators and spaces but the ASCII space, surrogates, noncharacters, default ignorables."""
+    code = ord(char)
+    category = unicodedata.category(char)
+    return (
+        category in {"Cc", "Cf", "Cs", "Zl", "Zp"}
+        or (category == "Zs" and char != " ")
+        or 0xFDD0 <= code <= 0xFDEF
+        or (code & 0xFFFE) == 0xFFFE
+        or code in _IGNORABLE
+        or char == BRAILLE_PATTERN_BLANK
+    )
+
+
+# What a string field may hold (surrogates cannot be written as UTF-8, so JSON cannot hold them).
+visible_characters = st.characters(exclude_categories=["Cc", "Cf", "Cs", "Zl", "Zp"]).filter(
+    lambda char: not invisible(char)
+)
+# What it may not: the named look-alikes of the issue and any character of the refused kinds
+# (surrogates left out: only a mapping can hold them).
+invisible_characters = st.sampled_from(
+    [
+        "\u202e",  # RIGHT-TO-LEFT OVERRIDE
+        "\u200b",  # ZERO WIDTH SPACE
+        "\t",
+        "\x00",
+        "\x7f",
+        "\x85",  # NEXT LINE (C1)
+        "\xa0",  # NO-BREAK SPACE
+        "\xad",  # SOFT HYPHEN
+        "\u061c",  # ARABIC LETTER MARK
+        "\u2066",  # LEFT-TO-RIGHT ISOLATE
+        "\u2028",  # LINE SEPARATOR
+        "\ufeff",  # ZERO WIDTH NO-BREAK SPACE (BOM)
+        "\ufe0f",  # VARIATION SELECTOR-16
+        "\u3164",  # HANGUL FILLER
+        "\U000e0041",  # TAG LATIN CAPITAL LETTER A
+        "\ufdd0",  # a noncharacter
+        "\U0010ffff",  # a noncharacter
+        BRAILLE_PATTERN_BLANK,
+    ]
+) | st.characters(categories=["Cc", "Cf", "Zl", "Zp", "Zs"], exclude_characters=[" "])
+
+
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 json_values = st.recursive(
     st.none()
@@ -57,7 +136,7 @@ json_values = st.recursive(
 
 
 def ids(max_size: int) -> st.SearchStrategy[str]:
-    return st.text(min_size=1, max_size=max_size)
+    return st.text(visible_characters, min_size=1, max_size=max_size)
 
 
 @st.composite

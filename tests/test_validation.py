@@ -7,6 +7,7 @@ into :class:`Event`) accepts a record exactly when the reason path (``_reasons``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 
 from events.countries import ISO_3166_ALPHA2
 from events.model import (
+    _INVISIBLE,
+    _VISIBLE,
     DEFAULT_RULES,
     DEVICE_TYPES,
     EVENT_TYPES,
@@ -37,12 +40,14 @@ from tests.event_cases import (
     MIN_MS,
     REASON_PREFIX,
     REF,
+    invisible,
     json_values,
     valid,
     valid_events,
 )
 
 ID_FIELDS = ("impression_id", "ad_id", "campaign_id", "site_id", "user_id")
+STRING_FIELDS = ("event_id", *ID_FIELDS)
 
 PROPERTY = settings(
     max_examples=300,
@@ -64,11 +69,17 @@ def as_mapping(obj: Any) -> Any:
     return obj
 
 
+def as_escaped(obj: Any) -> bytes:
+    """ASCII JSON: every other character written as an escape (``\\u202e``)."""
+    return json.dumps(obj, ensure_ascii=True).encode()
+
+
 FORMS: list[Any] = [
     pytest.param(as_bytes, id="bytes"),
     pytest.param(as_str, id="str"),
     pytest.param(as_mapping, id="mapping"),
 ]
+ALL_FORMS: list[Any] = [*FORMS, pytest.param(as_escaped, id="escaped")]
 Form = Callable[[Any], Any]
 
 
@@ -117,6 +128,16 @@ def test_unknown_fields_are_ignored(form: Form) -> None:
         pytest.param("event_id", "é" * MAX_EVENT_ID_CHARS, id="event_id-64-non-ascii-chars"),
         *(pytest.param(name, "i" * MAX_ID_CHARS, id=f"{name}-128-chars") for name in ID_FIELDS),
         pytest.param("ad_id", "😀" * MAX_ID_CHARS, id="ad_id-128-astral-chars"),
+        # Visible text of any script, with ASCII spaces (the one space allowed, even at the ends),
+        # combining marks, right-to-left letters (no bidi controls) and private-use characters.
+        pytest.param("campaign_id", "spring sale 2024", id="campaign_id-ascii-spaces"),
+        pytest.param("campaign_id", " cmp-3 ", id="campaign_id-ascii-spaces-at-the-ends"),
+        pytest.param("site_id", "bücher.de", id="site_id-latin-1"),
+        pytest.param("ad_id", "広告-1", id="ad_id-cjk"),
+        pytest.param("user_id", "Jose\u0301", id="user_id-combining-mark"),
+        pytest.param("campaign_id", "קמפיין-1", id="campaign_id-hebrew"),
+        pytest.param("ad_id", "\ue000", id="ad_id-private-use"),
+        pytest.param("ad_id", "👍🏽", id="ad_id-emoji-with-skin-tone"),
         *(pytest.param("event_type", kind, id=f"event_type-{kind}") for kind in EVENT_TYPES),
         *(pytest.param("device_type", kind, id=f"device-{kind}") for kind in DEVICE_TYPES),
         pytest.param("country", "GB", id="country-GB"),
@@ -127,7 +148,7 @@ def test_unknown_fields_are_ignored(form: Form) -> None:
         pytest.param("event_time", REF, id="event_time-exactly-reference"),
     ],
 )
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_values_at_the_edge_of_the_contract_are_valid(form: Form, field: str, value: Any) -> None:
     record = {**valid(), field: value}
     event = validate(form(record), REF)
@@ -234,6 +255,128 @@ def test_long_values_are_shortened_in_the_reason() -> None:
     assert reason.startswith("country: ")
     assert reason.endswith("...")
     assert len(reason) < 120
+
+
+# --- look-alike values: control, format and invisible characters ------------------------------
+
+# Each value looks like another (or like nothing) on a screen; the reason names the first such
+# character by code point, and its name where it has one.
+LOOK_ALIKES: list[Any] = [
+    pytest.param("cmp-\u202egnp.exe", "U+202E RIGHT-TO-LEFT OVERRIDE", id="rlo"),  # cmp-exe.png
+    pytest.param("cmp-001\u200b", "U+200B ZERO WIDTH SPACE", id="zero-width-space"),
+    pytest.param("cmp\t001", "U+0009 <control>", id="tab"),
+    pytest.param("cmp-001\n", "U+000A <control>", id="line-feed-at-the-end"),
+    pytest.param("cmp\r\n", "U+000D <control>", id="carriage-return"),
+    pytest.param("\x00", "U+0000 <control>", id="nul"),
+    pytest.param("cmp\x7f", "U+007F <control>", id="delete"),
+    pytest.param("cmp\x85", "U+0085 <control>", id="c1-next-line"),
+    pytest.param("cmp\xa0001", "U+00A0 NO-BREAK SPACE", id="no-break-space"),
+    pytest.param("cmp\u3000001", "U+3000 IDEOGRAPHIC SPACE", id="ideographic-space"),
+    pytest.param("cmp-\xad001", "U+00AD SOFT HYPHEN", id="soft-hyphen"),
+    pytest.param("\u200ecmp", "U+200E LEFT-TO-RIGHT MARK", id="lrm"),
+    pytest.param("cmp\u061c", "U+061C ARABIC LETTER MARK", id="alm"),
+    pytest.param("\u2067cmp\u2069", "U+2067 RIGHT-TO-LEFT ISOLATE", id="isolate-first-named"),
+    pytest.param("\u202acmp", "U+202A LEFT-TO-RIGHT EMBEDDING", id="embedding"),
+    pytest.param("\ufeffcmp", "U+FEFF ZERO WIDTH NO-BREAK SPACE", id="bom"),
+    pytest.param("cmp\u2028", "U+2028 LINE SEPARATOR", id="line-separator"),
+    pytest.param("cmp\u2060", "U+2060 WORD JOINER", id="word-joiner"),
+    pytest.param("a\u200db", "U+200D ZERO WIDTH JOINER", id="zero-width-joiner"),
+    pytest.param("❤\ufe0f", "U+FE0F VARIATION SELECTOR-16", id="variation-selector"),
+    pytest.param("cmp\u3164", "U+3164 HANGUL FILLER", id="hangul-filler"),
+    pytest.param("cmp\u115f", "U+115F HANGUL CHOSEONG FILLER", id="hangul-choseong-filler"),
+    pytest.param("cmp\uffa0", "U+FFA0 HALFWIDTH HANGUL FILLER", id="halfwidth-hangul-filler"),
+    pytest.param("cmp\U000e0041", "U+E0041 TAG LATIN CAPITAL LETTER A", id="tag"),
+    pytest.param("cmp\u2800", "U+2800 BRAILLE PATTERN BLANK", id="braille-blank"),
+    pytest.param("cmp\ufdd0", "U+FDD0 <noncharacter>", id="noncharacter"),
+    pytest.param("cmp\U0010ffff", "U+10FFFF <noncharacter>", id="astral-noncharacter"),
+    pytest.param("cmp\u2065", "U+2065 <unassigned>", id="reserved-default-ignorable"),
+]
+LOOK_ALIKE_PROBLEM = "(control, format and invisible characters are not allowed)"
+
+
+@pytest.mark.parametrize(("value", "character"), LOOK_ALIKES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_a_look_alike_value_is_refused_naming_the_character(
+    form: Form, value: str, character: str
+) -> None:
+    reasons = refused(validate(form({**valid(), "campaign_id": value}), REF))
+    assert reasons == (f"campaign_id: contains {character} {LOOK_ALIKE_PROBLEM}",)
+
+
+@pytest.mark.parametrize("field", STRING_FIELDS)
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_every_string_field_refuses_invisible_characters(form: Form, field: str) -> None:
+    reasons = refused(validate(form({**valid(), field: "x\u200by"}), REF))
+    assert reasons == (f"{field}: contains U+200B ZERO WIDTH SPACE {LOOK_ALIKE_PROBLEM}",)
+
+
+def test_a_lone_surrogate_in_a_mapping_is_refused() -> None:
+    # JSON cannot carry one (the decoders refuse the escape), and a str holding one is refused as
+    # text that is not UTF-8; an already decoded object can.
+    reasons = refused(validate({**valid(), "user_id": "u\ud800"}, REF))
+    assert reasons == (f"user_id: contains U+D800 <surrogate> {LOOK_ALIKE_PROBLEM}",)
+
+
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_invisible_characters_elsewhere_are_allowed(form: Form) -> None:
+    # Unknown fields are ignored, and the enums' own rules already refuse anything else.
+    record = {**valid(), "note": "a\u202eb\t\u200b\x00"}
+    event = validate(form(record), REF)
+    assert isinstance(event, Event), event
+    assert fields_of(event) == valid()
+
+
+def test_escapes_of_visible_characters_are_accepted() -> None:
+    # A backslash sends the record to the slower check, which must still accept it.
+    record = (
+        as_bytes({**valid(), "note": 'say "hi"'})
+        .replace(b'"cmp-3"', b'"cmp-\\u0033"')
+        .replace(b'"site-9"', b'"site\\/9"')
+    )
+    assert b"\\" in record
+    event = validate(record, REF)
+    assert isinstance(event, Event), event
+    assert fields_of(event) == {**valid(), "site_id": "site/9"}
+
+
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_a_look_alike_is_reported_with_every_other_problem(form: Form) -> None:
+    record = {
+        **valid(),
+        "ad_id": "ad\u202e",
+        "campaign_id": "\u200b" + "c" * MAX_ID_CHARS,  # too long: one reason per field
+        "event_time": MIN_MS - 1,
+        "country": "XX",
+    }
+    reasons = refused(validate(form(record), REF))
+    assert [reason.split(":", 1)[0] for reason in reasons] == [
+        "ad_id",
+        "campaign_id",
+        "event_time",
+        "country",
+    ]
+    assert reasons[0] == f"ad_id: contains U+202E RIGHT-TO-LEFT OVERRIDE {LOOK_ALIKE_PROBLEM}"
+    assert reasons[1] == f"campaign_id: {MAX_ID_CHARS + 1} characters exceeds the limit of 128"
+
+
+def test_the_refused_characters_are_exactly_the_rule() -> None:
+    """The model's spelled-out character set against the Unicode database (tests.event_cases),
+    code point by code point, for both of its forms: the search and the decoder's pattern."""
+    every = "".join(map(chr, range(0x110000)))
+    expected = {char for char in every if invisible(char)}
+    assert set(_INVISIBLE.findall(every)) == expected
+    visible = re.compile(_VISIBLE)
+    assert [c for c in every if (visible.search(c) is None) != (c in expected)] == []
+    assert visible.search("cmp-001\n") is None  # \Z, not $: no newline at the end slips by
+
+
+def test_every_refused_character_gets_a_short_reason() -> None:
+    for code in range(0x110000):
+        char = chr(code)
+        if invisible(char):
+            (reason,) = _reasons({**valid(), "impression_id": char}, REF, DEFAULT_RULES)
+            assert reason.startswith(f"impression_id: contains U+{code:04X} "), reason
+            assert len(reason) <= 160, reason
 
 
 # --- custom rules -----------------------------------------------------------------------------
@@ -568,6 +711,18 @@ def test_an_invalid_earlier_occurrence_of_a_repeated_key_is_refused(
     assert refused(validate(record, REF)) == (expected,)
 
 
+def test_an_earlier_occurrence_with_an_invisible_character_is_refused() -> None:
+    # A parser that keeps the first occurrence would read the look-alike value.
+    record = b'{"campaign_id":"cmp-\\u202e3",' + as_bytes(valid())[1:]
+    assert refused(validate(record, REF)) == (
+        "campaign_id: a repeated key with an invalid occurrence "
+        "(contains a control, format or invisible character)",
+    )
+    record = as_bytes(valid())[:-1] + b',"campaign_id":"cmp-\\u202e3"}'
+    (reason,) = refused(validate(record, REF))
+    assert reason.startswith("campaign_id: contains U+202E RIGHT-TO-LEFT OVERRIDE"), reason
+
+
 def test_an_invalid_last_occurrence_of_a_repeated_key_is_refused() -> None:
     record = as_bytes(valid())[:-1] + b',"country":"XX"}'
     (reason,) = refused(validate(record, REF))
@@ -674,6 +829,13 @@ near_values = st.sampled_from(
         MAX_MS + 1,
         float(REF),
         str(REF),
+        "cmp-\u202egnp.exe",
+        "cmp-001\u200b",
+        "a\tb",
+        "x\x7f",
+        "\ufeffx",
+        "i" * (MAX_ID_CHARS - 1) + "\xa0",
+        "i" * MAX_ID_CHARS + "\u200b",
     ]
 )
 field_values = st.one_of(json_values, near_values, st.integers(MIN_MS - 10, MAX_MS + 10))
@@ -689,6 +851,9 @@ def check_agreement(obj: dict[str, Any]) -> None:
     raw = orjson.dumps(obj)
     if len(raw) <= MAX_RECORD_BYTES:
         forms += [raw, raw.decode()]
+    escaped = as_escaped(obj)  # the same strings, through the decoder's escape path
+    if len(escaped) <= MAX_RECORD_BYTES:
+        forms.append(escaped)
     for record in forms:
         result = validate(record, REF)
         if expected:

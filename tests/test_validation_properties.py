@@ -8,6 +8,7 @@ writing its JSON; a wrong value in one field is refused with one reason naming t
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import msgspec
@@ -24,7 +25,15 @@ from events.model import (
     ValidationRules,
     validate,
 )
-from tests.event_cases import REASON_PREFIX, REF, json_values, valid, valid_events
+from tests.event_cases import (
+    REASON_PREFIX,
+    REF,
+    invisible_characters,
+    json_values,
+    valid,
+    valid_events,
+    visible_characters,
+)
 
 PROPERTY = settings(
     max_examples=200,
@@ -191,6 +200,62 @@ def test_a_wrong_type_in_one_field_is_refused_naming_that_field(
         assert len(reason) <= MAX_REASON_CHARS, reason
 
 
+# --- look-alike values: the first invisible character named, on every input form -----------------
+
+LOOK_ALIKE_PROBLEM = "(control, format and invisible characters are not allowed)"
+
+
+@st.composite
+def look_alikes(draw: st.DrawFn) -> tuple[str, str, str]:
+    """(field, value, the first invisible character of the value)."""
+    field = draw(st.sampled_from(STRING_FIELDS))
+    head = draw(st.text(visible_characters, max_size=20))
+    char = draw(invisible_characters)
+    tail = draw(st.text(max_size=20))  # anything, more invisible characters included
+    return field, head + char + tail, char
+
+
+def named(char: str) -> str:
+    """How a reason names ``char``: its code point, then its name or ``<kind>``."""
+    return f"U+{ord(char):04X} {unicodedata.name(char, '<')}"
+
+
+@PROPERTY
+@given(look_alikes())
+def test_an_invisible_character_is_refused_naming_it_on_every_form(
+    case: tuple[str, str, str],
+) -> None:
+    field, value, char = case
+    record = {**valid(), field: value}
+    raw = orjson.dumps(record)
+    escaped = json.dumps(record, ensure_ascii=True).encode()  # \u escapes only
+    for form in (record, raw, raw.decode(), escaped):
+        result = validate(form, REF)
+        assert isinstance(result, Invalid), (form, result)
+        (reason,) = result.reasons
+        assert reason.startswith(f"{field}: contains {named(char)}"), (form, reason)
+        assert reason.endswith(LOOK_ALIKE_PROBLEM), reason
+        assert len(reason) <= MAX_REASON_CHARS, reason
+
+
+@PROPERTY
+@given(st.sampled_from(STRING_FIELDS), st.characters(categories=["Cs"]))
+def test_a_lone_surrogate_in_a_mapping_is_refused_naming_it(field: str, char: str) -> None:
+    (reason,) = validate({**valid(), field: f"x{char}"}, REF).reasons  # type: ignore[union-attr]
+    assert reason == f"{field}: contains U+{ord(char):04X} <surrogate> {LOOK_ALIKE_PROBLEM}"
+
+
+@PROPERTY
+@given(st.sampled_from(STRING_FIELDS), st.text(visible_characters, min_size=1, max_size=40))
+def test_visible_text_is_accepted_on_every_form(field: str, value: str) -> None:
+    record = {**valid(), field: value}
+    raw = orjson.dumps(record)
+    for form in (record, raw, raw.decode(), json.dumps(record, ensure_ascii=True).encode()):
+        result = validate(form, REF)
+        assert isinstance(result, Event), (form, result)
+        assert getattr(result, field) == value
+
+
 # --- repeated keys: the last occurrence wins; each must pass the decoder's checks -----------------
 
 # The decoder checks type, length and allowed values of every occurrence as it reads it; the
@@ -201,7 +266,7 @@ CANDIDATES = {
     "country": st.sampled_from(["US", "DE", "XX", "us", 7]),
     "event_time": st.sampled_from([REF - 1, REF - 2, "x", 1.5, None, 0]),
     "device_type": st.sampled_from(["mobile", "ctv", "phone", None]),
-    "ad_id": st.sampled_from(["a", "b", "", 3, None]),
+    "ad_id": st.sampled_from(["a", "b", "", 3, None, "a\u200b", "\u202eb"]),
 }
 
 
