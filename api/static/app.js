@@ -30,6 +30,7 @@ import {
   timeWindow,
 } from "./state.js";
 import { DataTable } from "./table.js";
+import { visibleText } from "./visible.js";
 
 const CTR_PATH = "api/v1/ctr";
 const VIEWS_PATH = "api/v1/views";
@@ -302,7 +303,7 @@ function renderSummary() {
 function scopeText() {
   const { start, end } = state.view;
   const filters = Object.entries(state.selection.filters).map(
-    ([d, values]) => `${DIMENSION_LABEL[d].toLowerCase()} ${values.join(" or ")}`,
+    ([d, values]) => `${DIMENSION_LABEL[d].toLowerCase()} ${values.map(visibleText).join(" or ")}`,
   );
   const range = `${isoMinute(start).replace("T", " ").slice(0, 16)} – ${isoMinute(end).replace("T", " ").slice(0, 16)} UTC`;
   return `· ${range} · ${filters.length ? `only ${filters.join(", ")}` : "all traffic"}`;

@@ -2,6 +2,8 @@
 // exact (batch) solid, approximate (speed) dashed lines and hatched bars, mixed dotted and pale,
 // stale (exact plus late events not yet recomputed) dash-dotted, dotted bars, triangle points.
 
+import { visibleText } from "./visible.js";
+
 const Chart = window.Chart;
 
 const BLUE = "#4c78a8";
@@ -178,7 +180,7 @@ function ctrDatasets(line, index, compared) {
     {
       role: "ctr",
       line: index,
-      label: line.label,
+      label: visibleText(line.label),
       data: at((r) => r.ctr),
       ...provenanceLine(line.color, sourceOf),
     },
@@ -193,7 +195,7 @@ function ctrDatasets(line, index, compared) {
     {
       role: "ci-high",
       // One legend entry for the single series' band; compared lines' bands share their colour.
-      label: compared ? `_ci_${line.label}` : "95 % interval",
+      label: compared ? `_ci_${visibleText(line.label)}` : "95 % interval",
       data: at((r) => r.ctr_ci_high),
       pointRadius: 0,
       borderWidth: 0,
@@ -245,7 +247,7 @@ export class SeriesCharts {
               label: (item) => {
                 const line = this.lines[item.dataset.line];
                 const row = line.series[item.dataIndex].row;
-                const name = this.lines.length > 1 ? `${line.label}: ` : "";
+                const name = this.lines.length > 1 ? `${visibleText(line.label)}: ` : "";
                 return [
                   `${name}CTR ${pct(row.ctr)} (95 % ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)})`,
                   provenance(row),
@@ -398,7 +400,7 @@ export class BreakdownChart {
 
   update(rows) {
     this.rows = rows;
-    this.chart.data.labels = rows.map((r) => r[this.dimension]);
+    this.chart.data.labels = rows.map((r) => visibleText(r[this.dimension]));
     this.chart.data.datasets[0].data = rows.map((r) => r.ctr);
     this.chart.update("none");
   }

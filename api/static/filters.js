@@ -1,7 +1,10 @@
 // A picker of dimension values: a text field with suggestions from the data (a <datalist> of
 // the values with the most impressions in the range, under the other filters), and the chosen
 // values as chips. Keyboard: type a value (or pick a suggestion with the arrow keys) and press
-// Enter; Tab to a chip's × and press Enter or Space to remove it.
+// Enter; Tab to a chip's × and press Enter or Space to remove it. Values are shown through
+// visibleText (invisible characters as ⟨U+XXXX⟩); the values chosen are the data's own.
+
+import { valueOfText, visibleText } from "./visible.js";
 
 let pickers = 0;
 
@@ -50,7 +53,7 @@ export class ValuePicker {
     this.input.addEventListener("keydown", (event) => {
       if (event.key !== "Enter") return;
       event.preventDefault();
-      this.add(this.input.value);
+      this.add(this.typed(this.input.value));
     });
     // Picking a suggestion from the list replaces the field's text in one step.
     this.input.addEventListener("input", (event) => {
@@ -68,11 +71,11 @@ export class ValuePicker {
         const chip = document.createElement("li");
         chip.className = "chip";
         const text = document.createElement("span");
-        text.textContent = value;
+        text.textContent = visibleText(value);
         const remove = document.createElement("button");
         remove.type = "button";
         remove.textContent = "×";
-        remove.setAttribute("aria-label", `Remove ${this.label.textContent} ${value}`);
+        remove.setAttribute("aria-label", `Remove ${this.label.textContent} ${visibleText(value)}`);
         remove.addEventListener("click", () => this.remove(value));
         chip.append(text, remove);
         return chip;
@@ -84,8 +87,16 @@ export class ValuePicker {
     this.root.classList.toggle("active", this.values.length > 0);
   }
 
-  add(raw) {
-    const value = raw.trim();
+  /**
+   * The value typed text stands for: a suggestion exactly as it is (trimming would cut its own
+   * spaces), else the text trimmed, with its ⟨U+XXXX⟩ read back.
+   */
+  typed(text) {
+    return this.suggestions.has(text) ? text : valueOfText(text.trim());
+  }
+
+  /** Choose `value` (exactly as given). */
+  add(value) {
     this.input.value = "";
     if (!value || this.values.includes(value) || this.values.length >= this.max) return;
     this.setValues([...this.values, value]);
@@ -114,8 +125,10 @@ export class ValuePicker {
       this.list.replaceChildren(
         ...found.map(({ value, impressions }) => {
           const option = document.createElement("option");
-          option.value = value;
-          option.label = `${impressions.toLocaleString("en-US")} impressions`;
+          option.value = value; // what picking it adds: the value itself
+          const count = `${impressions.toLocaleString("en-US")} impressions`;
+          const shown = visibleText(value);
+          option.label = shown === value ? count : `${shown} · ${count}`;
           return option;
         }),
       );

@@ -4,6 +4,7 @@
 
 import { SOURCE_LABEL } from "./charts.js";
 import { DIMENSION_LABEL, DIMENSIONS, sortableColumns } from "./state.js";
+import { visibleText } from "./visible.js";
 
 const int = (x) => Math.round(x).toLocaleString("en-US");
 const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)} %`);
@@ -25,7 +26,7 @@ function columns(table) {
     list.push({ key: "bucket_start", label: "Bucket (UTC)", text: (r) => time(r.bucket_start) });
   }
   for (const d of table.groupBy) {
-    list.push({ key: d, label: DIMENSION_LABEL[d], text: (r) => r[d] ?? "" });
+    list.push({ key: d, label: DIMENSION_LABEL[d], text: (r) => visibleText(r[d]) });
   }
   list.push(
     { key: "impressions", label: "Impressions", text: (r) => int(r.impressions), numeric: true },
