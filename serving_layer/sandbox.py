@@ -6,7 +6,11 @@ Read-only by construction, in two independent layers:
    ``json_serialize_sql`` (which serializes queries and nothing else) accepts, starting with a
    query keyword; or ``EXPLAIN`` followed directly by such a query (never ``EXPLAIN ANALYZE``,
    which runs the statement). Comments are skipped by DuckDB's tokenizer, so nested comments
-   mean what DuckDB thinks they mean.
+   mean what DuckDB thinks they mean. Every function the serialized statement calls (in
+   subqueries, CTEs, window clauses, lambdas, ``COLUMNS(…)``, operators DuckDB spells as
+   functions) must be on an allow-list: the SQL library an analyst needs
+   (:data:`ALLOWED_FUNCTIONS`, table functions :data:`ALLOWED_TABLE_FUNCTIONS`), not DuckDB's
+   scans of Python objects by address, file readers, catalog, settings or ``query()``.
 2. **The database.** A fresh in-memory DuckDB with external access off from its first moment and
    no allowed paths: it cannot open, create or write any file. The lake's tables reach it as
    Arrow datasets over one snapshot's Parquet files, which Arrow opens for reading only.
@@ -21,7 +25,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -56,11 +60,122 @@ _ALLOWED: Final = (
     "DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of a query) over the views " + ", ".join(VIEW_NAMES)
 )
 
+# The SQL library an analyst needs, by kind (names as DuckDB 1.5.5's duckdb_functions() has
+# them, lower case; operators as json_serialize_sql spells them). What is not here is refused
+# before a worker sees it: scans of Python or Arrow objects by address (pandas_scan segfaults),
+# file readers and globs, query() and query_table(), catalog, settings, variables, sequences,
+# sleep, logging, json_serialize_sql and friends.
+_FUNCTION_NAMES: Final = {
+    "aggregates": """
+any_value approx_count_distinct approx_quantile approx_top_k arbitrary arg_max arg_max_null
+arg_min arg_min_null argmax argmin array_agg avg bit_and bit_or bit_xor bool_and bool_or corr
+count count_if count_star countif covar_pop covar_samp entropy favg first fsum geomean
+geometric_mean group_concat histogram histogram_exact kahan_sum kurtosis kurtosis_pop last list
+listagg mad max max_by mean median min min_by mode product quantile quantile_cont quantile_disc
+regr_avgx regr_avgy regr_count regr_intercept regr_r2 regr_slope regr_sxx regr_sxy regr_syy
+reservoir_quantile sem skewness stddev stddev_pop stddev_samp string_agg sum sumkahan var_pop
+var_samp variance wavg weighted_avg
+""",
+    "windows": """
+cume_dist dense_rank fill first_value lag last_value lead nth_value ntile percent_rank rank
+rank_dense row_number
+""",
+    "operators": """
+!__postfix !~~ !~~* % & && * ** + - ->> / // <-> << <=> <@ >> @ @> ^ ^@ | || ~ ~~ ~~* ~~~
+""",
+    "math": """
+abs acos acosh add asin asinh atan atan2 atanh bit_count cbrt ceil ceiling cos cosh cot degrees
+divide even exp factorial fdiv floor fmod gamma gcd greatest greatest_common_divisor isfinite
+isinf isnan lcm least least_common_multiple lgamma ln log log10 log2 mod multiply nextafter pi
+pow power radians random round round_even roundbankers sign signbit sin sinh sqrt subtract tan
+tanh trunc xor
+""",
+    "text": """
+ascii bar base64 bin bit_length char_length character_length chr concat concat_ws contains
+damerau_levenshtein decode editdist3 encode ends_with format format_bytes from_base64
+from_binary from_hex hamming hex ilike_escape instr jaccard jaro_similarity
+jaro_winkler_similarity lcase left left_grapheme length length_grapheme levenshtein like_escape
+lower lpad ltrim md5 md5_number mismatches nfc_normalize not_ilike_escape not_like_escape
+octet_length ord position prefix printf regexp_escape regexp_extract regexp_extract_all
+regexp_full_match regexp_matches regexp_replace regexp_split_to_array repeat replace reverse
+right right_grapheme rpad rtrim sha1 sha256 split split_part starts_with str_split
+str_split_regex string_split string_split_regex string_to_array strip_accents strlen strpos
+substr substring substring_grapheme suffix to_base64 to_binary to_hex translate trim ucase
+unbin unhex unicode upper url_decode url_encode
+""",
+    "time": """
+age century current_date current_localtime current_localtimestamp date_add date_diff date_part
+date_sub date_trunc datediff datepart datesub datetrunc day dayname dayofmonth dayofweek
+dayofyear days_in_month decade epoch epoch_ms epoch_ns epoch_us era get_current_time
+get_current_timestamp hour isodow isoyear julian last_day make_date make_time make_timestamp
+make_timestamp_ms make_timestamp_ns make_timestamptz microsecond millennium millisecond minute
+month monthname nanosecond normalized_interval now quarter second strftime strptime time_bucket
+timezone timezone_hour timezone_minute to_centuries to_days to_decades to_hours to_microseconds
+to_millennia to_milliseconds to_minutes to_months to_quarters to_seconds to_timestamp to_weeks
+to_years today transaction_timestamp try_strptime week weekday weekofyear year yearweek
+""",
+    "lists": """
+aggregate apply array_aggr array_aggregate array_append array_apply array_cat array_concat
+array_contains array_cosine_similarity array_distance array_distinct array_dot_product
+array_extract array_filter array_grade_up array_has array_has_all array_has_any array_indexof
+array_intersect array_length array_pop_back array_pop_front array_position array_prepend
+array_push_back array_push_front array_reduce array_resize array_reverse array_reverse_sort
+array_select array_slice array_sort array_to_string array_transform array_unique array_value
+array_where array_zip cardinality filter flatten generate_series grade_up len list_aggr
+list_aggregate list_any_value list_append list_apply list_approx_count_distinct list_avg
+list_bool_and list_bool_or list_cat list_concat list_contains list_cosine_similarity list_count
+list_distance list_distinct list_dot_product list_element list_entropy list_extract list_filter
+list_first list_grade_up list_has list_has_all list_has_any list_histogram list_indexof
+list_intersect list_kurtosis list_last list_mad list_max list_median list_min list_mode
+list_pack list_position list_prepend list_product list_reduce list_resize list_reverse
+list_reverse_sort list_select list_skewness list_slice list_sort list_stddev_pop
+list_stddev_samp list_string_agg list_sum list_transform list_unique list_value list_var_pop
+list_var_samp list_where list_zip range reduce unnest
+""",
+    "structs": """
+element_at map map_concat map_contains map_contains_entry map_contains_value map_entries
+map_extract map_extract_value map_from_entries map_keys map_values row struct_concat
+struct_contains struct_extract struct_extract_at struct_has struct_insert struct_keys
+struct_pack struct_position struct_update struct_values
+""",
+    "json": """
+array_to_json from_json from_json_strict json json_array json_array_length json_contains
+json_exists json_extract json_extract_path json_extract_path_text json_extract_string
+json_group_array json_group_object json_keys json_merge_patch json_object json_quote
+json_structure json_transform json_transform_strict json_type json_valid json_value row_to_json
+to_json
+""",
+    "other": """
+enum_code enum_first enum_last enum_range enum_range_boundary gen_random_uuid hash nullif
+typeof union_extract union_tag union_value uuid uuid_extract_timestamp uuid_extract_version
+uuidv4 uuidv7
+""",
+}
+FUNCTION_GROUPS: Final[Mapping[str, frozenset[str]]] = {
+    kind: frozenset(names.split()) for kind, names in _FUNCTION_NAMES.items()
+}
+ALLOWED_FUNCTIONS: Final[frozenset[str]] = frozenset().union(*FUNCTION_GROUPS.values())
+ALLOWED_TABLE_FUNCTIONS: Final = frozenset({"generate_series", "range", "unnest"})
+FUNCTIONS_HINT: Final = (
+    "the allowed functions: GET /api/v1/sql/functions, or ALLOWED_FUNCTIONS in "
+    "serving_layer/sandbox.py"
+)
+# Table functions that read files: the refusal says why there is no way around it.
+_FILE_READERS: Final = re.compile(r"read_|parquet_|sniff_csv$|glob$")
+
 TruncatedBy = Literal["max_rows", "max_bytes"]
 
 
 class SqlRefusedError(ValueError):
-    """The statement is not a single read-only query."""
+    """The statement is not a single read-only query (or calls a function not allowed)."""
+
+
+class FunctionRefusedError(SqlRefusedError):
+    """The query calls ``function``, which is not on the allow-list."""
+
+    def __init__(self, message: str, function: str) -> None:
+        super().__init__(message)
+        self.function = function
 
 
 class SqlError(RuntimeError):
@@ -120,12 +235,63 @@ def _require_query(parser: duckdb.DuckDBPyConnection, sql: str) -> None:
         raise SqlRefusedError(f"{keyword or kind} statements are not allowed: {_ALLOWED}")
     # PRAGMA parses as a SELECT of a pragma function; json_serialize_sql takes real queries only.
     serialized = parser.execute("SELECT json_serialize_sql($1::VARCHAR)", [sql]).fetchone()
-    if (
-        keyword not in _QUERY_KEYWORDS
-        or serialized is None
-        or json.loads(serialized[0]).get("error", False)
-    ):
+    if keyword not in _QUERY_KEYWORDS or serialized is None:
         raise SqlRefusedError(f"{keyword} statements are not allowed: {_ALLOWED}")
+    try:
+        # json, not orjson: constants may serialize as Infinity, NaN or integers past 64 bits.
+        tree = json.loads(serialized[0])
+    except RecursionError:
+        # Python's recursion limit: about 400 nested expressions (DuckDB's own limit is 1,000).
+        raise SqlRefusedError("the query nests too deeply to be checked") from None
+    if not isinstance(tree, dict) or tree.get("error", True):
+        raise SqlRefusedError(f"{keyword} statements are not allowed: {_ALLOWED}")
+    for name, table in called_functions(tree):
+        _require_allowed(name, table=table)
+
+
+def called_functions(tree: object) -> Iterator[tuple[str, bool]]:
+    """Every function call in a ``json_serialize_sql`` tree: its name as written, and whether
+    it is a table function (a ``TABLE_FUNCTION`` reference).
+
+    Any node with a ``function_name`` is a call (scalar, aggregate, window, macro, operator);
+    walked without recursion, so the depth of the query costs no stack. A qualifier
+    (``main.abs``, or ``x.abs()``: a method call on column ``x``) does not matter: users can
+    create no function, and every allowed name exists in DuckDB's ``main`` schema only."""
+    stack: list[tuple[object, bool]] = [(tree, False)]
+    while stack:
+        node, table = stack.pop()
+        if isinstance(node, list):
+            stack.extend((child, False) for child in node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        name = node.get("function_name")
+        if name is not None or node.get("class") in ("FUNCTION", "WINDOW") or table:
+            if not isinstance(name, str):
+                raise SqlRefusedError("the query has a function call the check cannot read")
+            yield name, table
+        is_ref = node.get("type") == "TABLE_FUNCTION"
+        stack.extend((value, is_ref and key == "function") for key, value in node.items())
+
+
+def _require_allowed(name: str, *, table: bool) -> None:
+    # DuckDB folds ASCII case only; every allowed name is ASCII.
+    key = name.lower() if name.isascii() else name
+    if table:
+        if key in ALLOWED_TABLE_FUNCTIONS:
+            return
+        why = (
+            " (the sandbox reads no files: file system operations are disabled)"
+            if _FILE_READERS.match(key)
+            else ""
+        )
+        raise FunctionRefusedError(
+            f"the table function {name}() is not allowed{why}; the allowed table functions: "
+            + ", ".join(sorted(ALLOWED_TABLE_FUNCTIONS)),
+            name,
+        )
+    if key not in ALLOWED_FUNCTIONS:
+        raise FunctionRefusedError(f"the function {name}() is not allowed; {FUNCTIONS_HINT}", name)
 
 
 def _statements(parser: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement]:
