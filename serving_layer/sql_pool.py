@@ -3,7 +3,8 @@
 Each query runs in one of a few worker processes (:mod:`serving_layer.sql_worker`, fresh
 interpreters), each confined at start:
 
-- no file can grow (``RLIMIT_FSIZE`` 0) and its working directory is an empty private one;
+- no file can grow (``RLIMIT_FSIZE`` 0) and its working directory is an empty private one,
+  which the pool creates and removes once the process has ended (also after a kill);
 - its address space is capped (``RLIMIT_AS``: what the worker mapped at start plus
   ``memory_bytes``), so a query that allocates too much fails with DuckDB's out-of-memory error
   (or the worker dies) instead of taking the server's memory;
@@ -15,26 +16,46 @@ stops most queries at ``timeout_s``, and a worker still busy after the grace per
 huge regular expression, say: DuckDB checks for interrupts between row batches only) is killed
 and replaced. At most ``workers`` queries run at once and ``queue`` more wait; beyond that
 :class:`SqlBusyError`.
+
+Statements are checked (:func:`serving_layer.sandbox.check_read_only`: one read-only query,
+allowed functions only) before a worker sees them. A query that costs its worker (the process
+died, was killed at the time limit, or ran out of memory and is replaced) backs off the
+client that sent it: its next queries get :class:`SqlBusyError` at once, without a worker, for
+a pause that doubles with each such query (:class:`ClientBackoff`); a query that succeeds ends
+the back-off. Other clients are not affected.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from serving_layer.sandbox import SANDBOX_VIEWS, SqlError, SqlRefusedError, SqlResult
+from serving_layer.sandbox import (
+    SANDBOX_VIEWS,
+    SqlError,
+    SqlRefusedError,
+    SqlResult,
+    check_read_only,
+)
 from serving_layer.tables import LakeSnapshot, TableSnapshot
 
 _START_TIMEOUT_S: Final = 60.0
+# Clients remembered in back-off at most; past that the longest-quiet ones are forgotten.
+_MAX_BACKOFF_CLIENTS: Final = 4096
+_WORKDIR_PREFIX: Final = "ctr-sql-"
 _SIGNALS: Final = {
     signal.SIGXCPU: "it used up its CPU time limit",
     signal.SIGKILL: "it was killed (out of memory?)",
@@ -56,6 +77,10 @@ class SandboxUnavailableError(RuntimeError):
     """The sandbox could not be set up: a worker did not start, or the lake is unreadable."""
 
 
+class _WorkerDiedError(SqlError):
+    """The worker process ended while it ran the query (a crash, a kill from outside)."""
+
+
 @dataclass(frozen=True)
 class PoolStats:
     workers: int
@@ -66,13 +91,41 @@ class PoolStats:
     failed: int
     timed_out: int
     rejected_busy: int
+    backed_off: int
     worker_restarts: int
+
+
+@dataclass(frozen=True)
+class ClientBackoff:
+    """How long a client whose query cost a worker waits: ``first_s``, doubling with each
+    such query in a row, at most ``max_s``."""
+
+    first_s: float = 1.0
+    max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_s <= self.max_s:
+            raise ValueError(
+                f"'first_s' must be > 0 and at most 'max_s' ({self.max_s:g}), got {self.first_s:g}"
+            )
+
+    def pause_s(self, strikes: int) -> float:
+        """The pause after ``strikes`` (>= 1) costly queries in a row."""
+        return min(self.first_s * 2.0 ** min(strikes - 1, 64), self.max_s)
+
+
+@dataclass
+class _Backoff:
+    """A client whose queries cost workers: ``strikes`` in a row, refused until ``until``."""
+
+    strikes: int
+    until: float
 
 
 class SqlPool:
     """Runs sandboxed queries over lake snapshots in ``workers`` processes; thread-safe."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only settings, each with a default
         self,
         *,
         workers: int = 2,
@@ -82,6 +135,7 @@ class SqlPool:
         threads: int = 1,
         grace_s: float = 2.0,
         max_queries_per_worker: int = 500,
+        backoff: ClientBackoff | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"'workers' must be >= 1, got {workers}")
@@ -98,6 +152,8 @@ class SqlPool:
         self.threads = threads
         self.grace_s = grace_s
         self.max_queries_per_worker = max_queries_per_worker
+        self.backoff = backoff or ClientBackoff()
+        self._backoff: dict[str, _Backoff] = {}
         self._all = [_Worker(memory_bytes, threads) for _ in range(workers)]
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         for worker in self._all:
@@ -106,7 +162,7 @@ class SqlPool:
         self._admitted = 0
         self._closed = False
         self._counts = dict.fromkeys(
-            ("queries", "refused", "failed", "timed_out", "rejected_busy"), 0
+            ("queries", "refused", "failed", "timed_out", "rejected_busy", "backed_off"), 0
         )
 
     def run(
@@ -117,11 +173,14 @@ class SqlPool:
         max_rows: int = 10_000,
         max_bytes: int = 16 * 2**20,
         timeout_s: float = 10.0,
+        client: str | None = None,
     ) -> SqlResult:
         """Run one read-only query over ``snapshot`` in a worker.
 
-        Raises :class:`SqlRefusedError` (not a single read-only query), :class:`SqlError` (it
-        failed or hit a limit), :class:`SqlBusyError` (no worker free in time) and
+        ``client`` (the caller's address, say) is whom a query that costs its worker backs
+        off; ``None``: nobody. Raises :class:`SqlRefusedError` (not a single read-only query,
+        or a function not allowed), :class:`SqlError` (it failed or hit a limit),
+        :class:`SqlBusyError` (no worker free in time, or ``client`` backed off) and
         :class:`SandboxUnavailableError` (the sandbox could not be set up).
         """
         if max_rows < 1:
@@ -130,6 +189,12 @@ class SqlPool:
             raise ValueError(f"'max_bytes' must be >= 1, got {max_bytes}")
         if timeout_s <= 0:
             raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
+        self._check_backoff(client)
+        try:
+            statement = check_read_only(sql)
+        except SqlRefusedError:
+            self._count("refused")
+            raise
         tables = {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()}
         with self.admission():
             try:
@@ -145,11 +210,12 @@ class SqlPool:
                     raise SandboxUnavailableError("the SQL worker pool is closed")
                 return self._run(
                     worker,
-                    sql,
+                    statement,
                     tables,
                     max_rows=max_rows,
                     max_bytes=max_bytes,
                     timeout_s=timeout_s,
+                    client=client,
                 )
             finally:
                 self._idle.put(worker)
@@ -180,6 +246,7 @@ class SqlPool:
         max_rows: int,
         max_bytes: int,
         timeout_s: float,
+        client: str | None,
     ) -> SqlResult:
         if worker.queries >= self.max_queries_per_worker:
             worker.stop()
@@ -191,12 +258,16 @@ class SqlPool:
             )
         except TimeoutError:
             self._count("timed_out")
-            raise SqlError(f"the query was stopped at the time limit of {timeout_s:g} s") from None
-        except SqlError:
+            raise SqlError(
+                f"the query was stopped at the time limit of {timeout_s:g} s"
+                + self._back_off(client)
+            ) from None
+        except _WorkerDiedError as exc:
             self._count("failed")
-            raise
+            raise SqlError(str(exc) + self._back_off(client)) from None
         if kind == "ok":
             assert isinstance(payload, SqlResult)
+            self._forgive(client)
             return payload
         message = str(payload)
         if kind == "refused":
@@ -211,7 +282,46 @@ class SqlPool:
         if "Out of Memory" in message:
             # Its address space may be fragmented now: the next query gets a fresh process.
             worker.stop()
+            message += self._back_off(client)
         raise SqlError(message)
+
+    def _check_backoff(self, client: str | None) -> None:
+        if client is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            backoff = self._backoff.get(client)
+            if backoff is None or backoff.until <= now:
+                return
+            self._counts["backed_off"] += 1
+        wait_s = backoff.until - now
+        raise SqlBusyError(
+            f"a recent query from this client cost a SQL worker (it crashed, ran out of memory "
+            f"or was killed at the time limit): its queries are refused for {wait_s:.1f} s more "
+            f"(the pause doubles with each such query, up to {self.backoff.max_s:g} s; a query "
+            "that succeeds ends it)",
+            retry_after_s=max(1, math.ceil(wait_s)),
+        )
+
+    def _back_off(self, client: str | None) -> str:
+        """Back ``client`` off after its query cost a worker; what to add to its error."""
+        if client is None:
+            return ""
+        now = time.monotonic()
+        with self._lock:
+            backoff = self._backoff.pop(client, None) or _Backoff(0, now)
+            backoff.strikes += 1
+            pause_s = self.backoff.pause_s(backoff.strikes)
+            backoff.until = now + pause_s
+            self._backoff[client] = backoff  # last: the dict is ordered by the latest strike
+            while len(self._backoff) > _MAX_BACKOFF_CLIENTS:
+                del self._backoff[next(iter(self._backoff))]
+        return f"; this client's queries are refused for the next {pause_s:g} s"
+
+    def _forgive(self, client: str | None) -> None:
+        if client is not None:
+            with self._lock:
+                self._backoff.pop(client, None)
 
     def stats(self) -> PoolStats:
         with self._lock:
@@ -222,7 +332,7 @@ class SqlPool:
             workers=self.workers,
             busy=busy,
             waiting=max(0, admitted - busy),
-            worker_restarts=sum(w.restarts for w in self._all),
+            worker_restarts=sum(max(w.restarts, 0) for w in self._all),
             **counts,
         )
 
@@ -247,9 +357,10 @@ class _Worker:
         self.memory_bytes = memory_bytes
         self.threads = threads
         self.queries = 0
-        self.restarts = -1
+        self.restarts = -1  # the first start is no restart
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
+        self._workdir: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -258,7 +369,7 @@ class _Worker:
 
     def ask(self, request: tuple[Any, ...], *, wait_s: float) -> tuple[str, object]:
         """Send ``request`` and wait ``wait_s`` for the answer; past that the worker is killed
-        and :class:`TimeoutError` raised."""
+        and :class:`TimeoutError` raised; :class:`_WorkerDiedError` if it ended meanwhile."""
         conn = self._connection()
         self.queries += 1
         try:
@@ -267,7 +378,7 @@ class _Worker:
             if answered:
                 reply: tuple[str, object] = conn.recv()
         except (EOFError, OSError):
-            raise SqlError(f"the query's worker process ended: {self._death()}") from None
+            raise _WorkerDiedError(f"the query's worker process ended: {self._death()}") from None
         if not answered:
             self.stop()
             raise TimeoutError
@@ -277,6 +388,8 @@ class _Worker:
         if self._conn is not None and self._process is not None and self._process.poll() is None:
             return self._conn
         self.stop()
+        # Made and removed here: a killed worker cannot clean up after itself.
+        workdir = tempfile.mkdtemp(prefix=_WORKDIR_PREFIX)
         parent, child = socket.socketpair()
         try:
             # A fresh interpreter (not a fork of a threaded server, nor multiprocessing's
@@ -289,6 +402,7 @@ class _Worker:
                     str(child.fileno()),
                     str(self.memory_bytes),
                     str(self.threads),
+                    workdir,
                 ],
                 pass_fds=[child.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -296,11 +410,12 @@ class _Worker:
             )
         except OSError as exc:
             parent.close()
+            shutil.rmtree(workdir, ignore_errors=True)
             raise SandboxUnavailableError(f"a SQL worker process did not start: {exc}") from None
         finally:
             child.close()
         conn = Connection(parent.detach())
-        self._process, self._conn = process, conn
+        self._process, self._conn, self._workdir = process, conn, workdir
         self.restarts += 1
         self.queries = 0
         try:
@@ -331,8 +446,9 @@ class _Worker:
         return f"it exited with code {code}"
 
     def stop(self) -> None:
-        process, conn = self._process, self._conn
-        self._process = self._conn = None
+        """End the process (killed if still running) and remove its working directory."""
+        process, conn, workdir = self._process, self._conn, self._workdir
+        self._process = self._conn = self._workdir = None
         if conn is not None:
             conn.close()
         if process is not None:
@@ -340,3 +456,6 @@ class _Worker:
                 process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
+        if workdir is not None:
+            # Empty unless the worker made directories (it cannot grow a file).
+            shutil.rmtree(workdir, ignore_errors=True)

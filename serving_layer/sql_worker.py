@@ -1,6 +1,8 @@
-"""A SQL sandbox worker process: ``python -m serving_layer.sql_worker FD MEMORY_BYTES THREADS``.
+"""A SQL sandbox worker process:
+``python -m serving_layer.sql_worker FD MEMORY_BYTES THREADS WORKDIR``.
 
-Started by :class:`serving_layer.sql_pool.SqlPool` with one end of a socket pair as ``FD``. It
+Started by :class:`serving_layer.sql_pool.SqlPool` with one end of a socket pair as ``FD`` and
+an empty private directory ``WORKDIR`` (the pool removes it once this process has ended). It
 confines itself (see :func:`confine`), says ``"ready"``, then answers one request at a time
 (``(sql, tables, max_rows, max_bytes, timeout_s, grace_s)`` → ``(kind, payload)``) until the
 socket closes.
@@ -13,7 +15,6 @@ import ctypes
 import os
 import resource
 import sys
-import tempfile
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
@@ -36,10 +37,11 @@ _M_ARENA_MAX: Final = -8
 
 
 def main(argv: list[str]) -> None:
-    fd, memory_bytes, threads = (int(a) for a in argv)
+    fd, memory_bytes, threads = (int(a) for a in argv[:3])
+    workdir = argv[3]
     conn = Connection(fd)
     try:
-        confine(memory_bytes)
+        confine(memory_bytes, workdir)
     except Exception as exc:
         conn.send(f"{type(exc).__name__}: {exc}")
         return
@@ -128,9 +130,10 @@ def _failure(exc: Exception) -> tuple[str, str]:
     return "error", f"{type(exc).__name__}: {exc}"
 
 
-def confine(memory_bytes: int) -> None:
-    """OS limits for this process: no file may grow, a private empty working directory, an
-    address-space cap of what is mapped now plus ``memory_bytes``, niceness 10, no core."""
+def confine(memory_bytes: int, workdir: str) -> None:
+    """OS limits for this process: no file may grow, ``workdir`` (private, empty) as working
+    directory, an address-space cap of what is mapped now plus ``memory_bytes``, niceness 10,
+    no core."""
     os.environ.pop("API_TOKEN", None)
     os.nice(10)
     with contextlib.suppress(OSError, AttributeError):
@@ -141,7 +144,7 @@ def confine(memory_bytes: int) -> None:
 
     # Arrow's default allocator reserves large address ranges up front; malloc does not.
     pa.set_memory_pool(pa.system_memory_pool())
-    os.chdir(tempfile.mkdtemp(prefix="ctr-sql-"))
+    os.chdir(workdir)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     # Warm up: DuckDB's first connection maps its allocator and thread pool.

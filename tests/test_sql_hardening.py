@@ -1,0 +1,309 @@
+"""The SQL sandbox, second round (issue 32): only allowed functions run, and a refused query
+never reaches a worker; a client whose query costs a worker is backed off, others are not; the
+workers' private directories go with them."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from lake.settings import LakeSettings
+from serving_layer.sandbox import (
+    ALLOWED_FUNCTIONS,
+    ALLOWED_TABLE_FUNCTIONS,
+    FUNCTION_GROUPS,
+    FunctionRefusedError,
+    SqlError,
+    SqlRefusedError,
+    check_read_only,
+)
+from serving_layer.sql_pool import ClientBackoff, SqlBusyError, SqlPool
+from serving_layer.tables import LakeSnapshot, SnapshotSource
+from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
+
+# 1 GB in one string: twice the pool's memory, DuckDB's "Out of Memory Error" in a moment.
+OUT_OF_MEMORY = "SELECT length(repeat('x', 1000000000))"
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> LakeSnapshot:
+    lake: LakeSettings = build_sandbox_lake(tmp_path_factory.mktemp("hardening"))
+    return SnapshotSource(lake, refresh_s=0).current()
+
+
+@pytest.fixture
+def pool() -> Iterator[SqlPool]:
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
+    yield pool
+    pool.close()
+
+
+# -- only allowed functions ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "function"),
+    [
+        ("SELECT * FROM pandas_scan(NULL)", "pandas_scan"),
+        ("select * from PANDAS_SCAN(NULL)", "pandas_scan"),  # DuckDB folds the case
+        ('SELECT * FROM "pandas_scan"(NULL)', "pandas_scan"),
+        ("SELECT * FROM arrow_scan(NULL, NULL, NULL)", "arrow_scan"),
+        ("SELECT * FROM python_map_function(NULL, NULL, NULL)", "python_map_function"),
+        ("FROM query('SELECT 1')", "query"),
+        ("FROM query_table('ctr')", "query_table"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "read_csv"),
+        ("SELECT * FROM glob('/etc/*')", "glob"),
+        ("SELECT * FROM duckdb_settings()", "duckdb_settings"),
+        ("SELECT * FROM duckdb_functions()", "duckdb_functions"),
+        ("SELECT * FROM pragma_version()", "pragma_version"),
+        ("SELECT * FROM pragma_table_info('ctr')", "pragma_table_info"),
+        ("SELECT * FROM test_all_types()", "test_all_types"),
+        ("SELECT * FROM json_execute_serialized_sql('{}')", "json_execute_serialized_sql"),
+        ("SELECT getenv('HOME')", "getenv"),
+        ("SELECT current_setting('threads')", "current_setting"),
+        ("SELECT getvariable('x')", "getvariable"),
+        ("SELECT nextval('s')", "nextval"),
+        ("SELECT sleep_ms(100000)", "sleep_ms"),
+        ("SELECT json_serialize_plan('SELECT 1')", "json_serialize_plan"),
+        ("SELECT pg_catalog.pg_size_pretty(1)", "pg_size_pretty"),
+        # Hidden in a subquery, a CTE, a window, ORDER BY, HAVING, a lateral join, a lambda,
+        # COLUMNS(…), LIMIT, a join, behind EXPLAIN, DESCRIBE or SUMMARIZE.
+        ("SELECT (SELECT max(s) FROM (SELECT current_setting('threads') AS s))", "current_setting"),
+        ("WITH a AS (SELECT getenv('HOME') AS h) SELECT * FROM a", "getenv"),
+        ("SELECT sum(clicks) OVER (PARTITION BY getenv('x')) FROM ctr", "getenv"),
+        ("SELECT source FROM ctr ORDER BY current_setting('threads')", "current_setting"),
+        ("SELECT source FROM ctr GROUP BY 1 HAVING max(getenv('x')) > ''", "getenv"),
+        ("SELECT * FROM ctr, LATERAL (SELECT * FROM pandas_scan(ctr.source))", "pandas_scan"),
+        ("SELECT list_transform(['a'], x -> getenv(x))", "getenv"),
+        ("SELECT COLUMNS(c -> current_setting(c) IS NULL) FROM ctr", "current_setting"),
+        ("SELECT 1 LIMIT (SELECT nextval('s'))", "nextval"),
+        ("SELECT * FROM ctr JOIN read_parquet('x') USING (source)", "read_parquet"),
+        ("EXPLAIN SELECT * FROM pandas_scan(NULL)", "pandas_scan"),
+        ("DESCRIBE SELECT * FROM query('SELECT 1')", "query"),
+        ("SUMMARIZE SELECT getenv('HOME')", "getenv"),
+        ("SELECT * FROM (PIVOT ctr ON source IN ('batch') USING any_value(getenv('x')))", "getenv"),
+    ],
+)
+def test_functions_off_the_allow_list_are_refused(sql: str, function: str) -> None:
+    with pytest.raises(FunctionRefusedError, match=rf"function {re.escape(function)}\(\)") as info:
+        check_read_only(sql)
+    assert info.value.function == function
+
+
+def test_refusals_say_where_the_allowed_functions_are() -> None:
+    with pytest.raises(SqlRefusedError, match="GET /api/v1/sql/functions"):
+        check_read_only("SELECT getenv('HOME')")
+    with pytest.raises(
+        SqlRefusedError, match="the allowed table functions: generate_series, range, unnest"
+    ):
+        check_read_only("SELECT * FROM duckdb_settings()")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # The README's and the demo's examples.
+        "SELECT source, count(*) AS rows, sum(impressions) AS impressions, sum(clicks) AS clicks "
+        "FROM ctr GROUP BY source",
+        "SELECT source, sum(clicks) FROM ctr GROUP BY 1",
+        "SELECT count(*) AS events, count(DISTINCT event_id) AS distinct_ids FROM events",
+        # An analyst's library: aggregates, windows, dates, text, lists, structs, JSON, lambdas.
+        "SELECT date_trunc('hour', bucket_start) AS h, sum(clicks) / nullif(sum(impressions), 0), "
+        "strftime(h, '%H'), epoch_ms(h), extract(hour FROM h), time_bucket(INTERVAL 5 MINUTE, h) "
+        "FROM ctr GROUP BY h HAVING count(*) > 0 ORDER BY h",
+        "SELECT count(*) FILTER (WHERE clicks > 0), count_if(clicks > 0), median(clicks), "
+        "quantile_cont(clicks, [0.1, 0.9]), approx_count_distinct(ad_id), mode(country), "
+        "string_agg(country, ',' ORDER BY country), arg_max(ad_id, clicks), stddev(clicks), "
+        "corr(clicks, impressions), histogram(country), list(clicks), bool_or(clicks > 1) FROM ctr",
+        "SELECT row_number() OVER w, rank() OVER w, dense_rank() OVER w, percent_rank() OVER w, "
+        "cume_dist() OVER w, ntile(4) OVER w, lag(clicks) OVER w, lead(clicks, 2, 0) OVER w, "
+        "first_value(clicks) OVER w, last_value(clicks) OVER w, nth_value(clicks, 2) OVER w, "
+        "sum(clicks) OVER (PARTITION BY country ORDER BY bucket_start ROWS 2 PRECEDING) "
+        "FROM ctr WINDOW w AS (ORDER BY bucket_start) QUALIFY row_number() OVER w < 10",
+        "SELECT coalesce(NULL, 1), ifnull(NULL, 1), if(true, 1, 2), CASE WHEN true THEN 1 END, "
+        "typeof(1), try_cast('x' AS INT), greatest(1, 2), least(1, 2), abs(-1), round(1.5), "
+        "ln(2), log10(10), pow(2, 3), sqrt(4), mod(5, 2), 7 // 2, 7 % 2, 2 ** 3, 5 !",
+        "SELECT lower(source), upper(source), length(source), substr(source, 1, 2), "
+        "concat(source, 'x'), source || 'x', replace(source, 'a', 'b'), trim(source), "
+        "regexp_replace(source, 'a', 'b'), regexp_matches(source, 'a'), "
+        "split_part(source, 'a', 1), lpad(source, 9, '.'), left(source, 1), strpos(source, 'a'), "
+        "position('a' IN source), source LIKE 'b%', source ILIKE 'B%', source NOT LIKE 'x', "
+        "source SIMILAR TO 'b.*', source GLOB 'b*', starts_with(source, 'b'), "
+        "format('{}-{}', source, 1), printf('%s', source) FROM ctr",
+        "SELECT [x * 2 FOR x IN [1, 2] IF x > 1], list_transform([1, 2], x -> x + 1), "
+        "list_filter([1, 2], x -> x > 1), list_reduce([1, 2], (a, b) -> a + b), [1, 2][1], "
+        "{'a': 1}.a, struct_pack(a := 1), MAP {'a': 1}, len([1]), unnest([1, 2]), "
+        "'{\"a\": 1}'::JSON ->> 'a', json_extract('{\"a\": 1}', '$.a'), source.upper() FROM ctr",
+        "SELECT * FROM range(3) t(x), generate_series(1, 2) u(y), unnest([1]) v(z)",
+        "SELECT now() - INTERVAL 1 DAY, current_date, current_timestamp, today(), "
+        "make_date(2026, 1, 1), age(TIMESTAMP '2026-01-01'), date_diff('day', DATE '2026-01-01', "
+        "DATE '2026-02-01'), TIMESTAMP '2026-01-01' AT TIME ZONE 'Europe/Berlin'",
+        "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
+        "SELECT * FROM r",
+        "SELECT * FROM ctr POSITIONAL JOIN events",
+        "SELECT * FROM (PIVOT ctr ON source IN ('batch', 'speed') USING sum(clicks))",
+        "EXPLAIN SELECT sum(clicks) FROM ctr",
+        "SUMMARIZE SELECT lower(source) FROM ctr",
+        "SELECT 18446744073709551616, 1e400, 'nan'::DOUBLE",  # constants JSON cannot spell
+    ],
+)
+def test_the_library_an_analyst_needs_is_allowed(sql: str) -> None:
+    assert check_read_only(sql) == sql
+
+
+def test_every_allowed_name_is_a_duckdb_function() -> None:
+    con = duckdb.connect(config={"enable_external_access": False})
+    try:
+        rows = con.execute(
+            "SELECT function_name, function_type, schema_name FROM duckdb_functions()"
+        ).fetchall()
+    finally:
+        con.close()
+    scalar = {name for name, kind, _ in rows if not kind.startswith("table")}
+    table = {name for name, kind, _ in rows if kind == "table"}
+    # unnest() in a select list is the binder's own, not a catalog function.
+    assert sorted(ALLOWED_FUNCTIONS - scalar) == ["unnest"]
+    assert sorted(ALLOWED_TABLE_FUNCTIONS - table) == []
+    # So a qualifier (pg_catalog.x, or x.f(): a method call on column x) cannot pick another.
+    assert sorted({name for name, _, schema in rows if schema != "main"} & ALLOWED_FUNCTIONS) == []
+    assert frozenset().union(*FUNCTION_GROUPS.values()) == ALLOWED_FUNCTIONS
+
+
+def test_too_deep_to_check_is_refused_not_a_crash() -> None:
+    with pytest.raises(SqlRefusedError, match="nests too deeply"):
+        check_read_only("SELECT " + "abs(" * 600 + "1" + ")" * 600)
+    assert check_read_only("SELECT " + "abs(" * 100 + "1" + ")" * 100)
+
+
+def test_a_refused_query_never_reaches_a_worker(snapshot: LakeSnapshot) -> None:
+    """Before the allow-list each of these segfaulted its worker: ten cost ten restarts."""
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20)
+    try:
+        started = time.monotonic()
+        for _ in range(10):
+            with pytest.raises(SqlRefusedError, match=r"pandas_scan\(\) is not allowed"):
+                pool.run("SELECT * FROM pandas_scan(NULL)", snapshot, client="a")
+        assert time.monotonic() - started < 5
+        assert pool.worker_pids() == []  # no worker was even started
+        stats = pool.stats()
+        assert (stats.refused, stats.queries, stats.worker_restarts) == (10, 0, 0)
+        # Refusals cost nothing: no back-off.
+        assert pool.run("SELECT 1", snapshot, client="a").rows == [[1]]
+    finally:
+        pool.close()
+
+
+# -- a client whose query costs a worker waits ---------------------------------------------------
+
+
+def test_backoff_pauses_double_up_to_the_cap() -> None:
+    backoff = ClientBackoff(first_s=1.0, max_s=60.0)
+    assert [backoff.pause_s(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert backoff.pause_s(10_000) == 60
+    with pytest.raises(ValueError, match="'first_s' must be > 0 and at most 'max_s' \\(1\\)"):
+        ClientBackoff(first_s=2.0, max_s=1.0)
+
+
+def test_a_client_that_costs_a_worker_is_backed_off_and_no_other(
+    pool: SqlPool, snapshot: LakeSnapshot
+) -> None:
+    pool.run("SELECT 1", snapshot, client="greedy")
+    restarts = pool.stats().worker_restarts
+    with pytest.raises(SqlError, match=r"Out of Memory.*refused for the next 1 s"):
+        pool.run(OUT_OF_MEMORY, snapshot, client="greedy")
+    queries = pool.stats().queries
+    with pytest.raises(SqlBusyError, match="cost a SQL worker") as busy:
+        pool.run("SELECT 1", snapshot, client="greedy")
+    assert busy.value.retry_after_s == 1
+    assert pool.stats().queries == queries  # answered without a worker
+    assert pool.stats().backed_off == 1
+    assert pool.run("SELECT 'other'", snapshot, client="polite").rows == [["other"]]
+    assert pool.run("SELECT 'anonymous'", snapshot).rows == [["anonymous"]]
+    assert pool.stats().worker_restarts == restarts + 1
+
+    # The pause doubles with each costly query in a row, and a success ends it.
+    time.sleep(1.05)
+    with pytest.raises(SqlError, match="refused for the next 2 s"):
+        pool.run(OUT_OF_MEMORY, snapshot, client="greedy")
+    with pytest.raises(SqlBusyError) as busy:
+        pool.run("SELECT 1", snapshot, client="greedy")
+    assert busy.value.retry_after_s == 2
+    time.sleep(2.05)
+    assert pool.run("SELECT 'again'", snapshot, client="greedy").rows == [["again"]]
+    with pytest.raises(SqlError, match="refused for the next 1 s"):
+        pool.run(OUT_OF_MEMORY, snapshot, client="greedy")
+
+
+def test_a_kill_at_the_time_limit_backs_off(pool: SqlPool, snapshot: LakeSnapshot) -> None:
+    with pytest.raises(SqlError, match="time limit of 1 s; this client's queries are refused"):
+        pool.run(RUNAWAY_REGEX, snapshot, timeout_s=1.0, client="runaway")
+    with pytest.raises(SqlBusyError):
+        pool.run("SELECT 1", snapshot, client="runaway")
+    assert pool.run("SELECT 1", snapshot, client="other").rows == [[1]]
+
+
+def test_a_crashed_worker_backs_off(pool: SqlPool, snapshot: LakeSnapshot) -> None:
+    pool.run("SELECT 1", snapshot)
+    [pid] = pool.worker_pids()
+    # The worker dies by a signal while it runs the query (as pandas_scan's segfault did).
+    killer = threading.Timer(0.5, os.kill, (pid, 11))
+    killer.start()
+    try:
+        with pytest.raises(SqlError, match=r"crashed \(SIGSEGV\).*refused for the next 1 s"):
+            pool.run(RUNAWAY_REGEX, snapshot, timeout_s=30.0, client="crasher")
+    finally:
+        killer.cancel()
+    with pytest.raises(SqlBusyError):
+        pool.run("SELECT 1", snapshot, client="crasher")
+    assert pool.run("SELECT 1", snapshot, client="other").rows == [[1]]
+
+
+def test_an_ordinary_error_costs_nothing(pool: SqlPool, snapshot: LakeSnapshot) -> None:
+    for sql in ("SELECT * FROM nope", "SELEC 1"):
+        with pytest.raises(SqlError):
+            pool.run(sql, snapshot, client="clumsy")
+    with pytest.raises(SqlError, match=r"stopped at the time limit of 1 s$"):
+        pool.run(
+            "SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range * b.range = -1",
+            snapshot,
+            timeout_s=1.0,
+            client="clumsy",
+        )
+    assert pool.run("SELECT 1", snapshot, client="clumsy").rows == [[1]]
+    assert pool.stats().backed_off == 0
+
+
+# -- worker directories ----------------------------------------------------------------------
+
+
+def test_worker_directories_go_with_their_workers(snapshot: LakeSnapshot) -> None:
+    pool = SqlPool(workers=2, queue_size=0, memory_bytes=512 * 2**20, grace_s=0.5)
+    seen: set[Path] = set()
+
+    def workdirs() -> set[Path]:
+        return {Path(os.readlink(f"/proc/{pid}/cwd")) for pid in pool.worker_pids()}
+
+    try:
+        for sql in (OUT_OF_MEMORY, RUNAWAY_REGEX, OUT_OF_MEMORY):
+            pool.run("SELECT 1", snapshot)
+            seen |= workdirs()
+            with pytest.raises(SqlError):
+                pool.run(sql, snapshot, timeout_s=1.0)
+            assert pool.run("SELECT 1", snapshot).rows == [[1]]
+            current = workdirs()
+            assert all(d.name.startswith("ctr-sql-") and d.is_dir() for d in current)
+            # Only the running workers' directories exist; replaced ones are gone.
+            assert [d for d in seen - current if d.exists()] == []
+            seen |= current
+        assert pool.stats().worker_restarts >= 3
+        assert len(seen) >= 4
+    finally:
+        pool.close()
+    assert [d for d in seen if d.exists()] == []
