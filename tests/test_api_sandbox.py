@@ -4,12 +4,15 @@ real server over a real lake, each checked against the lake's bytes, not only th
 from __future__ import annotations
 
 import concurrent.futures
+import csv
+import io
+import itertools
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
@@ -52,6 +55,27 @@ def base_url(lake: LakeSettings) -> Iterator[str]:
 def client(base_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=base_url, headers=AUTH, timeout=60) as client:
         yield client
+
+
+# Loopback addresses other than 127.0.0.1, one per client a test needs: the server backs off
+# a client (by address) whose query cost a SQL worker.
+_ADDRESSES = (f"127.0.0.{n}" for n in itertools.count(2))
+
+
+@pytest.fixture
+def other_client(base_url: str) -> Iterator[httpx.Client]:
+    with client_at(base_url, next(_ADDRESSES)) as client:
+        yield client
+
+
+def client_at(base_url: str, address: str) -> httpx.Client:
+    """A client connecting from ``address`` (a loopback address)."""
+    return httpx.Client(
+        base_url=base_url,
+        headers=AUTH,
+        timeout=60,
+        transport=httpx.HTTPTransport(local_address=address),
+    )
 
 
 def sql(client: httpx.Client, query: str) -> httpx.Response:
@@ -214,8 +238,9 @@ def rss_mb() -> float:
     raise AssertionError("no VmRSS")
 
 
-def test_heavy_queries_do_not_take_the_servers_memory(client: httpx.Client) -> None:
+def test_heavy_queries_do_not_take_the_servers_memory(other_client: httpx.Client) -> None:
     """Before the worker pool, four of these took the API process to 4 GB."""
+    client = other_client  # out of memory: it is backed off afterwards
     baseline = rss_mb()
     peak = baseline
     done = threading.Event()
@@ -242,10 +267,12 @@ def test_heavy_queries_do_not_take_the_servers_memory(client: httpx.Client) -> N
     assert peak - baseline < 200
 
 
-def test_the_api_answers_while_every_worker_is_busy(client: httpx.Client) -> None:
+def test_the_api_answers_while_every_worker_is_busy(
+    client: httpx.Client, other_client: httpx.Client
+) -> None:
     restarts = metric(client, "ctr_sql_worker_restarts_total") or 0
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        runaway = [pool.submit(sql, client, RUNAWAY_REGEX) for _ in range(4)]
+        runaway = [pool.submit(sql, other_client, RUNAWAY_REGEX) for _ in range(4)]
         deadline = time.monotonic() + 30
         while metric(client, "ctr_sql_workers_busy") != 2 or metric(client, "ctr_sql_queued") != 2:
             assert time.monotonic() < deadline, "the runaway queries never filled the pool"
@@ -268,3 +295,110 @@ def test_the_api_answers_while_every_worker_is_busy(client: httpx.Client) -> Non
         assert "stopped at the time limit of 2 s" in answer.json()["detail"]
     assert (metric(client, "ctr_sql_worker_restarts_total") or 0) >= restarts + 4
     assert sql(client, "SELECT 'after'").json()["rows"] == [["after"]]
+    # The client whose queries were killed waits (four in a row: 8 s).
+    backed_off = sql(other_client, "SELECT 'after'")
+    assert backed_off.status_code == 429
+    assert 4 <= int(backed_off.headers["retry-after"]) <= 8
+
+
+# -- issue 32: the SQL endpoint, second round ----------------------------------------------------
+
+
+def test_functions_off_the_allow_list_never_reach_a_worker(client: httpx.Client) -> None:
+    """pandas_scan(NULL) segfaulted a worker: ten in a row cost ~52 s of restarts."""
+    restarts = metric(client, "ctr_sql_worker_restarts_total")
+    started = time.monotonic()
+    for _ in range(10):
+        response = sql(client, "SELECT * FROM pandas_scan(NULL)")
+        assert response.status_code == 400
+        assert response.json()["detail"].startswith(
+            "sql: refused: the table function pandas_scan() is not allowed"
+        )
+    assert time.monotonic() - started < 5
+    assert metric(client, "ctr_sql_worker_restarts_total") == restarts
+    for function, query in (
+        ("getenv", "SELECT getenv('HOME')"),
+        ("current_setting", "SELECT (SELECT current_setting('threads'))"),
+        ("query", "FROM query('SELECT 1')"),
+        ("duckdb_settings", "SELECT * FROM duckdb_settings()"),
+    ):
+        detail = sql(client, query).json()["detail"]
+        assert f"function {function}() is not allowed" in detail
+    # Refusals cost no worker: the client is not backed off.
+    assert sql(client, "SELECT 1").json()["rows"] == [[1]]
+
+
+def test_the_allowed_functions_are_listed(client: httpx.Client, base_url: str) -> None:
+    body = client.get("/api/v1/sql/functions").json()
+    assert body["table_functions"] == ["generate_series", "range", "unnest"]
+    functions = body["functions"]
+    assert {"count", "sum", "quantile_cont", "string_agg"} <= set(functions["aggregates"])
+    assert {"row_number", "lag", "ntile"} <= set(functions["windows"])
+    assert {"date_trunc", "strftime", "time_bucket"} <= set(functions["time"])
+    assert {"+", "||", "~~"} <= set(functions["operators"])
+    listed = {name for names in functions.values() for name in names}
+    assert not {"pandas_scan", "getenv", "current_setting", "query", "read_csv"} & listed
+    assert httpx.get(f"{base_url}/api/v1/sql/functions").status_code == 401
+
+
+def test_a_client_whose_query_kills_its_worker_is_backed_off(
+    client: httpx.Client, other_client: httpx.Client
+) -> None:
+    killed = sql(other_client, RUNAWAY_REGEX)
+    assert killed.status_code == 400
+    assert "stopped at the time limit of 2 s" in killed.json()["detail"]
+    assert "refused for the next 1 s" in killed.json()["detail"]
+    ran = metric(client, "ctr_sql_queries_total", outcome="run")
+    busy = sql(other_client, "SELECT 1")
+    assert (busy.status_code, busy.headers["retry-after"]) == (429, "1")
+    assert "cost a SQL worker" in busy.json()["detail"]
+    assert metric(client, "ctr_sql_queries_total", outcome="run") == ran  # no worker asked
+    # Others are not affected.
+    assert sql(client, "SELECT 'other'").json()["rows"] == [["other"]]
+    time.sleep(1.1)
+    assert sql(other_client, "SELECT 'again'").json()["rows"] == [["again"]]
+
+
+@pytest.mark.parametrize(
+    ("as_of", "detail"),
+    [
+        ("0001-01-01T00:00:00+14:00", "out of range"),
+        ("9999-12-31T23:59:59-14:00", "out of range"),
+        ("0001-01-01T00:00:00Z", "before the lake's first commit"),
+        ("9999-12-31T23:59:59Z", "in the future"),
+    ],
+)
+def test_as_of_at_the_edges_is_a_400(client: httpx.Client, as_of: str, detail: str) -> None:
+    response = client.post("/api/v1/sql", json={"sql": "SELECT 1", "as_of": as_of})
+    assert response.status_code == 400
+    assert response.json()["parameter"] == "as_of"
+    assert detail in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT {'中': 1} AS s, 1.5::DECIMAL(4, 2) AS d",
+        "SELECT 'a'::ENUM(E'x\\r\\ny', 'a') AS e",
+        "SELECT 'a'::ENUM(E'\\t\\x01%,\\x7f', 'a') AS e, 'é' AS \"é\"",
+    ],
+)
+def test_csv_headers_carry_any_type_name(client: httpx.Client, query: str) -> None:
+    types = client.post("/api/v1/sql", json={"sql": query}).json()["types"]
+    response = client.post("/api/v1/sql", params={"format": "csv"}, json={"sql": query})
+    assert response.status_code == 200
+    header = response.headers["ctr-column-types"]
+    assert header.isascii()
+    assert header.isprintable()  # no CR, LF or other control character
+    assert [unquote(t) for t in header.split(",")] == types
+
+
+def test_csv_quotes_column_names_with_line_breaks(client: httpx.Client) -> None:
+    response = client.post(
+        "/api/v1/sql", params={"format": "csv"}, json={"sql": 'SELECT 1 AS "a\r\nb", 2 AS "c\nd"'}
+    )
+    assert response.text == '"a\r\nb","c\nd"\r\n1,2\r\n'
+    assert list(csv.reader(io.StringIO(response.text, newline=""))) == [
+        ["a\r\nb", "c\nd"],
+        ["1", "2"],
+    ]

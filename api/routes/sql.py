@@ -1,11 +1,13 @@
 """POST /api/v1/sql: read-only ad-hoc SQL over the registered views, in sandboxed workers;
-the answer as JSON or CSV."""
+the answer as JSON or CSV. GET /api/v1/sql/functions: the functions a query may call."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import string
 from typing import Annotated, Final
+from urllib.parse import quote
 
 import orjson
 from anyio import CapacityLimiter, to_thread
@@ -15,9 +17,14 @@ from fastapi.concurrency import run_in_threadpool
 from api.deps import ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
-from api.models import ErrorResponse, SqlRequest, SqlResponse
+from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
 from serving_layer.csv_rows import csv_text
-from serving_layer.sandbox import SqlError, SqlRefusedError
+from serving_layer.sandbox import (
+    ALLOWED_TABLE_FUNCTIONS,
+    FUNCTION_GROUPS,
+    SqlError,
+    SqlRefusedError,
+)
 from serving_layer.tables import AsOfError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
@@ -25,10 +32,15 @@ router = APIRouter(prefix="/api/v1", tags=["sql"])
 CSV_HEADERS: Final = {
     "Ctr-Truncated": "true when rows were cut off at a limit",
     "Ctr-Truncated-By": "max_rows or max_bytes when truncated",
-    "Ctr-Column-Types": "the columns' DuckDB types, comma-separated",
+    "Ctr-Column-Types": "the columns' DuckDB types, comma-separated, each percent-encoded "
+    "(RFC 3986, UTF-8) where it has a comma, a percent sign, a control character or a "
+    "character outside ASCII: split on commas, then percent-decode each "
+    "(DECIMAL(4%2C2) is DECIMAL(4,2))",
     "Ctr-Elapsed-Ms": "the query's time in the worker",
 }
 _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
+# Printable ASCII but the list's separator and the escape: kept as is in a header item.
+_HEADER_SAFE: Final = "".join(c for c in string.punctuation + " " if c not in ",%")
 
 
 @router.post(
@@ -39,7 +51,12 @@ _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
         400: {"model": ErrorResponse, "description": "refused, failed, or over a limit"},
         401: {"model": ErrorResponse},
         413: {"model": ErrorResponse, "description": "body over API_MAX_BODY_BYTES"},
-        429: {"model": ErrorResponse, "description": "every SQL worker busy, queue full"},
+        429: {
+            "model": ErrorResponse,
+            "description": "every SQL worker busy and the queue full, or this client backed "
+            "off (a recent query of its crashed its worker, ran out of memory or was killed at "
+            "the time limit): retry after Retry-After seconds",
+        },
         503: {"model": ErrorResponse, "description": "the sandbox could not be set up"},
     },
     summary="Read-only SQL over events, rejected, ctr_batch, ctr_speed, coverage, covered, ctr",
@@ -59,7 +76,7 @@ async def post_sql(
     if body.as_of is None:
         snapshot = await run_in_threadpool(serving.snapshot)
     else:
-        as_of = body.as_of if body.as_of.tzinfo is not None else body.as_of.replace(tzinfo=dt.UTC)
+        as_of = _utc(body.as_of)
         try:
             snapshot = await run_in_threadpool(serving.snapshots.at, as_of)
         except AsOfError as exc:
@@ -71,6 +88,8 @@ async def post_sql(
         max_rows=body.max_rows or settings.sql_max_rows,
         max_bytes=int(settings.sql_max_bytes),
         timeout_s=settings.sql_timeout_s,
+        # Whom a query that costs its worker backs off (everyone holds the same token).
+        client=request.client.host if request.client is not None else None,
     )
     try:
         # Threads of its own: queries waiting for a worker never hold the threads that
@@ -86,7 +105,7 @@ async def post_sql(
         headers = {
             "Ctr-Truncated": "true" if result.truncated else "false",
             "Ctr-Truncated-By": result.truncated_by or "",
-            "Ctr-Column-Types": ",".join(result.types),
+            "Ctr-Column-Types": ",".join(quote(t, safe=_HEADER_SAFE) for t in result.types),
             "Ctr-Elapsed-Ms": str(elapsed_ms),
         }
         text = csv_text(result.columns, result.rows)
@@ -104,3 +123,30 @@ async def post_sql(
         ),
         media_type="application/json",
     )
+
+
+@router.get(
+    "/sql/functions",
+    response_model=SqlFunctionsResponse,
+    responses={401: {"model": ErrorResponse}},
+    summary="The functions a query of POST /api/v1/sql may call (the others are refused)",
+)
+async def get_sql_functions() -> SqlFunctionsResponse:
+    return SqlFunctionsResponse(
+        table_functions=sorted(ALLOWED_TABLE_FUNCTIONS),
+        functions={kind: sorted(names) for kind, names in FUNCTION_GROUPS.items()},
+    )
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    """``moment`` in UTC (no offset: UTC), or a 400 naming ``as_of`` when UTC has no such
+    time (0001-01-01T00:00:00+14:00 is in year 0)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=dt.UTC)
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        raise ParameterError(
+            "as_of",
+            f"{moment.isoformat()} is out of range: in UTC it is before year 1 or after 9999",
+        ) from None
