@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# `make airflow-up`: Airflow standalone (scheduler, dag-processor, triggerer, API server) on
-# 127.0.0.1 with SQLite under RUN_DIR/airflow, the project's DAGs registered and unpaused.
+# `make airflow-up`: Airflow's components as `airflow standalone` runs them (scheduler,
+# dag-processor, triggerer, API server) on 127.0.0.1 with SQLite under RUN_DIR/airflow, the
+# project's DAGs registered and unpaused.
+#
+# Not `airflow standalone` itself: its scheduler and triggerer each start a log server on all
+# interfaces (8793 and 8794; Airflow 3.3's airflow/utils/serve_logs/core.py binds host "", and
+# no setting changes that), which standalone cannot be told to leave out. Here they run with
+# --skip-serve-logs: nothing listens but the API server, on 127.0.0.1. On one machine the logs
+# need no server: the API server reads every task's log from the log folder the tasks write
+# (while a task runs, its log view also notes "Could not read served logs").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
@@ -20,7 +28,7 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:${AIRFLOW__API_
 spark_conn="{\"conn_type\": \"spark\", \"host\": \"${SPARK_MASTER:-local[2]}\"}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
 export LAKE_ROOT="${LAKE_ROOT:-$PWD/data/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$PWD/data/checkpoints}"
-export PATH="$PWD/.venv/bin:$PATH"  # standalone starts its components as `airflow …`
+export PATH="$PWD/.venv/bin:$PATH"  # the components' own subprocesses run `airflow …`
 AIRFLOW=.venv/bin/airflow
 PID_FILE="$RUN_DIR/airflow.pid"
 LOG="$RUN_DIR/airflow.log"
@@ -35,13 +43,35 @@ fi
 mkdir -p "$AIRFLOW_HOME"
 "$AIRFLOW" db migrate > "$RUN_DIR/airflow-migrate.log" 2>&1 || {
     echo "airflow: db migrate failed, see $RUN_DIR/airflow-migrate.log" >&2; exit 1; }
-setsid "$AIRFLOW" standalone > "$LOG" 2>&1 < /dev/null &
+# The components in one process group (airflow-down.sh signals it), their output in one log,
+# each line prefixed with the component's name as standalone does. When one exits the others
+# are stopped; SIGTERM stops them all and waits for them.
+run_components() {
+    local airflow="$1" component name pids=() status
+    trap 'kill -TERM "${pids[@]}" 2> /dev/null; wait "${pids[@]}"; exit 143' TERM INT
+    for component in "scheduler --skip-serve-logs" dag-processor "triggerer --skip-serve-logs" \
+        api-server; do
+        name="${component%% *}"
+        # The prefixing sed ignores SIGTERM, so it writes the component's last lines.
+        # shellcheck disable=SC2086 # the component's name and flags, split on purpose
+        "$airflow" $component > >(trap '' TERM; exec sed -u "s/^/$(printf '%-13s|' "$name") /") 2>&1 &
+        pids+=($!)
+    done
+    wait -n "${pids[@]}"
+    status=$?
+    echo "airflow: a component exited with status $status; stopping the others"
+    kill -TERM "${pids[@]}" 2> /dev/null
+    wait "${pids[@]}"
+    exit "$status"
+}
+setsid bash -c "$(declare -f run_components); run_components \"\$1\"" _ "$AIRFLOW" \
+    > "$LOG" 2>&1 < /dev/null &
 echo $! > "$PID_FILE"
 echo -n "airflow: starting (log $LOG) "
 for _ in $(seq "$START_TIMEOUT"); do
     if curl -fsS "$URL/api/v2/monitor/health" > /dev/null 2>&1; then break; fi
     if ! kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
-        echo; echo "airflow: standalone exited; last log lines:" >&2; tail -20 "$LOG" >&2; exit 1
+        echo; echo "airflow: a component exited; last log lines:" >&2; tail -20 "$LOG" >&2; exit 1
     fi
     echo -n "."; sleep 1
 done

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: the whole platform on this machine, in the background, then back to the prompt.
-# The embedded broker and topics, the archiver, the speed job, the batch layer (Airflow
-# standalone with ctr_batch every DEMO_BATCH_MINUTES and ctr_recompute_stale every
-# DEMO_STALE_MINUTES, or with DEMO_AIRFLOW=0 a plain loop), the
-# API and dashboard, and generated traffic at DEMO_RATE events/s. It waits until each part is
-# healthy and the dashboard has data, then prints where everything is and what to try.
+# The embedded broker and topics, the archiver, the speed job, the batch layer (Airflow's
+# components as standalone runs them, without its log servers, with ctr_batch every
+# DEMO_BATCH_MINUTES and ctr_recompute_stale every DEMO_STALE_MINUTES, or with DEMO_AIRFLOW=0 a
+# plain loop), the API and dashboard, and generated traffic at DEMO_RATE events/s. It waits
+# until each part is healthy and the dashboard has data, then prints where everything is and
+# what to try.
 # State (pids, logs, Delta tables, checkpoints, Airflow's SQLite) lives under $RUN_DIR/demo.
 # `make demo-down` stops it all.
 set -uo pipefail
@@ -177,14 +178,14 @@ if ! [[ "$CTR_BATCH_LOOKBACK_MINUTES" =~ ^[0-9]+$ ]]; then
     exit 2
 fi
 if ! [[ "$DEMO_AIRFLOW" =~ ^[01]$ ]]; then
-    echo "demo: error: DEMO_AIRFLOW must be 1 (Airflow standalone) or 0 (a batch loop)," \
+    echo "demo: error: DEMO_AIRFLOW must be 1 (Airflow) or 0 (a batch loop)," \
         "got '$DEMO_AIRFLOW'" >&2
     exit 2
 fi
 ports=("$API_PORT:the API (API_PORT)")
 if ((DEMO_AIRFLOW)); then
-    ports+=("$AIRFLOW_PORT:Airflow (AIRFLOW_PORT)" "8793:Airflow's worker log server"
-        "8794:Airflow's triggerer log server")
+    # Only Airflow's API server listens: infra/airflow-up.sh runs no log servers (8793/8794).
+    ports+=("$AIRFLOW_PORT:Airflow (AIRFLOW_PORT)")
 fi
 for entry in "${ports[@]}"; do
     if port_in_use "${entry%%:*}"; then
@@ -252,7 +253,7 @@ say "      healthy ($(elapsed))"
 step=$((DEMO_BATCH_MINUTES * 60))
 first_tick=$(($(date +%s) / step * step + step))
 if ((DEMO_AIRFLOW)); then
-    say "[4/7] Airflow standalone at $AIRFLOW_URL (the first start migrates its database)"
+    say "[4/7] Airflow at $AIRFLOW_URL (the first start migrates its database)"
     if ((DEMO_BATCH_MINUTES == 60)); then
         schedule="0 * * * *"
     else
