@@ -23,7 +23,7 @@ from api.topic_depth import TopicDepth
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.service import ServingLayer
-from serving_layer.sql_pool import SqlPool
+from serving_layer.sql_pool import ClientBackoff, SqlPool
 
 
 def create_app(
@@ -58,6 +58,10 @@ def create_app(
             queue_size=settings.sql_queue,
             queue_timeout_s=settings.sql_queue_timeout_s,
             memory_bytes=int(settings.sql_memory_limit),
+            backoff=ClientBackoff(
+                first_s=min(settings.sql_backoff_s, settings.sql_max_backoff_s),
+                max_s=settings.sql_max_backoff_s,
+            ),
         )
         app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
         try:

@@ -277,6 +277,7 @@ class LakeCollector(Collector):
             ("failed", stats.failed),
             ("time_limit", stats.timed_out),
             ("busy", stats.rejected_busy),
+            ("backed_off", stats.backed_off),
         ):
             outcomes.add_metric([outcome], count)
         yield outcomes

@@ -28,6 +28,10 @@ class ApiSettings(BaseSettings):
     sql_workers: int = Field(default=2, ge=1, le=64)
     sql_queue: int = Field(default=4, ge=0)
     sql_queue_timeout_s: float = Field(default=30.0, gt=0)
+    # A client whose SQL query cost a worker (crashed, killed at the time limit, out of memory)
+    # gets 429 for sql_backoff_s, doubling with each such query up to sql_max_backoff_s.
+    sql_backoff_s: float = Field(default=1.0, gt=0)
+    sql_max_backoff_s: float = Field(default=60.0, gt=0)
     # Request bodies larger than this get a 413 (after the token check, before parsing).
     max_body_bytes: ByteSize = Field(default=ByteSize(2**20), ge=1024)
     refresh_s: float = Field(default=0.5, ge=0)
