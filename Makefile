@@ -38,10 +38,10 @@ format: setup  ## apply ruff formatting and fixes
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-airflow-up: setup  ## Airflow standalone on 127.0.0.1:8080 (SQLite under run/), DAGs unpaused
+airflow-up: setup  ## Airflow (scheduler, DAG processor, triggerer, API server) on 127.0.0.1:8080, SQLite under run/, DAGs unpaused
 	@bash infra/airflow-up.sh && echo "airflow: stop with make airflow-down"
 
-airflow-down:  ## stop Airflow standalone
+airflow-down:  ## stop Airflow (make airflow-up's process group)
 	@bash infra/airflow-down.sh
 
 kafka-up: setup  ## start the embedded broker (local config) and create the topics
@@ -60,7 +60,7 @@ bench: setup  ## run the benchmarks, write the results table (BENCH_ARGS="ingest
 bench-table: setup  ## rebuild bench/results/RESULTS.md and the README's table from the last results
 	$(PY) -m bench.report
 
-dashboard:  ## re-vendor the dashboard's chart library from npm (after changing dashboard/package.json)
+dashboard:  ## re-vendor Chart.js and Swagger UI from npm (after changing dashboard/package.json)
 	@bash infra/build-dashboard.sh
 
 dashboard-screenshot: setup  ## run the dashboard browser test and refresh docs/dashboard.png

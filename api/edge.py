@@ -26,6 +26,8 @@ from typing import Any, Final
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from api.security_headers import SECURITY_HEADERS
+
 _END_OF_HEAD: Final = b"\r\n\r\n"
 # How long, and how much, a refused connection reads and drops before it closes.
 _LINGER_S: Final = 2.0
@@ -255,8 +257,8 @@ class _EdgeProtocol(HttpToolsProtocol):
             "content-type: application/json",
             f"content-length: {len(body)}",
             "connection: close",
-            "x-content-type-options: nosniff",
             "cache-control: no-store",
+            *(f"{name.lower()}: {value}" for name, value in SECURITY_HEADERS.items()),
         ]
         if status == 429:
             head.append("retry-after: 1")

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from api.formats import NotAcceptableError
 from api.query_gate import GateBusyError
+from api.security_headers import SECURITY_HEADERS
 from serving_layer.service import QueryLimitError
 from serving_layer.sql_pool import SandboxUnavailableError, SqlBusyError
 
@@ -79,7 +80,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Logged with its traceback by the server; the client gets JSON, not a closed connection.
+        # Sent by Starlette's outermost error layer, outside SecurityHeaders: its own headers.
         return JSONResponse(
             {"detail": f"internal error ({type(exc).__name__}); see the server log"},
             status_code=500,
+            headers=dict(SECURITY_HEADERS),
         )

@@ -17,7 +17,8 @@ from api.metrics import LakeCollector, RequestMetrics
 from api.query_gate import QueryGate
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
-from api.routes import ctr, dashboard, health, sql, views
+from api.routes import ctr, dashboard, docs, health, sql, views
+from api.security_headers import SecurityHeaders
 from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
 from lake.settings import LakeSettings
@@ -76,6 +77,9 @@ def create_app(
         summary="Ad click-through rates: exact batch views merged with fresh speed views.",
         version="0.1.0",
         lifespan=lifespan,
+        # /docs is served from the vendored Swagger UI (api/routes/docs.py); no ReDoc.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.cache = ResponseCache[Rendered](
@@ -106,10 +110,13 @@ def create_app(
         app.include_router(router, dependencies=protected)
     app.include_router(health.router)
     app.include_router(dashboard.router)
+    app.include_router(docs.router)
     if dashboard.STATIC_DIR.is_dir():
         app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     app.add_middleware(
         RequestGuard, token=settings.token, max_body_bytes=int(settings.max_body_bytes)
     )
     app.add_middleware(RequestMetrics, registry=registry)
+    # Outermost: every answer the app sends, the guard's and the metrics' included.
+    app.add_middleware(SecurityHeaders)
     return app

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make airflow-down`: stop the standalone Airflow started by `make airflow-up` (its process group).
+# `make airflow-down`: stop the Airflow components started by `make airflow-up` (its process group).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR="${RUN_DIR:-run}"

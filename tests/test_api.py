@@ -493,7 +493,7 @@ def test_a_fresh_deployment_answers_empty(tmp_path: Path) -> None:
             f"{url}/api/v1/sql", json={"sql": "SELECT count(*) FROM ctr"}, headers=AUTH
         )
         assert sql.json()["rows"] == [[0]]
-        assert httpx.get(f"{url}/metrics").status_code == 200
+        assert httpx.get(f"{url}/metrics", headers=AUTH).status_code == 200
 
 
 def test_concurrent_first_requests_of_a_new_version_all_succeed(
