@@ -67,6 +67,36 @@ class ResponseCache(Generic[T]):
         with self._lock:
             return self._cached(key, version, compute)
 
+    def claim(self, key: Hashable, version: Hashable) -> tuple[Future[T], bool]:
+        """The future of ``key`` at ``version`` and whether the caller owns it: the computation
+        under way (the caller waits for it, e.g. with ``asyncio.wrap_future``, holding no thread),
+        or a new one the caller must complete with :meth:`fill` (or :meth:`abandon`). For
+        callers that admit computations themselves: only the owner needs a place."""
+        with self._lock:
+            future = self._pending.get((key, version))
+            if future is not None:
+                self.hits += 1  # as a waiter in get() counts
+                return future, False
+            future = self._pending[(key, version)] = Future()
+            self.misses += 1
+            return future, True
+
+    def fill(
+        self, key: Hashable, version: Hashable, compute: Callable[[], T], future: Future[T]
+    ) -> None:
+        """Compute a claimed answer: cache it and complete ``future`` (or fail it)."""
+        self._fill(key, version, compute, future)
+
+    def abandon(
+        self, key: Hashable, version: Hashable, future: Future[T], error: BaseException
+    ) -> None:
+        """Give up a claimed answer without computing it: its waiters get ``error``."""
+        with self._lock:
+            if self._pending.get((key, version)) is future:
+                del self._pending[(key, version)]
+        if not future.done():
+            future.set_exception(error)
+
     def get(self, key: Hashable, version: Hashable, compute: Callable[[], T]) -> T:
         """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one)."""
         if self.entries == 0:

@@ -130,3 +130,19 @@ def test_a_new_version_replaces_its_entrys_bytes() -> None:
     assert cache.bytes == 300
     with pytest.raises(ValueError, match="'max_bytes' must be >= 0"):
         ResponseCache[bytes](1, max_bytes=-1)
+
+
+def test_one_claim_owns_a_computation_and_the_others_wait_for_it() -> None:
+    cache = ResponseCache[bytes](8)
+    future, owner = cache.claim("q", 1)
+    again, second = cache.claim("q", 1)
+    assert (owner, second, again is future) == (True, False, True)
+    cache.fill("q", 1, lambda: b"body", future)
+    assert future.result(timeout=1) == b"body"
+    assert cache.get("q", 1, lambda: b"other") == b"body"  # cached
+    # An abandoned claim hands its error to the waiters and frees the key.
+    future, owner = cache.claim("r", 1)
+    cache.abandon("r", 1, future, RuntimeError("busy"))
+    with pytest.raises(RuntimeError, match="busy"):
+        future.result(timeout=1)
+    assert cache.claim("r", 1)[1] is True

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from collections.abc import Callable, Hashable
 from typing import Annotated, Final
 
 import orjson
@@ -14,8 +16,9 @@ from api.deps import CacheDep, ServingDep, SettingsDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, Format, FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
-from api.query_gate import QueryGate
+from api.query_gate import GateBusyError, QueryGate
 from api.rendering import Rendered, freshness_json
+from api.response_cache import ResponseCache
 from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
@@ -188,14 +191,37 @@ async def get_ctr(
 
     answer = cache.peek(key, snapshot.key, compute)
     if answer is None:
-        client = request.client.host if request.client else "unknown"
-        gate: QueryGate = request.app.state.ctr_gate
-        async with gate.place(client):
-            limiter: CapacityLimiter = request.app.state.ctr_limiter
-            answer = await to_thread.run_sync(
-                cache.get, key, snapshot.key, compute, limiter=limiter
-            )
+        answer = await _computed(request, cache, key, snapshot.key, compute)
     return answer.response()
+
+
+async def _computed(
+    request: Request,
+    cache: ResponseCache[Rendered],
+    key: Hashable,
+    version: Hashable,
+    compute: Callable[[], Rendered],
+) -> Rendered:
+    """The answer of ``key`` at ``version``, computed once however many ask at the same time:
+    the first asker takes a place at the gate (a queue, then 429) and computes on a thread of
+    the CTR limiter; the others wait for it on the event loop, holding no place and no thread."""
+    future, owner = cache.claim(key, version)
+    if owner:
+        gate: QueryGate = request.app.state.ctr_gate
+        limiter: CapacityLimiter = request.app.state.ctr_limiter
+        client = request.client.host if request.client else "unknown"
+        try:
+            async with gate.place(client):
+                await to_thread.run_sync(cache.fill, key, version, compute, future, limiter=limiter)
+        except GateBusyError as exc:
+            cache.abandon(key, version, future, exc)
+        except BaseException:
+            # Went away before it computed: whoever waited for this answer may try again.
+            cache.abandon(
+                key, version, future, GateBusyError("the request computing this answer ended")
+            )
+            raise
+    return await asyncio.wrap_future(future)
 
 
 def render(result: CtrResult, output: Format = "json") -> Rendered:
