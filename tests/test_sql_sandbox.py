@@ -344,6 +344,9 @@ def test_ctr_sql_runs_in_the_sandbox(lake: LakeSettings) -> None:
 
     answer = ctr_sql("SELECT event_id FROM events ORDER BY 1", "--format", "csv")
     assert (answer.returncode, answer.stdout.splitlines()) == (0, ["event_id", "e0", "e1"])
+    # A text cell a spreadsheet would run is neutralised, a number is not.
+    formula = ctr_sql("SELECT '=1+1' AS f, -2 AS n", "--format", "csv")
+    assert formula.stdout.splitlines() == ["f,n", "'=1+1,-2"]
     refused = ctr_sql("EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1")
     assert refused.returncode == 1
     assert "refused: EXPLAIN ANALYZE" in " ".join(refused.stderr.split())
