@@ -26,6 +26,7 @@ from ingest.producer import EventProducer
 from ingest.settings import ProducerSettings
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
+from runtime.offsets import topic_offsets
 from runtime.topics import admin_client, ensure_topics
 from tests import faults
 from tests.consume import coordinates, read_topic
@@ -118,6 +119,14 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
+            )
+            # The broker goes down only once the producer has sent: killed before the producer's
+            # start-up check reached it (a slow start on a loaded machine), the producer rightly
+            # says no broker answered and exits, which is not the fault under test.
+            wait_until(
+                lambda: sum(p.records for p in topic_offsets(kafka, kafka.topic)) > warm_up,
+                "the producer's first records reached the topic",
+                timeout_s=120,
             )
             for _ in range(faults.ROUNDS):
                 time.sleep(1)
