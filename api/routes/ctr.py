@@ -19,6 +19,7 @@ from api.models import CtrResponse, ErrorResponse
 from api.query_gate import GateBusyError, QueryGate
 from api.rendering import Rendered, freshness_json
 from api.response_cache import ResponseCache
+from api.times import as_utc
 from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
@@ -139,11 +140,11 @@ async def get_ctr(
         )
     output = negotiate(format, accept)
     values = dict(zip(DIMENSIONS, (campaign_id, ad_id, site_id, country, device_type), strict=True))
-    moment = _utc(as_of, "as_of") if as_of is not None else None
+    moment = as_utc(as_of, "as_of") if as_of is not None else None
     try:
         query = CtrQuery.create(
-            start=_utc(start, "start") if start is not None else None,
-            end=_utc(end, "end") if end is not None else moment or dt.datetime.now(dt.UTC),
+            start=as_utc(start, "start") if start is not None else None,
+            end=as_utc(end, "end") if end is not None else moment or dt.datetime.now(dt.UTC),
             granularity=granularity,
             group_by=_split(group_by),
             filters={name: v for name, v in values.items() if v},
@@ -305,16 +306,3 @@ def render_json(result: CtrResult) -> bytes:
 
 def _split(value: str | None) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()] if value else []
-
-
-def _utc(value: dt.datetime, parameter: str) -> dt.datetime:
-    """``value`` in UTC (a time without an offset is taken as UTC: the API speaks UTC only);
-    a 400 naming ``parameter`` when UTC cannot hold it (0001-01-01T00:00+14:00)."""
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    try:
-        return value.astimezone(dt.UTC)
-    except OverflowError:
-        raise ParameterError(
-            parameter, f"{value.isoformat()} is outside the years 1-9999 in UTC"
-        ) from None

@@ -3,7 +3,6 @@ the answer as JSON or CSV. GET /api/v1/sql/functions: the functions a query may 
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import string
 from typing import Annotated, Final
@@ -18,6 +17,7 @@ from api.deps import ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
+from api.times import as_utc
 from serving_layer.csv_rows import csv_text
 from serving_layer.sandbox import (
     ALLOWED_TABLE_FUNCTIONS,
@@ -76,7 +76,7 @@ async def post_sql(
     if body.as_of is None:
         snapshot = await run_in_threadpool(serving.snapshot)
     else:
-        as_of = _utc(body.as_of)
+        as_of = as_utc(body.as_of, "as_of")
         try:
             snapshot = await run_in_threadpool(serving.snapshots.at, as_of)
         except AsOfError as exc:
@@ -136,17 +136,3 @@ async def get_sql_functions() -> SqlFunctionsResponse:
         table_functions=sorted(ALLOWED_TABLE_FUNCTIONS),
         functions={kind: sorted(names) for kind, names in FUNCTION_GROUPS.items()},
     )
-
-
-def _utc(moment: dt.datetime) -> dt.datetime:
-    """``moment`` in UTC (no offset: UTC), or a 400 naming ``as_of`` when UTC has no such
-    time (0001-01-01T00:00:00+14:00 is in year 0)."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=dt.UTC)
-    try:
-        return moment.astimezone(dt.UTC)
-    except OverflowError:
-        raise ParameterError(
-            "as_of",
-            f"{moment.isoformat()} is out of range: in UTC it is before year 1 or after 9999",
-        ) from None
