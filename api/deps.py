@@ -17,7 +17,10 @@ from api.settings import ApiSettings
 from serving_layer.service import ServingLayer
 from serving_layer.sql_pool import SqlPool
 
-_bearer = HTTPBearer(auto_error=False, description="API_TOKEN of the server")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="API_TOKEN of the server (/metrics also takes API_METRICS_TOKEN)",
+)
 
 
 async def get_settings(request: Request) -> ApiSettings:
@@ -44,16 +47,29 @@ SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 CacheDep = Annotated[ResponseCache[Rendered], Depends(get_cache)]
 SqlPoolDep = Annotated[SqlPool, Depends(get_sql_pool)]
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def get_client(request: Request) -> str:
+    """Whom per-client limits count: the peer's address (behind a reverse proxy, the proxy)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+ClientDep = Annotated[str, Depends(get_client)]
+
+
+def authorization(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    """The ``Authorization`` header value the bearer credentials came from."""
+    return f"Bearer {credentials.credentials}" if credentials is not None else None
 
 
 async def require_token(
     settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    credentials: BearerDep,
 ) -> None:
     """401 unless ``Authorization: Bearer <API_TOKEN>`` (:class:`api.guard.RequestGuard`
     checks it first, before the body is read; this declares it in the OpenAPI document)."""
-    header = f"Bearer {credentials.credentials}" if credentials is not None else None
-    if not token_ok(settings.token, header):
+    if not token_ok(settings.token, authorization(credentials)):
         raise HTTPException(
             status_code=status.HTTP_401_UNAUTHORIZED,
             detail=UNAUTHORIZED,

@@ -221,10 +221,6 @@ class _EdgeProtocol(HttpToolsProtocol):
         limits = self.edge.limits
         cycle = self.cycle
         if what == "head":
-            if self._head_bytes == 0 and cycle is not None and cycle.response_complete:
-                # Idle between requests: the keep-alive timeout's business, but a quiet close.
-                self.transport.close()
-                return
             message = (
                 f"the request's headers did not arrive within {limits.head_timeout_s:g} s "
                 "(API_HEADER_TIMEOUT_S)"

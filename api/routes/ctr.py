@@ -12,7 +12,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.deps import CacheDep, ServingDep, SettingsDep
+from api.deps import CacheDep, ClientDep, ServingDep, SettingsDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, Format, FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
@@ -75,6 +75,7 @@ async def get_ctr(
     serving: ServingDep,
     settings: SettingsDep,
     cache: CacheDep,
+    client: ClientDep,
     start: Annotated[
         dt.datetime | None,
         Query(
@@ -192,12 +193,13 @@ async def get_ctr(
 
     answer = cache.peek(key, snapshot.key, compute)
     if answer is None:
-        answer = await _computed(request, cache, key, snapshot.key, compute)
+        answer = await _computed(request, client, cache, key, snapshot.key, compute)
     return answer.response()
 
 
 async def _computed(
     request: Request,
+    client: str,
     cache: ResponseCache[Rendered],
     key: Hashable,
     version: Hashable,
@@ -210,7 +212,6 @@ async def _computed(
     if owner:
         gate: QueryGate = request.app.state.ctr_gate
         limiter: CapacityLimiter = request.app.state.ctr_limiter
-        client = request.client.host if request.client else "unknown"
         try:
             async with gate.place(client):
                 await to_thread.run_sync(cache.fill, key, version, compute, future, limiter=limiter)

@@ -3,21 +3,15 @@ GET /metrics (Prometheus text, with API_METRICS_TOKEN or API_TOKEN as a bearer t
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.deps import ServingDep, SettingsDep
+from api.deps import BearerDep, ServingDep, SettingsDep, authorization
 from api.guard import token_ok
 from api.models import ErrorResponse, Health
 
 router = APIRouter(tags=["operations"])
-
-_bearer = HTTPBearer(auto_error=False, description="API_METRICS_TOKEN (or API_TOKEN) of the server")
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 @router.get(
@@ -26,8 +20,8 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
     response_model_exclude_none=True,
     summary="Liveness: up or down; with the API token, the lake's table versions",
 )
-async def healthz(serving: ServingDep, settings: SettingsDep, credentials: Credentials) -> Health:
-    if not token_ok(settings.token, _header(credentials)):
+async def healthz(serving: ServingDep, settings: SettingsDep, credentials: BearerDep) -> Health:
+    if not token_ok(settings.token, authorization(credentials)):
         return Health(status="ok")
     snapshot = await run_in_threadpool(serving.snapshot)
     return Health(status="ok", versions=snapshot.versions())
@@ -39,8 +33,8 @@ async def healthz(serving: ServingDep, settings: SettingsDep, credentials: Crede
     summary="Prometheus metrics (bearer token: API_METRICS_TOKEN or API_TOKEN)",
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, 401: {"model": ErrorResponse}},
 )
-async def metrics(request: Request, settings: SettingsDep, credentials: Credentials) -> Response:
-    header = _header(credentials)
+async def metrics(request: Request, settings: SettingsDep, credentials: BearerDep) -> Response:
+    header = authorization(credentials)
     allowed = token_ok(settings.token, header) or (
         settings.metrics_token is not None and token_ok(settings.metrics_token, header)
     )
@@ -53,7 +47,3 @@ async def metrics(request: Request, settings: SettingsDep, credentials: Credenti
         )
     body = await run_in_threadpool(generate_latest, request.app.state.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
-
-
-def _header(credentials: HTTPAuthorizationCredentials | None) -> str | None:
-    return f"Bearer {credentials.credentials}" if credentials is not None else None

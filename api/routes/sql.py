@@ -13,7 +13,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.deps import ServingDep, SettingsDep, SqlPoolDep
+from api.deps import ClientDep, ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
@@ -67,6 +67,7 @@ async def post_sql(
     serving: ServingDep,
     settings: SettingsDep,
     pool: SqlPoolDep,
+    client: ClientDep,
     format: FormatParam = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
@@ -89,7 +90,7 @@ async def post_sql(
         max_bytes=int(settings.sql_max_bytes),
         timeout_s=settings.sql_timeout_s,
         # Whom a query that costs its worker backs off (everyone holds the same token).
-        client=request.client.host if request.client is not None else None,
+        client=client,
     )
     try:
         # Threads of its own: queries waiting for a worker never hold the threads that
