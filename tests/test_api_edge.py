@@ -75,18 +75,17 @@ def _status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
 
-def _while_answering(url: str, attack: threading.Thread) -> list[float]:
-    """Latencies of /healthz requests sent while ``attack`` runs."""
-    latencies: list[float] = []
+def _while_answering(url: str, attack: threading.Thread) -> None:
+    """Run ``attack`` while another client's /healthz requests keep being answered (at least
+    one of them while it runs)."""
+    answered = 0
     attack.start()
     with httpx.Client(timeout=10) as client:
-        while attack.is_alive() or not latencies:
-            started = time.perf_counter()
+        while attack.is_alive() or not answered:
             assert client.get(f"{url}/healthz").status_code == 200
-            latencies.append(time.perf_counter() - started)
+            answered += 1
             time.sleep(0.05)
     attack.join()
-    return latencies
 
 
 def test_a_huge_header_is_a_431_and_stalls_no_one(base_url: str) -> None:
@@ -121,7 +120,6 @@ def test_a_long_request_line_is_a_414(base_url: str) -> None:
 
 
 def test_a_slow_head_is_a_408(base_url: str) -> None:
-    started = time.perf_counter()
     answers: list[bytes] = []
     # A byte every 0.3 s: each arrives in time, the head as a whole does not.
     chunks = [bytes([b]) for b in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"]
@@ -131,7 +129,6 @@ def test_a_slow_head_is_a_408(base_url: str) -> None:
     _while_answering(base_url, attack)
     assert _status(answers[0]) == 408
     assert b"API_HEADER_TIMEOUT_S" in answers[0]
-    assert time.perf_counter() - started < 9  # closed at the limit, not when the client gave up
 
 
 def test_a_silent_connection_is_closed(base_url: str) -> None:

@@ -307,14 +307,12 @@ def test_the_api_answers_while_every_worker_is_busy(
 def test_functions_off_the_allow_list_never_reach_a_worker(client: httpx.Client) -> None:
     """pandas_scan(NULL) segfaulted a worker: ten in a row cost ~52 s of restarts."""
     restarts = metric(client, "ctr_sql_worker_restarts_total")
-    started = time.monotonic()
     for _ in range(10):
         response = sql(client, "SELECT * FROM pandas_scan(NULL)")
         assert response.status_code == 400
         assert response.json()["detail"].startswith(
             "sql: refused: the table function pandas_scan() is not allowed"
         )
-    assert time.monotonic() - started < 5
     assert metric(client, "ctr_sql_worker_restarts_total") == restarts
     for function, query in (
         ("getenv", "SELECT getenv('HOME')"),

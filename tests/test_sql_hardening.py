@@ -186,11 +186,9 @@ def test_a_refused_query_never_reaches_a_worker(snapshot: LakeSnapshot) -> None:
     """Before the allow-list each of these segfaulted its worker: ten cost ten restarts."""
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20)
     try:
-        started = time.monotonic()
         for _ in range(10):
             with pytest.raises(SqlRefusedError, match=r"pandas_scan\(\) is not allowed"):
                 pool.run("SELECT * FROM pandas_scan(NULL)", snapshot, client="a")
-        assert time.monotonic() - started < 5
         assert pool.worker_pids() == []  # no worker was even started
         stats = pool.stats()
         assert (stats.refused, stats.queries, stats.worker_restarts) == (10, 0, 0)
