@@ -51,9 +51,7 @@ def speed(
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = SpeedSettings()
     if reset:
-        from runtime.spark import spark_session
-
-        reset_speed(spark_session(spark_settings), lake, settings)
+        reset_speed(lake, settings)
         console.print("speed/ctr and speed/late emptied, checkpoint deleted")
         return
     console.print(
@@ -116,6 +114,11 @@ def status(
         f"watermark      {current.get('watermark') or 'none yet'}",
         f"invalid        {current.get('invalid_records', 0):,} in the last batch",
     ]
+    phases = current.get("phases_ms") or {}
+    if phases:
+        # Where the last batch's time went: Spark's trigger phases, then the callback's.
+        shown = ", ".join(f"{name} {ms:,}" for name, ms in phases.items() if name != "view_rows")
+        lines.append(f"phases (ms)    {shown}")
     typer.echo("\n".join(lines))
     if age > 60:
         console.print(f"[yellow]warning:[/] no progress for {age:,.0f} s: is `ctr speed` running?")

@@ -25,7 +25,11 @@ def speed_status_path(lake: LakeSettings) -> Path:
 
 
 def write_status(
-    lake: LakeSettings, progress: StreamProgress, *, now: dt.datetime | None = None
+    lake: LakeSettings,
+    progress: StreamProgress,
+    *,
+    now: dt.datetime | None = None,
+    phases: dict[str, int] | None = None,
 ) -> None:
     now = now or dt.datetime.now(dt.UTC)
     invalid = progress.metrics.get("speed.invalid", 0)
@@ -40,6 +44,8 @@ def write_status(
         "batch_duration_ms": progress.batch_duration_ms,
         "invalid_records": invalid,
         "invalid_records_total": _invalid_total(read_status(lake), progress.batch_id, invalid),
+        # Where the batch's time went, in milliseconds (`ctr speed status` shows them).
+        "phases_ms": phases or {},
     }
     path = speed_status_path(lake)
     path.parent.mkdir(parents=True, exist_ok=True)

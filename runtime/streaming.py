@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,9 @@ class StreamProgress:
     watermark: dt.datetime | None
     metrics: dict[str, int]  # the query's observed metrics (Dataset.observe), flattened
     end_offsets: dict[str, dict[str, int]] | None = None  # Kafka offsets the batch read up to
+    # Spark's own phases of the trigger (latestOffset, queryPlanning, walCommit, addBatch,
+    # commitOffsets, triggerExecution, ...), in milliseconds.
+    durations_ms: dict[str, int] = field(default_factory=dict)
 
 
 def query_id(checkpoint: str) -> str:
@@ -111,6 +114,11 @@ def progress_of(query: StreamingQuery) -> StreamProgress | None:
             if isinstance(value, int | float)
         },
         end_offsets=end_offsets,
+        durations_ms={
+            str(k): int(v)
+            for k, v in (progress.get("durationMs") or {}).items()
+            if isinstance(v, int | float)
+        },
     )
 
 
