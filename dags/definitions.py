@@ -268,11 +268,12 @@ def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
 
 
 def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = START_DATE) -> DAG:
-    """``ctr_maintenance``: delete ``speed/ctr`` rows in intervals the batch layer has covered,
-    then compact and vacuum every table, through delta-spark in the worker."""
+    """``ctr_maintenance``: compact and vacuum the tables the batch layer and the archiver write,
+    through delta-spark in the worker. The speed tables are not among them: the speed job, their
+    only writer, rolls up, prunes and vacuums them itself (:mod:`speed_layer.tables`)."""
     with DAG(
         dag_id="ctr_maintenance",
-        description="Compact and vacuum the lake; prune speed rows the batch layer superseded",
+        description="Compact and vacuum the lake (the speed job maintains its own tables)",
         schedule=schedule,
         start_date=start_date,
         catchup=False,
@@ -280,14 +281,6 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
         default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
         tags=["ctr", "maintenance"],
     ) as dag:
-
-        @task(inlets=[BATCH_COVERAGE])
-        def prune_speed() -> int:
-            from lake.maintenance import prune_speed
-            from lake.settings import LakeSettings
-            from runtime.spark import spark_session
-
-            return prune_speed(spark_session(), LakeSettings())
 
         @task
         def compact_and_vacuum(table: str) -> str:
@@ -297,5 +290,5 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
 
             return str(compact_and_vacuum(spark_session(), LakeSettings(), table))
 
-        prune_speed() >> compact_and_vacuum.expand(table=[t.name for t in MAINTAINED])
+        compact_and_vacuum.expand(table=[t.name for t in MAINTAINED])
     return dag

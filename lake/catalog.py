@@ -34,9 +34,27 @@ class Table:
     schema: pa.Schema
     sql_name: str
     partition_by: tuple[str, ...] = ()
+    # Rows are partial counts (speed/ctr: a row per key and micro-batch until the speed job
+    # rolls them up): readers sum the counts per these columns (the rest: the newest value).
+    summed_by: tuple[str, ...] = ()
 
     def path(self, lake: LakeSettings) -> str:
         return lake.table(self.name)
+
+    def rows_sql(self, source: str) -> str:
+        """DuckDB SQL of the table's rows read from ``source`` (a trusted relation name): one
+        row per key for a table of partial counts."""
+        if not self.summed_by:
+            return f"SELECT * FROM {source}"
+        columns = [
+            name
+            if name in self.summed_by
+            else f"CAST(sum({name}) AS BIGINT) AS {name}"
+            if pa.types.is_integer(self.schema.field(name).type)
+            else f"max({name}) AS {name}"
+            for name in self.schema.names
+        ]
+        return f"SELECT {', '.join(columns)} FROM {source} GROUP BY {', '.join(self.summed_by)}"
 
     def spark_schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -79,6 +97,7 @@ SPEED_CTR: Final = Table(
     "speed/ctr",
     pa.schema([*_CTR_KEY, *_MEASURES, ("updated_at", TIMESTAMP)]),
     "ctr_speed",
+    summed_by=tuple(name for name, _ in _CTR_KEY),
 )
 SPEED_LATE: Final = Table(
     "speed/late",
@@ -172,7 +191,8 @@ SERVED: Final = (
     VIEW_REGISTRY,
     *VERSIONED,
 )
-# What the maintenance DAG compacts and vacuums.
+# What the maintenance DAG compacts and vacuums (not the speed tables: their one writer, the
+# speed job, maintains them).
 MAINTAINED: Final = (
     MASTER_EVENTS,
     MASTER_REJECTED,
@@ -180,7 +200,6 @@ MAINTAINED: Final = (
     BATCH_CTR,
     BATCH_COVERAGE,
     BATCH_DRIFT,
-    SPEED_CTR,
     VIEW_REGISTRY,
     *VERSIONED,
 )

@@ -1,5 +1,5 @@
-"""Keeping the lake small and fast, through delta-spark: compaction (OPTIMIZE), VACUUM, and the
-pruning of speed rows the batch layer has superseded."""
+"""Keeping the lake small and fast, through delta-spark: compaction (OPTIMIZE) and VACUUM (the
+speed job maintains its own tables: :mod:`speed_layer.tables`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lake.catalog import BATCH_COVERAGE, SPEED_CTR
+from lake.catalog import BATCH_COVERAGE
 from lake.coverage import Coverage
 from lake.settings import LakeSettings
 from runtime.formats import read_delta
@@ -74,27 +74,5 @@ def covered_intervals(spark: SparkSession, lake: LakeSettings, view: str = "ctr"
     return Coverage((_from_micros(start), _from_micros(end)) for start, end in rows)
 
 
-def prune_speed(spark: SparkSession, lake: LakeSettings) -> int:
-    """Delete speed/ctr rows in buckets the batch layer covers; returns rows deleted."""
-    from delta.tables import DeltaTable
-
-    path = SPEED_CTR.path(lake)
-    coverage = covered_intervals(spark, lake)
-    if not coverage.intervals or not DeltaTable.isDeltaTable(spark, path):
-        return 0
-    predicate = coverage.sql_predicate("bucket_start")
-    table = DeltaTable.forPath(spark, path)
-    before = table.history(1).collect()[0]["version"]
-    table.delete(predicate)
-    [last] = table.history(1).collect()
-    if last["version"] == before:
-        return 0
-    return int((last["operationMetrics"] or {}).get("numDeletedRows", 0))
-
-
 def _from_micros(micros: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
-
-
-def _iso(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S+00:00")

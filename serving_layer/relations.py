@@ -23,6 +23,8 @@ _HIVE_TYPES: Final = {
     pa.int64(): "BIGINT",
 }
 
+_TABLES: Final = {t.name: t for t in SERVED}
+
 
 def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
@@ -53,7 +55,8 @@ def create_relation(
     con: duckdb.DuckDBPyConnection, name: str, table: TableSnapshot, *, materialize: bool
 ) -> str:
     """Create ``name`` (a trusted identifier) over ``table``: a view over its files, or an
-    in-memory copy (``materialize``, for small tables read by every request).
+    in-memory copy (``materialize``, for small tables read by every request); partial counts
+    (speed/ctr) summed per key.
 
     Returns the kind created, ``TABLE`` or ``VIEW`` (a table with no files becomes an empty
     table of its schema).
@@ -63,7 +66,7 @@ def create_relation(
         create_arrow_table(con, name, table.schema.empty_table())
         return "TABLE"
     kind = "TABLE" if materialize else "VIEW"
-    con.execute(f"CREATE {kind} {name} AS SELECT * FROM {scan}")
+    con.execute(f"CREATE {kind} {name} AS {_TABLES[table.name].rows_sql(scan)}")
     return kind
 
 

@@ -45,6 +45,7 @@ from serving_layer.tables import TableSnapshot
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
+_TABLES: Final = {t.name: t for t in SERVED}
 VERSION_VIEWS: Final = tuple(
     f"{name}_v{d.version}"
     for d in versions("ctr")
@@ -329,7 +330,11 @@ def open_sandbox(
     try:
         con.execute("SET TimeZone = 'UTC'")
         for view in SANDBOX_VIEWS:
-            con.from_arrow(_dataset(tables[view])).create_view(view)
+            rows = con.from_arrow(_dataset(tables[view]))
+            table = _TABLES[SANDBOX_VIEWS[view]]
+            if table.summed_by:  # partial counts (speed/ctr): one row per key
+                rows = rows.query("partial_counts", table.rows_sql("partial_counts"))
+            rows.create_view(view)
         _create_version_views(con)
         con.execute("SET python_enable_replacements = false")
         con.execute("SET lock_configuration = true")

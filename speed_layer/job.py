@@ -5,8 +5,11 @@ validator (invalid ones are skipped and counted; the archiver keeps them), the e
 watermark trails the newest event by ``SPEED_WATERMARK``, and each micro-batch goes through the
 same view function as the batch layer, :func:`views.ctr.ctr`. Buckets whose end the watermark
 has passed are closed: their events are dropped and counted per bucket in ``speed/late``; the
-rest are added to ``speed/ctr`` by a delta-spark MERGE on (bucket, dimensions). Both commits
-carry (query id, batch id), so a micro-batch replayed after a crash changes nothing twice.
+rest are appended to ``speed/ctr`` as partial counts per (bucket, dimensions), from the driver
+with delta-rs (:mod:`speed_layer.tables`). Both commits carry (query id, batch id), so a
+micro-batch replayed after a crash changes nothing twice. The job also keeps ``speed/ctr``
+small: it rolls up closed buckets to one row per key, deletes what the batch layer covers, and
+vacuums, between micro-batches (one writer).
 
 Approximate by design: no deduplication (a duplicated event counts twice until the batch layer
 covers its bucket) and late events beyond the watermark are not counted.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -27,14 +31,14 @@ import pyarrow.compute as pc
 
 from events.records import parse_records
 from lake.catalog import SPEED_CTR, SPEED_LATE
-from lake.maintenance import prune_speed
+from lake.coverage_log import read_coverage
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
-from runtime.formats import read_delta, read_kafka
+from runtime.formats import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
 from speed_layer.settings import SpeedSettings
-from speed_layer.tables import append_late, merge_counts
+from speed_layer.tables import SpeedTable, total
 from views.columns import DIMENSIONS
 from views.ctr import ctr
 
@@ -59,12 +63,14 @@ def build_query(
     lake: LakeSettings,
     settings: SpeedSettings,
     available_now: bool = False,
+    writer: BatchWriter | None = None,
 ) -> StreamingQuery:
     """Start the speed query (it runs until stopped, or until caught up if available_now)."""
     from pyspark.sql import functions as F
 
     checkpoint = lake.checkpoint(settings.checkpoint_name)
-    _check_fresh_start(spark, lake, checkpoint)
+    writer = writer or BatchWriter(lake, checkpoint, settings)
+    _check_fresh_start(lake, checkpoint)
     raw = read_kafka(
         spark,
         kafka,
@@ -84,26 +90,26 @@ def build_query(
         .select("event_time", "event_type", *DIMENSIONS)
         .withWatermark("event_time", settings.watermark)
     )
-    writer = (
-        events.writeStream.foreachBatch(BatchWriter(lake, checkpoint, settings))
+    stream = (
+        events.writeStream.foreachBatch(writer)
         .option("checkpointLocation", checkpoint)
         .queryName("ctr-speed")
     )
     if available_now:
-        writer = writer.trigger(availableNow=True)
+        stream = stream.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
-    return writer.start()
+        stream = stream.trigger(processingTime=f"{settings.trigger_seconds} seconds")
+    return stream.start()
 
 
-def _check_fresh_start(spark: SparkSession, lake: LakeSettings, checkpoint: str) -> None:
+def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
     """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
-    from speed_layer.tables import exists
+    from deltalake import DeltaTable
 
     path = SPEED_CTR.path(lake)
-    if (Path(checkpoint) / "metadata").exists() or not exists(spark, path):
+    if (Path(checkpoint) / "metadata").exists() or not DeltaTable.is_deltatable(path):
         return
-    if not read_delta(spark, path).isEmpty():
+    if DeltaTable(path).to_pyarrow_dataset().head(1).num_rows:
         raise SpeedStateError(
             f"{path} holds counts but the speed checkpoint {checkpoint} is missing, so the job "
             "would count the retained log again; run `ctr speed --reset` to rebuild speed/ctr "
@@ -112,54 +118,117 @@ def _check_fresh_start(spark: SparkSession, lake: LakeSettings, checkpoint: str)
 
 
 class BatchWriter:
-    """foreachBatch function: view of the micro-batch, split at the watermark, two commits."""
+    """foreachBatch function: the micro-batch's view, split at the watermark, appended to
+    ``speed/late`` and ``speed/ctr``; between batches, the roll-up and maintenance."""
 
     def __init__(self, lake: LakeSettings, checkpoint: str, settings: SpeedSettings) -> None:
-        self.ctr_path = SPEED_CTR.path(lake)
-        self.late_path = SPEED_LATE.path(lake)
+        retention = settings.vacuum_retention_hours
+        self.ctr = SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=retention)
+        self.late = SpeedTable(SPEED_LATE.path(lake), SPEED_LATE.schema, retention_hours=retention)
         self.lake = lake
         self.checkpoint = checkpoint
         self.settings = settings
         self.late_events = 0  # since this process started
-        self._last_maintenance = time.monotonic()
+        # Per micro-batch: milliseconds per phase of this callback (and the view's row count).
+        self.phases: dict[int, dict[str, int]] = {}
+        # Buckets before this are one row per key in speed/ctr (read from its log at start).
+        self._rolled_up_before: dt.datetime | None = None
+        self._rolled_up_known = False
+        self._last_rollup = self._last_maintenance = time.monotonic()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        spark = batch.sparkSession
+        clock = PhaseClock()
         app_id = f"ctr-speed-{query_id(self.checkpoint)}"
         metadata = batch_metadata(self.checkpoint, batch_id)
-        # The view of a micro-batch is small (counts per minute and dimensions): split it here,
-        # then write each part; a replayed batch writes nothing twice (Delta transactions).
-        started = time.perf_counter()
+        if self.ctr.committed(app_id, batch_id):
+            # A replay of a batch whose counts are in (late ones are written first): nothing
+            # to compute or write.
+            log.info("batch %d: already in speed/ctr (replayed after a restart)", batch_id)
+            return
         view = batch.transform(ctr).toArrow()
-        viewed = time.perf_counter()
+        clock.lap("view")  # the Spark job: Kafka read, parsing and validation, the view
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
+        clock.lap("split")
         if late.num_rows:
             late = late.append_column("batch_id", pa.array([batch_id] * late.num_rows, pa.int64()))
             late = late.append_column("recorded_at", pa.array([stamp] * late.num_rows))
-            append_late(spark, self.late_path, spark.createDataFrame(late), app_id, batch_id)
-            self.late_events += int(pc.sum(late["impressions"]).as_py() or 0)
-            self.late_events += int(pc.sum(late["clicks"]).as_py() or 0)
+            if self.late.append(late, app_id=app_id, version=batch_id):
+                self.late_events += total(late, "impressions") + total(late, "clicks")
+            clock.lap("late_write")
         if on_time.num_rows:
             on_time = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
-            starts = on_time["bucket_start"]
-            bounds = (pc.min(starts).as_py(), pc.max(starts).as_py())
-            merge_counts(
-                spark,
-                self.ctr_path,
-                spark.createDataFrame(on_time),
-                app_id=app_id,
-                batch_id=batch_id,
-                buckets=bounds,
-            )
-        log.debug(
-            "batch %d: view %.0f ms (%d rows), writes %.0f ms",
-            batch_id, (viewed - started) * 1000, view.num_rows,
-            (time.perf_counter() - viewed) * 1000,
-        )  # fmt: skip
-        if time.monotonic() - self._last_maintenance >= self.settings.maintenance_seconds:
-            self._last_maintenance = time.monotonic()
-            maintain(spark, self.lake, self.settings)
+            self.ctr.append(on_time, app_id=app_id, version=batch_id)
+            clock.lap("ctr_write")
+        self.maintain(metadata.watermark_ms, clock)
+        self.phases[batch_id] = {"view_rows": view.num_rows, **clock.ms}
+        for old in sorted(self.phases)[:-8]:  # keep the last few for the progress report
+            del self.phases[old]
+
+    def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
+        """Roll up the buckets the watermark closed (every ``rollup_seconds``); delete what the
+        batch layer covers and vacuum (every ``maintenance_seconds``). Never stops the stream:
+        a failure is logged and tried again next time."""
+        clock = clock or PhaseClock()
+        now = time.monotonic()
+        if watermark_ms > 0 and now - self._last_rollup >= self.settings.rollup_seconds:
+            self._last_rollup = now
+            self._roll_up(closed_before(watermark_ms))
+            clock.lap("rollup")
+        if now - self._last_maintenance >= self.settings.maintenance_seconds:
+            self._last_maintenance = now
+            self._maintenance()
+            clock.lap("maintenance")
+
+    def _roll_up(self, end: dt.datetime) -> None:
+        try:
+            if not self._rolled_up_known:
+                self._rolled_up_before = self.ctr.rolled_up_before()
+                self._rolled_up_known = True
+            done = self.ctr.roll_up(self._rolled_up_before, end)
+            if done is not None:
+                self._rolled_up_before = end
+                log.info(
+                    "speed/ctr roll-up of buckets before %s: %d rows -> %d",
+                    f"{end:%Y-%m-%d %H:%M}", done.rows_before, done.rows_after,
+                )  # fmt: skip
+        except Exception as exc:  # maintenance must never stop the stream
+            log.warning("speed/ctr roll-up failed (will retry): %s", exc)
+
+    def _maintenance(self) -> None:
+        try:
+            pruned = self.ctr.delete_covered(read_coverage(self.lake, "ctr"))
+            merged = self.ctr.merge_closed_hours(self._rolled_up_before)
+            vacuumed = self.ctr.vacuum(self.settings.vacuum_retention_hours)
+            vacuumed += self.late.vacuum(self.settings.vacuum_retention_hours)
+            log.info(
+                "speed/ctr maintenance: %d covered rows deleted, %d hours merged to a file "
+                "each, %d files vacuumed",
+                pruned, merged, vacuumed,
+            )  # fmt: skip
+        except Exception as exc:  # maintenance must never stop the stream
+            log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
+
+
+def closed_before(watermark_ms: int) -> dt.datetime:
+    """The start of the first open bucket: every bucket before it is closed (its end is at or
+    before the watermark), the rule :func:`split_late` applies."""
+    bucket_ms = _ms(BUCKET)
+    start_ms = watermark_ms // bucket_ms * bucket_ms
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=start_ms)
+
+
+class PhaseClock:
+    """Milliseconds per named phase, measured lap by lap."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, int] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.ms[name] = self.ms.get(name, 0) + round((now - self._last) * 1000)
+        self._last = now
 
 
 def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:
@@ -187,32 +256,13 @@ def _late_counts(schema: pa.Schema, closed: pa.Table | None) -> pa.Table:
     return summed.rename_columns(["bucket_start", "impressions", "clicks"]).sort_by("bucket_start")
 
 
-def maintain(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> None:
-    """Drop buckets the batch layer now covers, compact small files, vacuum old ones."""
-    from lake.maintenance import compact_and_vacuum
-
-    try:
-        pruned = prune_speed(spark, lake)
-        report = compact_and_vacuum(
-            spark, lake, SPEED_CTR.name, retention_hours=settings.vacuum_retention_hours
-        )
-        log.info(
-            "speed/ctr maintenance: %d covered rows pruned, %s files compacted",
-            pruned,
-            report.files_removed if report else 0,
-        )
-    except Exception as exc:  # maintenance must never stop the stream
-        log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
-
-
-def reset(spark: SparkSession, lake: LakeSettings, settings: SpeedSettings) -> None:
+def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
     """Forget the speed job's progress: empty speed/ctr and speed/late, delete the checkpoint."""
     import shutil
 
-    from speed_layer.tables import reset as reset_table
-
-    reset_table(spark, SPEED_CTR.path(lake), SPEED_CTR.spark_schema())
-    reset_table(spark, SPEED_LATE.path(lake), SPEED_LATE.spark_schema())
+    retention = settings.vacuum_retention_hours
+    for table in (SPEED_CTR, SPEED_LATE):
+        SpeedTable(table.path(lake), table.schema, retention_hours=retention).reset()
     shutil.rmtree(lake.checkpoint(settings.checkpoint_name), ignore_errors=True)
 
 
@@ -227,27 +277,41 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Run the speed job until caught up (available_now) or told to stop; returns rows read."""
+    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
     query = build_query(
         spark,
         kafka=kafka,
         lake=lake,
         settings=settings,
         available_now=available_now,
+        writer=writer,
     )
     lag = KafkaLag(kafka)
 
     def report(progress: StreamProgress) -> None:
+        clock = PhaseClock()
         behind = lag.behind(progress.end_offsets)
         progress = dataclasses.replace(
             progress, offsets_behind=behind if behind is not None else progress.offsets_behind
         )
-        write_status(lake, progress)
+        clock.lap("lag")
+        # Where the batch's time went: Spark's phases of the trigger (addBatch is the callback),
+        # the callback's own phases, and (from this report) asking the lag, writing the status.
+        phases = {
+            **{f"spark.{k}": v for k, v in progress.durations_ms.items()},
+            **writer.phases.get(progress.batch_id, {}),
+            **clock.ms,
+        }
+        write_status(lake, progress, phases=phases)
+        clock.lap("status")
         log.info(
             "batch %d: %d rows, %.0f rows/s in, %.0f rows/s processed, %d ms, %s offsets behind",
             progress.batch_id, progress.input_rows, progress.input_rows_per_second,
             progress.processed_rows_per_second, progress.batch_duration_ms,
             "?" if progress.offsets_behind is None else progress.offsets_behind,
         )  # fmt: skip
+        log.info("batch %d phases (ms): %s", progress.batch_id,
+                 json.dumps({**phases, **clock.ms}))  # fmt: skip
         if on_progress is not None:
             on_progress(progress)
 

@@ -24,8 +24,11 @@ class SpeedSettings(BaseSettings):
     # Offsets the checkpoint expects but the log no longer holds: stop (true) or skip (false).
     fail_on_data_loss: bool = True
     checkpoint_name: str = "speed"
-    # Pruning of covered buckets, compaction and vacuum of speed/ctr, from the job itself.
+    # How often the job rolls up the buckets the watermark closed (one row per key each).
+    rollup_seconds: float = Field(default=60.0, gt=0)
+    # Deleting covered buckets, merging closed hours and vacuum of speed/ctr, from the job.
     maintenance_seconds: float = Field(default=300.0, gt=0)
+    # Versions of speed/ctr kept for as-of queries (log entries and data files).
     vacuum_retention_hours: float = Field(default=48.0, ge=0)
 
     @field_validator("watermark")

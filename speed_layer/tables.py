@@ -1,137 +1,230 @@
-"""The speed layer's tables: ``speed/ctr`` (merged counts) and ``speed/late`` (what it dropped),
-written through delta-spark.
+"""The speed layer's tables, ``speed/ctr`` (partial counts) and ``speed/late`` (what it dropped),
+written from the speed job's driver with delta-rs.
 
-Both writes of a micro-batch are Delta commits carrying the application transaction
-(speed query id, batch id), and delta-spark skips a write whose transaction the table already
-holds: the append through the writer's ``txnAppId``/``txnVersion`` options, the MERGE through
-the session confs ``spark.databricks.delta.write.txnAppId``/``txnVersion`` (Delta's idempotent
-DML). A micro-batch that Spark replays after a crash changes nothing it already changed.
+Why not delta-spark: a micro-batch's view is a few thousand rows already on the driver, and
+a delta-spark commit of them costs a Spark job, a commit and a snapshot update (hundreds of ms
+to seconds, measured by ``python -m bench speed``); delta-rs commits the same rows in tens of
+milliseconds. The speed job is the only writer of both tables, in one process.
+
+- **Append, exactly once.** Each micro-batch *appends* its counts per (bucket, dimensions) in
+  one commit carrying the application transaction (speed query id, batch id); a batch whose
+  transaction the table already holds (Spark replays the last batch after a crash) writes
+  nothing. Readers sum the rows per key (the serving layer does).
+- **Roll-up.** Once the watermark closes a bucket, no on-time row can reach it any more: the
+  job replaces the rows of the buckets closed since its last roll-up by one row per key, in one
+  commit (an overwrite of exactly those buckets). Each commit notes how far it rolled up, so a
+  restarted job continues from there.
+- **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers,
+  merge each closed hour's minute roll-ups into one file, vacuum files older than the
+  retention; and the Delta log is
+  checkpointed every ``CHECKPOINT_INTERVAL`` commits and cleaned past the retention (delta-rs's
+  post-commit hook, from the table's properties).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
-import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final, TypeVar
+from dataclasses import dataclass
+from typing import Final
 
-from runtime.formats import write_delta
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from lake.coverage import Coverage, in_intervals_sql
 from views.columns import DIMENSIONS
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger("ctr.speed")
 
 KEY: Final = ("bucket_start", *DIMENSIONS)
-_MERGE_PREDICATE: Final = " AND ".join(f"t.{column} = s.{column}" for column in KEY)
-_TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
-_COMMIT_ATTEMPTS: Final = 5
-
-T = TypeVar("T")
+CHECKPOINT_INTERVAL: Final = 50
+# Commit metadata of a roll-up: every bucket before this moment (ISO-8601) is one row per key.
+ROLLED_UP_BEFORE: Final = "ctr.rolledUpBefore"
+_HISTORY_SEARCHED: Final = 2_000  # commits looked through for the last roll-up at start
 
 
-def exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
+def table_properties(retention_hours: float) -> dict[str, str]:
+    """Delta table properties of the speed tables: versions (as-of queries) and their files
+    are kept ``retention_hours``; the log is checkpointed and cleaned by its writer."""
+    hours = max(1, round(retention_hours))
+    return {
+        "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+        "delta.logRetentionDuration": f"interval {hours} hours",
+        "delta.deletedFileRetentionDuration": f"interval {hours} hours",
+        "delta.enableExpiredLogCleanup": "true",
+    }
 
-    return bool(DeltaTable.isDeltaTable(spark, path))
+
+@dataclass(frozen=True)
+class RollUp:
+    """What a roll-up did: the buckets in [start, end) became ``rows_after`` rows."""
+
+    start: dt.datetime | None
+    end: dt.datetime
+    rows_before: int
+    rows_after: int
 
 
-def merge_counts(
-    spark: SparkSession,
-    path: str,
-    rows: DataFrame,
-    *,
-    app_id: str,
-    batch_id: int,
-    buckets: tuple[dt.datetime, dt.datetime],
-) -> None:
-    """Add the batch's counts to ``speed/ctr``: insert new buckets, add to existing ones.
-    A replay of (``app_id``, ``batch_id``) changes nothing.
+class SpeedTable:
+    """One speed table at ``path``, held open between commits (its only writer)."""
 
-    ``buckets`` are the first and last bucket of ``rows``: as literals in the MERGE condition
-    they let Delta skip every file whose bucket range lies outside them (a micro-batch holds the
-    last minute or two), so a MERGE rewrites the current minutes' files, not the table.
-    """
-    from delta.tables import DeltaTable
+    def __init__(self, path: str, schema: pa.Schema, *, retention_hours: float) -> None:
+        self.path = path
+        self.schema = schema
+        self.properties = table_properties(retention_hours)
+        self._table: DeltaTable | None = None
 
-    source = rows.select(*KEY, "impressions", "clicks", "updated_at")
-    first, last = (b.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00:00") for b in buckets)
-    condition = (
-        f"t.bucket_start >= timestamp'{first}' AND t.bucket_start <= timestamp'{last}' AND "
-        + _MERGE_PREDICATE
+    @property
+    def table(self) -> DeltaTable | None:
+        """The table, refreshed to its latest version; None while it does not exist."""
+        if self._table is None:
+            if not DeltaTable.is_deltatable(self.path):
+                return None
+            self._table = DeltaTable(self.path)
+            self._ensure_properties(self._table)
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def _ensure_properties(self, table: DeltaTable) -> None:
+        current = table.metadata().configuration
+        missing = {k: v for k, v in self.properties.items() if current.get(k) != v}
+        if missing:
+            table.alter.set_table_properties(missing)
+
+    def committed(self, app_id: str, version: int) -> bool:
+        """Whether the table already holds the commit of (``app_id``, ``version``)."""
+        table = self.table
+        if table is None:
+            return False
+        done = table.transaction_version(app_id)
+        return done is not None and done >= version
+
+    def append(self, rows: pa.Table, *, app_id: str, version: int) -> bool:
+        """Append ``rows`` in one commit carrying (``app_id``, ``version``); nothing if the
+        table holds that commit already. Returns whether it wrote."""
+        if self.committed(app_id, version):
+            log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
+            return False
+        table = self.table
+        write_deltalake(
+            table if table is not None else self.path,
+            rows.select(self.schema.names).cast(self.schema),
+            mode="append",
+            configuration=self.properties if table is None else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+        )
+        return True
+
+    def rolled_up_before(self) -> dt.datetime | None:
+        """Where the last roll-up ended (from its commit), None if none is in the recent log."""
+        table = self.table
+        if table is None:
+            return None
+        for commit in table.history(_HISTORY_SEARCHED):
+            value = commit.get(ROLLED_UP_BEFORE)
+            if isinstance(value, str):
+                return dt.datetime.fromisoformat(value)
+        return None
+
+    def roll_up(self, start: dt.datetime | None, end: dt.datetime) -> RollUp | None:
+        """Replace the rows of buckets in [``start``, ``end``) (from the first bucket if
+        ``start`` is None) by their sums per key, in one commit. None if there was nothing."""
+        table = self.table
+        if table is None or (start is not None and start >= end):
+            return None
+        in_range = ds.field("bucket_start") < pa.scalar(end, pa.timestamp("us", tz="UTC"))
+        predicate = f"bucket_start < {_timestamp_sql(end)}"
+        if start is not None:
+            in_range &= ds.field("bucket_start") >= pa.scalar(start, pa.timestamp("us", "UTC"))
+            predicate = f"bucket_start >= {_timestamp_sql(start)} AND {predicate}"
+        rows = table.to_pyarrow_dataset().to_table(filter=in_range)
+        metadata = {ROLLED_UP_BEFORE: end.isoformat()}
+        if rows.num_rows == 0:
+            return RollUp(start, end, 0, 0)
+        summed = sum_per_key(rows)
+        write_deltalake(
+            table,
+            summed.cast(self.schema),
+            mode="overwrite",
+            predicate=predicate,
+            commit_properties=CommitProperties(custom_metadata=metadata),
+        )
+        return RollUp(start, end, rows.num_rows, summed.num_rows)
+
+    def delete_covered(self, coverage: Coverage) -> int:
+        """Delete the rows of buckets ``coverage`` holds; returns the rows deleted."""
+        table = self.table
+        if table is None or not coverage.intervals:
+            return 0
+        bounds = [(_timestamp_sql(i.start), _timestamp_sql(i.end)) for i in coverage.intervals]
+        metrics = table.delete(in_intervals_sql("bucket_start", bounds))
+        return int(metrics.get("num_deleted_rows", 0) or 0)
+
+    def merge_closed_hours(self, rolled_up_before: dt.datetime | None) -> int:
+        """Rewrite each whole hour before ``rolled_up_before`` that spans more than one file as
+        one file (its rows are already one per key: the minute roll-ups leave a file each);
+        returns the hours merged. Each hour is merged once, so this stays cheap."""
+        table = self.table
+        if table is None or rolled_up_before is None:
+            return 0
+        files = table.get_add_actions(flatten=True)
+        if files.num_rows == 0:
+            return 0
+        hour = dt.timedelta(hours=1)
+        per_hour: dict[dt.datetime, int] = {}
+        lows = files.column("min.bucket_start").to_pylist()
+        highs = files.column("max.bucket_start").to_pylist()
+        for low, high in zip(lows, highs, strict=True):
+            if low is None or high is None:
+                continue
+            first = low.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+            while first <= high:
+                per_hour[first] = per_hour.get(first, 0) + 1
+                first += hour
+        merged = 0
+        for start in sorted(per_hour):
+            if per_hour[start] > 1 and start + hour <= rolled_up_before:
+                self.roll_up(start, start + hour)
+                merged += 1
+        return merged
+
+    def vacuum(self, retention_hours: float) -> int:
+        """Delete the files no version within ``retention_hours`` needs; returns how many."""
+        table = self.table
+        if table is None:
+            return 0
+        removed = table.vacuum(
+            retention_hours=max(0, round(retention_hours)),
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+        return len(removed)
+
+    def reset(self) -> None:
+        """Empty the table: a new version with no rows (history and readers unaffected)."""
+        table = self.table
+        if table is not None:
+            write_deltalake(table, self.schema.empty_table(), mode="overwrite")
+
+
+def sum_per_key(rows: pa.Table) -> pa.Table:
+    """One row per (bucket, dimensions): impressions and clicks summed, the latest update."""
+    summed = rows.group_by(list(KEY), use_threads=False).aggregate(
+        [("impressions", "sum"), ("clicks", "sum"), ("updated_at", "max")]
     )
-
-    def attempt() -> None:
-        if not exists(spark, path):
-            write_delta(source, path, txn=(app_id, batch_id))
-            return
-        with _transaction(spark, app_id, batch_id):
-            (
-                DeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(source.alias("s"), condition)
-                .whenMatchedUpdate(
-                    set={
-                        "impressions": "t.impressions + s.impressions",
-                        "clicks": "t.clicks + s.clicks",
-                        "updated_at": "s.updated_at",
-                    }
-                )
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-
-    _retrying(path, attempt)
+    return summed.rename_columns([*KEY, "impressions", "clicks", "updated_at"])
 
 
-def append_late(
-    spark: SparkSession, path: str, rows: DataFrame, app_id: str, batch_id: int
-) -> None:
-    """Record the batch's dropped late events per bucket in ``speed/late`` (idempotent)."""
-    _retrying(path, lambda: write_delta(rows, path, txn=(app_id, batch_id)))
+def _timestamp_sql(value: dt.datetime) -> str:
+    """A timestamp literal delta-rs compares with a UTC timestamp column (a typed literal like
+    ``TIMESTAMP '…'`` has no time zone, and DataFusion refuses the comparison)."""
+    return "'" + value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
 
 
-@contextlib.contextmanager
-def _transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator[None]:
-    """Delta's idempotent DML: the next DML of this session carries (app id, version)."""
-    spark.conf.set(_TXN_APP_ID, app_id)
-    spark.conf.set(_TXN_VERSION, str(batch_id))
-    try:
-        yield
-    finally:
-        spark.conf.unset(_TXN_APP_ID)
-        spark.conf.unset(_TXN_VERSION)
-
-
-def _retrying(path: str, attempt: Callable[[], T]) -> T:
-    """Run a commit, retrying when a concurrent writer (maintenance) won the race."""
-    from delta import exceptions as conflict
-
-    conflicts = (
-        conflict.DeltaConcurrentModificationException,
-        conflict.ConcurrentWriteException,
-        conflict.ConcurrentAppendException,
-        conflict.ConcurrentDeleteReadException,
-        conflict.ConcurrentDeleteDeleteException,
-        conflict.ConcurrentTransactionException,
-    )
-    for number in range(1, _COMMIT_ATTEMPTS + 1):
-        try:
-            return attempt()
-        except conflicts as exc:
-            if number == _COMMIT_ATTEMPTS:
-                raise
-            log.warning("%s: concurrent commit (%s); retrying", path, str(exc).splitlines()[0])
-            time.sleep(0.2 * number)
-    raise AssertionError("unreachable")
-
-
-def reset(spark: SparkSession, path: str, schema: StructType) -> None:
-    """Empty a speed table (a new version; history and concurrent readers are unaffected)."""
-    if exists(spark, path):
-        spark.createDataFrame([], schema).write.format("delta").mode("overwrite").save(path)
+def total(rows: pa.Table, column: str) -> int:
+    return int(pc.sum(rows[column]).as_py() or 0)

@@ -132,7 +132,7 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     assert reprocess.get_task("build").application_args[:2] == ["--build", "{{ params.view }}"]
 
     maintenance = bag.dags["ctr_maintenance"]
-    assert {t.task_id for t in maintenance.tasks} == {"prune_speed", "compact_and_vacuum"}
+    assert {t.task_id for t in maintenance.tasks} == {"compact_and_vacuum"}
     assert str(maintenance.schedule) == "@daily"
 
 

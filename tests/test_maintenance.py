@@ -1,5 +1,5 @@
-"""Maintenance through delta-spark on real Delta tables: pruning speed rows the batch layer
-covers, compaction and vacuum."""
+"""Maintenance through delta-spark on real Delta tables: covered intervals, compaction and
+vacuum (the speed tables' own maintenance: tests/test_speed_tables.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import datetime as dt
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from lake.maintenance import compact_and_vacuum, covered_intervals, prune_speed
+from lake.maintenance import compact_and_vacuum, covered_intervals
 from lake.settings import LakeSettings
 
 T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -37,19 +37,6 @@ def test_covered_intervals_merge_overlaps_and_keep_gaps(
         (hours(2), hours(3)),
         (hours(4), hours(5)),
     ]
-
-
-def test_prune_speed_deletes_only_covered_buckets(spark: SparkSession, lake: LakeSettings) -> None:
-    buckets = [hours(0.5), hours(1.5), hours(2.5), hours(3)]
-    frame = spark.createDataFrame(
-        list(zip(buckets, [1, 2, 3, 4], strict=True)), "bucket_start timestamp, impressions long"
-    )
-    frame.write.format("delta").save(lake.table("speed/ctr"))
-    assert prune_speed(spark, lake) == 0  # nothing covered yet
-    coverage(spark, lake, [(0, 1), (2, 3)])  # the gap [1, 2) and [3, …) stay speed
-    assert prune_speed(spark, lake) == 2
-    left = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table().column("bucket_start").to_pylist()
-    assert sorted(left) == [hours(1.5), hours(3)]
 
 
 def test_compaction_merges_small_files_and_keeps_rows(

@@ -1,0 +1,173 @@
+"""The speed tables on real Delta tables written by delta-rs: appends exactly once per
+micro-batch, roll-ups that keep every sum and leave one row per key in closed buckets, the
+pruning of covered buckets, closed hours merged to one file, a checkpointed log, and readers
+(the serving layer, the SQL sandbox) that sum partial counts per key."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from lake.catalog import SPEED_CTR
+from lake.coverage import Coverage
+from lake.settings import LakeSettings
+from serving_layer.relations import RelationCache
+from serving_layer.tables import SnapshotSource
+from speed_layer.job import closed_before
+from speed_layer.tables import CHECKPOINT_INTERVAL, SpeedTable, sum_per_key
+from views.columns import DIMENSIONS
+
+T = dt.datetime(2026, 11, 24, 9, 58, tzinfo=dt.UTC)
+APP = "ctr-speed-test-query"
+
+
+def minute(n: int) -> dt.datetime:
+    return T + dt.timedelta(minutes=n)
+
+
+def rows(*entries: tuple[int, str, int, int]) -> pa.Table:
+    """(minute, ad, impressions, clicks) -> speed/ctr rows (other dimensions fixed)."""
+    fixed = {d: "x" for d in DIMENSIONS}
+    listed = [
+        {**fixed, "bucket_start": minute(m), "ad_id": ad, "impressions": i, "clicks": c}
+        for m, ad, i, c in entries
+    ]
+    return pa.Table.from_pylist([{**r, "updated_at": T} for r in listed], schema=SPEED_CTR.schema)
+
+
+def table(lake: LakeSettings) -> SpeedTable:
+    return SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=48)
+
+
+def totals(lake: LakeSettings) -> Counter[tuple[dt.datetime, str]]:
+    counted: Counter[tuple[dt.datetime, str]] = Counter()
+    for r in DeltaTable(SPEED_CTR.path(lake)).to_pyarrow_table().to_pylist():
+        counted[(r["bucket_start"], r["ad_id"])] += r["impressions"] * 1000 + r["clicks"]
+    return counted
+
+
+def rows_per_key(lake: LakeSettings, bucket: dt.datetime) -> Counter[str]:
+    data = DeltaTable(SPEED_CTR.path(lake)).to_pyarrow_table().to_pylist()
+    return Counter(r["ad_id"] for r in data if r["bucket_start"] == bucket)
+
+
+def test_a_micro_batch_is_appended_exactly_once(lake: LakeSettings) -> None:
+    speed = table(lake)
+    assert not speed.committed(APP, 0)
+    assert speed.append(rows((0, "a", 1, 0)), app_id=APP, version=0)
+    assert not speed.append(rows((0, "a", 1, 0)), app_id=APP, version=0)  # replayed
+    assert speed.append(rows((0, "a", 2, 1)), app_id=APP, version=1)
+    assert speed.committed(APP, 1)
+    assert DeltaTable(SPEED_CTR.path(lake)).transaction_version(APP) == 1
+    assert totals(lake) == {(minute(0), "a"): 3001}
+    assert DeltaTable(SPEED_CTR.path(lake)).version() == 1  # two commits, the replay none
+
+
+def test_the_roll_up_keeps_every_sum_and_leaves_one_row_per_key(lake: LakeSettings) -> None:
+    speed = table(lake)
+    speed.append(rows((0, "a", 1, 0), (0, "b", 1, 1), (1, "a", 1, 0)), app_id=APP, version=0)
+    speed.append(rows((0, "a", 2, 0), (1, "a", 1, 1), (2, "a", 5, 0)), app_id=APP, version=1)
+    speed.append(rows((1, "b", 1, 0), (2, "a", 1, 0)), app_id=APP, version=2)
+    before = totals(lake)
+
+    done = speed.roll_up(None, minute(2))  # minutes 0 and 1 are closed, 2 is open
+    assert done is not None
+    assert (done.rows_before, done.rows_after) == (6, 4)
+    assert totals(lake) == before
+    assert rows_per_key(lake, minute(0)) == {"a": 1, "b": 1}
+    assert rows_per_key(lake, minute(1)) == {"a": 1, "b": 1}
+    assert rows_per_key(lake, minute(2)) == {"a": 2}  # open: left as the batches wrote it
+    assert table(lake).rolled_up_before() == minute(2)  # a restarted job continues here
+
+    speed.append(rows((2, "a", 1, 0)), app_id=APP, version=3)
+    speed.roll_up(minute(2), minute(3))
+    assert rows_per_key(lake, minute(2)) == {"a": 1}
+    assert totals(lake)[(minute(2), "a")] == 7000
+    assert table(lake).rolled_up_before() == minute(3)
+    assert speed.roll_up(minute(3), minute(3)) is None  # nothing closed since
+
+
+def test_covered_buckets_are_deleted(lake: LakeSettings) -> None:
+    speed = table(lake)
+    speed.append(rows((0, "a", 1, 0), (1, "a", 1, 0), (3, "a", 1, 0)), app_id=APP, version=0)
+    assert speed.delete_covered(Coverage(())) == 0
+    assert speed.delete_covered(Coverage([(minute(0), minute(2))])) == 2
+    assert set(totals(lake)) == {(minute(3), "a")}
+
+
+def test_closed_hours_are_merged_to_one_file_each(lake: LakeSettings) -> None:
+    speed = table(lake)
+    for n in range(5):  # minutes 0..4 cross the hour at 10:00; a roll-up per minute
+        speed.append(rows((n, "a", 1, 0), (n, "b", 0, 1)), app_id=APP, version=n)
+        speed.roll_up(minute(n) if n else None, minute(n + 1))
+    before = totals(lake)
+    hour = dt.datetime(2026, 11, 24, 9, tzinfo=dt.UTC)
+    assert speed.merge_closed_hours(minute(1)) == 0  # 09:00-10:00 is not rolled up yet
+    assert speed.merge_closed_hours(hour + dt.timedelta(hours=2)) == 2
+    assert totals(lake) == before
+    files = pa.table(DeltaTable(SPEED_CTR.path(lake)).get_add_actions(flatten=True)).to_pylist()
+    spans = sorted((f["min.bucket_start"], f["max.bucket_start"]) for f in files)
+    assert spans == [(minute(0), minute(1)), (minute(2), minute(4))]  # one file per hour
+    assert speed.merge_closed_hours(hour + dt.timedelta(hours=2)) == 0  # merged once
+
+
+def test_the_log_is_checkpointed_and_kept_for_the_retention(lake: LakeSettings) -> None:
+    speed = table(lake)
+    for n in range(CHECKPOINT_INTERVAL + 1):
+        speed.append(rows((0, "a", 1, 0)), app_id=APP, version=n)
+    log = Path(SPEED_CTR.path(lake)) / "_delta_log"
+    assert len(list(log.glob("*.checkpoint.parquet"))) == 1  # every CHECKPOINT_INTERVAL commits
+    assert (log / "_last_checkpoint").exists()
+    configuration = DeltaTable(SPEED_CTR.path(lake)).metadata().configuration
+    assert configuration["delta.logRetentionDuration"] == "interval 48 hours"
+    assert configuration["delta.enableExpiredLogCleanup"] == "true"
+
+
+def test_reset_empties_the_table_and_keeps_its_history(lake: LakeSettings) -> None:
+    speed = table(lake)
+    speed.append(rows((0, "a", 1, 0)), app_id=APP, version=0)
+    speed.reset()
+    assert DeltaTable(SPEED_CTR.path(lake)).to_pyarrow_table().num_rows == 0
+    assert DeltaTable(SPEED_CTR.path(lake), version=0).to_pyarrow_table().num_rows == 1
+
+
+def test_the_serving_layer_sums_partial_counts_per_key(lake: LakeSettings) -> None:
+    speed = table(lake)
+    speed.append(rows((0, "a", 1, 0), (0, "b", 1, 0)), app_id=APP, version=0)
+    speed.append(rows((0, "a", 2, 1)), app_id=APP, version=1)
+    snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
+    cache = RelationCache()
+    try:
+        name = cache.relation(snapshot["speed/ctr"]).name
+        with cache.cursor() as cur:
+            served = cur.execute(
+                f"SELECT ad_id, impressions, clicks FROM {name} ORDER BY ad_id"
+            ).fetchall()
+    finally:
+        cache.close()
+    assert served == [("a", 3, 1), ("b", 1, 0)]
+
+
+def test_sum_per_key_is_the_readers_rule() -> None:
+    summed = sum_per_key(rows((0, "a", 1, 0), (0, "a", 2, 1), (1, "a", 1, 1)))
+    found = sorted((r["bucket_start"], r["impressions"], r["clicks"]) for r in summed.to_pylist())
+    assert found == [(minute(0), 3, 1), (minute(1), 1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("watermark", "first_open"),
+    [("10:05:00", "10:05:00"), ("10:05:59.999", "10:05:00"), ("10:06:00.001", "10:06:00")],
+)
+def test_buckets_close_where_the_watermark_reaches_their_end(
+    watermark: str, first_open: str
+) -> None:
+    day = "2026-11-24T"
+    mark = dt.datetime.fromisoformat(f"{day}{watermark}+00:00")
+    assert closed_before(int(mark.timestamp() * 1000)) == dt.datetime.fromisoformat(
+        f"{day}{first_open}+00:00"
+    )
