@@ -23,8 +23,6 @@ _HIVE_TYPES: Final = {
     pa.int64(): "BIGINT",
 }
 
-_TABLES: Final = {t.name: t for t in SERVED}
-
 
 def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
@@ -55,8 +53,9 @@ def create_relation(
     con: duckdb.DuckDBPyConnection, name: str, table: TableSnapshot, *, materialize: bool
 ) -> str:
     """Create ``name`` (a trusted identifier) over ``table``: a view over its files, or an
-    in-memory copy (``materialize``, for small tables read by every request); partial counts
-    (speed/ctr) summed per key.
+    in-memory copy (``materialize``, for small tables read by every request). Rows as stored:
+    speed/ctr's partial counts are summed by the queries that read them (or see
+    :meth:`lake.catalog.Table.rows_sql`).
 
     Returns the kind created, ``TABLE`` or ``VIEW`` (a table with no files becomes an empty
     table of its schema).
@@ -66,7 +65,7 @@ def create_relation(
         create_arrow_table(con, name, table.schema.empty_table())
         return "TABLE"
     kind = "TABLE" if materialize else "VIEW"
-    con.execute(f"CREATE {kind} {name} AS {_TABLES[table.name].rows_sql(scan)}")
+    con.execute(f"CREATE {kind} {name} AS SELECT * FROM {scan}")
     return kind
 
 

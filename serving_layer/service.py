@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import duckdb
 
-from lake.catalog import batch_table
+from lake.catalog import SERVED, batch_table
 from lake.coverage import Coverage, CoveredInterval, Source, source_of
 from lake.registry import Registry
 from lake.settings import LakeSettings
@@ -37,6 +37,7 @@ from serving_layer.wilson import wilson_interval
 from views.definitions import Definition, definition, versions
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_TABLES: Final = {t.name: t for t in SERVED}
 
 
 class QueryLimitError(RuntimeError):
@@ -282,7 +283,7 @@ class ServingLayer:
         of :func:`serving_layer.query.merged_sql`)."""
         return merged_sql(
             batch=self.relations.relation(snapshot[batch_table(view).name]).name,
-            speed=self._filtered(snapshot["speed/ctr"], view),
+            speed=self._filtered(snapshot["speed/ctr"], view, per_key=True),
             covered=self._covered_relation(snapshot["batch/coverage"], view.key),
             stale=self._stale_relation(snapshot, view),
         )
@@ -429,21 +430,26 @@ class ServingLayer:
 
         return self.relations.derived(table, f"covered:{key}", create)
 
-    def _filtered(self, table: TableSnapshot, view: Definition) -> str:
-        """``table``'s rows that ``view`` counts (its ``where``), as a relation name."""
-        name = self.relations.relation(table).name
+    def _filtered(self, table: TableSnapshot, view: Definition, *, per_key: bool = False) -> str:
+        """``table``'s rows that ``view`` counts (its ``where``), as a relation name.
+
+        ``per_key``: one row per key (speed/ctr holds partial counts, several rows per key
+        until the speed job rolls them up), for readers that match rows by key; the CTR query
+        sums them anyway and reads the rows as stored."""
         where = view.where
-        if where is None:
-            return name
+        if where is None and not per_key:
+            return self.relations.relation(table).name
 
         def create(base: str) -> str:
-            filtered = f"{base}_{_suffix(view.key)}"
-            self.relations.create_table(
-                filtered, f"SELECT * FROM {base} WHERE {where}", owner=table
-            )
+            rows = _TABLES[table.name].rows_sql(base) if per_key else f"SELECT * FROM {base}"
+            filtered = f"{base}_{'keyed_' if per_key else ''}{_suffix(view.key)}"
+            select = f"SELECT * FROM ({rows}) WHERE {where}" if where else rows
+            self.relations.create_table(filtered, select, owner=table)
             return filtered
 
-        return self.relations.derived(table, f"filtered:{view.key}", create)
+        return self.relations.derived(
+            table, f"{'keyed:' if per_key else ''}filtered:{view.key}", create
+        )
 
     def _stale_relation(self, snap: LakeSnapshot, view: Definition | None = None) -> str:
         """The snapshot's uncounted arrivals (:func:`lake.staleness.stale_sql`) for ``view``

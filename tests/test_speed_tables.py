@@ -17,6 +17,7 @@ from lake.catalog import SPEED_CTR
 from lake.coverage import Coverage
 from lake.settings import LakeSettings
 from serving_layer.relations import RelationCache
+from serving_layer.sandbox import SANDBOX_VIEWS, open_sandbox
 from serving_layer.tables import SnapshotSource
 from speed_layer.job import closed_before
 from speed_layer.tables import CHECKPOINT_INTERVAL, SpeedTable, sum_per_key
@@ -137,20 +138,25 @@ def test_reset_empties_the_table_and_keeps_its_history(lake: LakeSettings) -> No
 
 
 def test_the_serving_layer_sums_partial_counts_per_key(lake: LakeSettings) -> None:
+    """The CTR query sums speed rows; the per-key relation (row-level readers: version diffs)
+    has one row per key; the SQL sandbox's ctr_speed too."""
     speed = table(lake)
     speed.append(rows((0, "a", 1, 0), (0, "b", 1, 0)), app_id=APP, version=0)
     speed.append(rows((0, "a", 2, 1)), app_id=APP, version=1)
     snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
     cache = RelationCache()
     try:
-        name = cache.relation(snapshot["speed/ctr"]).name
+        base = cache.relation(snapshot["speed/ctr"]).name
         with cache.cursor() as cur:
-            served = cur.execute(
-                f"SELECT ad_id, impressions, clicks FROM {name} ORDER BY ad_id"
+            keyed = cur.execute(
+                f"SELECT ad_id, impressions, clicks FROM ({SPEED_CTR.rows_sql(base)}) "
+                "ORDER BY ad_id"
             ).fetchall()
+            stored = cur.execute(f"SELECT count(*) FROM {base}").fetchall()
     finally:
         cache.close()
-    assert served == [("a", 3, 1), ("b", 1, 0)]
+    assert keyed == [("a", 3, 1), ("b", 1, 0)]
+    assert stored == [(3,)]
 
 
 def test_sum_per_key_is_the_readers_rule() -> None:
@@ -171,3 +177,22 @@ def test_buckets_close_where_the_watermark_reaches_their_end(
     assert closed_before(int(mark.timestamp() * 1000)) == dt.datetime.fromisoformat(
         f"{day}{first_open}+00:00"
     )
+
+
+def test_the_sql_sandbox_shows_one_row_per_key(lake: LakeSettings) -> None:
+    speed = table(lake)
+    speed.append(rows((0, "a", 1, 0), (0, "b", 1, 0)), app_id=APP, version=0)
+    speed.append(rows((0, "a", 2, 1)), app_id=APP, version=1)
+    snapshot = SnapshotSource(lake, refresh_s=0).current()
+    con = open_sandbox(
+        {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()}, memory_limit_bytes=2**28
+    )
+    try:
+        found = con.execute(
+            "SELECT ad_id, impressions, clicks FROM ctr_speed ORDER BY ad_id"
+        ).fetchall()
+        merged = con.execute("SELECT ad_id, impressions FROM ctr ORDER BY ad_id").fetchall()
+    finally:
+        con.close()
+    assert found == [("a", 3, 1), ("b", 1, 0)]
+    assert merged == [("a", 3), ("b", 1)]
