@@ -76,7 +76,9 @@ def create_arrow_table(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table
 
 # DuckDB names: fixed prefixes plus a version number, never request text.
 _PREFIX: Final = {t.name: t.sql_name for t in SERVED}
-_MATERIALIZED: Final = frozenset({"batch/coverage", "speed/ctr"})
+# speed/ctr is not copied: a new version every second (partial counts appended), and a copy
+# of the whole table per version cost the API ~0.9 s of freshness (python -m bench speed).
+_MATERIALIZED: Final = frozenset({"batch/coverage"})
 # A superseded relation stays this long for requests that pinned it before it was replaced,
 # and this long after its last use (as-of requests read old versions).
 _GRACE_S: Final = 120.0
@@ -96,10 +98,10 @@ class Relation:
 
 class RelationCache:
     """One in-memory DuckDB database holding a relation per (table, version) the requests use:
-    a view over the version's Parquet files for ``batch/ctr`` (large, changes hourly) and
-    in-memory copies of ``speed/ctr`` and ``batch/coverage`` (small; the speed table changes
-    every second), plus values derived once per version. Relations of superseded versions are
-    dropped a while later. Thread-safe."""
+    a view over the version's Parquet files (``batch/ctr``: large, changes hourly; ``speed/ctr``:
+    a new version every second, so a copy per version would cost more than it saves) and an
+    in-memory copy of ``batch/coverage`` (small), plus values derived once per version.
+    Relations of superseded versions are dropped a while later. Thread-safe."""
 
     def __init__(self, *, threads: int = 2, memory_limit_bytes: int | None = None) -> None:
         config: dict[str, str | bool | int | float | list[str]] = {
