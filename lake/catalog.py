@@ -46,15 +46,18 @@ class Table:
         row per key for a table of partial counts."""
         if not self.summed_by:
             return f"SELECT * FROM {source}"
-        columns = [
+        return f"SELECT {self.summed_select()} FROM {source} GROUP BY {', '.join(self.summed_by)}"
+
+    def summed_select(self) -> str:
+        """The select list that sums a table of partial counts per key (its column order)."""
+        return ", ".join(
             name
             if name in self.summed_by
             else f"CAST(sum({name}) AS BIGINT) AS {name}"
             if pa.types.is_integer(self.schema.field(name).type)
             else f"max({name}) AS {name}"
             for name in self.schema.names
-        ]
-        return f"SELECT {', '.join(columns)} FROM {source} GROUP BY {', '.join(self.summed_by)}"
+        )
 
     def spark_schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema

@@ -333,7 +333,7 @@ def open_sandbox(
             rows = con.from_arrow(_dataset(tables[view]))
             table = _TABLES[SANDBOX_VIEWS[view]]
             if table.summed_by:  # partial counts (speed/ctr): one row per key
-                rows = rows.query("partial_counts", table.rows_sql("partial_counts"))
+                rows = rows.aggregate(table.summed_select(), ", ".join(table.summed_by))
             rows.create_view(view)
         _create_version_views(con)
         con.execute("SET python_enable_replacements = false")
