@@ -43,6 +43,7 @@ from infra.broker import scratch_broker
 from ingest.producer import EventProducer
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
+from lake.speed_status import read_status, speed_status_path
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import ensure_topics
 
@@ -196,18 +197,15 @@ def _wait_for_api(port: int, api: subprocess.Popen[bytes]) -> None:
 
 
 def _status_batch(lake: LakeSettings) -> int:
-    try:
-        status = json.loads((lake.checkpoint_root / "speed.status.json").read_text())
-        return int(status.get("batch_id") or 0)
-    except (OSError, ValueError):
-        return 0
+    status = read_status(lake) or {}
+    return int(status.get("batch_id") or 0)
 
 
 def _wait_for_status(
     lake: LakeSettings, job: subprocess.Popen[bytes], producer: EventProducer,
     generator: TrafficGenerator,
 ) -> None:  # fmt: skip
-    status = lake.checkpoint_root / "speed.status.json"
+    status = speed_status_path(lake)
     deadline = time.monotonic() + 120
     while not status.exists():
         if job.poll() is not None or time.monotonic() > deadline:
@@ -261,11 +259,7 @@ def _probe(ad: str, sent_at: float) -> bytes:
 
 
 def _offsets_behind(lake: LakeSettings) -> int | None:
-    try:
-        status = json.loads((lake.checkpoint_root / "speed.status.json").read_text())
-    except (OSError, ValueError):
-        return None
-    behind = status.get("offsets_behind")
+    behind = (read_status(lake) or {}).get("offsets_behind")
     return int(behind) if behind is not None else None
 
 

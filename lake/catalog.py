@@ -194,6 +194,8 @@ SERVED: Final = (
     VIEW_REGISTRY,
     *VERSIONED,
 )
+# Every served table by its name (``speed/ctr`` -> SPEED_CTR).
+SERVED_BY_NAME: Final = {t.name: t for t in SERVED}
 # What the maintenance DAG compacts and vacuums (not the speed tables: their one writer, the
 # speed job, maintains them).
 MAINTAINED: Final = (

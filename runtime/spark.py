@@ -127,7 +127,7 @@ def _jvm_environment(variables: dict[str, str]) -> Iterator[None]:
 
 def _local_conf(master: str) -> dict[str, str]:
     """On local[N], Delta reconstructs a table's snapshot in N partitions, not its default 50:
-    50 tasks per snapshot update cost each speed-layer MERGE ~2.5 s on 2 cores (3.5 s -> 1 s)."""
+    50 tasks per snapshot update cost each small delta-spark commit ~2.5 s on 2 cores."""
     match = re.fullmatch(r"local\[(\d+|\*)\]|local", master)
     if match is None:
         return {}

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from lake.catalog import SERVED, batch_table
+from lake.catalog import SERVED, SERVED_BY_NAME, batch_table
 from lake.coverage import Coverage
 from lake.registry import Registry
 from lake.staleness import stale_sql
@@ -45,7 +45,6 @@ from serving_layer.tables import TableSnapshot
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
-_TABLES: Final = {t.name: t for t in SERVED}
 VERSION_VIEWS: Final = tuple(
     f"{name}_v{d.version}"
     for d in versions("ctr")
@@ -331,7 +330,7 @@ def open_sandbox(
         con.execute("SET TimeZone = 'UTC'")
         for view in SANDBOX_VIEWS:
             rows = con.from_arrow(_dataset(tables[view]))
-            table = _TABLES[SANDBOX_VIEWS[view]]
+            table = SERVED_BY_NAME[SANDBOX_VIEWS[view]]
             if table.summed_by:  # partial counts (speed/ctr): one row per key
                 rows = rows.aggregate(table.summed_select(), ", ".join(table.summed_by))
             rows.create_view(view)

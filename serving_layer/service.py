@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import duckdb
 
-from lake.catalog import SERVED, batch_table
+from lake.catalog import SERVED_BY_NAME, batch_table
 from lake.coverage import Coverage, CoveredInterval, Source, source_of
 from lake.registry import Registry
 from lake.settings import LakeSettings
@@ -37,7 +37,6 @@ from serving_layer.wilson import wilson_interval
 from views.definitions import Definition, definition, versions
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_TABLES: Final = {t.name: t for t in SERVED}
 
 
 class QueryLimitError(RuntimeError):
@@ -441,7 +440,7 @@ class ServingLayer:
             return self.relations.relation(table).name
 
         def create(base: str) -> str:
-            rows = _TABLES[table.name].rows_sql(base) if per_key else f"SELECT * FROM {base}"
+            rows = SERVED_BY_NAME[table.name].rows_sql(base) if per_key else f"SELECT * FROM {base}"
             filtered = f"{base}_{'keyed_' if per_key else ''}{_suffix(view.key)}"
             select = f"SELECT * FROM ({rows}) WHERE {where}" if where else rows
             self.relations.create_table(filtered, select, owner=table)

@@ -96,19 +96,15 @@ class SpeedTable:
 
     def committed(self, app_id: str, version: int) -> bool:
         """Whether the table already holds the commit of (``app_id``, ``version``)."""
-        table = self.table
-        if table is None:
-            return False
-        done = table.transaction_version(app_id)
-        return done is not None and done >= version
+        return _holds(self.table, app_id, version)
 
     def append(self, rows: pa.Table, *, app_id: str, version: int) -> bool:
         """Append ``rows`` in one commit carrying (``app_id``, ``version``); nothing if the
         table holds that commit already. Returns whether it wrote."""
-        if self.committed(app_id, version):
+        table = self.table
+        if _holds(table, app_id, version):
             log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
             return False
-        table = self.table
         write_deltalake(
             table if table is not None else self.path,
             rows.select(self.schema.names).cast(self.schema),
@@ -210,6 +206,11 @@ class SpeedTable:
         table = self.table
         if table is not None:
             write_deltalake(table, self.schema.empty_table(), mode="overwrite")
+
+
+def _holds(table: DeltaTable | None, app_id: str, version: int) -> bool:
+    done = table.transaction_version(app_id) if table is not None else None
+    return done is not None and done >= version
 
 
 def sum_per_key(rows: pa.Table) -> pa.Table:
