@@ -82,6 +82,8 @@ class ApiWatcher(threading.Thread):
         super().__init__(name="api-watcher", daemon=True)
         self.base_url, self.token, self.since_ms = base_url, token, since_ms
         self.seen: dict[str, float] = {}
+        # Every answered request: (sent at, answered at, speed/ctr version it read), epoch s.
+        self.requests: list[tuple[float, float, int]] = []
         self.errors = 0
         self._halt = threading.Event()
 
@@ -94,11 +96,15 @@ class ApiWatcher(threading.Thread):
         with httpx.Client(base_url=self.base_url, headers=headers, timeout=10) as client:
             while not self._halt.is_set():
                 try:
+                    sent = time.time()
                     response = client.get("/api/v1/ctr", params=params)
                     now = time.time()
                     response.raise_for_status()
-                    for row in response.json()["rows"]:
+                    body = response.json()
+                    for row in body["rows"]:
                         self.seen.setdefault(row["ad_id"], now)
+                    version = body["freshness"]["versions"].get("speed/ctr")
+                    self.requests.append((sent, now, -1 if version is None else int(version)))
                 except (httpx.HTTPError, ValueError, KeyError):
                     self.errors += 1
                 self._halt.wait(POLL_EVERY_S)
@@ -273,10 +279,11 @@ def _drain(lake: LakeSettings, job: subprocess.Popen[bytes], timeout_s: float = 
         time.sleep(0.5)
 
 
-def _visibility(table: str) -> dict[str, float]:
-    """ad_id -> epoch seconds of the first commit whose added files hold a probe row."""
+def _visibility(table: str) -> dict[str, tuple[float, int]]:
+    """ad_id -> (epoch seconds, version) of the first commit whose added files hold a probe
+    row."""
     log_dir = Path(table) / "_delta_log"
-    seen: dict[str, float] = {}
+    seen: dict[str, tuple[float, int]] = {}
     for entry in sorted(log_dir.glob("*.json")):
         committed_at = None
         added = []
@@ -292,8 +299,35 @@ def _visibility(table: str) -> dict[str, float]:
             ads = pq.read_table(Path(table) / path, columns=["ad_id"]).column("ad_id")
             for ad in ads.to_pylist():
                 if ad.startswith("probe-") and ad not in seen:
-                    seen[ad] = committed_at / 1000
+                    seen[ad] = (committed_at / 1000, int(entry.name.split(".")[0]))
     return seen
+
+
+def _api_share(
+    phase: Phase, visible: dict[str, tuple[float, int]], requests: list[tuple[float, float, int]]
+) -> dict[str, float]:
+    """Where the time from a probe's commit to its answer goes (medians, ms): ``snapshot``, from
+    the commit until a request that reads its version is sent (the API's snapshot refresh, plus
+    up to one poll interval), and ``query``, that request's own time; ``request`` is the median
+    time of every request of the phase."""
+    snapshot, query = [], []
+    for ad in phase.probes:
+        if ad not in visible:
+            continue
+        committed_at, version = visible[ad]
+        first = next(((sent, answered) for sent, answered, read in requests
+                      if read >= version and answered >= committed_at), None)  # fmt: skip
+        if first is not None:
+            snapshot.append(max(0.0, first[0] - committed_at) * 1000)
+            query.append((first[1] - first[0]) * 1000)
+    start = min(phase.probes.values(), default=0.0)
+    end = max(phase.probes.values(), default=0.0) + 5
+    durations = [(a - s) * 1000 for s, a, _ in requests if start <= s <= end]
+    return {
+        "snapshot": round(statistics.median(snapshot), 1) if snapshot else float("nan"),
+        "query": round(statistics.median(query), 1) if query else float("nan"),
+        "request": round(statistics.median(durations), 1) if durations else float("nan"),
+    }
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -313,7 +347,7 @@ def _latency_figures(latencies: list[float]) -> dict[str, float | None]:
 
 def _report(  # noqa: PLR0917
     phases: list[Phase],
-    visible: dict[str, float],
+    visible: dict[str, tuple[float, int]],
     watcher: ApiWatcher,
     work: Path,
     files: dict[str, int],
@@ -322,7 +356,7 @@ def _report(  # noqa: PLR0917
     batch_phases = _batch_phases(work / "speed.log")
     rows = []
     for phase in phases:
-        committed = [visible[ad] - sent for ad, sent in phase.probes.items() if ad in visible]
+        committed = [visible[ad][0] - sent for ad, sent in phase.probes.items() if ad in visible]
         served = [watcher.seen[ad] - sent for ad, sent in phase.probes.items()
                   if ad in watcher.seen]  # fmt: skip
         missing = len(phase.probes) - len(committed)
@@ -346,6 +380,7 @@ def _report(  # noqa: PLR0917
                 "api": {**_latency_figures(served), "missing": len(phase.probes) - len(served)},
                 "max_offsets_behind": max(behind) if behind else None,
                 "kept_up": bounded and flat and missing == 0,
+                "api_share_ms": _api_share(phase, visible, watcher.requests),
                 "batches": len(in_phase),
                 "batch_phases_ms": _medians(in_phase),
             }
@@ -403,6 +438,11 @@ def _report(  # noqa: PLR0917
             for r in rows
         )
         print(f"  {name:<24}{cells}")
+    print("bench speed: after the commit, through the API (median ms: snapshot = commit until a "
+          "request reading its version is sent; query = that request):")  # fmt: skip
+    for name in ("snapshot", "query", "request"):
+        cells = "".join(f"{r['api_share_ms'][name]:>11,.0f}" for r in rows)  # type: ignore[index]
+        print(f"  {'api.' + name:<24}{cells}")
     print(
         f"bench speed: a live-sized micro-batch (~{LIVE_RATE:,} records): median "
         f"{result['live_batch_ms_median']} ms (goal <= 1,000 ms)"
