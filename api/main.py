@@ -44,6 +44,11 @@ def create_app(
             timeout_s=settings.ctr_timeout_s,
             memory_limit_bytes=int(settings.ctr_memory_limit),
         )
+        # Each new snapshot (the speed layer commits every second): the answers being read
+        # are recomputed at once, so a polling dashboard's next request gets the new one.
+        app.state.serving.snapshots.subscribe(
+            lambda snapshot: app.state.cache.refresh_ahead(snapshot.key, snapshot)
+        )
         app.state.ctr_gate = QueryGate(
             workers=settings.ctr_workers,
             per_client=settings.per_client_workers,

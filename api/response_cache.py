@@ -7,7 +7,11 @@ appears (the speed layer commits every second), a request may get the previous s
 answer — consistent, at most ``max_stale_s`` old, its freshness fields naming the versions it
 read — while one background computation brings the entry up to date: recomputing on the
 request path would put a full query into the latency of every client that arrives during that
-second.
+second. With :meth:`ResponseCache.refresh_ahead`, called with each new snapshot, the answers
+read in the last ``ahead_s`` seconds are recomputed at once, in the same background thread
+(cheapest first, within ``ahead_budget_s`` of their last computing time per snapshot), so a
+dashboard that polls gets the new snapshot's answer on its next request instead of the one
+after.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T", bound=Sized)
 
@@ -29,13 +33,20 @@ class _Entry(Generic[T]):
     body: T
     computed_at: float
     size: int
+    cost: float = 0.0  # seconds its computation took
 
 
 class ResponseCache(Generic[T]):
     """Answers of type ``T`` (rendered bodies) per key and snapshot version."""
 
     def __init__(
-        self, entries: int, *, max_bytes: int = 64 * 2**20, max_stale_s: float = 0.0
+        self,
+        entries: int,
+        *,
+        max_bytes: int = 64 * 2**20,
+        max_stale_s: float = 0.0,
+        ahead_s: float = 10.0,
+        ahead_budget_s: float = 0.25,
     ) -> None:
         if entries < 0:
             raise ValueError(f"'entries' must be >= 0, got {entries}")
@@ -46,11 +57,16 @@ class ResponseCache(Generic[T]):
         self.entries = entries
         self.max_bytes = max_bytes
         self.max_stale_s = max_stale_s
+        self.ahead_s = ahead_s
+        self.ahead_budget_s = ahead_budget_s
         self.bytes = 0
         self.hits = 0
         self.stale_hits = 0
         self.misses = 0
+        self.ahead_refreshes = 0
         self._data: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
+        # key -> (its computation for a given snapshot, when it was last read): refresh_ahead.
+        self._ahead: OrderedDict[Hashable, tuple[Callable[[Any], T], float]] = OrderedDict()
         self._pending: dict[tuple[Hashable, Hashable], Future[T]] = {}
         self._lock = threading.Lock()
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-refresh")
@@ -58,14 +74,58 @@ class ResponseCache(Generic[T]):
     def close(self) -> None:
         self._background.shutdown(wait=False, cancel_futures=True)
 
-    def peek(self, key: Hashable, version: Hashable, compute: Callable[[], T]) -> T | None:
+    def peek(
+        self,
+        key: Hashable,
+        version: Hashable,
+        compute: Callable[[], T],
+        *,
+        ahead: Callable[[Any], T] | None = None,
+    ) -> T | None:
         """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one, while
         ``compute`` refreshes it in the background) if there is one; never blocks on a
-        computation, so an event loop may call it. None: call :meth:`get` (in a thread)."""
+        computation, so an event loop may call it. None: call :meth:`get` (in a thread).
+
+        ``ahead(snapshot)`` computes the answer for another snapshot: given, the key is
+        recomputed by :meth:`refresh_ahead` while it keeps being read."""
         if self.entries == 0:
             return None
         with self._lock:
+            if ahead is not None:
+                self._ahead[key] = (ahead, time.monotonic())
+                self._ahead.move_to_end(key)
+                while len(self._ahead) > self.entries:
+                    self._ahead.popitem(last=False)
             return self._cached(key, version, compute)
+
+    def refresh_ahead(self, version: Hashable, snapshot: object) -> int:
+        """Start recomputing, for ``snapshot`` (identified by ``version``), the answers read in
+        the last ``ahead_s`` seconds with an ``ahead`` computation: cheapest first, while their
+        last computing times add up to at most ``ahead_budget_s``. Returns how many started."""
+        started = 0
+        with self._lock:
+            now = time.monotonic()
+            recent = []
+            for key, (ahead, read_at) in list(self._ahead.items()):
+                if now - read_at > self.ahead_s:
+                    del self._ahead[key]
+                    continue
+                entry = self._data.get(key)
+                if entry is None or entry.version == version or (key, version) in self._pending:
+                    continue
+                recent.append((entry.cost, key, ahead))
+            budget = self.ahead_budget_s
+            for cost, key, ahead in sorted(recent, key=lambda item: item[0]):
+                if cost > budget:
+                    break
+                budget -= cost
+                future: Future[T] = Future()
+                self._pending[(key, version)] = future
+                compute = _bound(ahead, snapshot)
+                self._background.submit(self._fill, key, version, compute, future)
+                started += 1
+            self.ahead_refreshes += started
+        return started
 
     def claim(self, key: Hashable, version: Hashable) -> tuple[Future[T], bool]:
         """The future of ``key`` at ``version`` and whether the caller owns it: the computation
@@ -137,6 +197,7 @@ class ResponseCache(Generic[T]):
     def _fill(
         self, key: Hashable, version: Hashable, compute: Callable[[], T], future: Future[T]
     ) -> None:
+        began = time.monotonic()
         try:
             body = compute()
         except BaseException as exc:
@@ -144,6 +205,7 @@ class ResponseCache(Generic[T]):
                 del self._pending[(key, version)]
             future.set_exception(exc)
             return
+        cost = time.monotonic() - began
         size = len(body)
         with self._lock:
             del self._pending[(key, version)]
@@ -153,9 +215,13 @@ class ResponseCache(Generic[T]):
                     self.bytes -= current.size
                     del self._data[key]
                 if size <= self.max_bytes // 8:
-                    self._data[key] = _Entry(version, body, time.monotonic(), size)
+                    self._data[key] = _Entry(version, body, time.monotonic(), size, cost)
                     self.bytes += size
                 while len(self._data) > self.entries or self.bytes > self.max_bytes:
                     _, evicted = self._data.popitem(last=False)
                     self.bytes -= evicted.size
         future.set_result(body)
+
+
+def _bound(ahead: Callable[[Any], T], snapshot: object) -> Callable[[], T]:
+    return lambda: ahead(snapshot)

@@ -34,7 +34,9 @@ class ApiSettings(BaseSettings):
     sql_max_backoff_s: float = Field(default=60.0, gt=0)
     # Request bodies larger than this get a 413 (after the token check, before parsing).
     max_body_bytes: ByteSize = Field(default=ByteSize(2**20), ge=1024)
-    refresh_s: float = Field(default=0.5, ge=0)
+    # How often the lake's snapshot is refreshed while requests come (each refresh lists every
+    # table's Delta log: on object storage, raise it to save requests).
+    refresh_s: float = Field(default=0.25, ge=0)
     cache_entries: int = Field(default=256, ge=0)
     cache_stale_s: float = Field(default=2.0, ge=0)
     # /metrics reads the dead-letter topic's depth from Kafka at most every dlq_refresh_s.

@@ -140,6 +140,7 @@ class ServingLayer:
         self.relations = RelationCache(threads=threads, memory_limit_bytes=memory_limit_bytes)
 
     def close(self) -> None:
+        self.snapshots.close()
         self.relations.close()
 
     def snapshot(self) -> LakeSnapshot:

@@ -4,8 +4,10 @@ A :class:`LakeSnapshot` names one version of every table (or says a table does n
 with the Parquet files of that version, so every query of a request reads the same data even
 while the speed layer commits a new version every second. :class:`SnapshotSource` keeps one
 delta-rs handle per table and refreshes it at most every ``refresh_s`` seconds; with
-``max_stale_s``, a request that finds a refresh due gets the current snapshot at once while one
-background thread reads the logs, instead of every request of that moment waiting for the read.
+``max_stale_s``, requests get the current snapshot at once while one background thread keeps it
+current (every ``refresh_s``, for as long as requests keep coming), instead of a request waiting
+for the logs to be read; whoever subscribed hears of each new snapshot (the API's response
+cache recomputes its recent answers ahead of the next request).
 :meth:`SnapshotSource.at` gives the lake as it was at an earlier moment (as-of queries).
 """
 
@@ -17,7 +19,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -91,9 +93,12 @@ class SnapshotSource:
     """Hands out the latest :class:`LakeSnapshot`, re-reading the Delta logs at most every
     ``refresh_s`` seconds (0: on every call).
 
-    :meth:`cached` never does I/O: when a refresh is due it starts one in the background and,
-    while the current snapshot is less than ``refresh_s + max_stale_s`` old, returns that
-    (consistent, only older). :meth:`current` always waits for a due refresh.
+    :meth:`cached` never does I/O: it returns the current snapshot while that is less than
+    ``refresh_s + max_stale_s`` old (consistent, only older) and, when a refresh is due, starts
+    one background thread that refreshes every ``refresh_s`` until nobody has called
+    :meth:`cached` for ``keep_current_s`` (so a steady reader never meets a due refresh, and an
+    idle API lists no logs). :meth:`current` always waits for a due refresh. Callbacks given to
+    :meth:`subscribe` get each new snapshot from the refreshing thread (keep them short).
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class SnapshotSource:
         tables: tuple[str, ...] = ALL_TABLES,
         refresh_s: float = 0.5,
         max_stale_s: float = 0.0,
+        keep_current_s: float = 10.0,
     ) -> None:
         if refresh_s < 0:
             raise ValueError(f"'refresh_s' must be >= 0, got {refresh_s}")
@@ -115,12 +121,16 @@ class SnapshotSource:
         self.tables = tables
         self.refresh_s = refresh_s
         self.max_stale_s = max_stale_s
+        self.keep_current_s = keep_current_s
         self.background_refreshes = 0
         self._handles: dict[str, DeltaTable] = {}
         self._current: LakeSnapshot | None = None
         self._refreshed_at = float("-inf")
+        self._used_at = float("-inf")
         self._lock = threading.Lock()
-        self._refreshing = threading.Lock()
+        self._refreshing = threading.Lock()  # held by the background refresher while it runs
+        self._closed = threading.Event()
+        self._subscribers: list[Callable[[LakeSnapshot], None]] = []
         self._past: OrderedDict[tuple[str, int], TableSnapshot] = OrderedDict()
         self._past_lock = threading.Lock()
 
@@ -132,23 +142,40 @@ class SnapshotSource:
         current = self._current
         if current is None:
             return None
-        age = time.monotonic() - self._refreshed_at
+        now = self._used_at = time.monotonic()
+        age = now - self._refreshed_at
         if age < self.refresh_s:
             return current
         if age >= self.refresh_s + self.max_stale_s:
             return None
-        if self._refreshing.acquire(blocking=False):
+        if not self._closed.is_set() and self._refreshing.acquire(blocking=False):
             threading.Thread(
-                target=self._refresh_in_background, name="snapshot-refresh", daemon=True
+                target=self._keep_current, name="snapshot-refresh", daemon=True
             ).start()
         return current
 
-    def _refresh_in_background(self) -> None:
+    def subscribe(self, callback: Callable[[LakeSnapshot], None]) -> None:
+        """Call ``callback(snapshot)`` with every new snapshot (other versions than before)."""
+        self._subscribers.append(callback)
+
+    def close(self) -> None:
+        """Stop the background refresher (the source still answers :meth:`current`)."""
+        self._closed.set()
+
+    def _keep_current(self) -> None:
+        """Refresh every ``refresh_s`` while :meth:`cached` was called within
+        ``keep_current_s``."""
         try:
-            self.background_refreshes += 1
-            self.current()
-        except Exception as exc:  # current() raises it to requests once the snapshot is too old
-            _log.warning("refreshing the lake snapshot failed (will retry): %s", exc)
+            while not self._closed.is_set():
+                try:
+                    self.background_refreshes += 1
+                    self.current()
+                except Exception as exc:  # current() raises it to requests once too old
+                    _log.warning("refreshing the lake snapshot failed (will retry): %s", exc)
+                if time.monotonic() - self._used_at >= self.keep_current_s:
+                    return
+                due = self._refreshed_at + self.refresh_s - time.monotonic()
+                self._closed.wait(max(due, 0.05))  # refresh_s=0: not a busy loop
         finally:
             self._refreshing.release()
 
@@ -160,9 +187,16 @@ class SnapshotSource:
         with self._lock:
             if self._current is not None and time.monotonic() - self._refreshed_at < self.refresh_s:
                 return self._current
-            self._current = self._refresh(self._current)
+            previous = self._current
+            self._current = fresh = self._refresh(previous)
             self._refreshed_at = time.monotonic()
-            return self._current
+        if previous is not None and fresh.key != previous.key:
+            for callback in self._subscribers:
+                try:
+                    callback(fresh)
+                except Exception:  # a subscriber's failure must not fail the refresh
+                    _log.exception("a lake snapshot subscriber failed")
+        return fresh
 
     def _refresh(self, previous: LakeSnapshot | None) -> LakeSnapshot:
         tables = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -146,3 +147,55 @@ def test_one_claim_owns_a_computation_and_the_others_wait_for_it() -> None:
     with pytest.raises(RuntimeError, match="busy"):
         future.result(timeout=1)
     assert cache.claim("r", 1)[1] is True
+
+
+def wait_for(cache: ResponseCache[bytes], key: str, version: int, body: bytes) -> None:
+    deadline = time.monotonic() + 5
+    while cache.peek(key, version, lambda: pytest.fail("computed on the request path")) != body:
+        assert time.monotonic() < deadline, f"{key} at v{version} never became {body!r}"
+        time.sleep(0.01)
+
+
+def test_refresh_ahead_recomputes_the_answers_being_read_for_the_new_snapshot() -> None:
+    cache = ResponseCache[bytes](8, max_stale_s=60)
+    ahead = {"q": lambda snap: b"q@" + snap, "r": lambda snap: b"r@" + snap}
+    for key in ("q", "r"):
+        cache.get(key, 1, lambda key=key: ahead[key](b"1"))  # type: ignore[misc]
+        cache.peek(key, 1, lambda: pytest.fail("cached"), ahead=ahead[key])
+    cache.get("plain", 1, lambda: b"plain@1")  # read without an ahead computation
+
+    assert cache.refresh_ahead(2, b"2") == 2
+    wait_for(cache, "q", 2, b"q@2")
+    wait_for(cache, "r", 2, b"r@2")
+    assert cache.ahead_refreshes == 2
+    # Already current: nothing to do again.
+    assert cache.refresh_ahead(2, b"2") == 0
+
+
+def test_refresh_ahead_skips_answers_nobody_read_lately() -> None:
+    cache = ResponseCache[bytes](8, max_stale_s=60, ahead_s=0.05)
+    cache.get("q", 1, lambda: b"q@1")
+    cache.peek("q", 1, lambda: pytest.fail("cached"), ahead=lambda snap: b"q@" + snap)
+    time.sleep(0.1)
+    assert cache.refresh_ahead(2, b"2") == 0
+
+
+def test_refresh_ahead_spends_at_most_its_budget_cheapest_first() -> None:
+    cache = ResponseCache[bytes](8, max_stale_s=60, ahead_budget_s=0.1)
+
+    def costly(seconds: float, body: bytes) -> bytes:
+        time.sleep(seconds)
+        return body
+
+    cache.get("cheap", 1, lambda: costly(0.0, b"cheap@1"))
+    cache.get("dear", 1, lambda: costly(0.2, b"dear@1"))  # over the budget alone
+
+    def named(key: str) -> Callable[[bytes], bytes]:
+        return lambda snap: key.encode()
+
+    for key in ("dear", "cheap"):
+        cache.peek(key, 1, lambda: pytest.fail("cached"), ahead=named(key))
+    assert cache.refresh_ahead(2, b"2") == 1
+    wait_for(cache, "cheap", 2, b"cheap")
+    # The costly one is served stale (within max_stale_s) and recomputed when read.
+    assert cache.peek("dear", 2, lambda: b"dear@2") == b"dear@1"

@@ -68,3 +68,46 @@ def test_a_snapshot_older_than_refresh_plus_max_stale_is_not_served(lake: LakeSe
 def test_negative_max_stale_is_refused(lake: LakeSettings) -> None:
     with pytest.raises(ValueError, match="'max_stale_s' must be >= 0"):
         SnapshotSource(lake, max_stale_s=-1)
+
+
+def test_once_read_the_snapshot_is_kept_current_and_subscribers_hear_of_each_new_one(
+    lake: LakeSettings,
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60)
+    heard: list[int] = []
+    source.subscribe(lambda snap: heard.append(snap["speed/ctr"].version or 0))
+    source.current()
+    time.sleep(0.1)
+    source.cached()  # a due refresh: the background refresher starts
+    try:
+        write_speed(lake, [ctr_row(minute(1), 20, 2)])
+        write_speed(lake, [ctr_row(minute(2), 30, 3)])
+        deadline = time.monotonic() + 30
+        while 2 not in heard:  # nobody calls cached() meanwhile
+            assert time.monotonic() < deadline, f"only heard of versions {heard}"
+            time.sleep(0.01)
+        assert heard == sorted(set(heard))  # each new snapshot once, in order
+        assert source.cached() is not None
+        assert source.cached()["speed/ctr"].version == 2  # type: ignore[index]
+    finally:
+        source.close()
+
+
+def test_the_refresher_stops_when_nobody_reads(lake: LakeSettings) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.02, max_stale_s=60,
+                            keep_current_s=0.1)  # fmt: skip
+    source.current()
+    time.sleep(0.05)
+    source.cached()
+    time.sleep(0.5)  # past keep_current_s without a read
+    stopped_at = source.background_refreshes
+    assert stopped_at >= 1
+    time.sleep(0.2)
+    assert source.background_refreshes == stopped_at
+    # A read starts it again.
+    source.cached()
+    deadline = time.monotonic() + 5
+    while source.background_refreshes == stopped_at:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    source.close()

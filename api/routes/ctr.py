@@ -23,7 +23,7 @@ from api.times import as_utc
 from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import CtrResult
-from serving_layer.tables import AsOfError
+from serving_layer.tables import AsOfError, LakeSnapshot
 from views.columns import DIMENSIONS
 from views.definitions import UnknownVersionError, definition
 
@@ -180,8 +180,8 @@ async def get_ctr(
         key = ("ctr", query, version, output, snapshot.key)
     max_bytes = int(settings.ctr_max_bytes)
 
-    def compute() -> Rendered:
-        answer = render(serving.ctr(query, snapshot, version), output)
+    def compute_at(snap: LakeSnapshot) -> Rendered:
+        answer = render(serving.ctr(query, snap, version), output)
         if len(answer.body) > max_bytes:
             raise ParameterError(
                 "limit",
@@ -191,7 +191,13 @@ async def get_ctr(
             )
         return answer
 
-    answer = cache.peek(key, snapshot.key, compute)
+    def compute() -> Rendered:
+        return compute_at(snapshot)
+
+    # The latest snapshot's answers are recomputed ahead of the next request while they are
+    # read (see ResponseCache.refresh_ahead); an as-of answer never changes.
+    ahead = compute_at if moment is None else None
+    answer = cache.peek(key, snapshot.key, compute, ahead=ahead)
     if answer is None:
         answer = await _computed(request, client, cache, key, snapshot.key, compute)
     return answer.response()
