@@ -7,7 +7,10 @@ first, then the archiver with default settings, then the copy again (the better 
 reference). The figure is records archived per second of the run; per-batch Spark timings show
 where the time goes. Then live-sized micro-batches: SMALL_BATCHES batches of SMALL_BATCH records
 (what a 10 s trigger sees at a few hundred events/s), the median batch duration (the per-commit
-overhead: master/events, master/rejected and master/arrivals).
+overhead: master/events, master/rejected and master/arrivals). For both, the median per phase of
+a batch: Spark's trigger phases (``spark.*``; ``addBatch`` holds the writes) and the archiver's
+own (the master/events write, which also reads Kafka and parses, the master/rejected write,
+reading master/events' new version, the master/arrivals write).
 """
 
 from __future__ import annotations
@@ -104,12 +107,40 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     median, count = small["median_batch_ms"], small["batches"]
     print(f"bench archive: micro-batches of {SMALL_BATCH:,} records: median {median:,.0f} ms "
           f"(of {count} after the first)")  # fmt: skip
+    bulk_phases = _median_phases(batches)
+    small_phases = small["phases_ms"]
+    assert isinstance(small_phases, dict)
+    result["phases_ms"] = {"bulk": bulk_phases, "small": small_phases}
+    print("bench archive: where a batch's time goes (median ms per batch):")
+    print(f"  {'phase':<28}{'bulk':>10}{f'{SMALL_BATCH:,} rec.':>12}")
+    for name in sorted(set(bulk_phases) | set(small_phases), key=_phase_order):
+        print(f"  {name:<28}{bulk_phases.get(name, float('nan')):>10,.0f}"
+              f"{small_phases.get(name, float('nan')):>12,.0f}")  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "archive.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def _small_batches(spark: SparkSession, kafka: KafkaSettings, work: Path) -> dict[str, float]:
+_ORDER = ("spark.latestOffset", "spark.queryPlanning", "spark.walCommit", "spark.getBatch",
+          "spark.addBatch", "read_parse_events_write", "rejected_write", "events_version",
+          "arrivals_write", "spark.commitOffsets", "spark.triggerExecution")  # fmt: skip
+
+
+def _phase_order(name: str) -> tuple[int, str]:
+    return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
+
+
+def _median_phases(batches: list[StreamProgress]) -> dict[str, float]:
+    import statistics
+
+    with_rows = [b.phases_ms for b in batches if b.input_rows]
+    names = {n for phases in with_rows for n in phases}
+    return {n: statistics.median(p.get(n, 0) for p in with_rows) for n in names}
+
+
+def _small_batches(
+    spark: SparkSession, kafka: KafkaSettings, work: Path
+) -> dict[str, float | dict[str, float]]:
     """The archiver over SMALL_BATCHES micro-batches of SMALL_BATCH records into a lake of its
     own: the median duration of a batch after the first (which creates the tables)."""
     import statistics
@@ -130,6 +161,7 @@ def _small_batches(spark: SparkSession, kafka: KafkaSettings, work: Path) -> dic
         "batch_records": SMALL_BATCH,
         "batches": len(durations),
         "median_batch_ms": statistics.median(durations),
+        "phases_ms": _median_phases(batches[1:]),
     }
 
 

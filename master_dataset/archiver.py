@@ -14,7 +14,9 @@ since (:mod:`lake.staleness`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -26,7 +28,7 @@ from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_kafka, write_delta
 from runtime.kafka_settings import KafkaSettings
-from runtime.streaming import StreamProgress, drive, query_id
+from runtime.streaming import PhaseClock, StreamProgress, drive, query_id
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -43,6 +45,7 @@ def build_query(
     lake: LakeSettings,
     settings: ArchiverSettings,
     available_now: bool = False,
+    batch_writer: BatchWriter | None = None,
 ) -> StreamingQuery:
     """Start the archiving query (it runs until stopped, or until caught up if available_now)."""
 
@@ -56,7 +59,7 @@ def build_query(
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
     parsed = parse_records(raw)
-    writer = parsed.writeStream.foreachBatch(batch_writer(lake, checkpoint))
+    writer = parsed.writeStream.foreachBatch(batch_writer or BatchWriter(lake, checkpoint))
     writer = writer.option("checkpointLocation", checkpoint)
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -65,41 +68,53 @@ def build_query(
     return writer.queryName("ctr-archiver").start()
 
 
-def batch_writer(lake: LakeSettings, checkpoint: str) -> Callable[[DataFrame, int], None]:
+class BatchWriter:
     """foreachBatch function: the parsed batch's valid rows to master/events, the rest to
     master/rejected, then the valid rows' arrivals; each commit idempotent under (query id,
-    batch id)."""
-    events_columns = EVENTS_SCHEMA.names
-    rejected_columns = REJECTED_SCHEMA.names
-    events_log = _VersionReader(lake.events)
+    batch id). ``phases`` keeps, for the last few batches, the milliseconds of each write (the
+    first also reads Kafka and parses: the batch is computed once, by it, and cached)."""
 
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        app_id = f"ctr-archiver-{query_id(checkpoint)}"
+    def __init__(self, lake: LakeSettings, checkpoint: str) -> None:
+        self.lake = lake
+        self.checkpoint = checkpoint
+        self.phases: dict[int, dict[str, int]] = {}
+        self._events_log = _VersionReader(lake.events)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        lake = self.lake
+        clock = PhaseClock()
+        app_id = f"ctr-archiver-{query_id(self.checkpoint)}"
         batch = batch.persist()
         try:
-            valid = batch.where("reason IS NULL").select(*events_columns)
+            valid = batch.where("reason IS NULL").select(*EVENTS_SCHEMA.names)
             write_delta(
                 valid,
                 lake.events,
                 partition_by=MASTER_EVENTS.partition_by,
                 txn=(app_id, batch_id),
             )
+            clock.lap("read_parse_events_write")
             write_delta(
-                batch.where("reason IS NOT NULL").select(*rejected_columns),
+                batch.where("reason IS NOT NULL").select(*REJECTED_SCHEMA.names),
                 lake.rejected,
                 txn=(app_id, batch_id),
             )
+            clock.lap("rejected_write")
+            version = self._events_log.latest()
+            clock.lap("events_version")
             record_arrivals(
                 valid,
                 lake,
-                events_version=events_log.latest(),
+                events_version=version,
                 txn=(app_id, batch_id),
                 archived_at=dt.datetime.now(dt.UTC),
             )
+            clock.lap("arrivals_write")
         finally:
             batch.unpersist()
-
-    return write_batch
+        self.phases[batch_id] = clock.ms
+        for old in sorted(self.phases)[:-8]:  # the last few, for the progress report
+            del self.phases[old]
 
 
 class _VersionReader:
@@ -130,12 +145,23 @@ def run(
     on_progress: Callable[[StreamProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Run the archiver until caught up (available_now) or told to stop; returns rows archived."""
+    """Run the archiver until caught up (available_now) or told to stop; returns rows archived.
+    Each batch's phases (ms) are logged, and reach ``on_progress`` as ``progress.phases_ms``."""
+    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name))
     query = build_query(
         spark,
         kafka=kafka,
         lake=lake,
         settings=settings,
         available_now=available_now,
+        batch_writer=writer,
     )
-    return drive(query, "the archiver", on_progress=on_progress, should_stop=should_stop)
+
+    def report(progress: StreamProgress) -> None:
+        phases = {f"spark.{k}": v for k, v in progress.durations_ms.items()}
+        phases |= writer.phases.get(progress.batch_id, {})
+        log.info("batch %d phases (ms): %s", progress.batch_id, json.dumps(phases))
+        if on_progress is not None:
+            on_progress(dataclasses.replace(progress, phases_ms=phases))
+
+    return drive(query, "the archiver", on_progress=report, should_stop=should_stop)

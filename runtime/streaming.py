@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,20 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from runtime.kafka_settings import KafkaSettings
+
+
+class PhaseClock:
+    """Milliseconds per named phase of a micro-batch, measured lap by lap (the jobs log them
+    and the benchmarks print them)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, int] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.ms[name] = self.ms.get(name, 0) + round((now - self._last) * 1000)
+        self._last = now
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,8 @@ class StreamProgress:
     # Spark's own phases of the trigger (latestOffset, queryPlanning, walCommit, addBatch,
     # commitOffsets, triggerExecution, ...), in milliseconds.
     durations_ms: dict[str, int] = field(default_factory=dict)
+    # The job's own phases of the batch (its writes...), when it reports them.
+    phases_ms: dict[str, int] = field(default_factory=dict)
 
 
 def query_id(checkpoint: str) -> str:

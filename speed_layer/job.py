@@ -36,7 +36,14 @@ from lake.settings import LakeSettings
 from lake.speed_status import write_status
 from runtime.formats import read_kafka
 from runtime.kafka_settings import KafkaSettings
-from runtime.streaming import KafkaLag, StreamProgress, batch_metadata, drive, query_id
+from runtime.streaming import (
+    KafkaLag,
+    PhaseClock,
+    StreamProgress,
+    batch_metadata,
+    drive,
+    query_id,
+)
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import SpeedTable, total
 from views.columns import DIMENSIONS
@@ -216,19 +223,6 @@ def closed_before(watermark_ms: int) -> dt.datetime:
     bucket_ms = _ms(BUCKET)
     start_ms = watermark_ms // bucket_ms * bucket_ms
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=start_ms)
-
-
-class PhaseClock:
-    """Milliseconds per named phase, measured lap by lap."""
-
-    def __init__(self) -> None:
-        self.ms: dict[str, int] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.ms[name] = self.ms.get(name, 0) + round((now - self._last) * 1000)
-        self._last = now
 
 
 def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:

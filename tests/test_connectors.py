@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
-from master_dataset.archiver import batch_writer
+from master_dataset.archiver import BatchWriter as ArchiveWriter
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_delta, read_kafka, write_delta
@@ -164,7 +164,7 @@ def test_a_replayed_archiver_batch_is_a_no_op(
     (checkpoint).mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
     parsed = parse_records(read_kafka(spark, topic, stream=False))
-    write = batch_writer(lake, str(checkpoint))
+    write = ArchiveWriter(lake, str(checkpoint))
     write(parsed, 7)
     write(parsed, 7)  # Spark replays a batch after a crash: same id, same rows
     rejected = DeltaTable(lake.rejected)
