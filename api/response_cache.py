@@ -16,6 +16,7 @@ after.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -121,7 +122,7 @@ class ResponseCache(Generic[T]):
                 budget -= cost
                 future: Future[T] = Future()
                 self._pending[(key, version)] = future
-                compute = _bound(ahead, snapshot)
+                compute = functools.partial(ahead, snapshot)
                 self._background.submit(self._fill, key, version, compute, future)
                 started += 1
             self.ahead_refreshes += started
@@ -221,7 +222,3 @@ class ResponseCache(Generic[T]):
                     _, evicted = self._data.popitem(last=False)
                     self.bytes -= evicted.size
         future.set_result(body)
-
-
-def _bound(ahead: Callable[[Any], T], snapshot: object) -> Callable[[], T]:
-    return lambda: ahead(snapshot)

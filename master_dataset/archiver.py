@@ -28,7 +28,7 @@ from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_kafka, write_delta
 from runtime.kafka_settings import KafkaSettings
-from runtime.streaming import PhaseClock, StreamProgress, drive, query_id
+from runtime.streaming import PhaseClock, RecentPhases, StreamProgress, drive, query_id
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -77,7 +77,7 @@ class BatchWriter:
     def __init__(self, lake: LakeSettings, checkpoint: str) -> None:
         self.lake = lake
         self.checkpoint = checkpoint
-        self.phases: dict[int, dict[str, int]] = {}
+        self.phases = RecentPhases()
         self._events_log = _VersionReader(lake.events)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -112,9 +112,7 @@ class BatchWriter:
             clock.lap("arrivals_write")
         finally:
             batch.unpersist()
-        self.phases[batch_id] = clock.ms
-        for old in sorted(self.phases)[:-8]:  # the last few, for the progress report
-            del self.phases[old]
+        self.phases.record(batch_id, clock.ms)
 
 
 class _VersionReader:
@@ -158,8 +156,7 @@ def run(
     )
 
     def report(progress: StreamProgress) -> None:
-        phases = {f"spark.{k}": v for k, v in progress.durations_ms.items()}
-        phases |= writer.phases.get(progress.batch_id, {})
+        phases = writer.phases.of(progress)
         log.info("batch %d phases (ms): %s", progress.batch_id, json.dumps(phases))
         if on_progress is not None:
             on_progress(dataclasses.replace(progress, phases_ms=phases))

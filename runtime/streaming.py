@@ -37,6 +37,28 @@ class PhaseClock:
         self._last = now
 
 
+class RecentPhases:
+    """The callback's phases of the last few micro-batches (ms per phase, by batch id), joined
+    with Spark's trigger phases when the batch's progress is reported."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._by_batch: dict[int, dict[str, int]] = {}
+
+    def record(self, batch_id: int, phases: dict[str, int]) -> None:
+        self._by_batch[batch_id] = phases
+        for old in sorted(self._by_batch)[: -self.keep]:
+            del self._by_batch[old]
+
+    def of(self, progress: StreamProgress) -> dict[str, int]:
+        """Spark's phases of the trigger (``spark.*``; addBatch holds the callback), then the
+        callback's own."""
+        return {
+            **{f"spark.{k}": v for k, v in progress.durations_ms.items()},
+            **self._by_batch.get(progress.batch_id, {}),
+        }
+
+
 @dataclass(frozen=True)
 class BatchMetadata:
     """A micro-batch as the checkpoint's offset log records it."""

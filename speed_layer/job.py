@@ -39,6 +39,7 @@ from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import (
     KafkaLag,
     PhaseClock,
+    RecentPhases,
     StreamProgress,
     batch_metadata,
     drive,
@@ -137,7 +138,7 @@ class BatchWriter:
         self.settings = settings
         self.late_events = 0  # since this process started
         # Per micro-batch: milliseconds per phase of this callback (and the view's row count).
-        self.phases: dict[int, dict[str, int]] = {}
+        self.phases = RecentPhases()
         # Buckets before this are one row per key in speed/ctr (read from its log at start).
         self._rolled_up_before: dt.datetime | None = None
         self._rolled_up_known = False
@@ -168,9 +169,7 @@ class BatchWriter:
             self.ctr.append(on_time, app_id=app_id, version=batch_id)
             clock.lap("ctr_write")
         self.maintain(metadata.watermark_ms, clock)
-        self.phases[batch_id] = {"view_rows": view.num_rows, **clock.ms}
-        for old in sorted(self.phases)[:-8]:  # keep the last few for the progress report
-            del self.phases[old]
+        self.phases.record(batch_id, {"view_rows": view.num_rows, **clock.ms})
 
     def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
         """Roll up the buckets the watermark closed (every ``rollup_seconds``); delete what the
@@ -291,11 +290,7 @@ def run(
         clock.lap("lag")
         # Where the batch's time went: Spark's phases of the trigger (addBatch is the callback),
         # the callback's own phases, and (from this report) asking the lag, writing the status.
-        phases = {
-            **{f"spark.{k}": v for k, v in progress.durations_ms.items()},
-            **writer.phases.get(progress.batch_id, {}),
-            **clock.ms,
-        }
+        phases = {**writer.phases.of(progress), **clock.ms}
         write_status(lake, progress, phases=phases)
         clock.lap("status")
         log.info(
