@@ -9,8 +9,8 @@ where the time goes. Then live-sized micro-batches: SMALL_BATCHES batches of SMA
 (what a 10 s trigger sees at a few hundred events/s), the median batch duration (the per-commit
 overhead: master/events, master/rejected and master/arrivals). For both, the median per phase of
 a batch: Spark's trigger phases (``spark.*``; ``addBatch`` holds the writes) and the archiver's
-own (the master/events write, which also reads Kafka and parses, the master/rejected write,
-reading master/events' new version, the master/arrivals write).
+own (the Kafka read and parse, collected to the driver as Arrow; the split into valid and
+rejected rows; the master/events, master/rejected and master/arrivals appends).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
 
 
 _ORDER = ("spark.latestOffset", "spark.queryPlanning", "spark.walCommit", "spark.getBatch",
-          "spark.addBatch", "read_parse_events_write", "rejected_write", "events_version",
+          "spark.addBatch", "read_parse", "split", "events_write", "rejected_write",
           "arrivals_write", "spark.commitOffsets", "spark.triggerExecution")  # fmt: skip
 
 

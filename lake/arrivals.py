@@ -1,7 +1,9 @@
 """master/arrivals: what every archiver commit added to ``master/events``, as view rows.
 
 The archiver appends, per micro-batch, its valid events counted per minute bucket and
-dimensions (the view's own ``views.ctr``, so duplicates within the batch count twice), with
+dimensions (the view's own definition, ``views.ctr.ctr_arrow`` on the batch already on the
+driver, so duplicates within the batch count twice), in one delta-rs commit idempotent under
+the archiver's (query id, batch id) (:mod:`lake.append_table`), with
 ``events_version``: a master/events version at or after the commit that made those events
 readable. A batch run that read master/events at version V counted every arrival with
 ``events_version <= V``; the arrivals of a covered bucket with a later version are the events it
@@ -19,35 +21,34 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
+from lake.append_table import AppendTable
 from lake.catalog import MASTER_ARRIVALS
 from lake.settings import LakeSettings
-from runtime.formats import is_commit_conflict, write_delta
-from views.ctr import ctr
+from runtime.formats import is_commit_conflict
+from views.ctr import ctr_arrow
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
-def record_arrivals(
-    events: DataFrame,
-    lake: LakeSettings,
-    *,
-    events_version: int,
-    txn: tuple[str, int],
-    archived_at: dt.datetime,
-) -> None:
-    """Append ``events`` (valid master/events rows of one archiver commit) as arrivals, in one
-    commit that is idempotent under ``txn`` (the archiver's (query id, batch id))."""
-    from pyspark.sql import functions as F
+def arrival_rows(
+    events: pa.Table, *, events_version: int, batch_id: int, archived_at: dt.datetime
+) -> pa.Table:
+    """The arrivals of ``events`` (valid master/events rows of one archiver commit, on the
+    driver): their view rows with the version that holds them, in ``master/arrivals``' schema."""
+    rows = ctr_arrow(events)
+    n = rows.num_rows
+    rows = rows.append_column("events_version", pa.array([events_version] * n, pa.int64()))
+    rows = rows.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
+    stamp = pa.array([archived_at] * n, pa.timestamp("us", tz="UTC"))
+    return rows.append_column("archived_at", stamp).select(MASTER_ARRIVALS.schema.names)
 
-    rows = (
-        events.transform(ctr)
-        .withColumn("events_version", F.lit(events_version).cast("long"))
-        .withColumn("batch_id", F.lit(txn[1]).cast("long"))
-        .withColumn("archived_at", F.lit(archived_at).cast("timestamp"))
-        .select(*MASTER_ARRIVALS.schema.names)
-    )
-    write_delta(rows.coalesce(1), MASTER_ARRIVALS.path(lake), txn=txn)
+
+def arrivals_table(lake: LakeSettings) -> AppendTable:
+    """``master/arrivals``, appended to by its one writer, the archiver."""
+    return AppendTable(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
 
 
 def forget_counted(

@@ -1,15 +1,19 @@
 """The archiver: every Kafka record, exactly once, in the master dataset.
 
-A Structured Streaming query from the event topic. Each micro-batch is parsed with the ingest
-validator; valid events are appended to ``master/events`` (partitioned by ``event_date``) and
-the rest to ``master/rejected`` with the reason and the raw bytes. Spark's ``kafka`` source
-reads, delta-spark writes; both writes are idempotent Delta commits keyed by (query id, batch
-id) (``txnAppId``/``txnVersion``): after a crash Spark replays the unfinished batch with the same
-offsets and whatever was already committed is skipped, so every (partition, offset) lands
-exactly once. A third commit, idempotent the same way, appends the batch's valid events counted
-per minute bucket to ``master/arrivals`` with the master/events version that holds them: how the
-serving layer and `ctr batch --stale` learn that a bucket a batch run covered received events
-since (:mod:`lake.staleness`).
+A Structured Streaming query from the event topic. Spark's ``kafka`` source reads each
+micro-batch and the ingest validator parses it (one Spark job); the parsed rows come to the
+driver as Arrow, where valid events are appended to ``master/events`` (partitioned by
+``event_date``) and the rest to ``master/rejected`` with the reason and the raw bytes, with
+delta-rs. Both writes are idempotent Delta commits keyed by (query id, batch id) (application
+transactions, :mod:`lake.append_table`): after a crash Spark replays the unfinished batch with
+the same offsets and whatever was already committed is skipped, so every (partition, offset)
+lands exactly once. A third commit, idempotent the same way, appends the batch's valid events
+counted per minute bucket to ``master/arrivals`` with the master/events version that holds
+them: how the serving layer and `ctr batch --stale` learn that a bucket a batch run covered
+received events since (:mod:`lake.staleness`).
+
+A batch is at most ``ARCHIVER_MAX_OFFSETS_PER_TRIGGER`` records (default 1,000,000, about
+300 MB of Arrow on the driver); the Kafka read and the parse stay spread over the executors.
 """
 
 from __future__ import annotations
@@ -21,17 +25,17 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, parse_records
-from lake.arrivals import record_arrivals
+from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, parse_records, split
+from lake.append_table import AppendTable
+from lake.arrivals import arrival_rows, arrivals_table
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
-from runtime.formats import read_kafka, write_delta
+from runtime.formats import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import PhaseClock, RecentPhases, StreamProgress, drive, query_id
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -69,68 +73,47 @@ def build_query(
 
 
 class BatchWriter:
-    """foreachBatch function: the parsed batch's valid rows to master/events, the rest to
-    master/rejected, then the valid rows' arrivals; each commit idempotent under (query id,
-    batch id). ``phases`` keeps, for the last few batches, the milliseconds of each write (the
-    first also reads Kafka and parses: the batch is computed once, by it, and cached)."""
+    """foreachBatch function: the parsed batch collected to the driver as Arrow (one Spark job:
+    Kafka read and parse), its valid rows appended to master/events, the rest to
+    master/rejected, then the valid rows' arrivals, each with delta-rs in one commit idempotent
+    under (query id, batch id) (:mod:`lake.append_table`); a table with nothing to add gets no
+    commit. ``phases`` keeps, for the last few batches, the milliseconds of each step."""
 
     def __init__(self, lake: LakeSettings, checkpoint: str) -> None:
-        self.lake = lake
         self.checkpoint = checkpoint
         self.phases = RecentPhases()
-        self._events_log = _VersionReader(lake.events)
+        self.events = AppendTable(
+            lake.events, EVENTS_SCHEMA, partition_by=MASTER_EVENTS.partition_by
+        )
+        self.rejected = AppendTable(lake.rejected, REJECTED_SCHEMA)
+        self.arrivals = arrivals_table(lake)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        lake = self.lake
         clock = PhaseClock()
         app_id = f"ctr-archiver-{query_id(self.checkpoint)}"
-        batch = batch.persist()
-        try:
-            valid = batch.where("reason IS NULL").select(*EVENTS_SCHEMA.names)
-            write_delta(
+        parsed = batch.toArrow()
+        clock.lap("read_parse")
+        valid, rejected = split(parsed)
+        clock.lap("split")
+        if valid.num_rows:
+            self.events.append(valid, app_id=app_id, version=batch_id)
+        clock.lap("events_write")
+        if rejected.num_rows:
+            self.rejected.append(rejected, app_id=app_id, version=batch_id)
+        clock.lap("rejected_write")
+        if valid.num_rows:
+            # Read after the events commit (a replay's too): never below the commit's version.
+            version = self.events.version()
+            assert version is not None
+            rows = arrival_rows(
                 valid,
-                lake.events,
-                partition_by=MASTER_EVENTS.partition_by,
-                txn=(app_id, batch_id),
-            )
-            clock.lap("read_parse_events_write")
-            write_delta(
-                batch.where("reason IS NOT NULL").select(*REJECTED_SCHEMA.names),
-                lake.rejected,
-                txn=(app_id, batch_id),
-            )
-            clock.lap("rejected_write")
-            version = self._events_log.latest()
-            clock.lap("events_version")
-            record_arrivals(
-                valid,
-                lake,
                 events_version=version,
-                txn=(app_id, batch_id),
+                batch_id=batch_id,
                 archived_at=dt.datetime.now(dt.UTC),
             )
-            clock.lap("arrivals_write")
-        finally:
-            batch.unpersist()
+            self.arrivals.append(rows, app_id=app_id, version=batch_id)
+        clock.lap("arrivals_write")
         self.phases.record(batch_id, clock.ms)
-
-
-class _VersionReader:
-    """The latest version of a Delta table, read with delta-rs from the log's new entries only
-    (one handle, updated incrementally)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._handle: DeltaTable | None = None
-
-    def latest(self) -> int:
-        from deltalake import DeltaTable
-
-        if self._handle is None:
-            self._handle = DeltaTable(self.path)
-        else:
-            self._handle.update_incremental()
-        return self._handle.version()
 
 
 def run(

@@ -128,6 +128,11 @@ def progress_of(query: StreamingQuery) -> StreamProgress | None:
     progress: dict[str, Any] | None = query.lastProgress
     if not progress:
         return None
+    return parse_progress(progress)
+
+
+def parse_progress(progress: dict[str, Any]) -> StreamProgress:
+    """One of Spark's progress reports (a dict of its JSON) as a :class:`StreamProgress`."""
     behind: int | None = None
     end_offsets: dict[str, dict[str, int]] | None = None
     for source in progress.get("sources", []):
@@ -243,8 +248,16 @@ def drive(
     returns the rows it read. A query that failed raises RuntimeError naming ``name``."""
     from pyspark.errors import StreamingQueryException
 
-    seen_batch = -1
+    reports = _NewReports(query)
     rows = 0
+
+    def report_new() -> None:
+        nonlocal rows
+        for progress in reports.new():
+            rows += progress.input_rows
+            if on_progress is not None:
+                on_progress(progress)
+
     try:
         while query.isActive:
             if should_stop():
@@ -254,22 +267,40 @@ def drive(
                 query.awaitTermination(poll_seconds)  # type: ignore[arg-type]  # floats work
             except StreamingQueryException as exc:
                 raise RuntimeError(f"{name} stopped with an error: {cause_of(exc)}") from exc
-            progress = progress_of(query)
-            if progress is not None and progress.batch_id != seen_batch:
-                seen_batch = progress.batch_id
-                rows += progress.input_rows
-                if on_progress is not None:
-                    on_progress(progress)
+            report_new()
         exception = query.exception()
         if exception is not None:
             raise RuntimeError(f"{name} stopped with an error: {cause_of(exception)}")
     finally:
         if query.isActive:
             query.stop()
-    for progress_dict in query.recentProgress:
-        if int(progress_dict["batchId"]) > seen_batch:
-            rows += int(progress_dict.get("numInputRows", 0))
+    report_new()
     return rows
+
+
+class _NewReports:
+    """The progress reports of ``query`` not seen yet, oldest first: every micro-batch once,
+    however many ran between two polls (Spark keeps the last ~100); an idle report (no rows)
+    that repeats the batch id already reported is left out."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self.last: tuple[int, str] = (-1, "")
+        self.batch_id = -1
+
+    def new(self) -> list[StreamProgress]:
+        fresh = []
+        for raw in self.query.recentProgress:
+            key = (int(raw["batchId"]), str(raw.get("timestamp", "")))
+            if key <= self.last:
+                continue
+            self.last = key
+            progress = parse_progress(raw)
+            if progress.batch_id == self.batch_id and not progress.input_rows:
+                continue
+            self.batch_id = progress.batch_id
+            fresh.append(progress)
+        return fresh
 
 
 _PYTHON_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)

@@ -2,9 +2,9 @@
 written from the speed job's driver with delta-rs.
 
 Why not delta-spark: a micro-batch's view is a few thousand rows already on the driver, and
-a delta-spark commit of them costs a Spark job, a commit and a snapshot update (hundreds of ms
-to seconds, measured by ``python -m bench speed``); delta-rs commits the same rows in tens of
-milliseconds. The speed job is the only writer of both tables, in one process.
+delta-rs commits them in tens of milliseconds where a delta-spark commit costs a Spark job and
+a snapshot update (:mod:`lake.append_table`, which the archiver's tables share). The speed job
+is the only writer of both tables, in one process.
 
 - **Append, exactly once.** Each micro-batch *appends* its counts per (bucket, dimensions) in
   one commit carrying the application transaction (speed query id, batch id); a batch whose
@@ -31,8 +31,9 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
+from lake.append_table import AppendTable
 from lake.coverage import Coverage, in_intervals_sql
 from views.columns import DIMENSIONS
 
@@ -67,54 +68,12 @@ class RollUp:
     rows_after: int
 
 
-class SpeedTable:
-    """One speed table at ``path``, held open between commits (its only writer)."""
+class SpeedTable(AppendTable):
+    """One speed table at ``path``, held open between commits (its only writer): appends
+    exactly once per (speed query, batch), rolls up, and maintains itself."""
 
     def __init__(self, path: str, schema: pa.Schema, *, retention_hours: float) -> None:
-        self.path = path
-        self.schema = schema
-        self.properties = table_properties(retention_hours)
-        self._table: DeltaTable | None = None
-
-    @property
-    def table(self) -> DeltaTable | None:
-        """The table, refreshed to its latest version; None while it does not exist."""
-        if self._table is None:
-            if not DeltaTable.is_deltatable(self.path):
-                return None
-            self._table = DeltaTable(self.path)
-            self._ensure_properties(self._table)
-        else:
-            self._table.update_incremental()
-        return self._table
-
-    def _ensure_properties(self, table: DeltaTable) -> None:
-        current = table.metadata().configuration
-        missing = {k: v for k, v in self.properties.items() if current.get(k) != v}
-        if missing:
-            table.alter.set_table_properties(missing)
-
-    def committed(self, app_id: str, version: int) -> bool:
-        """Whether the table already holds the commit of (``app_id``, ``version``)."""
-        return _holds(self.table, app_id, version)
-
-    def append(self, rows: pa.Table, *, app_id: str, version: int) -> bool:
-        """Append ``rows`` in one commit carrying (``app_id``, ``version``); nothing if the
-        table holds that commit already. Returns whether it wrote."""
-        table = self.table
-        if _holds(table, app_id, version):
-            log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
-            return False
-        write_deltalake(
-            table if table is not None else self.path,
-            rows.select(self.schema.names).cast(self.schema),
-            mode="append",
-            configuration=self.properties if table is None else None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)]
-            ),
-        )
-        return True
+        super().__init__(path, schema, properties=table_properties(retention_hours))
 
     def rolled_up_before(self) -> dt.datetime | None:
         """Where the last roll-up ended (from its commit), None if none is in the recent log."""
@@ -206,11 +165,6 @@ class SpeedTable:
         table = self.table
         if table is not None:
             write_deltalake(table, self.schema.empty_table(), mode="overwrite")
-
-
-def _holds(table: DeltaTable | None, app_id: str, version: int) -> bool:
-    done = table.transaction_version(app_id) if table is not None else None
-    return done is not None and done >= version
 
 
 def sum_per_key(rows: pa.Table) -> pa.Table:

@@ -19,6 +19,8 @@ from master_dataset.settings import ArchiverSettings
 from runtime.kafka_settings import KafkaSettings
 from tests import faults
 from tests.consume import coordinates, read_topic
+from views.columns import DIMENSIONS
+from views.ctr import ctr
 
 
 def _produce_mixed(topics: KafkaSettings, n: int, seed: int) -> ProduceSummary:
@@ -37,6 +39,12 @@ def _archived(lake: LakeSettings) -> tuple[pa.Table, pa.Table]:
         DeltaTable(lake.events).to_pyarrow_table(),
         DeltaTable(lake.rejected).to_pyarrow_table(),
     )
+
+
+def _by_key(
+    rows: pa.Table, key: list[str], *measures: str
+) -> dict[tuple[object, ...], tuple[int, ...]]:
+    return {tuple(r[k] for k in key): tuple(r[m] for m in measures) for r in rows.to_pylist()}
 
 
 def _assert_exactly_once(topics: KafkaSettings, lake: LakeSettings) -> tuple[int, int]:
@@ -71,6 +79,18 @@ def test_available_now_archives_every_record_once(
     assert all(r["ingest_time"].tzinfo is not None for r in rows)
     reasons = DeltaTable(lake.rejected).to_pyarrow_table().column("reason").to_pylist()
     assert any(r.startswith("record: not valid JSON") for r in reasons)
+
+    # master/arrivals: each batch's view rows, counted on the driver, add up to Spark's view
+    # (views.ctr) of everything archived, duplicates included, key by key.
+    arrivals = DeltaTable(lake.table("master/arrivals")).to_pyarrow_table()
+    assert len(set(arrivals.column("batch_id").to_pylist())) >= 3  # 1,000 records a batch
+    key = ["bucket_start", *DIMENSIONS]
+    summed = arrivals.group_by(key).aggregate([("impressions", "sum"), ("clicks", "sum")])
+    expected = spark.read.format("delta").load(lake.events).transform(ctr).toArrow()
+    assert _by_key(summed, key, "impressions_sum", "clicks_sum") == _by_key(
+        expected, key, "impressions", "clicks"
+    )
+    assert sum(r["impressions"] for r in expected.to_pylist()) > 0
 
     # Nothing new: a second run archives nothing and commits nothing.
     version = table.version()

@@ -220,7 +220,7 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
 ) -> None:
     from batch_layer.interval import Interval
     from batch_layer.job import run
-    from lake.arrivals import record_arrivals
+    from lake.arrivals import arrival_rows, arrivals_table
     from lake.staleness import read_stale
 
     lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
@@ -234,13 +234,13 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     ]
     archive(spark, lake, late)
     version = DeltaTable(lake.events).version()
-    record_arrivals(
-        spark.read.format("delta").load(lake.events).where("event_id LIKE 'late-%'"),
-        lake,
+    rows = arrival_rows(
+        spark.read.format("delta").load(lake.events).where("event_id LIKE 'late-%'").toArrow(),
         events_version=version,
-        txn=("test-archiver", 1),
+        batch_id=1,
         archived_at=t + dt.timedelta(hours=6),
     )
+    arrivals_table(lake).append(rows, app_id="test-archiver", version=1)
     assert [b.events for b in read_stale(lake)[0]] == [2]
 
     env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
