@@ -175,24 +175,24 @@ def _run_once(
     target = batch_table(definition)
     source = "the replayed log" if replay else f"master/events v{version}"
     on_step(f"reading {source} for {interval} ({definition.key})")
-    view = view.persist()
-    try:
-        on_step("computing the view")
-        rows = view.count()
-        drift = record_drift(
-            spark, lake, view, interval, definition=definition, run_id=run_id, at=_now()
-        )
-        if drift:
-            on_step(f"recorded the speed layer's drift in {drift:,} newly covered minute(s)")
-        on_step(f"replacing {interval} of {target.name} with {rows:,} rows")
-        write_delta(
-            view,
-            target.path(lake),
-            mode="overwrite",
-            replace_where=interval.sql_predicate("bucket_start"),
-        )
-    finally:
-        view.unpersist()
+    # Computed once, straight into the write (caching the view to count it first cost more
+    # than the view: 11 of 37 s on the 10M-event benchmark); the count and the drift then
+    # read the rows back, a few columns of the run's own rows.
+    from pyspark.sql import functions as F
+
+    on_step(f"computing the view and replacing {interval} of {target.name} with it")
+    where = interval.sql_predicate("bucket_start")
+    write_delta(view, target.path(lake), mode="overwrite", replace_where=where)
+    written = (
+        read_delta(spark, target.path(lake)).where(where).where(F.col("run_id") == F.lit(run_id))
+    )
+    rows = written.count()
+    on_step(f"wrote {rows:,} rows")
+    drift = record_drift(
+        spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()
+    )
+    if drift:
+        on_step(f"recorded the speed layer's drift in {drift:,} newly covered minute(s)")
     on_step("recording coverage")
     record(
         spark,

@@ -61,9 +61,7 @@ def ctr_arrow(events: pa.Table) -> pa.Table:
             "clicks": _ones_where(pc.equal(kind, "click")),
         }
     )
-    summed = counts.group_by(names, use_threads=False).aggregate(
-        [("impressions", "sum"), ("clicks", "sum")]
-    )
+    summed = counts.group_by(names).aggregate([("impressions", "sum"), ("clicks", "sum")])
     return summed.rename_columns([*names, "impressions", "clicks"]).select(
         [*names, "impressions", "clicks"]
     )
