@@ -70,7 +70,10 @@ def deduplicate(events: DataFrame) -> DataFrame:
     Measured on the 10M-event benchmark (2 cores), dedup plus view: this window 19-24 s;
     ``min`` of a struct per id 25 s, ``dropDuplicates`` 27 s (and not deterministic), only the
     repeated ids through the window (a hash aggregate over the ids, then anti and semi joins)
-    39 s; the view's aggregation alone takes 11-12 s.
+    39 s; the view's aggregation alone takes 11-12 s. Measured again with `python -m bench
+    batch` (its view-parts lines): a signed view (all rows' view minus the extra copies', the
+    repeated ids found by a hash aggregate and a broadcast semi-join) 25-34 s against this
+    window's 23-33 s in the same runs.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F

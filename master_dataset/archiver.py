@@ -13,7 +13,7 @@ them: how the serving layer and `ctr batch --stale` learn that a bucket a batch 
 received events since (:mod:`lake.staleness`).
 
 A batch is at most ``ARCHIVER_MAX_OFFSETS_PER_TRIGGER`` records (default 1,000,000, about
-300 MB of Arrow on the driver); the Kafka read and the parse stay spread over the executors.
+210 MB of Arrow on the driver); the Kafka read and the parse stay spread over the executors.
 """
 
 from __future__ import annotations
