@@ -7,8 +7,8 @@ settings (idempotence, acks=all, lz4, linger 20 ms, 1 MiB batches, murmur2 parti
 fresh 6-partition topics, after one untimed warm-up send, in ROUNDS interleaved rounds (each
 round both, the first alternating): the figure is the median of the rounds' ratios (each
 round's pair ran back to back, so a slow minute of the machine hits both), with the median
-rate of each. The project's time includes
-validating every record. kcat is Debian's (its own librdkafka).
+rate of each. The project's time includes validating every record. kcat is Debian's (its own
+librdkafka).
 """
 
 from __future__ import annotations

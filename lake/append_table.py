@@ -67,13 +67,13 @@ class AppendTable:
 
     def committed(self, app_id: str, version: int) -> bool:
         """Whether the table already holds the commit of (``app_id``, ``version``)."""
-        return holds(self.table, app_id, version)
+        return _holds(self.table, app_id, version)
 
     def append(self, rows: pa.Table, *, app_id: str, version: int) -> bool:
         """Append ``rows`` in one commit carrying (``app_id``, ``version``); nothing if the
         table holds that commit already. Returns whether it wrote."""
         table = self.table
-        if holds(table, app_id, version):
+        if _holds(table, app_id, version):
             log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
             return False
         write_deltalake(
@@ -89,7 +89,7 @@ class AppendTable:
         return True
 
 
-def holds(table: DeltaTable | None, app_id: str, version: int) -> bool:
+def _holds(table: DeltaTable | None, app_id: str, version: int) -> bool:
     """Whether ``table`` holds a commit of ``app_id`` at ``version`` or later."""
     done = table.transaction_version(app_id) if table is not None else None
     return done is not None and done >= version

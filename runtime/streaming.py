@@ -123,14 +123,6 @@ def committed_offsets(checkpoint: str | Path, topic: str) -> dict[int, int]:
     return {}
 
 
-def progress_of(query: StreamingQuery) -> StreamProgress | None:
-    """The query's last progress report, with how many offsets the source is behind."""
-    progress: dict[str, Any] | None = query.lastProgress
-    if not progress:
-        return None
-    return parse_progress(progress)
-
-
 def parse_progress(progress: dict[str, Any]) -> StreamProgress:
     """One of Spark's progress reports (a dict of its JSON) as a :class:`StreamProgress`."""
     behind: int | None = None
