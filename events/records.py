@@ -56,6 +56,8 @@ PARSED_SCHEMA = pa.schema(
     + list(REJECTED_SCHEMA)
 )
 _MS_PER_DAY = 86_400_000
+# The kafka-source columns a parse reads (Spark's ``timestampType`` and ``headers`` are not).
+KAFKA_COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -159,4 +161,5 @@ def parse_records(raw: DataFrame) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     cores = raw.sparkSession.sparkContext.defaultParallelism
-    return raw.coalesce(cores).mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
+    records = raw.select(*KAFKA_COLUMNS).coalesce(cores)
+    return records.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))

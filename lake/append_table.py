@@ -15,11 +15,15 @@ is a no-op table by table.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.transaction import AddAction, RemoveAction
+
+from lake.data_files import DataFile
 
 log = logging.getLogger("ctr.lake")
 
@@ -82,6 +86,45 @@ class AppendTable:
             mode="append",
             partition_by=self.partition_by or None,
             configuration=(self.properties or None) if table is None else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+        )
+        return True
+
+    def commit(self, files: Sequence[DataFile], *, app_id: str, version: int) -> bool:
+        """Commit Parquet files already written under the table's root
+        (:func:`lake.data_files.write_files`, in Spark tasks) as one append carrying
+        (``app_id``, ``version``); nothing if the table holds that commit already (the files
+        then stay unnamed, for VACUUM). Returns whether it committed."""
+        table = self.table
+        if _holds(table, app_id, version):
+            log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
+            return False
+        if table is None:
+            table = DeltaTable.create(
+                self.path,
+                self.schema,
+                partition_by=self.partition_by or None,
+                configuration=self.properties or None,
+            )
+            self._table = table
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(
+                path=f["path"],
+                size=f["size"],
+                partition_values=json.loads(f["partition_values"]),
+                modification_time=f["modification_time"],
+                data_change=True,
+                stats=f["stats"],
+            )
+            for f in files
+        ]
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=self.schema,
+            partition_by=self.partition_by or None,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),

@@ -1,14 +1,15 @@
 """master/arrivals: what every archiver commit added to ``master/events``, as view rows.
 
 The archiver appends, per micro-batch, its valid events counted per minute bucket and
-dimensions (the view's own definition, ``views.ctr.ctr_arrow`` on the batch already on the
-driver, so duplicates within the batch count twice), in one delta-rs commit idempotent under
-the archiver's (query id, batch id) (:mod:`lake.append_table`), with
-``events_version``: a master/events version at or after the commit that made those events
-readable. A batch run that read master/events at version V counted every arrival with
-``events_version <= V``; the arrivals of a covered bucket with a later version are the events it
-has not counted yet (see :mod:`lake.staleness`). The batch job deletes the arrivals its run
-counted, so the table holds only what may still be stale or is not covered yet.
+dimensions (the view's own definition, ``views.ctr.ctr_arrow`` in each Spark task; a bucket and
+dimensions can have a row per task, and duplicates within the batch count twice: readers sum),
+in one delta-rs commit idempotent under the archiver's (query id, batch id)
+(:mod:`lake.append_table`), with ``events_version``: a master/events version at or after the
+commit that made those events readable. A batch run that read master/events at version V
+counted every arrival with ``events_version <= V``; the arrivals of a covered bucket with a
+later version are the events it has not counted yet (see :mod:`lake.staleness`). The batch
+job deletes the arrivals its run counted, so the table holds only what may still be stale or
+is not covered yet.
 
 ``events_version`` is read after the events commit, so it is never below the commit's version;
 when a compaction commits in between it is one higher, which can only make a bucket look stale
@@ -27,23 +28,27 @@ from lake.append_table import AppendTable
 from lake.catalog import MASTER_ARRIVALS
 from lake.settings import LakeSettings
 from runtime.formats import is_commit_conflict
-from views.ctr import ctr_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 def arrival_rows(
-    events: pa.Table, *, events_version: int, batch_id: int, archived_at: dt.datetime
+    counts: pa.Table, *, events_version: int, batch_id: int, archived_at: dt.datetime
 ) -> pa.Table:
-    """The arrivals of ``events`` (valid master/events rows of one archiver commit, on the
-    driver): their view rows with the version that holds them, in ``master/arrivals``' schema."""
-    rows = ctr_arrow(events)
-    n = rows.num_rows
-    rows = rows.append_column("events_version", pa.array([events_version] * n, pa.int64()))
-    rows = rows.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
-    stamp = pa.array([archived_at] * n, pa.timestamp("us", tz="UTC"))
-    return rows.append_column("archived_at", stamp).select(MASTER_ARRIVALS.schema.names)
+    """The arrivals of one archiver commit from ``counts``, the view rows of its valid events
+    (:func:`views.ctr.ctr_arrow`, each task's rows): with the version that holds
+    them, in ``master/arrivals``' schema."""
+    n = counts.num_rows
+    constants = {
+        "events_version": pa.scalar(events_version, pa.int64()),
+        "batch_id": pa.scalar(batch_id, pa.int64()),
+        "archived_at": pa.scalar(archived_at, pa.timestamp("us", tz="UTC")),
+    }
+    rows = counts
+    for name, value in constants.items():
+        rows = rows.append_column(name, pa.repeat(value, n))
+    return rows.select(MASTER_ARRIVALS.schema.names)
 
 
 def arrivals_table(lake: LakeSettings) -> AppendTable:

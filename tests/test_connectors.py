@@ -156,22 +156,19 @@ def test_idempotent_writes_by_application_and_version(spark: SparkSession, tmp_p
 def test_a_replayed_archiver_batch_is_a_no_op(
     spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
 ) -> None:
-
-    from events.records import parse_records
-
     topic = fresh_topic(kafka)
     produce(topic, [b"{", b"[]"])
     checkpoint = Path(lake.checkpoint("replay"))
     (checkpoint).mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
-    parsed = parse_records(read_kafka(spark, topic, stream=False))
+    records = read_kafka(spark, topic, stream=False)
     write = ArchiveWriter(lake, str(checkpoint))
-    write(parsed, 7)
-    write(parsed, 7)  # Spark replays a batch after a crash: same id, same rows
+    write(records, 7)
+    write(records, 7)  # Spark replays a batch after a crash: same id, same records
     rejected = DeltaTable(lake.rejected)
     assert rejected.to_pyarrow_table().num_rows == 2
     assert rejected.transaction_version("ctr-archiver-replayed-query") == 7
-    write(parsed, 8)  # the next batch does write
+    write(records, 8)  # the next batch does write
     assert DeltaTable(lake.rejected).to_pyarrow_table().num_rows == 4
 
 

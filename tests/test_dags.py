@@ -222,6 +222,7 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     from batch_layer.job import run
     from lake.arrivals import arrival_rows, arrivals_table
     from lake.staleness import read_stale
+    from views.ctr import ctr_arrow
 
     lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
     t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
@@ -235,7 +236,9 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     archive(spark, lake, late)
     version = DeltaTable(lake.events).version()
     rows = arrival_rows(
-        spark.read.format("delta").load(lake.events).where("event_id LIKE 'late-%'").toArrow(),
+        ctr_arrow(
+            spark.read.format("delta").load(lake.events).where("event_id LIKE 'late-%'").toArrow()
+        ),
         events_version=version,
         batch_id=1,
         archived_at=t + dt.timedelta(hours=6),
