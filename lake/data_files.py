@@ -29,6 +29,7 @@ from typing import Final, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 STRING_STATS_CHARS: Final = 32
@@ -58,7 +59,7 @@ class DataFile(TypedDict):
 
 def write_files(
     table: str,
-    root: str,
+    root: str,  # the table's root: a local path or a URI
     rows: pa.Table,
     partition_by: Sequence[str] = (),
     *,
@@ -100,14 +101,16 @@ def _write(
     directory = "/".join(f"{name}={_escape(value)}" for name, value in values.items())
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     relative = f"{directory}/{name}" if directory else name
-    target = os.path.join(root, relative)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+    # A local path or any URI pyarrow has a filesystem for (s3://, gs://, ...).
+    filesystem, base = pafs.FileSystem.from_uri(root if "://" in root else os.path.abspath(root))
+    target = f"{base.rstrip('/')}/{relative}"
+    filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
     encode: bool | list[str] = True if dictionary is None else list(dictionary)
-    pq.write_table(rows, target, compression="snappy", use_dictionary=encode)
+    pq.write_table(rows, target, filesystem=filesystem, compression="snappy", use_dictionary=encode)
     return DataFile(
         table=table,
         path=relative,
-        size=os.path.getsize(target),
+        size=filesystem.get_file_info(target).size,
         partition_values=json.dumps(values),
         modification_time=time.time_ns() // 1_000_000,
         stats=json.dumps(file_stats(rows)),

@@ -138,3 +138,11 @@ def test_committed_files_read_alike_everywhere_and_a_replay_adds_nothing(
             f"SELECT id FROM delta_scan('{path}') WHERE \"at\" = ? ORDER BY id", [latest]
         ).fetchall()
     assert found == [("b",)]
+
+
+def test_a_relative_root_is_the_working_directory_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    [written] = write_files("t", "lake/t", rows(("a", T0, 1, T0.date())))
+    assert (tmp_path / "lake" / "t" / written["path"]).stat().st_size == written["size"]
