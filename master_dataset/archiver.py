@@ -116,8 +116,9 @@ class BatchWriter:
         app_id = f"ctr-archiver-{query_id(self.checkpoint)}"
         events_due = not self.events.committed(app_id, batch_id)
         rejected_due = not self.rejected.committed(app_id, batch_id)
-        # The arrivals commit comes last: if either data commit is missing, so is it, and the
-        # append checks for itself.
+        # While a data table may still need the batch the job runs anyway, and the arrivals
+        # append checks for itself; only when both hold it is master/arrivals asked. (A batch
+        # with no rejected records never commits master/rejected: its replay reruns the job.)
         arrivals_due = events_due or rejected_due or not self.arrivals.committed(app_id, batch_id)
         clock.lap("replay_check")
         if not arrivals_due:
