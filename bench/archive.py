@@ -8,13 +8,13 @@ archiver has them), then the archiver with default settings, then the copy again
 copy is the reference). The figure is records archived per second of the run; per-batch Spark
 timings show where the time goes. The live-sized micro-batches: SMALL_BATCHES batches of
 SMALL_BATCH records (what a 10 s trigger sees at a few hundred events/s), the median batch
-duration (the per-commit
-overhead: master/events, master/rejected and master/arrivals). For both, the median per phase of
-a batch: Spark's trigger phases (``spark.*``; ``addBatch`` holds the writes) and the archiver's
-own: ``tasks``, the Spark job whose tasks read, parse and write the data files (and
-``task.*``, what its tasks spent parsing, splitting valid from rejected rows, writing the files
-and counting the arrivals, summed over the tasks, which run side by side), then the driver's
-commits of master/events and master/rejected and the master/arrivals append.
+duration (the per-commit overhead: master/events, master/rejected and master/arrivals). For
+both, the median per phase of a batch: Spark's trigger phases (``spark.*``; ``addBatch`` holds
+the writes) and the archiver's own: ``tasks``, the Spark job whose tasks read, parse and write
+the data files (and ``task.*``, what its tasks spent parsing, splitting valid from rejected
+rows, writing the files and counting the arrivals, summed over the tasks, which run side by
+side), then the driver's commits of master/events and master/rejected and the master/arrivals
+append.
 """
 
 from __future__ import annotations

@@ -152,14 +152,19 @@ def split(parsed: pa.Table) -> tuple[pa.Table, pa.Table]:
 
 def parse_records(raw: DataFrame) -> DataFrame:
     """The records of a Spark ``kafka`` source (batch or stream), parsed: the columns of
-    :data:`PARSED_SCHEMA`, ``reason`` null for valid events (the archiver and the speed job).
-
-    The Kafka partitions are first coalesced to one task per core (no shuffle): every task that
-    runs Python costs a fixed ~100 ms of handing data to and from a Python worker, whatever its
-    size (measured on a 2-core machine: 6 tasks of 1,000 records took 450 ms, 2 tasks 190 ms),
-    and a micro-batch of the speed layer is that small."""
+    :data:`PARSED_SCHEMA`, ``reason`` null for valid events (the speed job)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    return one_task_per_core(raw).mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
+
+
+def one_task_per_core(raw: DataFrame) -> DataFrame:
+    """The :data:`KAFKA_COLUMNS` of a Spark ``kafka`` source, its partitions coalesced to one
+    task per core (no shuffle), for a Python function to parse them.
+
+    Every task that runs Python costs a fixed ~100 ms of handing data to and from a Python
+    worker, whatever its size (measured on a 2-core machine: 6 tasks of 1,000 records took
+    450 ms, 2 tasks 190 ms), and a micro-batch of the speed layer or the archiver is that
+    small."""
     cores = raw.sparkSession.sparkContext.defaultParallelism
-    records = raw.select(*KAFKA_COLUMNS).coalesce(cores)
-    return records.mapInArrow(parse_batches, from_arrow_schema(PARSED_SCHEMA))
+    return raw.select(*KAFKA_COLUMNS).coalesce(cores)

@@ -77,8 +77,7 @@ class AppendTable:
         """Append ``rows`` in one commit carrying (``app_id``, ``version``); nothing if the
         table holds that commit already. Returns whether it wrote."""
         table = self.table
-        if _holds(table, app_id, version):
-            log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
+        if self._replayed(table, app_id, version):
             return False
         write_deltalake(
             table if table is not None else self.path,
@@ -92,14 +91,19 @@ class AppendTable:
         )
         return True
 
+    def _replayed(self, table: DeltaTable | None, app_id: str, version: int) -> bool:
+        if not _holds(table, app_id, version):
+            return False
+        log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
+        return True
+
     def commit(self, files: Sequence[DataFile], *, app_id: str, version: int) -> bool:
         """Commit Parquet files already written under the table's root
         (:func:`lake.data_files.write_files`, in Spark tasks) as one append carrying
         (``app_id``, ``version``); nothing if the table holds that commit already (the files
         then stay unnamed, for VACUUM). Returns whether it committed."""
         table = self.table
-        if _holds(table, app_id, version):
-            log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
+        if self._replayed(table, app_id, version):
             return False
         if table is None:
             table = DeltaTable.create(

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 
-from events.records import EVENTS_SCHEMA, KAFKA_COLUMNS, REJECTED_SCHEMA, parse_batch, split
+from events.records import (
+    EVENTS_SCHEMA,
+    REJECTED_SCHEMA,
+    one_task_per_core,
+    parse_batch,
+    split,
+)
 from lake.append_table import AppendTable
 from lake.arrivals import arrival_rows, arrivals_table
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
@@ -41,7 +47,7 @@ from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import PhaseClock, RecentPhases, StreamProgress, drive, query_id
-from views.ctr import concat_counts, ctr_arrow
+from views.ctr import ctr_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,9 +136,7 @@ class BatchWriter:
             events_root=self.events.path if events_due else None,
             rejected_root=self.rejected.path if rejected_due else None,
         )
-        cores = batch.sparkSession.sparkContext.defaultParallelism
-        records = batch.select(*KAFKA_COLUMNS).coalesce(cores)
-        answers = records.mapInArrow(task, from_arrow_schema(TASK_SCHEMA))
+        answers = one_task_per_core(batch).mapInArrow(task, from_arrow_schema(TASK_SCHEMA))
         rows = answers.toArrow().to_pylist()
         clock.lap("tasks")
         files = [r for r in rows if r["table"] != _COUNTS]
@@ -145,8 +149,9 @@ class BatchWriter:
         counted = [r for r in rows if r["table"] == _COUNTS]
         # The tasks' counts, not summed: readers of master/arrivals sum per bucket anyway, and
         # two tasks' events rarely share a bucket and dimensions (summing saved <1 % of rows).
-        counts = concat_counts([_ipc_table(r["counts"]) for r in counted])
-        if arrivals_due and counts.num_rows:
+        parts = [_ipc_table(r["counts"]) for r in counted]
+        counts = pa.concat_tables(parts) if parts else None
+        if arrivals_due and counts is not None and counts.num_rows:
             # Read after the events commit (a replay's too): never below the commit's version.
             version = self.events.version()
             assert version is not None
@@ -188,9 +193,17 @@ def archive_records(
     clock.lap("split")
     files: list[DataFile] = []
     if events_root is not None:
-        files += write_files(MASTER_EVENTS.name, events_root, events, MASTER_EVENTS.partition_by)
+        files += write_files(
+            MASTER_EVENTS.name,
+            events_root,
+            events,
+            MASTER_EVENTS.partition_by,
+            dictionary=_EVENTS_DICTIONARY,
+        )
     if rejected_root is not None:
-        files += write_files(MASTER_REJECTED.name, rejected_root, rejected)
+        files += write_files(
+            MASTER_REJECTED.name, rejected_root, rejected, dictionary=_REJECTED_DICTIONARY
+        )
     clock.lap("write")
     counts = _ipc_bytes(ctr_arrow(events))
     clock.lap("count")

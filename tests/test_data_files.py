@@ -95,6 +95,11 @@ def test_one_file_per_partition_without_the_partition_column(tmp_path: Path) -> 
     assert written.column_names == ["id", "at", "n", "raw"]
     assert written.column("id").to_pylist() == ["a", "c"]
     assert first["size"] == (tmp_path / first["path"]).stat().st_size
+    # Only the columns asked for are dictionary-encoded.
+    chunks = pa.parquet.ParquetFile(tmp_path / first["path"]).metadata.row_group(0)
+    encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(4)}
+    assert any("DICTIONARY" in e for e in encodings["id"])
+    assert not any("DICTIONARY" in e for e in encodings["n"])
     assert write_files("t", str(tmp_path), table.slice(0, 0), ["day"]) == []
 
 
@@ -140,7 +145,7 @@ def test_committed_files_read_alike_everywhere_and_a_replay_adds_nothing(
     assert found == [("b",)]
 
 
-def test_a_relative_root_is_the_working_directory_s(
+def test_a_relative_root_is_under_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -70,24 +68,6 @@ def ctr_arrow(events: pa.Table) -> pa.Table:
     return summed.rename_columns([*names, "impressions", "clicks"]).select(
         [*names, "impressions", "clicks"]
     )
-
-
-COUNTS_SCHEMA = pa.schema(
-    [
-        ("bucket_start", pa.timestamp("us", tz="UTC")),
-        *((name, pa.string()) for name in DIMENSIONS),
-        ("impressions", pa.int64()),
-        ("clicks", pa.int64()),
-    ]
-)
-
-
-def concat_counts(parts: Sequence[pa.Table]) -> pa.Table:
-    """:func:`ctr_arrow` rows of disjoint sets of events (e.g. each Spark task's) in one table,
-    not summed: a bucket and dimensions may have a row from each part."""
-    if not parts:
-        return COUNTS_SCHEMA.empty_table()
-    return pa.concat_tables([p.cast(COUNTS_SCHEMA) for p in parts])
 
 
 def _ones_where(condition: pa.ChunkedArray) -> pa.ChunkedArray:
