@@ -33,10 +33,15 @@ from views.ctr import ctr
 from views.definitions import Definition
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable as DeltaLakeTable
     from pyspark.sql import DataFrame, SparkSession
 
 VIEW = "ctr"
 COMMIT_ATTEMPTS = 4
+# Parquet bytes of master/events per partition of the dedup's sort. A partition's rows are
+# sorted in memory; on a 2-core machine with a 2 GB driver, 4 partitions of the benchmark's
+# 10M events (87 MB each) spilled 0.5 GB to disk and cost a fifth more CPU than 11 of 32 MB.
+DEDUP_INPUT_BYTES_PER_PARTITION = 32 * 2**20
 
 
 class MissingTableError(LookupError):
@@ -63,23 +68,41 @@ class BatchRun:
     rows_written: int
 
 
-def deduplicate(events: DataFrame) -> DataFrame:
+def deduplicate(events: DataFrame, partitions: int | None = None) -> DataFrame:
     """One row per event_id: the first one archived (lowest ingest time, then Kafka
     partition and offset), so the choice does not depend on how Spark splits the work.
 
-    Measured on the 10M-event benchmark (2 cores), dedup plus view: this window 19-24 s;
-    ``min`` of a struct per id 25 s, ``dropDuplicates`` 27 s (and not deterministic), only the
-    repeated ids through the window (a hash aggregate over the ids, then anti and semi joins)
-    39 s; the view's aggregation alone takes 11-12 s. Measured again with `python -m bench
-    batch` (its view-parts lines): a signed view (all rows' view minus the extra copies', the
-    repeated ids found by a hash aggregate and a broadcast semi-join) 25-34 s against this
-    window's 23-33 s in the same runs.
+    The rows are exchanged by ``event_id`` into ``partitions`` (default: the session's shuffle
+    partitions) before the window. Left to itself, Spark plans a partial "first row per id"
+    (WindowGroupLimit) in front of that exchange, which sorts every row to drop the rare later
+    copies; an exchange the window's partitioning already satisfies makes it redundant. Each
+    partition's rows are then sorted in memory: :func:`dedup_partitions` sizes them.
+
+    Measured on the 10M-event benchmark (2 cores): this window (then with the partial limit, 4
+    partitions) 19-24 s; ``min`` of a struct per id 25 s, ``dropDuplicates`` 27 s (and not
+    deterministic), only the repeated ids through the window (a hash aggregate over the ids,
+    then anti and semi joins) 39 s; a signed view (all rows' view minus the extra copies',
+    the repeated ids found by a hash aggregate and a broadcast semi-join) 25-34 s; ``min_by``
+    of a struct over sorted rows (a sort aggregate) 33 % more CPU than the window.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    spread = (
+        events.repartition(partitions, "event_id") if partitions else events.repartition("event_id")
+    )
     first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
-    return events.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+    return spread.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+
+
+def dedup_partitions(input_bytes: int, parallelism: int) -> int:
+    """Partitions for :func:`deduplicate` over ``input_bytes`` of master/events files: about
+    :data:`DEDUP_INPUT_BYTES_PER_PARTITION` each, at least one per core (``parallelism``)."""
+    if input_bytes < 0 or parallelism < 1:
+        raise ValueError(
+            f"input_bytes must be >= 0 and parallelism >= 1, got {input_bytes}, {parallelism}"
+        )
+    return max(parallelism, -(-input_bytes // DEDUP_INPUT_BYTES_PER_PARTITION))
 
 
 def run(
@@ -144,22 +167,33 @@ def compute_view(
     from pyspark.sql import functions as F
 
     path = replay.events if replay else lake.events
-    read = DeltaTable(path).version()
+    table = DeltaTable(path)
+    read = table.version()
     version = replay.input_version if replay else read
     prefix = definition.key.replace("@", "-") + ("-replay" if replay else "")
     run_id = (
         run_id or f"{prefix}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
     )
-    events = read_delta(
-        spark,
-        path,
-        version=read,
-        partitions={"event_date": [d.isoformat() for d in interval.days]},
-    ).where(interval.sql_predicate("event_time"))
+    events, partitions = interval_events(spark, path, table, interval)
     if definition.where:
         events = events.where(definition.where)
-    view = deduplicate(events).transform(ctr).withColumn("run_id", F.lit(run_id))
+    view = deduplicate(events, partitions).transform(ctr).withColumn("run_id", F.lit(run_id))
     return view, version, run_id
+
+
+def interval_events(
+    spark: SparkSession, path: str, table: DeltaLakeTable, interval: Interval
+) -> tuple[DataFrame, int]:
+    """The events of ``interval`` in the table at ``path`` (master/events or a replay's) at the
+    version ``table`` (delta-rs, the same table) was opened at, only the ``event_date``
+    partitions the interval touches; and the partitions to :func:`deduplicate` them in, sized
+    by those partitions' files."""
+    days = [d.isoformat() for d in interval.days]
+    events = read_delta(
+        spark, path, version=table.version(), partitions={"event_date": days}
+    ).where(interval.sql_predicate("event_time"))
+    input_bytes = _partition_bytes(table, "event_date", days)
+    return events, dedup_partitions(input_bytes, spark.sparkContext.defaultParallelism)
 
 
 def _run_once(
@@ -308,6 +342,19 @@ def _uncovered(
     if cursor < end:
         gaps.append((cursor, end))
     return gaps
+
+
+def _partition_bytes(table: DeltaLakeTable, column: str, values: list[str]) -> int:
+    """Bytes of ``table``'s data files in the partitions where ``column`` is one of
+    ``values`` (from its log: no data file is opened)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    files = pa.table(table.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return 0
+    chosen = pc.is_in(files.column(f"partition.{column}").cast(pa.string()), pa.array(values))
+    return int(pc.sum(files.filter(chosen).column("size_bytes")).as_py() or 0)
 
 
 def _is_delta(spark: SparkSession, path: str) -> bool:

@@ -28,7 +28,6 @@ from events.records import EVENTS_SCHEMA
 from ingest.traffic import COUNTRY_MIX, DEVICE_MIX
 from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
-from runtime.formats import read_delta
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
 
@@ -113,8 +112,9 @@ def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
 def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> dict[str, float]:
     """Seconds of the view's parts, cumulatively, over the day's events: the scan of the
     columns the job reads, + the view's aggregation without the dedup, + the dedup (the job's
-    view). Each is run to completion into Spark's ``noop`` sink, so no write is timed."""
-    from batch_layer.job import deduplicate
+    view, in the job's partitions). Each is run to completion into Spark's ``noop`` sink, so
+    no write is timed."""
+    from batch_layer.job import deduplicate, interval_events
     from views.columns import DIMENSIONS
     from views.ctr import ctr
 
@@ -122,15 +122,14 @@ def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> 
         "event_id", "event_type", "event_time", *DIMENSIONS,
         "ingest_time", "kafka_partition", "kafka_offset",
     ]  # fmt: skip
-    events = (
-        read_delta(spark, lake.events, partitions={"event_date": [DAY.date().isoformat()]})
-        .where(interval.sql_predicate("event_time"))
-        .select(*read)
-    )
+    all_columns, partitions = interval_events(spark, lake.events, DeltaTable(lake.events), interval)
+    events = all_columns.select(*read)
     parts = {
         "scan (the columns the job reads)": events,
         "scan + view, no dedup": events.transform(ctr),
-        "scan + dedup + view (the job's)": deduplicate(events).transform(ctr),
+        f"scan + dedup + view (the job's, {partitions} partitions)": deduplicate(
+            events, partitions
+        ).transform(ctr),
     }
     seconds = {}
     for name, frame in parts.items():

@@ -11,7 +11,7 @@ from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.sql import SparkSession
 
 from batch_layer.interval import Interval, IntervalError
-from batch_layer.job import MissingTableError, run
+from batch_layer.job import MissingTableError, dedup_partitions, deduplicate, interval_events, run
 from lake.settings import LakeSettings
 from tests.events_helper import archive, event
 
@@ -61,6 +61,59 @@ def test_counts_are_exact_deduplicated_and_bounded(spark: SparkSession, lake: La
     assert row["view"] == "ctr"
     table = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table()
     assert set(table.column("run_id").to_pylist()) == {result.run_id}
+
+
+def test_of_copies_that_differ_the_first_archived_counts(
+    spark: SparkSession, lake: LakeSettings
+) -> None:
+    """Copies of one event_id with different contents: the lowest (ingest time, Kafka
+    partition, offset) is the one counted, whatever order the files list them in."""
+
+    def copy(
+        ad: str, minute: float, ingested: float, partition: int, offset: int
+    ) -> dict[str, object]:
+        row = event("x", "impression", at(minute), ad=ad, offset=offset)
+        return {**row, "kafka_partition": partition, "ingest_time": at(ingested)}
+
+    archive(spark, lake, [copy("late", 1, 9, 0, 0)])
+    archive(spark, lake, [copy("tie-later-offset", 2, 5, 1, 8), copy("earliest", 3, 5, 1, 7)])
+    archive(spark, lake, [copy("tie-later-partition", 4, 5, 2, 0)])
+    # A second event, whose only copy ingested last, is counted too.
+    archive(spark, lake, [event("y", "click", at(6), ad="other")])
+    run(spark, HOUR, lake=lake)
+    assert view(lake) == [(at(3), "earliest", 1, 0), (at(6), "other", 0, 1)]
+
+
+def test_the_dedup_sorts_each_row_once_in_partitions_sized_by_the_input(
+    spark: SparkSession, lake: LakeSettings
+) -> None:
+    """No partial first-row-per-id (and its sort of every row) before the exchange by
+    event_id: Spark plans one when the window's input is not exchanged by event_id already."""
+    archive(
+        spark, lake, [event("a", "impression", at(0)), event("a", "impression", at(0), offset=1)]
+    )
+    events, partitions = interval_events(spark, lake.events, DeltaTable(lake.events), HOUR)
+    plan = deduplicate(events, partitions)._jdf.queryExecution().executedPlan().toString()
+    assert "WindowGroupLimit" in plan  # the limit after the exchange: first row per id
+    assert "Partial" not in plan
+    assert plan.count("Exchange hashpartitioning(event_id") == 1
+    assert partitions == spark.sparkContext.defaultParallelism  # a few KB: one per core
+    assert [r.kafka_offset for r in deduplicate(events, partitions).collect()] == [0]
+
+
+@pytest.mark.parametrize(
+    ("input_bytes", "parallelism", "partitions"),
+    [(0, 2, 2), (32 * 2**20, 2, 2), (347 * 2**20, 2, 11), (347 * 2**20, 16, 16)],
+)
+def test_dedup_partitions_hold_about_32_mib_of_input_each(
+    input_bytes: int, parallelism: int, partitions: int
+) -> None:
+    assert dedup_partitions(input_bytes, parallelism) == partitions
+
+
+def test_dedup_partitions_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="parallelism >= 1"):
+        dedup_partitions(1, 0)
 
 
 def test_late_events_count_when_their_interval_is_recomputed_and_reruns_are_identical(
