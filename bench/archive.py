@@ -11,10 +11,10 @@ SMALL_BATCH records (what a 10 s trigger sees at a few hundred events/s), the me
 duration (the per-commit overhead: master/events, master/rejected and master/arrivals). For
 both, the median per phase of a batch: Spark's trigger phases (``spark.*``; ``addBatch`` holds
 the writes) and the archiver's own: ``tasks``, the Spark job whose tasks read, parse and write
-the data files (and ``task.*``, what its tasks spent parsing, splitting valid from rejected
-rows, writing the files and counting the arrivals, summed over the tasks, which run side by
-side), then the driver's commits of master/events and master/rejected and the master/arrivals
-append.
+the data files (and ``task.*``, what its tasks spent parsing the records into events and
+rejected rows, concatenating their batches, writing the files and counting the arrivals,
+summed over the tasks, which run side by side), then the driver's commits of master/events
+and master/rejected and the master/arrivals append.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
 
 
 _ORDER = ("spark.latestOffset", "spark.queryPlanning", "spark.walCommit", "spark.getBatch",
-          "spark.addBatch", "tasks", "task.parse", "task.split", "task.write", "task.count",
+          "spark.addBatch", "tasks", "task.parse", "task.concat", "task.write", "task.count",
           "events_commit", "rejected_commit", "arrivals_write", "spark.commitOffsets",
           "spark.triggerExecution")  # fmt: skip
 

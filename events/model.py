@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -216,6 +216,51 @@ def validate(
     if isinstance(record, bytearray | memoryview):
         return _validate_bytes(bytes(record), reference_ms, rules)
     return _validate_object(record, reference_ms, rules)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """:func:`validate_many`'s answer: the valid records as events, the others' reasons, each
+    with its position among the records."""
+
+    events: list[Event]
+    valid_rows: list[int]
+    invalid_rows: list[int]
+    reasons: list[str]  # Invalid.reason of each invalid row
+
+
+def validate_many(
+    records: Sequence[bytes | bytearray | memoryview | str | Mapping[str, Any]],
+    references_ms: Sequence[int],
+    rules: ValidationRules = DEFAULT_RULES,
+) -> Verdicts:
+    """:func:`validate` of every record against its own reference time, in one loop.
+
+    The Spark jobs' parse: at a million records a batch, a call per record through
+    :func:`validate` and a verdict stored field by field cost as much as the decoding.
+    """
+    if len(records) != len(references_ms):
+        raise ValueError(
+            f"records and references_ms must have the same length, "
+            f"got {len(records)} and {len(references_ms)}"
+        )
+    events: list[Event] = []
+    valid_rows: list[int] = []
+    invalid_rows: list[int] = []
+    reasons: list[str] = []
+    keep, keep_row = events.append, valid_rows.append
+    for row, record in enumerate(records):
+        if type(record) is bytes:
+            result = _validate_bytes(record, references_ms[row], rules)
+        else:
+            result = validate(record, references_ms[row], rules)
+        if type(result) is Event:
+            keep(result)
+            keep_row(row)
+        else:
+            invalid_rows.append(row)
+            reasons.append(result.reason)  # type: ignore[union-attr]
+    return Verdicts(events, valid_rows, invalid_rows, reasons)
 
 
 def _validate_bytes(record: bytes, reference_ms: int, rules: ValidationRules) -> Event | Invalid:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from events.model import Invalid, validate
+from events.model import Event, validate_many
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -50,104 +53,136 @@ REJECTED_SCHEMA = pa.schema(
         ("kafka_timestamp", pa.timestamp("us", tz="UTC")),
     ]
 )
-# mapInArrow output: both kinds side by side; `reason` is null for valid events.
-PARSED_SCHEMA = pa.schema(
-    [f for f in EVENTS_SCHEMA if f.name not in ("kafka_partition", "kafka_offset")]
-    + list(REJECTED_SCHEMA)
-)
-_MS_PER_DAY = 86_400_000
+# The speed job's parse: every record, a master/events row (the event's columns null for a refused
+# record) and the reason it was refused (null for a valid event).
+PARSED_SCHEMA = pa.schema([*EVENTS_SCHEMA, ("reason", pa.string())])
 # The kafka-source columns a parse reads (Spark's ``timestampType`` and ``headers`` are not).
 KAFKA_COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
-def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function over Spark kafka-source batches (value, key, topic, partition,
-    offset, timestamp)."""
-    for batch in batches:
-        yield parse_batch(batch)
+@dataclass(frozen=True)
+class Parsed:
+    """The records of a Kafka-source batch as rows of master/events and master/rejected."""
+
+    events: pa.Table  # EVENTS_SCHEMA
+    rejected: pa.Table  # REJECTED_SCHEMA
 
 
-def parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    cols = _parse_values(
-        batch.column("value").to_pylist(),
-        batch.column("timestamp").cast(pa.int64()).to_pylist(),  # microseconds
-        now_ms=time.time_ns() // 1_000_000,
+def parse(batch: pa.RecordBatch, *, now_ms: int | None = None) -> Parsed:
+    """Validate every record of a Spark kafka-source batch (the :data:`KAFKA_COLUMNS`): the
+    valid events as master/events rows, the rest as master/rejected rows with the reason and the
+    raw bytes. ``now_ms`` caps each record's reference time (default: the clock)."""
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    values = batch.column("value")
+    references = _references_ms(batch.column("timestamp"), now_ms)
+    if values.null_count:
+        present = pc.indices_nonzero(pc.is_valid(values)).to_pylist()
+        verdicts = validate_many(values.take(present).to_pylist(), [references[i] for i in present])
+        valid = [present[i] for i in verdicts.valid_rows]
+        invalid = sorted([present[i] for i in verdicts.invalid_rows] + _nulls(values))
+        by_row = dict(
+            zip((present[i] for i in verdicts.invalid_rows), verdicts.reasons, strict=True)
+        )
+        reasons = [by_row.get(row, _NO_VALUE) for row in invalid]
+    else:
+        verdicts = validate_many(values.to_pylist(), references)
+        valid, invalid, reasons = verdicts.valid_rows, verdicts.invalid_rows, verdicts.reasons
+    return Parsed(
+        _events_table(verdicts.events, _rows(batch, valid, _EVENT_KAFKA_COLUMNS)),
+        _rejected_table(_rows(batch, invalid, KAFKA_COLUMNS), reasons),
     )
-    rejected = pa.array([r is not None for r in cols["reason"]])
-    arrays = [_output_column(field, batch, cols, rejected) for field in PARSED_SCHEMA]
-    return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
 
 
-def _parse_values(
-    values: list[bytes | None], stamps: list[int | None], *, now_ms: int
-) -> dict[str, list[object]]:
-    """Validate every Kafka value: the parsed columns of :data:`PARSED_SCHEMA`, by name (the
-    event's fields, ``event_date``, ``reason`` and ``value``; the rest stay null)."""
-    n = len(values)
-    cols: dict[str, list[object]] = {name: [None] * n for name in PARSED_SCHEMA.names}
-    event_id, event_type, event_time = cols["event_id"], cols["event_type"], cols["event_time"]
-    impression, ad, campaign = cols["impression_id"], cols["ad_id"], cols["campaign_id"]
-    site, country, device = cols["site_id"], cols["country"], cols["device_type"]
-    user, version, date = cols["user_id"], cols["schema_version"], cols["event_date"]
-    reason, raw = cols["reason"], cols["value"]
-    for i, value in enumerate(values):
-        stamp_us = stamps[i]
-        reference_ms = min(stamp_us // 1000, now_ms) if stamp_us is not None else now_ms
-        if value is None:
-            reason[i] = "record: no value (a null Kafka record)"
-            continue
-        result = validate(value, reference_ms)
-        if isinstance(result, Invalid):
-            reason[i] = result.reason
-            raw[i] = value
-            continue
-        event_id[i] = result.event_id
-        event_type[i] = result.event_type
-        millis = result.event_time
-        event_time[i] = millis * 1000
-        impression[i] = result.impression_id
-        ad[i] = result.ad_id
-        campaign[i] = result.campaign_id
-        site[i] = result.site_id
-        country[i] = result.country
-        device[i] = result.device_type
-        user[i] = result.user_id
-        version[i] = result.schema_version
-        date[i] = millis // _MS_PER_DAY
-    return cols
+def _rows(batch: pa.RecordBatch, rows: list[int], columns: tuple[str, ...]) -> pa.RecordBatch:
+    """``columns`` of ``batch`` at ``rows`` (ascending)."""
+    chosen = batch.select(list(columns))
+    if len(rows) == batch.num_rows:
+        return chosen
+    return chosen.take(pa.array(rows, pa.int64()))
 
 
-# Output columns copied from the Kafka batch, and those kept only for rejected records.
-_FROM_KAFKA: Final = {
-    "ingest_time": "timestamp",
-    "kafka_topic": "topic",
-    "kafka_partition": "partition",
-    "kafka_offset": "offset",
-}
-_FROM_KAFKA_IF_REJECTED: Final = {"kafka_timestamp": "timestamp", "key": "key"}
+_NO_VALUE: Final = "record: no value (a null Kafka record)"
+_MS_PER_DAY = 86_400_000
+_STRING_FIELDS: Final = tuple(
+    f.name for f in EVENTS_SCHEMA if f.type == pa.string() and f.name in Event.__struct_fields__
+)
 
 
-def _output_column(
-    field: pa.Field, batch: pa.RecordBatch, cols: dict[str, list[object]], rejected: pa.Array
-) -> pa.Array:
-    name = field.name
-    if name in _FROM_KAFKA:
-        return batch.column(_FROM_KAFKA[name])
-    if name in _FROM_KAFKA_IF_REJECTED:
-        return pc.if_else(rejected, batch.column(_FROM_KAFKA_IF_REJECTED[name]), None)
-    if name == "event_time":
-        return pa.array(cols[name], pa.int64()).cast(field.type)
-    if name == "event_date":
-        return pa.array(cols[name], pa.int32()).cast(pa.date32())
-    return pa.array(cols[name], field.type)
+def _references_ms(stamps: pa.Array, now_ms: int) -> list[int]:
+    """Each record's reference time for the far-future check: its Kafka timestamp (ms, floored),
+    never later than ``now_ms``; ``now_ms`` when it has none."""
+    micros = stamps.cast(pa.int64()).fill_null(now_ms * 1000).to_numpy(zero_copy_only=False)
+    references: list[int] = np.minimum(np.floor_divide(micros, 1000), now_ms).tolist()
+    return references
 
 
-def split(parsed: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """(events rows, rejected rows) of parsed records, in the tables' schemas."""
-    valid = pc.is_null(parsed.column("reason"))
-    events = parsed.filter(valid).select(EVENTS_SCHEMA.names).cast(EVENTS_SCHEMA)
-    rejected = parsed.filter(pc.invert(valid)).select(REJECTED_SCHEMA.names).cast(REJECTED_SCHEMA)
-    return events, rejected
+def _nulls(values: pa.Array) -> list[int]:
+    rows: list[int] = pc.indices_nonzero(pc.is_null(values)).to_pylist()
+    return rows
+
+
+def _events_table(events: list[Event], kafka: pa.RecordBatch) -> pa.Table:
+    """master/events rows: ``events`` with the Kafka coordinates of their records (``kafka``,
+    row for row)."""
+    columns: dict[str, pa.Array] = {
+        name: pa.array(list(map(attrgetter(name), events)), pa.string()) for name in _STRING_FIELDS
+    }
+    millis = pa.array(list(map(attrgetter("event_time"), events)), pa.int64())
+    columns["event_time"] = pc.multiply(millis, 1000).cast(_TIMESTAMP)
+    columns["event_date"] = pc.divide(millis, _MS_PER_DAY).cast(pa.int32()).cast(pa.date32())
+    columns["schema_version"] = pa.array(
+        list(map(attrgetter("schema_version"), events)), pa.int32()
+    )
+    columns["kafka_partition"] = kafka.column("partition").cast(pa.int32())
+    columns["kafka_offset"] = kafka.column("offset").cast(pa.int64())
+    columns["ingest_time"] = kafka.column("timestamp").cast(_TIMESTAMP)
+    return pa.table([columns[f.name] for f in EVENTS_SCHEMA], schema=EVENTS_SCHEMA)
+
+
+def _rejected_table(kafka: pa.RecordBatch, reasons: list[str]) -> pa.Table:
+    """master/rejected rows: the refused records (``kafka``) with their ``reasons``."""
+    columns = {
+        "value": kafka.column("value"),
+        "key": kafka.column("key"),
+        "reason": pa.array(reasons, pa.string()),
+        "kafka_topic": kafka.column("topic"),
+        "kafka_partition": kafka.column("partition"),
+        "kafka_offset": kafka.column("offset"),
+        "kafka_timestamp": kafka.column("timestamp"),
+    }
+    return pa.table(columns).cast(REJECTED_SCHEMA)
+
+
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_EVENT_KAFKA_COLUMNS: Final = ("timestamp", "partition", "offset")
+
+
+def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over Spark kafka-source batches: :data:`PARSED_SCHEMA` rows, the
+    valid events first, then the refused records (the speed job)."""
+    for batch in batches:
+        yield from parse_batch(batch).to_batches()
+
+
+def parse_batch(batch: pa.RecordBatch) -> pa.Table:
+    """:func:`parse` as one table of :data:`PARSED_SCHEMA`: the valid events (``reason``
+    null), then the refused records (the event's columns null, the Kafka coordinates kept)."""
+    parsed = parse(batch)
+    rejected = parsed.rejected.rename_columns(
+        ["ingest_time" if n == "kafka_timestamp" else n for n in parsed.rejected.column_names]
+    )
+    return pa.concat_tables([_as_parsed(parsed.events), _as_parsed(rejected)])
+
+
+def _as_parsed(table: pa.Table) -> pa.Table:
+    """``table`` in :data:`PARSED_SCHEMA`, the columns it lacks null."""
+    n = table.num_rows
+    columns = [
+        table.column(f.name) if f.name in table.schema.names else pa.nulls(n, f.type)
+        for f in PARSED_SCHEMA
+    ]
+    return pa.table(columns, schema=PARSED_SCHEMA)
 
 
 def parse_records(raw: DataFrame) -> DataFrame:

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import orjson
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ from events.model import (
     Invalid,
     ValidationRules,
     validate,
+    validate_many,
 )
 from tests.event_cases import (
     REASON_PREFIX,
@@ -89,6 +91,34 @@ def test_mangled_records_never_raise(record: bytes) -> None:
 @given(st.binary(max_size=2000))
 def test_arbitrary_bytes_never_raise(record: bytes) -> None:
     check_outcome(validate(record, REF))
+
+
+@PROPERTY
+@given(
+    st.lists(
+        st.tuples(
+            mangled_records() | st.just(orjson.dumps(valid())) | st.binary(max_size=300),
+            st.integers(REF - 10**10, REF + 10**10),
+        ),
+        max_size=12,
+    )
+)
+def test_validate_many_gives_each_record_the_verdict_validate_gives_it(
+    records: list[tuple[bytes, int]],
+) -> None:
+    """The Spark jobs' batch form against the record form, each record with its own reference."""
+    verdicts = validate_many([r for r, _ in records], [ref for _, ref in records])
+    one_by_one = [validate(record, ref) for record, ref in records]
+    valid_rows = [i for i, v in enumerate(one_by_one) if isinstance(v, Event)]
+    assert verdicts.valid_rows == valid_rows
+    assert verdicts.events == [one_by_one[i] for i in valid_rows]
+    invalid = [(i, v.reason) for i, v in enumerate(one_by_one) if isinstance(v, Invalid)]
+    assert list(zip(verdicts.invalid_rows, verdicts.reasons, strict=True)) == invalid
+
+
+def test_validate_many_refuses_references_that_do_not_match_the_records() -> None:
+    with pytest.raises(ValueError, match="same length, got 2 and 1"):
+        validate_many([b"{}", b"{}"], [REF])
 
 
 @PROPERTY
