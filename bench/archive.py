@@ -4,17 +4,18 @@ plain Spark copy of the same topic into Parquet (no parsing, no Delta), in the s
 The events (with 1 % malformed records, which go to master/rejected) are produced into a fresh
 6-partition topic on a broker of its own; on a warm SparkSession (local[2]) the plain copy runs
 first, then the live-sized micro-batches below (which start the Python workers, as a running
-archiver has them), then the archiver with default settings, then the copy again (the better
-copy is the reference). The figure is records archived per second of the run; per-batch Spark
-timings show where the time goes. The live-sized micro-batches: SMALL_BATCHES batches of
-SMALL_BATCH records (what a 10 s trigger sees at a few hundred events/s), the median batch
-duration (the per-commit overhead: master/events, master/rejected and master/arrivals). For
-both, the median per phase of a batch: Spark's trigger phases (``spark.*``; ``addBatch`` holds
-the writes) and the archiver's own: ``tasks``, the Spark job whose tasks read, parse and write
-the data files (and ``task.*``, what its tasks spent parsing the records into events and
-rejected rows, concatenating their batches, writing the files and counting the arrivals,
-summed over the tasks, which run side by side), then the driver's commits of master/events
-and master/rejected and the master/arrivals append.
+archiver has them), then the archiver with default settings (into a lake of its own), the copy
+again and the archiver again: the better run of each side is its figure (records per second of
+the run), the copy's the reference. Per-batch Spark timings show where the time goes.
+
+The live-sized micro-batches: SMALL_BATCHES batches of SMALL_BATCH records (what a 10 s trigger
+sees at a few hundred events/s), the median batch duration (the per-commit overhead:
+master/events, master/rejected and master/arrivals). For both, the median per phase of a batch:
+Spark's trigger phases (``spark.*``; ``addBatch`` holds the writes) and the archiver's own:
+``tasks``, the Spark job whose tasks read, parse and write the data files (and ``task.*``, what
+its tasks spent parsing the records into events and rejected rows, concatenating their batches,
+writing the files and counting the arrivals, summed over the tasks, which run side by side),
+then the driver's commits of master/events and master/rejected and the master/arrivals append.
 """
 
 from __future__ import annotations
@@ -67,31 +68,24 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
                            malformed_fraction=0.01)  # fmt: skip
     with EventProducer(kafka, validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=events)
-    lake = LakeSettings(lake_root=work / "lake", checkpoint_root=work / "checkpoints")
     spark_settings = SparkSettings()
     spark = spark_session(spark_settings)
     copies = [_plain_copy(spark, kafka, work / "copy-1", events)]
     # First the live-sized batches: they also start the Python workers the bulk run then uses,
-    # as a running archiver's are (the copy's reference is warm too: the better of two).
+    # as a running archiver's are. Then the archiver and the copy in turn, twice: each side's
+    # better run is its figure (this machine's rates drift by a third within minutes).
     small = _small_batches(spark, kafka, work)
-    batches: list[StreamProgress] = []
-    print("bench archive: archiving (available-now) ...", flush=True)
-    started = time.perf_counter()
-    archived = run(
-        spark, kafka=kafka, lake=lake,
-        settings=ArchiverSettings(), available_now=True, on_progress=batches.append,
-    )  # fmt: skip
-    seconds = time.perf_counter() - started
-    stored = DeltaTable(lake.events).count() + DeltaTable(lake.rejected).count()
-    if archived != events or stored != events:
-        raise RuntimeError(f"archived {archived:,} and stored {stored:,} of {events:,} records")
-    rate = events / seconds
+    runs = [_archive(spark, kafka, work / "archive-1", events)]
     copies.append(_plain_copy(spark, kafka, work / "copy-2", events))
+    runs.append(_archive(spark, kafka, work / "archive-2", events))
+    seconds, batches = min(runs, key=lambda r: r[0])
+    rate = events / seconds
     copy_rate = events / min(copies)
     result = {
         "benchmark": "archive",
         "events": events,
         "seconds": round(seconds, 2),
+        "archive_seconds": [round(s, 2) for s, _ in runs],
         "events_per_s": round(rate),
         "copy_seconds": [round(c, 2) for c in copies],
         "copy_events_per_s": round(copy_rate),
@@ -107,9 +101,10 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     for b in batches:
         rate_b = b.processed_rows_per_second
         print(f"  batch {b.batch_id}: {b.input_rows:,} rows at {rate_b:,.0f} rows/s")
-    print(f"bench archive: {events:,} records in {seconds:.1f} s = {rate:,.0f} records/s; "
-          f"plain copy {copy_rate:,.0f} records/s; ratio {rate / copy_rate:.2f} "
-          "(goal >= 0.5)")  # fmt: skip
+    print(f"bench archive: {events:,} records in {seconds:.1f} s = {rate:,.0f} records/s "
+          f"(the better of {', '.join(f'{s:.1f}' for s, _ in runs)} s); plain copy "
+          f"{copy_rate:,.0f} records/s (the better of {', '.join(f'{c:.1f}' for c in copies)} s); "
+          f"ratio {rate / copy_rate:.2f} (goal >= 0.5)")  # fmt: skip
     median, count = small["median_batch_ms"], small["batches"]
     print(f"bench archive: micro-batches of {SMALL_BATCH:,} records: median {median:,.0f} ms "
           f"(of {count} after the first)")  # fmt: skip
@@ -135,6 +130,27 @@ _ORDER = ("spark.latestOffset", "spark.queryPlanning", "spark.walCommit", "spark
 
 def _phase_order(name: str) -> tuple[int, str]:
     return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
+
+
+def _archive(
+    spark: SparkSession, kafka: KafkaSettings, work: Path, events: int
+) -> tuple[float, list[StreamProgress]]:
+    """Seconds for the archiver to archive the whole topic into a lake of its own
+    (available-now, default settings), and its micro-batches."""
+    lake = LakeSettings(lake_root=work / "lake", checkpoint_root=work / "checkpoints")
+    batches: list[StreamProgress] = []
+    print("bench archive: archiving (available-now) ...", flush=True)
+    started = time.perf_counter()
+    archived = run(
+        spark, kafka=kafka, lake=lake,
+        settings=ArchiverSettings(), available_now=True, on_progress=batches.append,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    stored = DeltaTable(lake.events).count() + DeltaTable(lake.rejected).count()
+    if archived != events or stored != events:
+        raise RuntimeError(f"archived {archived:,} and stored {stored:,} of {events:,} records")
+    print(f"bench archive: archived in {seconds:.1f} s", flush=True)
+    return seconds, batches
 
 
 def _median_phases(batches: list[StreamProgress]) -> dict[str, float]:

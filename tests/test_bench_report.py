@@ -102,6 +102,18 @@ def test_each_benchmark_has_its_headline_and_goal() -> None:
     assert rows["serving"].goal == "p99 ≤ 50 ms and ≤ 2× floor; mix p99 ≤ 2× mix floor"
 
 
+def test_best_of_two_results_say_so() -> None:
+    archive = {**ARCHIVE, "archive_seconds": [29.4, 30.1], "copy_seconds": [13.3, 12.9]}
+    batch = {**BATCH, "spark_runs_seconds": [41.6, 44.0], "first_runs_ratio": 6.5}
+    archive_row, batch_row = report.summarize("archive", archive), report.summarize("batch", batch)
+    assert "2,000,000 records, the better of 2 runs; warm" in archive_row.measured
+    assert archive_row.reference.endswith("150,000 records/s (the better of 2)")
+    assert "10,000,000 events, the better of 2 runs each; first runs' ratio 6.50" in (
+        batch_row.measured
+    )
+    assert "better" not in report.summarize("batch", BATCH).measured
+
+
 def test_the_serving_goal_needs_the_distinct_mix_within_twice_its_floor_too() -> None:
     single_ok = {**SERVING, "api": {**SERVING["api"], "p99_ms": 45.0}}
     slow_mix = {**single_ok, "distinct_mix": {**SERVING["distinct_mix"], "p99_ratio": 2.4}}
