@@ -8,7 +8,8 @@ fresh 6-partition topics, after one untimed warm-up send, in ROUNDS interleaved 
 round both, the first alternating): the figure is the median of the rounds' ratios (each
 round's pair ran back to back, so a slow minute of the machine hits both), with the median
 rate of each. The project's time includes validating every record. kcat is Debian's (its own
-librdkafka).
+librdkafka). Each round also records CPU seconds: the sender's process (Python and librdkafka's
+threads; kcat's, as a child process) and the brokers' JVMs, which share the machine's cores.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,10 +68,10 @@ def _run(kcat: str, work: Path, events: int) -> dict[str, object]:
     size_mb = sum(len(v) for v, _ in payloads) / 1e6
     print(f"bench ingest: {size_mb:,.0f} MB of values, avg {size_mb * 1e6 / events:.0f} B")
 
-    with scratch_cluster(work / "one", brokers=1) as (kafka, _):
-        one = _compare(kcat, kafka, lines, payloads, "1 broker")
+    with scratch_cluster(work / "one", brokers=1) as (kafka, cluster):
+        one = _compare(kcat, kafka, cluster, lines, payloads, label="1 broker")
     with scratch_cluster(work / "three", brokers=3) as (kafka, cluster):
-        three = _compare(kcat, kafka, lines, payloads, "3 brokers")
+        three = _compare(kcat, kafka, cluster, lines, payloads, label="3 brokers")
         failover = [_failover(kafka, cluster) for _ in range(FAILOVERS)]
     print(
         f"bench ingest: failover after a leader's SIGKILL: "
@@ -95,14 +97,19 @@ def _run(kcat: str, work: Path, events: int) -> dict[str, object]:
 def _compare(
     kcat: str,
     kafka: KafkaSettings,
+    cluster: LocalKafka,
     lines: Path,
     payloads: Sequence[tuple[bytes, bytes]],
+    *,
     label: str,
 ) -> dict[str, Any]:
     events = len(payloads)
     settings = ProducerSettings()
     project: list[float] = []
     reference: list[float] = []
+    # CPU seconds per round: the sender's process (its Python and librdkafka's threads), and
+    # the brokers' JVMs. The machine's cores are shared by both, so the rates follow the sum.
+    cpu: dict[str, list[tuple[float, float]]] = {"project": [], "kcat": []}
     # A broker's first million records run slower (its JIT warms up): one untimed send first.
     with _fresh_topic(kafka, "bench-warm") as target:
         _time_kcat(kcat, target, lines, settings)
@@ -110,17 +117,23 @@ def _compare(
         # Alternate who goes first, so neither always meets the broker just after the other.
         order = ("kcat", "project") if round_ % 2 else ("project", "kcat")
         for who in order:
-            if who == "kcat":
-                with _fresh_topic(kafka, "bench-kcat") as target:
+            with _fresh_topic(kafka, f"bench-{who}") as target:
+                before = _cpu_seconds(cluster)
+                if who == "kcat":
                     seconds = _time_kcat(kcat, target, lines, settings)
-                    _check_count(target, events)
-                reference.append(events / seconds)
-            else:
-                with _fresh_topic(kafka, "bench-project") as target:
+                else:
                     seconds = _time_project(target, payloads, settings)
-                    _check_count(target, events)
-                project.append(events / seconds)
-            print(f"  {label}, round {round_}: {who:<8} {events / seconds:>10,.0f} events/s")
+                after = _cpu_seconds(cluster)
+                _check_count(target, events)
+            (reference if who == "kcat" else project).append(events / seconds)
+            sender = after["children" if who == "kcat" else "self"]
+            sender -= before["children" if who == "kcat" else "self"]
+            brokers = after["brokers"] - before["brokers"]
+            cpu[who].append((sender, brokers))
+            print(
+                f"  {label}, round {round_}: {who:<8} {events / seconds:>10,.0f} events/s; CPU "
+                f"{sender:.2f} s sender, {brokers:.2f} s broker(s)"
+            )
     ratios = [p / k for p, k in zip(project, reference, strict=True)]
     ratio = statistics.median(ratios)
     median_project, median_kcat = statistics.median(project), statistics.median(reference)
@@ -129,7 +142,22 @@ def _compare(
         f"{median_kcat:,.0f} events/s (medians of {ROUNDS} interleaved rounds); ratio "
         f"{ratio:.2f} (median of the rounds' {', '.join(f'{r:.2f}' for r in ratios)})"
     )
+    cpu_per_million = {
+        who: {
+            "sender_s": round(statistics.median(c[0] for c in runs) * 1e6 / events, 2),
+            "brokers_s": round(statistics.median(c[1] for c in runs) * 1e6 / events, 2),
+        }
+        for who, runs in cpu.items()
+    }
+    print(
+        f"bench ingest ({label}): CPU seconds per million events (medians): "
+        + "; ".join(
+            f"{who} {c['sender_s']:.2f} sender + {c['brokers_s']:.2f} broker(s)"
+            for who, c in cpu_per_million.items()
+        )
+    )
     return {
+        "cpu_per_million_s": cpu_per_million,
         "project_events_per_s": round(median_project),
         "kcat_events_per_s": round(median_kcat),
         "ratio": round(ratio, 3),
@@ -173,6 +201,28 @@ def _time_kcat(kcat: str, kafka: KafkaSettings, lines: Path, settings: ProducerS
     started = time.perf_counter()
     subprocess.run(command, check=True)
     return time.perf_counter() - started
+
+
+def _cpu_seconds(cluster: LocalKafka) -> dict[str, float]:
+    """CPU seconds so far of this process (its threads: Python and librdkafka's), of its
+    finished children (kcat), and of the cluster's running broker JVMs."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ticks = os.sysconf("SC_CLK_TCK")
+    brokers = 0.0
+    for pid in cluster.state().pids.values():
+        if pid is None:
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # stopped since
+        brokers += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return {
+        "self": me.ru_utime + me.ru_stime,
+        "children": children.ru_utime + children.ru_stime,
+        "brokers": brokers,
+    }
 
 
 def _check_count(kafka: KafkaSettings, expected: int) -> None:
