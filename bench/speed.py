@@ -111,7 +111,8 @@ class ApiWatcher(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=15)
+        if self.is_alive():  # never started when the job or the API did not come up
+            self.join(timeout=15)
 
 
 def main(events: int | None = None) -> dict[str, object]:
