@@ -58,6 +58,15 @@ REJECTED_SCHEMA = pa.schema(
 PARSED_SCHEMA = pa.schema([*EVENTS_SCHEMA, ("reason", pa.string())])
 # The kafka-source columns a parse reads (Spark's ``timestampType`` and ``headers`` are not).
 KAFKA_COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp")
+# What a master/events row takes from its Kafka record, and the reason a null record gets.
+_EVENT_KAFKA_COLUMNS: Final = ("timestamp", "partition", "offset")
+_NO_VALUE: Final = "record: no value (a null Kafka record)"
+# The event's string fields, as master/events names them.
+_STRING_FIELDS: Final = tuple(
+    f.name for f in EVENTS_SCHEMA if f.type == pa.string() and f.name in Event.__struct_fields__
+)
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_MS_PER_DAY: Final = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -100,13 +109,6 @@ def _rows(batch: pa.RecordBatch, rows: list[int], columns: tuple[str, ...]) -> p
     if len(rows) == batch.num_rows:
         return chosen
     return chosen.take(pa.array(rows, pa.int64()))
-
-
-_NO_VALUE: Final = "record: no value (a null Kafka record)"
-_MS_PER_DAY = 86_400_000
-_STRING_FIELDS: Final = tuple(
-    f.name for f in EVENTS_SCHEMA if f.type == pa.string() and f.name in Event.__struct_fields__
-)
 
 
 def _references_ms(stamps: pa.Array, now_ms: int) -> list[int]:
@@ -152,10 +154,6 @@ def _rejected_table(kafka: pa.RecordBatch, reasons: list[str]) -> pa.Table:
         "kafka_timestamp": kafka.column("timestamp"),
     }
     return pa.table(columns).cast(REJECTED_SCHEMA)
-
-
-_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
-_EVENT_KAFKA_COLUMNS: Final = ("timestamp", "partition", "offset")
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
