@@ -68,15 +68,15 @@ class BatchRun:
     rows_written: int
 
 
-def deduplicate(events: DataFrame, partitions: int | None = None) -> DataFrame:
+def deduplicate(events: DataFrame, partitions: int) -> DataFrame:
     """One row per event_id: the first one archived (lowest ingest time, then Kafka
     partition and offset), so the choice does not depend on how Spark splits the work.
 
-    The rows are exchanged by ``event_id`` into ``partitions`` (default: the session's shuffle
-    partitions) before the window. Left to itself, Spark plans a partial "first row per id"
-    (WindowGroupLimit) in front of that exchange, which sorts every row to drop the rare later
-    copies; an exchange the window's partitioning already satisfies makes it redundant. Each
-    partition's rows are then sorted in memory: :func:`dedup_partitions` sizes them.
+    The rows are exchanged by ``event_id`` into ``partitions`` before the window. Left to
+    itself, Spark plans a partial "first row per id" (WindowGroupLimit) in front of that
+    exchange, which sorts every row to drop the rare later copies; an exchange the window's
+    partitioning already satisfies makes it redundant. Each partition's rows are then sorted in
+    memory: :func:`dedup_partitions` sizes them.
 
     Measured on the 10M-event benchmark (2 cores): this window (then with the partial limit, 4
     partitions) 19-24 s; ``min`` of a struct per id 25 s, ``dropDuplicates`` 27 s (and not
@@ -88,9 +88,7 @@ def deduplicate(events: DataFrame, partitions: int | None = None) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    spread = (
-        events.repartition(partitions, "event_id") if partitions else events.repartition("event_id")
-    )
+    spread = events.repartition(partitions, "event_id")
     first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
     return spread.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
 

@@ -84,19 +84,14 @@ def parse(batch: pa.RecordBatch, *, now_ms: int | None = None) -> Parsed:
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
     values = batch.column("value")
-    references = _references_ms(batch.column("timestamp"), now_ms)
-    if values.null_count:
-        present = pc.indices_nonzero(pc.is_valid(values)).to_pylist()
-        verdicts = validate_many(values.take(present).to_pylist(), [references[i] for i in present])
-        valid = [present[i] for i in verdicts.valid_rows]
-        invalid = sorted([present[i] for i in verdicts.invalid_rows] + _nulls(values))
-        by_row = dict(
-            zip((present[i] for i in verdicts.invalid_rows), verdicts.reasons, strict=True)
-        )
-        reasons = [by_row.get(row, _NO_VALUE) for row in invalid]
-    else:
-        verdicts = validate_many(values.to_pylist(), references)
-        valid, invalid, reasons = verdicts.valid_rows, verdicts.invalid_rows, verdicts.reasons
+    records = values.to_pylist()
+    verdicts = validate_many(records, _references_ms(batch.column("timestamp"), now_ms))
+    valid, invalid, reasons = verdicts.valid_rows, verdicts.invalid_rows, verdicts.reasons
+    if values.null_count:  # the validator refuses None as JSON; say what it is in Kafka terms
+        reasons = [
+            _NO_VALUE if records[row] is None else reason
+            for row, reason in zip(invalid, reasons, strict=True)
+        ]
     return Parsed(
         _events_table(verdicts.events, _rows(batch, valid, _EVENT_KAFKA_COLUMNS)),
         _rejected_table(_rows(batch, invalid, KAFKA_COLUMNS), reasons),
@@ -117,11 +112,6 @@ def _references_ms(stamps: pa.Array, now_ms: int) -> list[int]:
     micros = stamps.cast(pa.int64()).fill_null(now_ms * 1000).to_numpy(zero_copy_only=False)
     references: list[int] = np.minimum(np.floor_divide(micros, 1000), now_ms).tolist()
     return references
-
-
-def _nulls(values: pa.Array) -> list[int]:
-    rows: list[int] = pc.indices_nonzero(pc.is_null(values)).to_pylist()
-    return rows
 
 
 def _events_table(events: list[Event], kafka: pa.RecordBatch) -> pa.Table:
