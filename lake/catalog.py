@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
-from views.columns import DIMENSIONS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
 from views.definitions import DEFINITIONS, Definition
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _CTR_KEY: Final = [("bucket_start", TIMESTAMP), *((d, pa.string()) for d in DIMENSIONS)]
 _MEASURES: Final = [("impressions", pa.int64()), ("clicks", pa.int64())]
+_ATTRIBUTION: Final = [(name, pa.int64()) for name in ATTRIBUTION_MEASURES]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ BATCH_CTR: Final = Table(
     pa.schema([*_CTR_KEY, *_MEASURES, ("run_id", pa.string())]),
     "ctr_batch",
 )
+# The batch rows of a version with click attribution (views.ctr.attributed_ctr).
+ATTRIBUTED_SCHEMA: Final = pa.schema(
+    [*_CTR_KEY, *_MEASURES, *_ATTRIBUTION, ("run_id", pa.string())]
+)
 BATCH_COVERAGE: Final = Table(
     "batch/coverage",
     pa.schema(
@@ -96,9 +101,20 @@ BATCH_COVERAGE: Final = Table(
     ),
     "coverage",
 )
+# ``clicks`` are the click events (versions 1 and 2); ``attributed_clicks``, ``orphan_clicks``
+# and ``repeat_clicks`` the speed layer's approximation of version 3's (speed_layer.job).
 SPEED_CTR: Final = Table(
     "speed/ctr",
-    pa.schema([*_CTR_KEY, *_MEASURES, ("updated_at", TIMESTAMP)]),
+    pa.schema(
+        [
+            *_CTR_KEY,
+            *_MEASURES,
+            ("attributed_clicks", pa.int64()),
+            ("orphan_clicks", pa.int64()),
+            ("repeat_clicks", pa.int64()),
+            ("updated_at", TIMESTAMP),
+        ]
+    ),
     "ctr_speed",
     summed_by=tuple(name for name, _ in _CTR_KEY),
 )
@@ -169,13 +185,14 @@ VIEW_REGISTRY: Final = Table(
 
 def batch_table(definition: Definition) -> Table:
     """The batch rows of a view version: ``batch/ctr`` for version 1, ``batch/ctr_vN`` after
-    (same schema; coverage rows of every version share ``batch/coverage``, keyed by
-    ``Definition.key`` in its ``view`` column)."""
+    (same schema, plus the attribution measures for a version with attribution; coverage rows
+    of every version share ``batch/coverage``, keyed by ``Definition.key`` in its ``view``
+    column)."""
     if definition.version == 1:
         return BATCH_CTR
     return Table(
         f"batch/{definition.view}_v{definition.version}",
-        BATCH_CTR.schema,
+        ATTRIBUTED_SCHEMA if definition.attribution else BATCH_CTR.schema,
         f"{definition.view}_batch_v{definition.version}",
     )
 

@@ -7,3 +7,11 @@ from typing import Final
 
 DIMENSIONS: Final = ("campaign_id", "ad_id", "site_id", "country", "device_type")
 CTR_COLUMNS: Final = ("bucket_start", *DIMENSIONS, "impressions", "clicks")
+# What a version with click attribution counts besides impressions and (attributed) clicks:
+# every valid click event (deduplicated by event id) in its own bucket, the clicks with no
+# impression within the window (in the click's bucket), and the clicks after an impression's
+# first one (in the impression's bucket).
+ATTRIBUTION_MEASURES: Final = ("raw_clicks", "orphan_clicks", "repeat_clicks")
+# Every version's row fields: a version without attribution has raw_clicks = clicks and no
+# orphan or repeat counts (null).
+MEASURES: Final = ("impressions", "clicks", *ATTRIBUTION_MEASURES)

@@ -5,11 +5,17 @@ base view of :mod:`views.ctr`; a later version is the base view over the events 
 keeps. ``where`` is a predicate on the event dimensions in the SQL that Spark and DuckDB both
 read, so the batch job applies it to events, and the serving layer to the speed layer's and the
 late arrivals' rows (counted per dimensions, so the same filter keeps the same events).
+Version 3 counts clicks differently: ``attribution`` is the window after an impression in
+which a click is credited to it (:func:`views.ctr.attributed_ctr`), so ``clicks`` are the
+impressions that were clicked, in the impression's bucket and dimensions, and the version has
+the :data:`views.columns.ATTRIBUTION_MEASURES` as well. The window belongs to the version: a
+deployment that needs another one adds a version with it here.
 Engine-free: the CLI, the API and the DAGs read it without importing Spark.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,6 +30,9 @@ class Definition:
     version: int
     summary: str
     where: str | None = None  # events (and view rows) the version counts; None: all
+    # Clicks credited to their impression within this time after it; None: every click event
+    # counts in its own bucket (versions 1 and 2).
+    attribution: dt.timedelta | None = None
 
     @property
     def key(self) -> str:
@@ -39,7 +48,16 @@ DEFINITIONS: Final = (
         "as version 1, without devices the ad servers could not classify (device_type 'other')",
         where="device_type <> 'other'",
     ),
+    Definition(
+        "ctr",
+        3,
+        "every event, clicks attributed to their impression within 1 hour: clicks <= impressions; "
+        "raw, orphan and repeat clicks counted apart",
+        attribution=dt.timedelta(hours=1),
+    ),
 )
+# What a new lake publishes first (a lake with history keeps its version until a publish).
+NEWEST: Final = {d.view: d.version for d in DEFINITIONS}
 
 
 def definition(view: str, version: int) -> Definition:
