@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from batch_layer.interval import Interval
-from lake.arrivals import forget_counted
+from lake.arrivals import forget_counted, forget_settled
 from lake.catalog import BATCH_COVERAGE, BATCH_DRIFT, SPEED_CTR, SPEED_LATE, batch_table
 from lake.coverage import Coverage
 from lake.coverage_log import CoverageRow, record
@@ -29,7 +29,7 @@ from lake.maintenance import covered_intervals
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from runtime.formats import is_commit_conflict, read_delta, write_delta
-from views.ctr import ctr
+from views.ctr import attributed_ctr, ctr
 from views.definitions import Definition
 
 if TYPE_CHECKING:
@@ -172,11 +172,27 @@ def compute_view(
     run_id = (
         run_id or f"{prefix}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
     )
-    events, partitions = interval_events(spark, path, table, interval)
-    if definition.where:
-        events = events.where(definition.where)
-    view = deduplicate(events, partitions).transform(ctr).withColumn("run_id", F.lit(run_id))
-    return view, version, run_id
+    window = definition.attribution
+    if window is None:
+        events, partitions = interval_events(spark, path, table, interval)
+        if definition.where:
+            events = events.where(definition.where)
+        view = deduplicate(events, partitions).transform(ctr)
+    else:
+        # A click up to the window after an impression of the interval is credited to it, and
+        # a click of the interval is an orphan only without an impression up to the window
+        # before it: the events of the interval widened by the window on both sides, the
+        # rows of the interval kept.
+        widened = Interval(interval.start - window, interval.end + window)
+        events, partitions = interval_events(spark, path, table, widened)
+        if definition.where:
+            events = events.where(definition.where)
+        view = (
+            deduplicate(events, partitions)
+            .transform(lambda deduplicated: attributed_ctr(deduplicated, window))
+            .where(interval.sql_predicate("bucket_start"))
+        )
+    return view.withColumn("run_id", F.lit(run_id)), version, run_id
 
 
 def interval_events(
@@ -238,7 +254,18 @@ def _run_once(
     # (a version being built, or one to roll back to, keeps them: see lake.staleness).
     if read_registry(lake).live(definition.view) == (definition,):
         where = interval.sql_predicate("bucket_start")
-        if not forget_counted(spark, lake, where=where, input_version=version):
+        if definition.attribution is not None:
+            forgotten = forget_settled(
+                spark,
+                lake,
+                view=definition.key,
+                start=interval.start,
+                end=interval.end,
+                window=definition.attribution,
+            )
+        else:
+            forgotten = forget_counted(spark, lake, where=where, input_version=version)
+        if not forgotten:
             on_step(
                 "master/arrivals kept changing under the clean-up: the arrivals this run "
                 "counted stay (not stale; the next run over these minutes removes them)"
@@ -274,13 +301,20 @@ def record_drift(
     in_fresh = fresh.sql_predicate("bucket_start")
     if definition.where:  # the speed layer counts every event; this version counts fewer
         in_fresh = f"{in_fresh} AND ({definition.where})"
+    # The speed layer's estimate of the version's clicks: its credited clicks for a version
+    # with attribution (null in rows written before it counted them).
+    speed = read_delta(spark, speed_path)
+    speed_clicks = (
+        F.coalesce(F.col("attributed_clicks"), F.lit(0))
+        if definition.attribution is not None and "attributed_clicks" in speed.columns
+        else F.col("clicks")
+    )
     counted = (
-        read_delta(spark, speed_path)
-        .where(in_fresh)
+        speed.where(in_fresh)
         .groupBy("bucket_start")
         .agg(
             F.sum("impressions").alias("speed_impressions"),
-            F.sum("clicks").alias("speed_clicks"),
+            F.sum(speed_clicks).alias("speed_clicks"),
         )
     )
     seen = counted.select("bucket_start")

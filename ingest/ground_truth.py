@@ -8,7 +8,7 @@ against it.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -31,12 +31,18 @@ Key = tuple[int, str, str, str, str, str]
 
 
 class GroundTruth:
-    """Counts per (bucket_start_ms, campaign_id, ad_id, site_id, country, device_type)."""
+    """Counts per (bucket_start_ms, campaign_id, ad_id, site_id, country, device_type).
 
-    def __init__(self) -> None:
+    With ``keep_events``, it also keeps the events, for :func:`attributed` (tests: the events
+    of a long stream do not fit in memory)."""
+
+    def __init__(self, *, keep_events: bool = False) -> None:
         self.counts: dict[Key, list[int]] = {}
+        self.events: list[Event] | None = [] if keep_events else None
 
     def add(self, event: Event) -> None:
+        if self.events is not None:
+            self.events.append(event)
         key = (
             event.event_time - event.event_time % BUCKET_MS,
             event.campaign_id,
@@ -74,6 +80,59 @@ class GroundTruth:
                 writer.writerow([format_bucket(bucket_ms), *dims, impressions, clicks])
                 rows += 1
         return rows
+
+
+def attributed(events: Iterable[Event], window_ms: int) -> dict[Key, tuple[int, ...]]:
+    """Version 3 of the view, by its definition, in plain Python: per key (impressions,
+    clicks, raw_clicks, orphan_clicks, repeat_clicks) of distinct ``events``.
+
+    A click is credited to the first impression event (event time, then event id) carrying
+    its impression id when it happened in [that impression's time, + ``window_ms``]; clicks are
+    the impressions with a credited click, in the impression's bucket and dimensions, repeats
+    the credited clicks after the first; a click credited to none is an orphan in its own
+    bucket; raw clicks are every click in its own bucket.
+    """
+    first: dict[str, Event] = {}
+    for event in events:
+        if event.event_type == "impression":
+            known = first.get(event.impression_id)
+            if known is None or (event.event_time, event.event_id) < (
+                known.event_time,
+                known.event_id,
+            ):
+                first[event.impression_id] = event
+    cells: dict[Key, list[int]] = {}
+    credited: dict[str, int] = {}
+
+    def cell(event: Event) -> list[int]:
+        return cells.setdefault(_key(event), [0, 0, 0, 0, 0])
+
+    for event in events:
+        if event.event_type == "impression":
+            cell(event)[0] += 1
+            continue
+        cell(event)[2] += 1
+        shown = first.get(event.impression_id)
+        if shown is None or not 0 <= event.event_time - shown.event_time <= window_ms:
+            cell(event)[3] += 1
+            continue
+        credited[shown.impression_id] = credited.get(shown.impression_id, 0) + 1
+    for impression_id, n in credited.items():
+        counts = cell(first[impression_id])
+        counts[1] += 1
+        counts[4] += n - 1
+    return {key: tuple(counts) for key, counts in cells.items()}
+
+
+def _key(event: Event) -> Key:
+    return (
+        event.event_time - event.event_time % BUCKET_MS,
+        event.campaign_id,
+        event.ad_id,
+        event.site_id,
+        event.country,
+        event.device_type,
+    )
 
 
 def format_bucket(epoch_ms: int) -> str:

@@ -4,7 +4,9 @@ Campaigns, ads and sites have Zipf-like popularity; countries and devices follow
 each ad has a true CTR between 0.2 % and 5 %; a click follows its impression after seconds to
 minutes. On request the stream carries duplicates (the same record resent), late events
 (event_time minutes to hours old) and malformed records, each at its configured share of all
-records. Everything is drawn from one seeded RNG, so a seed and a start time fix the stream.
+records; repeated clicks (a clicked impression clicked again, seconds later) and orphan clicks
+(a click naming an impression never sent), each at its share of the clicks. Everything is
+drawn from one seeded RNG, so a seed and a start time fix the stream.
 
 The generator keeps a virtual clock that advances ``1 / events_per_second`` per record; the
 caller paces it against the wall clock (``ctr produce --rate``) or not.
@@ -78,9 +80,14 @@ class TrafficConfig:
     duplicate_fraction: float = 0.0
     late_fraction: float = 0.0
     malformed_fraction: float = 0.0
+    # Shares of the clicks: clicked once more (seconds after the click), and followed by a
+    # click naming an impression nobody sent.
+    repeat_click_fraction: float = 0.0
+    orphan_click_fraction: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("duplicate_fraction", "late_fraction", "malformed_fraction"):
+        fractions = ("duplicate_fraction", "late_fraction", "malformed_fraction")
+        for name in (*fractions, "repeat_click_fraction", "orphan_click_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
@@ -225,11 +232,27 @@ class TrafficGenerator:
                 event_type="click",
                 event_time=click_time,
             )
-            # A late impression's click arrives late with it; a live one when it happens.
-            due = now if late else click_time
-            pending = Record(click.to_json(), click.key, "event", due, click, late)
-            heapq.heappush(self._pending, (due, next(self._seq), pending))
+            self._click_later(click, now if late else click_time, late)
+            if rng.random() < cfg.repeat_click_fraction:
+                again = click_time + int(_log_uniform(rng, 1.0, 30.0) * 1000)
+                repeat = struct_replace(
+                    click, event_id=f"evt-{rng.getrandbits(96):024x}", event_time=again
+                )
+                self._click_later(repeat, now if late else again, late)
+            if rng.random() < cfg.orphan_click_fraction:
+                orphan = struct_replace(
+                    click,
+                    event_id=f"evt-{rng.getrandbits(96):024x}",
+                    impression_id=f"imp-{rng.getrandbits(96):024x}",
+                )
+                self._click_later(orphan, now if late else click_time, late)
         return Record(event.to_json(), event.key, "event", now, event, late)
+
+    def _click_later(self, click: Event, due: int, late: bool) -> None:
+        """Send ``click`` once the clock reaches ``due`` (a late impression's clicks arrive
+        late with it; a live one's when they happen)."""
+        pending = Record(click.to_json(), click.key, "event", due, click, late)
+        heapq.heappush(self._pending, (due, next(self._seq), pending))
 
     def _malformed(self, now: int) -> Record:
         rng = self.rng

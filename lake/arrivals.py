@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lake.append_table import AppendTable
-from lake.catalog import MASTER_ARRIVALS
+from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS
 from lake.settings import LakeSettings
 from runtime.formats import is_commit_conflict
 
@@ -69,12 +69,76 @@ def forget_counted(
     conflicting with the delete ``attempts`` times. Leaving them is safe: arrivals at or below
     a covering run's input version are never stale (:mod:`lake.staleness`), and the next run
     covering those minutes deletes them."""
+    condition = f"({where}) AND events_version <= {int(input_version)}"
+    return _delete(spark, MASTER_ARRIVALS.path(lake), condition, attempts)
+
+
+def forget_settled(
+    spark: SparkSession,
+    lake: LakeSettings,
+    *,
+    view: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    window: dt.timedelta,
+    attempts: int = 5,
+) -> bool:
+    """:func:`forget_counted` for a version with click attribution (``view``, its key), after
+    its run over [start, end): an arrival changes the buckets up to ``window`` either side of
+    its own (:func:`lake.staleness.stale_marks_sql`), so it is deleted only once every covered
+    bucket in that reach was recomputed from a master/events version that holds it. Looks at
+    the arrivals up to ``window`` around the interval (those the run may have settled for its
+    neighbours too); the arrivals of buckets no run covers stay. False if the archiver's
+    appends kept conflicting with the delete."""
+    minute = dt.timedelta(minutes=1)
+    reach = -(-window // minute)
+    first = start - 2 * reach * minute
+    versions = _covering_versions(lake, view, first, end + 2 * reach * minute)
+    condition = []
+    for i in range(reach, len(versions) - reach):
+        near = [v for v in versions[i - reach : i + reach + 1] if v is not None]
+        if versions[i] is not None:  # a bucket no run covers keeps its arrivals
+            bucket = first + i * minute
+            condition.append(
+                f"(bucket_start = TIMESTAMP '{bucket:%Y-%m-%d %H:%M:%S}+00:00' "
+                f"AND events_version <= {min(near)})"
+            )
+    if not condition:
+        return True
+    return _delete(spark, MASTER_ARRIVALS.path(lake), " OR ".join(condition), attempts)
+
+
+def _covering_versions(
+    lake: LakeSettings, view: str, start: dt.datetime, end: dt.datetime
+) -> list[int | None]:
+    """Per minute of [start, end): the newest master/events version a run of ``view`` covering
+    it read (None: no run covers it)."""
+    from deltalake import DeltaTable
+
+    minute = dt.timedelta(minutes=1)
+    versions: list[int | None] = [None] * ((end - start) // minute)
+    path = BATCH_COVERAGE.path(lake)
+    if not DeltaTable.is_deltatable(path):
+        return versions
+    columns = ["view", "interval_start", "interval_end", "input_version"]
+    for row in DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist():
+        if row["view"] != view:
+            continue
+        lo = max(0, -(-(row["interval_start"].astimezone(dt.UTC) - start) // minute))
+        hi = min(len(versions), -(-(row["interval_end"].astimezone(dt.UTC) - start) // minute))
+        for i in range(lo, hi):
+            current = versions[i]
+            versions[i] = (
+                row["input_version"] if current is None else max(current, row["input_version"])
+            )
+    return versions
+
+
+def _delete(spark: SparkSession, path: str, condition: str, attempts: int) -> bool:
     from delta.tables import DeltaTable
 
-    path = MASTER_ARRIVALS.path(lake)
     if not DeltaTable.isDeltaTable(spark, path):
         return True
-    condition = f"({where}) AND events_version <= {int(input_version)}"
     for attempt in range(1, attempts + 1):
         try:
             DeltaTable.forPath(spark, path).delete(condition)

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lake.catalog import BATCH_COVERAGE, BATCH_CTR, MASTER_ARRIVALS, batch_table
+from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, batch_table
 from lake.coverage import Coverage
 from lake.registry import read_registry
 from lake.settings import LakeSettings
@@ -31,22 +31,102 @@ HOUR: Final = dt.timedelta(hours=1)
 MINUTE: Final = dt.timedelta(minutes=1)
 
 
-def stale_sql(*, arrivals: str, coverage: str, batch: str, view: str = "ctr") -> str:
+def stale_sql(
+    *,
+    arrivals: str,
+    coverage: str,
+    batch: str,
+    view: str = "ctr",
+    attribution: dt.timedelta | None = None,
+) -> str:
     """SELECT of the arrivals rows no covering batch run of ``view`` (a view version's key,
     ``ctr`` or ``ctr@v2``) has counted: bucket_start, the dimensions, impressions, clicks,
-    stale_events (impressions + clicks), archived_at.
+    raw_clicks, orphan_clicks, repeat_clicks, stale_events (impressions + click events),
+    archived_at.
 
     ``arrivals``, ``coverage`` and ``batch`` are trusted relation names (``master/arrivals``,
     ``batch/coverage`` and the version's batch rows); only covered buckets can be stale. A
     bucket whose batch rows come from a run not recorded in ``coverage`` yet (a recompute
     between its two commits) has none: those rows are newer than every recorded run, and
     adding the arrivals again would count them twice.
+
+    The arrivals count click events in their own bucket. Without ``attribution`` those are the
+    version's clicks (and raw_clicks; no orphan or repeat counts: NULL). With it (version 3),
+    a late click's impression is unknown until the recompute: it adds to raw_clicks only
+    (clicks, orphan and repeat clicks 0), so clicks never pass impressions. The buckets a late
+    click or impression changes besides its own are :func:`stale_marks_sql`'s.
     """
-    if not view.replace("@", "").replace("_", "").isalnum():
-        raise ValueError(f"'view' must be a view key like ctr or ctr@v2, got {view!r}")
+    _check_view(view)
     dims = ", ".join(f"a.{d}" for d in DIMENSIONS)
+    if attribution is None:
+        measures = "a.clicks, a.clicks AS raw_clicks, NULL::BIGINT AS orphan_clicks, "
+        measures += "NULL::BIGINT AS repeat_clicks"
+    else:
+        measures = "0::BIGINT AS clicks, a.clicks AS raw_clicks, 0::BIGINT AS orphan_clicks, "
+        measures += "0::BIGINT AS repeat_clicks"
     return f"""
         WITH buckets AS (SELECT DISTINCT bucket_start FROM {arrivals}),
+        {_exact_sql(coverage, batch, view)}
+        SELECT a.bucket_start, {dims}, a.impressions, {measures},
+               a.impressions + a.clicks AS stale_events, a.archived_at
+        FROM {arrivals} a JOIN exact e ON a.bucket_start = e.bucket_start
+        WHERE a.events_version > e.input_version
+          AND a.bucket_start NOT IN (SELECT bucket_start FROM pending)
+    """
+
+
+def stale_marks_sql(
+    *, arrivals: str, coverage: str, batch: str, view: str, attribution: dt.timedelta
+) -> str:
+    """SELECT of the covered buckets a version with click ``attribution`` must recompute
+    because of arrivals in *other* buckets: bucket_start, stale_events, archived_at.
+
+    A click is credited to its impression, up to ``attribution`` before it, and a click with no
+    impression in that window is an orphan: so a late click may change any bucket in
+    [its bucket - window, its bucket], and a late impression any bucket in [its bucket, its
+    bucket + window] (its clicks stop being orphans). Such a bucket is stale when the run
+    covering it read an older master/events version than the arrival's. ``stale_events`` are
+    the arrivals' events that may change it (a click counts in each bucket it may belong to).
+    Per bucket and master/events version, without dimensions (the arrival's dimensions are the
+    impression's, but which minute is not known), so it stays small: :func:`stale_buckets_sql`
+    adds it to the buckets' own stale arrivals.
+    """
+    _check_view(view)
+    window = int(attribution.total_seconds() // 60)
+    return f"""
+        WITH arrived AS (
+            SELECT bucket_start, events_version, sum(impressions) AS impressions,
+                   sum(clicks) AS clicks, min(archived_at) AS archived_at
+            FROM {arrivals} GROUP BY bucket_start, events_version
+        ),
+        buckets AS (
+            SELECT DISTINCT unnest(generate_series(
+                       bucket_start - INTERVAL {window} MINUTE,
+                       bucket_start + INTERVAL {window} MINUTE,
+                       INTERVAL 1 MINUTE)) AS bucket_start
+            FROM (SELECT DISTINCT bucket_start FROM arrived)
+        ),
+        {_exact_sql(coverage, batch, view)}
+        SELECT e.bucket_start,
+               sum(CASE WHEN e.bucket_start < a.bucket_start THEN a.clicks ELSE a.impressions END)
+                   AS stale_events,
+               min(a.archived_at) AS archived_at
+        FROM arrived a JOIN exact e
+          ON (a.clicks > 0 AND e.bucket_start >= a.bucket_start - INTERVAL {window} MINUTE
+              AND e.bucket_start < a.bucket_start)
+          OR (a.impressions > 0 AND e.bucket_start > a.bucket_start
+              AND e.bucket_start <= a.bucket_start + INTERVAL {window} MINUTE)
+        WHERE a.events_version > e.input_version
+          AND e.bucket_start NOT IN (SELECT bucket_start FROM pending)
+        GROUP BY e.bucket_start
+    """
+
+
+def _exact_sql(coverage: str, batch: str, view: str) -> str:
+    """CTEs ``exact`` (per bucket of a ``buckets`` CTE that a run of ``view`` covers: the
+    newest input version of those runs) and ``pending`` (buckets whose batch rows come from a
+    run not recorded yet)."""
+    return f"""
         exact AS (
             SELECT b.bucket_start, max(c.input_version) AS input_version
             FROM buckets b JOIN {coverage} c
@@ -58,21 +138,24 @@ def stale_sql(*, arrivals: str, coverage: str, batch: str, view: str = "ctr") ->
             SELECT DISTINCT t.bucket_start FROM {batch} t
             WHERE t.bucket_start IN (SELECT bucket_start FROM exact)
               AND t.run_id NOT IN (SELECT run_id FROM {coverage} WHERE view = '{view}')
-        )
-        SELECT a.bucket_start, {dims}, a.impressions, a.clicks,
-               a.impressions + a.clicks AS stale_events, a.archived_at
-        FROM {arrivals} a JOIN exact e ON a.bucket_start = e.bucket_start
-        WHERE a.events_version > e.input_version
-          AND a.bucket_start NOT IN (SELECT bucket_start FROM pending)
-    """
+        )"""
 
 
-def stale_buckets_sql(stale: str) -> str:
-    """Per stale bucket of the relation ``stale`` (rows of :func:`stale_sql`): its stale events
+def _check_view(view: str) -> None:
+    if not view.replace("@", "").replace("_", "").isalnum():
+        raise ValueError(f"'view' must be a view key like ctr or ctr@v2, got {view!r}")
+
+
+def stale_buckets_sql(stale: str, *, marks: str | None = None) -> str:
+    """Per stale bucket of the relation ``stale`` (rows of :func:`stale_sql`) and, for a
+    version with attribution, of ``marks`` (rows of :func:`stale_marks_sql`): its stale events
     and when the oldest of them was archived, in bucket order."""
+    rows = f"SELECT bucket_start, stale_events, archived_at FROM {stale}"
+    if marks is not None:
+        rows += f" UNION ALL SELECT bucket_start, stale_events, archived_at FROM {marks}"
     return f"""
         SELECT bucket_start, sum(stale_events)::BIGINT, min(archived_at)
-        FROM {stale} GROUP BY bucket_start ORDER BY bucket_start
+        FROM ({rows}) GROUP BY bucket_start ORDER BY bucket_start
     """
 
 
@@ -142,7 +225,8 @@ def read_stale(
     view = view or read_registry(lake).published("ctr")
     arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
     coverage_rows = _read(BATCH_COVERAGE.path(lake), BATCH_COVERAGE.schema)
-    batch_rows = _read(batch_table(view).path(lake), BATCH_CTR.schema, ["bucket_start", "run_id"])
+    batch = batch_table(view)
+    batch_rows = _read(batch.path(lake), batch.schema, ["bucket_start", "run_id"])
     ctr_rows = coverage_rows.filter(pc.equal(coverage_rows["view"], view.key))
     coverage = Coverage(
         zip(
@@ -160,8 +244,12 @@ def read_stale(
         )
         con.register("coverage", coverage_rows)
         con.register("batch", batch_rows)
-        stale = stale_sql(arrivals="arrivals", coverage="coverage", batch="batch", view=view.key)
-        rows = con.execute(stale_buckets_sql(f"({stale})")).fetchall()
+        sides = {"arrivals": "arrivals", "coverage": "coverage", "batch": "batch", "view": view.key}
+        stale = stale_sql(**sides, attribution=view.attribution)
+        marks = None
+        if view.attribution is not None:
+            marks = f"({stale_marks_sql(**sides, attribution=view.attribution)})"
+        rows = con.execute(stale_buckets_sql(f"({stale})", marks=marks)).fetchall()
     return stale_buckets(rows), coverage
 
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from views.columns import DIMENSIONS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+    from pyspark.sql import Column
 
 
 def ctr(events: DataFrame) -> DataFrame:
@@ -42,6 +49,88 @@ def ctr(events: DataFrame) -> DataFrame:
             F.count(F.when(F.col("event_type") == "click", 1)).alias("clicks"),
         )
         .select(F.col("window.start").alias("bucket_start"), *DIMENSIONS, "impressions", "clicks")
+    )
+
+
+def attributed_ctr(events: DataFrame, window: dt.timedelta) -> DataFrame:
+    """Version 3's counts: clicks credited to their impression (``events.transform(…)`` on
+    deduplicated events, in the batch layer).
+
+    A click is credited to the impression it names (``impression_id``) when it happened at most
+    ``window`` after it (and not before it); an impression id that several impression events
+    carry is credited as its first (event time, then event id). Per minute bucket and
+    dimensions:
+
+    - ``impressions``: impression events in the bucket;
+    - ``clicks``: the bucket's impressions with at least one credited click — in the
+      *impression's* bucket and dimensions, so ``clicks <= impressions`` in every row;
+    - ``repeat_clicks``: credited clicks after an impression's first one (impression's bucket);
+    - ``orphan_clicks``: clicks credited to no impression (the click's bucket and dimensions);
+    - ``raw_clicks``: every click event, in its own bucket (version 1's clicks).
+
+    A row's buckets are exact when ``events`` hold every event from ``window`` before the
+    bucket to ``window`` after it: the batch job reads an interval widened so on both sides
+    and keeps the interval's rows.
+
+    Examples
+    --------
+    An impression at 10:00:30 with clicks at 10:01:10 and 10:02:00 and a click at 10:05:00
+    naming an impression never seen give (10:00, impressions=1, clicks=1, repeat_clicks=1),
+    (10:01, raw_clicks=1), (10:02, raw_clicks=1) and (10:05, raw_clicks=1, orphan_clicks=1).
+    """
+    seconds = int(window.total_seconds())
+    minute = F.date_trunc("minute", F.col("event_time")).alias("bucket_start")
+    kind = F.col("event_type")
+    impressions = events.where(kind == "impression")
+    clicks = events.where(kind == "click")
+    first = (
+        impressions.groupBy("impression_id")
+        .agg(F.min(F.struct("event_time", "event_id", *DIMENSIONS)).alias("first"))
+        .select(
+            F.col("impression_id").alias("credited_id"),
+            F.col("first.event_time").alias("shown_at"),
+            *(F.col(f"first.{d}").alias(f"shown_{d}") for d in DIMENSIONS),
+        )
+    )
+    shown_at = F.col("shown_at")
+    credited = clicks.join(
+        first,
+        (F.col("impression_id") == F.col("credited_id"))
+        & (F.col("event_time") >= shown_at)
+        & (F.col("event_time") <= shown_at + F.expr(f"INTERVAL {seconds} SECONDS")),
+        "left",
+    )
+    zero = F.lit(0).cast("long")
+
+    def rows(bucket: Column, dims: list[Column], **counts: Column) -> list[Column]:
+        names = ("impressions", "clicks", *ATTRIBUTION_MEASURES)
+        return [bucket, *dims, *(counts.get(n, zero).alias(n) for n in names)]
+
+    own = [F.col(d) for d in DIMENSIONS]
+    per_impression = (
+        credited.where(F.col("credited_id").isNotNull())
+        .groupBy("credited_id", "shown_at", *(f"shown_{d}" for d in DIMENSIONS))
+        .agg(F.count(F.lit(1)).alias("n"))
+        .select(
+            *rows(
+                F.date_trunc("minute", shown_at).alias("bucket_start"),
+                [F.col(f"shown_{d}").alias(d) for d in DIMENSIONS],
+                clicks=F.lit(1).cast("long"),
+                repeat_clicks=(F.col("n") - 1).cast("long"),
+            )
+        )
+    )
+    orphan = F.col("credited_id").isNull().cast("long")
+    per_click = credited.select(
+        *rows(minute, own, raw_clicks=F.lit(1).cast("long"), orphan_clicks=orphan)
+    )
+    per_impression_event = impressions.select(*rows(minute, own, impressions=F.lit(1).cast("long")))
+    measures = ("impressions", "clicks", *ATTRIBUTION_MEASURES)
+    return (
+        per_impression_event.unionByName(per_click)
+        .unionByName(per_impression)
+        .groupBy("bucket_start", *DIMENSIONS)
+        .agg(*(F.sum(n).cast("long").alias(n) for n in measures))
     )
 
 
