@@ -28,11 +28,14 @@ def archive(
     offset and ingest time; invalid records go to master/rejected with the reason and the raw
     bytes. Progress is checkpointed under CHECKPOINT_ROOT: restart it any time.
     """
+    from lake.registry import start_new_lake
     from master_dataset.archiver import run
     from master_dataset.settings import ArchiverSettings
 
     kafka, lake, spark_settings = KafkaSettings(), LakeSettings(), SparkSettings()
     settings = ArchiverSettings()
+    for first in start_new_lake(lake):
+        console.print(f"a new lake: {first.view} version {first.version} published")
     console.print(
         f"archiving {kafka.topic} from {kafka.bootstrap_servers} into {lake.events} and "
         f"{lake.rejected} (checkpoint {lake.checkpoint(settings.checkpoint_name)})"

@@ -94,15 +94,23 @@ def forget_settled(
     reach = -(-window // minute)
     first = start - 2 * reach * minute
     versions = _covering_versions(lake, view, first, end + 2 * reach * minute)
-    condition = []
+    # Consecutive minutes with the same bound become one range: a few terms per run.
+    ranges: list[tuple[int, int, int]] = []  # (first minute, end minute, bound)
     for i in range(reach, len(versions) - reach):
         near = [v for v in versions[i - reach : i + reach + 1] if v is not None]
-        if versions[i] is not None:  # a bucket no run covers keeps its arrivals
-            bucket = first + i * minute
-            condition.append(
-                f"(bucket_start = TIMESTAMP '{bucket:%Y-%m-%d %H:%M:%S}+00:00' "
-                f"AND events_version <= {min(near)})"
-            )
+        if versions[i] is None:  # a bucket no run covers keeps its arrivals
+            continue
+        bound = min(near)
+        if ranges and ranges[-1][1] == i and ranges[-1][2] == bound:
+            ranges[-1] = (ranges[-1][0], i + 1, bound)
+        else:
+            ranges.append((i, i + 1, bound))
+    condition = [
+        f"(bucket_start >= TIMESTAMP '{first + lo * minute:%Y-%m-%d %H:%M:%S}+00:00' "
+        f"AND bucket_start < TIMESTAMP '{first + hi * minute:%Y-%m-%d %H:%M:%S}+00:00' "
+        f"AND events_version <= {bound})"
+        for lo, hi, bound in ranges
+    ]
     if not condition:
         return True
     return _delete(spark, MASTER_ARRIVALS.path(lake), " OR ".join(condition), attempts)

@@ -4,7 +4,9 @@ An append-only Delta table of events — ``building``, ``ready``, ``published``,
 with its time and reason. One event is one Delta commit, so a publish (or a rollback, which
 publishes the version published before) switches every reader at once: a reader pins one
 version of this table with the others (:mod:`serving_layer.tables`), and time travel over it
-says what was published at any moment. Without any event, version 1 is published.
+says what was published at any moment. Without any event, version 1 is published (a lake
+from before versions); a new lake records its first publish, of each view's newest version,
+when the archiver first starts on it (:func:`start_new_lake`).
 
 Written with delta-rs from the command line (one small atomic append, no Spark session needed),
 read with delta-rs or as rows handed in by the serving layer.
@@ -21,7 +23,7 @@ import pyarrow as pa
 
 from lake.catalog import VIEW_REGISTRY
 from lake.settings import LakeSettings
-from views.definitions import Definition, definition, versions
+from views.definitions import NEWEST, Definition, definition, versions
 
 Event = Literal["building", "ready", "published", "retired"]
 State = Literal["not built", "building", "ready", "published", "retired"]
@@ -93,7 +95,17 @@ class Registry:
         was_published = any(
             e.view == view and e.version == version and e.event == "published" for e in self.events
         )
-        return "ready" if was_published or version == 1 else "not built"
+        return (
+            "ready"
+            if was_published or (version == 1 and not self._began_later(view))
+            else ("not built")
+        )
+
+    def _began_later(self, view: str) -> bool:
+        """Whether ``view``'s history began with a later version published (a new lake, see
+        :func:`start_new_lake`): version 1 was then never built."""
+        first = next((e for e in self.events if e.view == view), None)
+        return first is not None and first.event == "published" and first.version != 1
 
     def live(self, view: str) -> tuple[Definition, ...]:
         """Versions readers may still need: published, ready or being built."""
@@ -142,3 +154,18 @@ def record(
     data = pa.Table.from_pylist([row], schema=VIEW_REGISTRY.schema)
     write_deltalake(VIEW_REGISTRY.path(lake), data, mode="append")
     return entry
+
+
+def start_new_lake(lake: LakeSettings) -> list[RegistryEvent]:
+    """On a new lake (no master/events and no registry event yet), publish each view's newest
+    version, so its history starts with it; a lake with events keeps its published version
+    until a build and publish move it. Returns the events recorded (none on an existing
+    lake)."""
+    from deltalake import DeltaTable
+
+    if DeltaTable.is_deltatable(lake.events) or read_registry(lake).events:
+        return []
+    return [
+        record(lake, view, version, "published", "a new lake starts with the newest version")
+        for view, version in NEWEST.items()
+    ]

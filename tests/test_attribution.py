@@ -6,6 +6,7 @@ again in plain Python (:func:`ingest.ground_truth.attributed`) or by hand."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -16,6 +17,7 @@ from batch_layer.job import run
 from events.model import Event
 from ingest.ground_truth import BUCKET_MS, attributed
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from lake.registry import read_registry, start_new_lake
 from lake.settings import LakeSettings
 from lake.staleness import read_stale
 from tests.events_helper import archive, event
@@ -218,3 +220,45 @@ def test_the_plain_python_definition_credits_within_the_window(window: dt.timede
     )
     assert sum(v[1] for v in counts.values()) == 1
     assert sum(v[3] for v in counts.values()) == 1
+
+
+def test_a_new_lake_starts_with_version_3_published_and_an_old_one_keeps_its_version(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    new = LakeSettings(lake_root=tmp_path / "new", checkpoint_root=tmp_path / "new-cp")
+    [first] = start_new_lake(new)
+    registry = read_registry(new)
+    assert (first.version, registry.published("ctr").version) == (3, 3)
+    assert registry.state("ctr", 1) == "not built"  # never built: it holds back no clean-up
+    assert registry.live("ctr") == (V3,)
+    assert start_new_lake(new) == []  # once
+
+    old = LakeSettings(lake_root=tmp_path / "old", checkpoint_root=tmp_path / "old-cp")
+    archive(spark, old, [event("a", "impression", at(0))])
+    assert start_new_lake(old) == []
+    assert read_registry(old).published("ctr").version == 1
+    assert read_registry(old).state("ctr", 3) == "not built"
+
+
+def test_arrivals_are_forgotten_once_every_bucket_they_reach_is_recomputed(
+    spark: SparkSession, lake: LakeSettings
+) -> None:
+    start_new_lake(lake)  # version 3 alone is live: its runs clean master/arrivals up
+
+    def arrivals() -> list[dt.datetime]:
+        table = DeltaTable(lake.table("master/arrivals")).to_pyarrow_table()
+        return sorted(table.column("bucket_start").to_pylist())
+
+    archive_arrival(spark, lake, event("a", "impression", at(59.5)))
+    run(spark, hour(0), lake=lake, definition=V3)
+    assert arrivals() == []
+    archive_arrival(spark, lake, click("a1", at(61), "a"))
+    run(spark, hour(1), lake=lake, definition=V3)
+    # Counted by the run over its own hour, but the hour before it still needs recomputing:
+    # every minute the click may belong to (up to the window before it).
+    assert arrivals() == [at(61)]
+    assert [b.bucket_start for b in read_stale(lake)[0]] == [at(m) for m in range(1, 60)]
+    run(spark, hour(0), lake=lake, definition=V3)
+    assert arrivals() == []
+    assert read_stale(lake)[0] == []
+    assert rows(lake)[(at(59), "ad-1")] == (1, 1, 0, 0, 0)
