@@ -34,10 +34,30 @@ class CtrRowBody(BaseModel):
     country: str | None = None
     device_type: str | None = None
     impressions: int
-    clicks: int
+    clicks: int = Field(
+        description="without attribution (versions 1 and 2): the click events in the bucket; "
+        "with attribution (version 3): the impressions of the bucket and group clicked at least "
+        "once within the version's window after them (the click credited to its impression's "
+        "bucket and dimensions), so clicks <= impressions"
+    )
+    raw_clicks: int = Field(
+        description="every valid click event (deduplicated by event id) in its own bucket: the "
+        "clicks of a version without attribution (equal to clicks there)"
+    )
+    orphan_clicks: int | None = Field(
+        description="click events with no impression within the window before them (counted "
+        "in the click's bucket); null for a version without attribution"
+    )
+    repeat_clicks: int | None = Field(
+        description="clicks on an impression after its first click (counted in the "
+        "impression's bucket); null for a version without attribution"
+    )
     ctr: float | None = Field(description="clicks / impressions; null without impressions")
-    ctr_ci_low: float | None = Field(description="95% Wilson interval, lower bound")
-    ctr_ci_high: float | None = Field(description="95% Wilson interval, upper bound")
+    ctr_ci_low: float | None = Field(description="95% Wilson interval of ctr, lower bound (<= ctr)")
+    ctr_ci_high: float | None = Field(
+        description="95% Wilson interval of ctr, upper bound (>= ctr when clicks <= "
+        "impressions, always so with attribution; the proportion is capped at 1)"
+    )
     source: Literal["batch", "stale", "speed", "mixed"] = Field(
         description="batch: every minute of the bucket (in range) is covered by a batch run and "
         "exact; stale: every minute is covered, but some received events after the run that "

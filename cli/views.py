@@ -277,24 +277,50 @@ def _print_diff(result: Diff) -> None:
         f"(bucket x dimensions) change ({result.changed_fraction:.2%}); {result.only_in_a:,} only "
         f"in v{a}, {result.only_in_b:,} only in v{b}"
     )
-    di = result.impressions[1] - result.impressions[0]
-    dc = result.clicks[1] - result.clicks[0]
     console.print(
-        f"impressions {result.impressions[0]:,} -> {result.impressions[1]:,} ({di:+,}); "
-        f"clicks {result.clicks[0]:,} -> {result.clicks[1]:,} ({dc:+,})"
+        f"impressions {_change(result.impressions)}; clicks {_change(result.clicks)}; "
+        f"raw clicks {_change(result.raw_clicks)}"
     )
+    if result.a.attribution is not None or result.b.attribution is not None:
+        # Only a version with click attribution counts these (the other side: "n/a").
+        console.print(
+            f"orphan clicks {_change(result.orphan_clicks)}; "
+            f"repeat clicks {_change(result.repeat_clicks)}"
+        )
     if result.largest:
         table = Table(
-            "bucket (UTC)", "campaign", "ad", "site", "country", "device", "impressions", "clicks"
+            "bucket (UTC)",
+            "campaign",
+            "ad",
+            "site",
+            "country",
+            "device",
+            "impressions",
+            "clicks",
+            "raw clicks",
         )
         for c in result.largest:
             table.add_row(
                 f"{c.bucket_start:%Y-%m-%d %H:%M}",
                 *(str(v) for v in c.dimensions.values()),
-                f"{c.impressions[0]:,} -> {c.impressions[1]:,}",
-                f"{c.clicks[0]:,} -> {c.clicks[1]:,}",
+                _change(c.impressions, delta=False),
+                _change(c.clicks, delta=False),
+                _change(c.raw_clicks, delta=False),
             )
         console.print(table)
+
+
+def _change(pair: tuple[int | None, int | None], *, delta: bool = True) -> str:
+    """``a -> b (+d)``; a side without the count (no click attribution) is ``n/a``."""
+    first, second = pair
+    text = f"{_count(first)} -> {_count(second)}"
+    if delta and first is not None and second is not None:
+        text += f" ({second - first:+,})"
+    return text
+
+
+def _count(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
 
 
 @app.command()

@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from views.columns import DIMENSIONS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
 from views.definitions import Definition
 
 if TYPE_CHECKING:
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from serving_layer.tables import LakeSnapshot
 
 LARGEST: Final = 10
+# A version without click attribution has no orphan or repeat clicks: None on its side.
+Counts = tuple[int | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,9 @@ class Change:
     dimensions: dict[str, str]
     impressions: tuple[int, int]  # (a, b)
     clicks: tuple[int, int]
+    raw_clicks: tuple[int, int] = (0, 0)
+    orphan_clicks: Counts = (None, None)
+    repeat_clicks: Counts = (None, None)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class Diff:
     impressions: tuple[int, int]  # totals (a, b)
     clicks: tuple[int, int]
     largest: tuple[Change, ...]
+    # Every click event (a version without attribution: its clicks), clicks without an
+    # impression in the window and clicks after an impression's first: totals (a, b).
+    raw_clicks: tuple[int, int] = (0, 0)
+    orphan_clicks: Counts = (None, None)
+    repeat_clicks: Counts = (None, None)
 
     @property
     def changed_fraction(self) -> float:
@@ -50,21 +60,31 @@ class Diff:
 
 def diff_sql(a: str, b: str) -> str:
     """Per (bucket, dimensions) of the merged rows ``a`` and ``b`` (relations or subqueries
-    with bucket_start, the dimensions, impressions, clicks) in [$start, $end): both sides'
-    sums, 0 where a side has no row."""
+    with bucket_start, the dimensions and the counts of :func:`serving_layer.query.merged_sql`)
+    in [$start, $end): both sides' sums (``impressions_a``, ``impressions_b``, …), 0 where a
+    side has no row; orphan and repeat clicks null on a side without attribution."""
     dims = ", ".join(DIMENSIONS)
     keys = " AND ".join(f"x.{c} IS NOT DISTINCT FROM y.{c}" for c in ("bucket_start", *DIMENSIONS))
     side = (
-        "SELECT bucket_start, {dims}, sum(impressions) AS impressions, sum(clicks) AS clicks "
+        "SELECT bucket_start, {dims}, sum(impressions) AS impressions, sum(clicks) AS clicks, "
+        "sum(raw_clicks) AS raw_clicks, sum(orphan_clicks) AS orphan_clicks, "
+        "sum(repeat_clicks) AS repeat_clicks "
         "FROM ({rel}) WHERE bucket_start >= $start AND bucket_start < $end GROUP BY ALL"
     )
     picked = ", ".join(f"coalesce(x.{c}, y.{c}) AS {c}" for c in ("bucket_start", *DIMENSIONS))
+    counted = ", ".join(
+        f"coalesce({side}.{m}, 0)::BIGINT AS {m}_{name}"
+        for m in ("impressions", "clicks", "raw_clicks")
+        for side, name in (("x", "a"), ("y", "b"))
+    )
+    # A row missing on one side counts 0 there; a side without attribution has null counts.
+    attributed = ", ".join(
+        f"{side}.{m}::BIGINT AS {m}_{name}"
+        for m in ATTRIBUTION_MEASURES[1:]
+        for side, name in (("x", "a"), ("y", "b"))
+    )
     return f"""
-        SELECT {picked},
-               coalesce(x.impressions, 0)::BIGINT AS impressions_a,
-               coalesce(y.impressions, 0)::BIGINT AS impressions_b,
-               coalesce(x.clicks, 0)::BIGINT AS clicks_a,
-               coalesce(y.clicks, 0)::BIGINT AS clicks_b,
+        SELECT {picked}, {counted}, {attributed},
                x.bucket_start IS NULL AS only_b, y.bucket_start IS NULL AS only_a
         FROM ({side.format(dims=dims, rel=a)}) x
         FULL OUTER JOIN ({side.format(dims=dims, rel=b)}) y ON {keys}
@@ -85,37 +105,76 @@ def diff_versions(
     snap = snapshot or serving.snapshot()
     merged = [serving.merged_relation(snap, view) for view in (a, b)]
     sql = diff_sql(*merged)
+    # A row changes when its impressions, clicks or click events do (orphan and repeat clicks
+    # follow from those).
+    changed = (
+        "impressions_a <> impressions_b OR clicks_a <> clicks_b OR raw_clicks_a <> raw_clicks_b"
+    )
+    totals = ", ".join(
+        f"coalesce(sum({m}_{side}), 0)"
+        for m in ("impressions", "clicks", *ATTRIBUTION_MEASURES)
+        for side in ("a", "b")
+    )
     summary_sql = f"""
-        SELECT count(*), count(*) FILTER (WHERE impressions_a <> impressions_b
-                                             OR clicks_a <> clicks_b),
-               count(*) FILTER (WHERE only_a), count(*) FILTER (WHERE only_b),
-               coalesce(sum(impressions_a), 0), coalesce(sum(impressions_b), 0),
-               coalesce(sum(clicks_a), 0), coalesce(sum(clicks_b), 0)
+        SELECT count(*), count(*) FILTER (WHERE {changed}),
+               count(*) FILTER (WHERE only_a), count(*) FILTER (WHERE only_b), {totals}
         FROM ({sql})
     """
     largest_sql = f"""
         SELECT * FROM ({sql})
-        WHERE impressions_a <> impressions_b OR clicks_a <> clicks_b
-        ORDER BY abs(impressions_b - impressions_a) + abs(clicks_b - clicks_a) DESC,
+        WHERE {changed}
+        ORDER BY abs(impressions_b - impressions_a) + abs(clicks_b - clicks_a)
+                 + abs(raw_clicks_b - raw_clicks_a) DESC,
                  bucket_start, {", ".join(DIMENSIONS)}
         LIMIT {LARGEST}
     """
     params = {"start": start, "end": end}
     with serving.cursor() as cur:
-        row = cur.execute(summary_sql, params).fetchone()
-        top = cur.execute(largest_sql, params).fetchall()
+        result = cur.execute(summary_sql, params)
+        row = result.fetchone()
+        top = cur.execute(largest_sql, params)
+        names = [d[0] for d in top.description]
+        changes = [dict(zip(names, r, strict=True)) for r in top.fetchall()]
     assert row is not None
-    compared, changed, only_a, only_b, ia, ib, ca, cb = (int(v) for v in row)
+    compared, changed_rows, only_a, only_b, ia, ib, ca, cb, ra, rb, oa, ob, pa, pb = (
+        int(v) for v in row
+    )
+
+    def counts(value_a: int | None, value_b: int | None) -> Counts:
+        """Attribution counts, None on a side without attribution."""
+        return (
+            None if a.attribution is None else int(value_a or 0),
+            None if b.attribution is None else int(value_b or 0),
+        )
+
     largest = tuple(
         Change(
-            bucket_start=r[0].astimezone(dt.UTC),
-            dimensions=dict(zip(DIMENSIONS, r[1 : 1 + len(DIMENSIONS)], strict=True)),
-            impressions=(r[-6], r[-5]),
-            clicks=(r[-4], r[-3]),
+            bucket_start=c["bucket_start"].astimezone(dt.UTC),
+            dimensions={d: c[d] for d in DIMENSIONS},
+            impressions=(c["impressions_a"], c["impressions_b"]),
+            clicks=(c["clicks_a"], c["clicks_b"]),
+            raw_clicks=(c["raw_clicks_a"], c["raw_clicks_b"]),
+            orphan_clicks=counts(c["orphan_clicks_a"], c["orphan_clicks_b"]),
+            repeat_clicks=counts(c["repeat_clicks_a"], c["repeat_clicks_b"]),
         )
-        for r in top
+        for c in changes
     )
-    return Diff(a, b, start, end, compared, changed, only_a, only_b, (ia, ib), (ca, cb), largest)
+    return Diff(
+        a,
+        b,
+        start,
+        end,
+        compared,
+        changed_rows,
+        only_a,
+        only_b,
+        (ia, ib),
+        (ca, cb),
+        largest,
+        raw_clicks=(ra, rb),
+        orphan_clicks=counts(oa, ob),
+        repeat_clicks=counts(pa, pb),
+    )
 
 
 def diff_summary(result: Diff) -> dict[str, object]:
@@ -129,15 +188,24 @@ def diff_summary(result: Diff) -> dict[str, object]:
         "changed_fraction": round(result.changed_fraction, 6),
         "only_in_a": result.only_in_a,
         "only_in_b": result.only_in_b,
-        "impressions": {"a": result.impressions[0], "b": result.impressions[1]},
-        "clicks": {"a": result.clicks[0], "b": result.clicks[1]},
+        **_counts(result),
         "largest": [
-            {
-                "bucket_start": c.bucket_start.isoformat(),
-                **c.dimensions,
-                "impressions": {"a": c.impressions[0], "b": c.impressions[1]},
-                "clicks": {"a": c.clicks[0], "b": c.clicks[1]},
-            }
+            {"bucket_start": c.bucket_start.isoformat(), **c.dimensions, **_counts(c)}
             for c in result.largest
         ],
+    }
+
+
+def _counts(of: Diff | Change) -> dict[str, dict[str, int | None]]:
+    """Each count of a diff or a change as ``{"a": …, "b": …}`` (null: that side's version has
+    no click attribution)."""
+    return {
+        name: {"a": pair[0], "b": pair[1]}
+        for name, pair in (
+            ("impressions", of.impressions),
+            ("clicks", of.clicks),
+            ("raw_clicks", of.raw_clicks),
+            ("orphan_clicks", of.orphan_clicks),
+            ("repeat_clicks", of.repeat_clicks),
+        )
     }

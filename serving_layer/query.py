@@ -7,12 +7,13 @@ names) are written into the SQL text; every value a user sent travels as a bound
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from lake.coverage import in_intervals_sql
-from views.columns import DIMENSIONS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
+from views.columns import MEASURES as COUNTS
 
 # ``all``: one bucket spanning the query's range (a total per group, Druid's "granularity: all").
 Granularity = Literal["minute", "hour", "day", "all"]
@@ -22,7 +23,9 @@ STEP: Final[Mapping[str, dt.timedelta]] = {
     "hour": dt.timedelta(hours=1),
     "day": dt.timedelta(days=1),
 }
-MEASURES: Final = ("impressions", "clicks", "ctr")
+# What a query may order by besides the bucket and the grouped dimensions: the counts of every
+# version (views.columns.MEASURES; null attribution counts sort last) and the CTR.
+MEASURES: Final = (*COUNTS, "ctr")
 MAX_FILTER_VALUES: Final = 100
 # The times a query may name: events carry epoch milliseconds, and a year-9999 bound leaves
 # room to round up to the minute and add a day without leaving the calendar.
@@ -143,17 +146,24 @@ def ctr_sql(
     covered: str,
     stale: str | None = None,
     intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+    marks: str | None = None,
 ) -> tuple[str, dict[str, object]]:
     """SQL and bound parameters for ``query`` over registered relations.
 
-    ``batch`` and ``speed`` hold base-view rows, ``covered`` the disjoint covered intervals
-    (``interval_start``, ``interval_end``), ``stale`` the late arrivals no batch run has counted
-    yet (rows of :func:`lake.staleness.stale_sql`, all in covered buckets). Per minute bucket the
-    rule is: covered → batch rows plus its stale arrivals, else speed rows. ``intervals``, when
-    given, are the same disjoint intervals as far as they meet the query's range (at most
+    ``batch`` and ``speed`` hold a version's rows with the five counts of
+    :data:`views.columns.MEASURES` (:func:`side_rows_sql` makes them of a table's rows),
+    ``covered`` the disjoint covered intervals (``interval_start``, ``interval_end``), ``stale``
+    the late arrivals no batch run has counted yet (rows of :func:`lake.staleness.stale_sql`,
+    all in covered buckets); each a relation name or a parenthesized SELECT. Per minute bucket
+    the rule is: covered → batch rows plus its stale arrivals, else speed rows. ``intervals``,
+    when given, are the same disjoint intervals as far as they meet the query's range (at most
     :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into a range predicate instead of an
-    as-of join. Columns: bucket_us (bucket start, microseconds since the epoch), the group_by
-    dimensions, impressions, clicks, ctr, stale_events, run_ids. One row more than
+    as-of join. ``marks``, for a version with click attribution, are the covered minutes a late
+    event in another minute may change (rows of :func:`lake.staleness.stale_marks_sql`: no
+    dimensions, no counts): their ``stale_events`` count in every row of their bucket, so each
+    says it is not exact. Columns: bucket_us (bucket start, microseconds since the epoch), the
+    group_by dimensions, impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks (null
+    for a version without attribution), ctr, stale_events, run_ids. One row more than
     ``query.limit``, so the caller can tell a truncated answer.
     """
     params: dict[str, object] = {"start": query.start, "end": query.end}
@@ -203,24 +213,34 @@ def ctr_sql(
         if c not in ordered and not (c == "bucket_us" and "bucket_start" in ordered)
     ]
     params["limit"] = query.limit + 1
+    stale_events = "sum(stale_events)::BIGINT"
+    marked = joined = ""
+    if marks is not None:
+        # A few rows per late event: summed per bucket, then added to each row of the bucket.
+        marked = f""",
+        marked AS (
+            SELECT {bucket} AS bucket_us, sum(stale_events) AS marked
+            FROM {marks} WHERE bucket_start >= $start AND bucket_start < $end GROUP BY ALL
+        )"""
+        joined = " LEFT JOIN marked USING (bucket_us)"
+        stale_events = f"({stale_events} + coalesce(any_value(marked), 0))::BIGINT"
     # Two stages: sums per group and run first (cheap), then the run ids per group.
     sql = f"""
         WITH merged AS ({merged}),
         per_run AS (
             SELECT {bucket} AS bucket_us,
                    {", ".join([*query.group_by, ""])}run_id,
-                   sum(impressions) AS impressions, sum(clicks) AS clicks,
+                   {", ".join(f"sum({m}) AS {m}" for m in COUNTS)},
                    sum(stale_events) AS stale_events
             FROM merged GROUP BY ALL
-        )
+        ){marked}
         SELECT {", ".join(groups)},
-               sum(impressions)::BIGINT AS impressions,
-               sum(clicks)::BIGINT AS clicks,
+               {", ".join(f"sum({m})::BIGINT AS {m}" for m in COUNTS)},
                CASE WHEN sum(impressions) > 0
                     THEN sum(clicks)::DOUBLE / sum(impressions) END AS ctr,
-               sum(stale_events)::BIGINT AS stale_events,
+               {stale_events} AS stale_events,
                list_sort(list(run_id) FILTER (WHERE run_id IS NOT NULL)) AS run_ids
-        FROM per_run
+        FROM per_run{joined}
         GROUP BY ALL
         ORDER BY {", ".join(order)}
         LIMIT $limit
@@ -240,7 +260,8 @@ def merged_sql(
 
     Per minute bucket: covered by a batch run → the batch rows plus the late arrivals no run
     has counted yet (``stale``), else the speed rows. Columns: bucket_start, ``dimensions``,
-    impressions, clicks, stale_events, source ('batch' | 'late' | 'speed'), run_id.
+    impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks, stale_events, source
+    ('batch' | 'late' | 'speed'), run_id. The sides are those of :func:`ctr_sql`.
     ``covered`` must hold disjoint intervals, so the as-of join finds the one that could hold a
     bucket. ``dimensions`` come from :data:`views.DIMENSIONS`, never from a request.
     """
@@ -249,6 +270,58 @@ def merged_sql(
         raise ValueError(f"'dimensions' must be among {DIMENSIONS}, got {sorted(unknown)}")
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in dimensions)])
     return _merge_rule(_Sides(batch, speed, covered, stale), columns=columns, source=True)
+
+
+def side_rows_sql(
+    relation: str,
+    *,
+    columns: Collection[str],
+    attribution: bool,
+    speed: bool,
+    where: str | None = None,
+    keep: Sequence[str] = (),
+) -> str:
+    """SELECT of a batch or speed table's rows as the merge rule reads them: bucket_start, the
+    dimensions, the five counts of :data:`views.columns.MEASURES` (and run_id for batch rows),
+    one projection of the rows as stored.
+
+    ``relation`` is a trusted relation name, ``columns`` the columns it has (a table written
+    before the attribution counts has none of them), ``attribution`` whether the version
+    attributes clicks (:attr:`views.definitions.Definition.attribution`), ``speed`` whether the
+    rows are ``speed/ctr``'s, ``where`` the version's trusted predicate on the dimensions,
+    ``keep`` more columns to select as they are (trusted names).
+    Without attribution ``raw_clicks`` are the clicks and the other two are null. With it, a
+    batch table has every count; ``speed/ctr``'s ``clicks`` are the click events, so its
+    ``attributed_clicks`` are the clicks and its ``clicks`` the raw clicks (rows written before
+    the speed job counted attribution count 0 of each).
+    """
+
+    def count(name: str, missing: str) -> str:
+        return name if name in columns else missing
+
+    if not attribution:
+        counts = "clicks, clicks AS raw_clicks, NULL::BIGINT AS orphan_clicks, "
+        counts += "NULL::BIGINT AS repeat_clicks"
+    elif speed:
+
+        def attributed(stored: str) -> str:
+            return f"coalesce({count(stored, 'NULL')}, 0)::BIGINT"
+
+        counts = (
+            f"{attributed('attributed_clicks')} AS clicks, clicks AS raw_clicks, "
+            f"{attributed('orphan_clicks')} AS orphan_clicks, "
+            f"{attributed('repeat_clicks')} AS repeat_clicks"
+        )
+    else:
+        counts = ", ".join(
+            ["clicks", *(f"{count(m, 'NULL::BIGINT')} AS {m}" for m in ATTRIBUTION_MEASURES)]
+        )
+    run_id = "".join(f", {c}" for c in ([] if speed else ["run_id"]) + list(keep))
+    narrow = f" WHERE {where}" if where else ""
+    return (
+        f"SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, {counts}{run_id} "
+        f"FROM {relation}{narrow}"
+    )
 
 
 @dataclass(frozen=True)
@@ -278,19 +351,21 @@ def _merge_rule(
     ``predicate``, when given, is the same coverage as a range predicate on ``t.bucket_start``
     (:func:`lake.coverage.in_intervals_sql`), which DuckDB pushes into the Parquet scan instead
     of joining. ``where`` narrows every side; ``source`` adds a column saying which side a row
-    came from. Every row says how many of its events are uncounted arrivals (``stale_events``).
+    came from. Every row has the five counts of :data:`views.columns.MEASURES` and says how
+    many of its events are uncounted arrivals (``stale_events``).
     """
     batch, speed, covered, stale = sides.batch, sides.speed, sides.covered, sides.stale
     narrow = "".join(f" AND {condition}" for condition in where)
     from_batch = ", 'batch' AS source" if source else ""
     from_speed = ", 'speed' AS source" if source else ""
-    counted = "t.impressions, t.clicks, 0::BIGINT AS stale_events"
+    measures = ", ".join(f"t.{m}" for m in COUNTS)
+    counted = f"{measures}, 0::BIGINT AS stale_events"
     late = ""
     if stale is not None:
         from_late = ", 'late' AS source" if source else ""
         late = f"""
             UNION ALL
-            SELECT {columns}, t.impressions, t.clicks, t.stale_events{from_late},
+            SELECT {columns}, {measures}, t.stale_events{from_late},
                    NULL::VARCHAR AS run_id
             FROM {stale} t WHERE true{narrow}
         """

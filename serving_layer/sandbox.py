@@ -35,12 +35,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from lake.catalog import SERVED, SERVED_BY_NAME, batch_table
+from lake.catalog import SERVED, SERVED_BY_NAME, SPEED_CTR, batch_table
 from lake.coverage import Coverage
 from lake.registry import Registry
 from lake.staleness import stale_sql
 from serving_layer.json_values import jsonable
-from serving_layer.query import merged_sql
+from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
 from views.definitions import versions
 
@@ -359,17 +359,38 @@ def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
         ).fetchall()
         con.from_arrow(Coverage(rows).to_arrow()).create(f"covered_v{n}")
         where = f" WHERE {view.where}" if view.where else ""
-        con.execute(f"CREATE VIEW speed_v{n} AS SELECT * FROM ctr_speed{where}")
+        attribution = view.attribution is not None
+        speed = side_rows_sql(
+            "ctr_speed",
+            columns=SPEED_CTR.schema.names,
+            attribution=attribution,
+            speed=True,
+            where=view.where,
+            keep=("updated_at",),
+        )
+        con.execute(f"CREATE VIEW speed_v{n} AS {speed}")
         con.execute(f"CREATE VIEW arrivals_v{n} AS SELECT * FROM arrivals{where}")
-        batch = batch_table(view).sql_name
+        table = batch_table(view)
+        batch = side_rows_sql(
+            table.sql_name, columns=table.schema.names, attribution=attribution, speed=False
+        )
         con.execute(
             f"CREATE VIEW stale_v{n} AS "
-            + stale_sql(arrivals=f"arrivals_v{n}", coverage="coverage", batch=batch, view=view.key)
+            + stale_sql(
+                arrivals=f"arrivals_v{n}",
+                coverage="coverage",
+                batch=table.sql_name,
+                view=view.key,
+                attribution=view.attribution,
+            )
         )
         con.execute(
             f"CREATE VIEW ctr_v{n} AS "
             + merged_sql(
-                batch=batch, speed=f"speed_v{n}", covered=f"covered_v{n}", stale=f"stale_v{n}"
+                batch=f"({batch})",
+                speed=f"speed_v{n}",
+                covered=f"covered_v{n}",
+                stale=f"stale_v{n}",
             )
         )
     for name in ("covered", "stale", "ctr"):
@@ -378,9 +399,14 @@ def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
 
 def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:
     """The table's files as an Arrow dataset (partition values from the paths, as Delta writes
-    them), or an empty table of its schema."""
+    them), or an empty table of its schema; columns of the catalog's schema that the table
+    lacks (written before they were added) are null."""
+    schema = table.schema
+    for column in SERVED_BY_NAME[table.name].schema:
+        if column.name not in schema.names:
+            schema = schema.append(column)
     if not table.files:
-        return table.schema.empty_table()
+        return schema.empty_table()
     filesystem, root = pafs.FileSystem.from_uri(_uri(table.path))
     paths = [pafs.FileSystem.from_uri(_uri(f))[1] for f in table.files]
     partitioning = None
@@ -390,7 +416,7 @@ def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:
         )
     return ds.dataset(
         paths,
-        schema=table.schema,
+        schema=schema,
         format="parquet",
         filesystem=filesystem,
         partitioning=partitioning,

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import duckdb
 
-from lake.catalog import SERVED_BY_NAME, batch_table
+from lake.catalog import batch_table
 from lake.coverage import Coverage, CoveredInterval, Source, source_of
 from lake.registry import Registry
 from lake.settings import LakeSettings
@@ -27,13 +27,21 @@ from lake.staleness import (
     stale_buckets,
     stale_buckets_sql,
     stale_intervals,
+    stale_marks_sql,
     stale_sql,
 )
 from serving_layer.freshness import Freshness
-from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql, merged_sql
+from serving_layer.query import (
+    MAX_PREDICATE_INTERVALS,
+    CtrQuery,
+    ctr_sql,
+    merged_sql,
+    side_rows_sql,
+)
 from serving_layer.relations import RelationCache
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
 from serving_layer.wilson import wilson_interval
+from views.columns import DIMENSIONS, MEASURES
 from views.definitions import Definition, definition, versions
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -48,7 +56,10 @@ class CtrRow:
     bucket_start: dt.datetime
     dimensions: dict[str, str | None]
     impressions: int
-    clicks: int
+    clicks: int  # with attribution: impressions clicked (<= impressions)
+    raw_clicks: int  # every click event; the clicks without attribution
+    orphan_clicks: int | None  # clicks without an impression in the window; None: no attribution
+    repeat_clicks: int | None  # clicks on an impression after its first; None: no attribution
     ctr: float | None
     ctr_ci_low: float | None
     ctr_ci_high: float | None
@@ -178,11 +189,12 @@ class ServingLayer:
         within = self.coverage(snapshot, view).within(query.start, query.end)
         return ctr_sql(
             query,
-            batch=self.relations.relation(snapshot[batch_table(view).name]).name,
-            speed=self._filtered(snapshot["speed/ctr"], view),
+            batch=self._batch_relation(snapshot, view),
+            speed=self._speed_relation(snapshot["speed/ctr"], view),
             covered=self._covered_relation(snapshot["batch/coverage"], view.key),
             stale=self._stale_relation(snapshot, view),
             intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
+            marks=self._marks_relation(snapshot, view),
         )
 
     def ctr(
@@ -206,7 +218,9 @@ class ServingLayer:
                 start = _EPOCH + dt.timedelta(microseconds=bucket_us)
                 buckets[bucket_us] = (start, coverage.fraction(*query.bucket(start)))
             bucket, fraction = buckets[bucket_us]
-            impressions, clicks, ctr, stale_events, run_ids = record[-5:]
+            impressions, clicks, raw_clicks, orphans, repeats, ctr, stale_events, run_ids = record[
+                -8:
+            ]
             interval = wilson_interval(clicks, impressions)
             source = source_of(fraction)
             if stale_events and source == "batch":
@@ -217,6 +231,9 @@ class ServingLayer:
                     dimensions=dict(zip(groups, record[1 : 1 + len(groups)], strict=True)),
                     impressions=impressions,
                     clicks=clicks,
+                    raw_clicks=raw_clicks,
+                    orphan_clicks=orphans,
+                    repeat_clicks=repeats,
                     ctr=ctr,
                     ctr_ci_low=interval[0] if interval else None,
                     ctr_ci_high=interval[1] if interval else None,
@@ -282,8 +299,8 @@ class ServingLayer:
         """The merge rule of ``view`` at minute grain over the snapshot, as a SELECT (columns
         of :func:`serving_layer.query.merged_sql`)."""
         return merged_sql(
-            batch=self.relations.relation(snapshot[batch_table(view).name]).name,
-            speed=self._filtered(snapshot["speed/ctr"], view, per_key=True),
+            batch=self._batch_relation(snapshot, view),
+            speed=self._speed_relation(snapshot["speed/ctr"], view, per_key=True),
             covered=self._covered_relation(snapshot["batch/coverage"], view.key),
             stale=self._stale_relation(snapshot, view),
         )
@@ -325,10 +342,12 @@ class ServingLayer:
         snap = snapshot or self.snapshot()
         view = view or self.definition(snap)
         stale = self._stale_relation(snap, view)
+        marks = self._marks_relation(snap, view)
 
         def load(_: str) -> list[StaleBucket]:
             with self.cursor() as cur:
-                return stale_buckets(cur.execute(stale_buckets_sql(stale)).fetchall())
+                rows = cur.execute(stale_buckets_sql(stale, marks=marks)).fetchall()
+            return stale_buckets(rows)
 
         batch_version = snap[batch_table(view).name].version
         key = f"stale_buckets:{view.key}@{snap['batch/coverage'].version}:{batch_version}"
@@ -430,25 +449,82 @@ class ServingLayer:
 
         return self.relations.derived(table, f"covered:{key}", create)
 
-    def _filtered(self, table: TableSnapshot, view: Definition, *, per_key: bool = False) -> str:
-        """``table``'s rows that ``view`` counts (its ``where``), as a relation name.
-
-        ``per_key``: one row per key (speed/ctr holds partial counts, several rows per key
-        until the speed job rolls them up), for readers that match rows by key; the CTR query
-        sums them anyway and reads the rows as stored."""
+    def _filtered(self, table: TableSnapshot, view: Definition) -> str:
+        """``table``'s rows that ``view`` counts (its ``where``), as a relation name."""
         where = view.where
-        if where is None and not per_key:
+        if where is None:
             return self.relations.relation(table).name
 
         def create(base: str) -> str:
-            rows = SERVED_BY_NAME[table.name].rows_sql(base) if per_key else f"SELECT * FROM {base}"
-            filtered = f"{base}_{'keyed_' if per_key else ''}{_suffix(view.key)}"
-            select = f"SELECT * FROM ({rows}) WHERE {where}" if where else rows
-            self.relations.create_table(filtered, select, owner=table)
+            filtered = f"{base}_{_suffix(view.key)}"
+            self.relations.create_table(
+                filtered, f"SELECT * FROM {base} WHERE {where}", owner=table
+            )
             return filtered
 
+        return self.relations.derived(table, f"filtered:{view.key}", create)
+
+    def _columns(self, table: TableSnapshot) -> frozenset[str]:
+        """The columns ``table``'s relation has (a table written before a column was added to
+        its schema lacks it)."""
+
+        def load(name: str) -> frozenset[str]:
+            with self.cursor() as cur:
+                rows = cur.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE table_name = $name",
+                    {"name": name},
+                ).fetchall()
+            return frozenset(str(r[0]) for r in rows)
+
+        return self.relations.derived(table, "columns", load)
+
+    def _batch_relation(self, snapshot: LakeSnapshot, view: Definition) -> str:
+        """``view``'s batch rows with the five counts of :data:`views.columns.MEASURES`: its
+        table's relation, or a projection of it (a version without attribution)."""
+        table = snapshot[batch_table(view).name]
+        name = self.relations.relation(table).name
+        columns = self._columns(table)
+        if view.attribution is not None and columns >= set(MEASURES):
+            return name
+        sql = side_rows_sql(
+            name, columns=columns, attribution=view.attribution is not None, speed=False
+        )
+        return f"({sql})"
+
+    def _speed_relation(
+        self, table: TableSnapshot, view: Definition, *, per_key: bool = False
+    ) -> str:
+        """``table``'s (speed/ctr's) rows that ``view`` counts (its ``where``), with the five
+        counts of :data:`views.columns.MEASURES` as ``view`` counts them
+        (:func:`serving_layer.query.side_rows_sql`): a relation name or a parenthesized SELECT.
+
+        ``per_key``: one row per key (speed/ctr holds partial counts, several rows per key
+        until the speed job rolls them up), for readers that match rows by key; the CTR query
+        sums them anyway and reads the rows as stored (a filtered version's rows are copied
+        once per table version)."""
+        base = self.relations.relation(table).name
+        rows = side_rows_sql(
+            base,
+            columns=self._columns(table),
+            attribution=view.attribution is not None,
+            speed=True,
+            where=view.where,
+        )
+        if view.where is None and not per_key:
+            return f"({rows})"
+
+        def create(_: str) -> str:
+            served = f"{base}_{'keyed_' if per_key else ''}{_suffix(view.key)}"
+            select = rows
+            if per_key:
+                key = ", ".join(["bucket_start", *DIMENSIONS])
+                sums = ", ".join(f"sum({m})::BIGINT AS {m}" for m in MEASURES)
+                select = f"SELECT {key}, {sums} FROM ({rows}) GROUP BY {key}"
+            self.relations.create_table(served, select, owner=table)
+            return served
+
         return self.relations.derived(
-            table, f"{'keyed:' if per_key else ''}filtered:{view.key}", create
+            table, f"{'keyed:' if per_key else ''}served:{view.key}", create
         )
 
     def _stale_relation(self, snap: LakeSnapshot, view: Definition | None = None) -> str:
@@ -465,13 +541,47 @@ class ServingLayer:
         def create(name: str) -> str:
             stale = f"stale_{name}_{coverage_name}_{batch_name}"
             sql = stale_sql(
-                arrivals=source, coverage=coverage_name, batch=batch_name, view=view.key
+                arrivals=source,
+                coverage=coverage_name,
+                batch=batch_name,
+                view=view.key,
+                attribution=view.attribution,
             )
             self.relations.create_table(stale, sql, owner=arrivals)
             return stale
 
         return self.relations.derived(
             arrivals, f"stale:{view.key}@{coverage.version}:{batch.version}", create
+        )
+
+    def _marks_relation(self, snap: LakeSnapshot, view: Definition) -> str | None:
+        """For a version with click attribution, the covered minutes that late events in other
+        minutes may change (:func:`lake.staleness.stale_marks_sql`) as a small in-memory table,
+        computed once per version of master/arrivals, batch/coverage and the batch table;
+        None without attribution."""
+        if view.attribution is None:
+            return None
+        attribution = view.attribution
+        arrivals, coverage = snap["master/arrivals"], snap["batch/coverage"]
+        batch = snap[batch_table(view).name]
+        coverage_name = self.relations.relation(coverage).name
+        batch_name = self.relations.relation(batch).name
+        source = self._filtered(arrivals, view)
+
+        def create(name: str) -> str:
+            marks = f"marks_{name}_{coverage_name}_{batch_name}"
+            sql = stale_marks_sql(
+                arrivals=source,
+                coverage=coverage_name,
+                batch=batch_name,
+                view=view.key,
+                attribution=attribution,
+            )
+            self.relations.create_table(marks, sql, owner=arrivals)
+            return marks
+
+        return self.relations.derived(
+            arrivals, f"marks:{view.key}@{coverage.version}:{batch.version}", create
         )
 
     def _latest_speed_bucket(self, table: TableSnapshot) -> dt.datetime | None:

@@ -17,6 +17,8 @@ from lake.settings import LakeSettings
 from serving_layer.tables import SCHEMAS
 from views.columns import DIMENSIONS
 
+SPEED_ATTRIBUTION: Final = ("attributed_clicks", "orphan_clicks", "repeat_clicks")
+
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 # One regular expression over a 50 MB string: 8 s of one core here, and DuckDB checks for an
 # interrupt only between row batches, so only the pool's kill stops it at the limit.
@@ -53,10 +55,16 @@ def ctr_row(at: dt.datetime, impressions: int, clicks: int, **dimensions: str) -
 
 
 def write(
-    lake: LakeSettings, table: str, rows: Sequence[dict[str, object]], **extra: object
+    lake: LakeSettings,
+    table: str,
+    rows: Sequence[dict[str, object]],
+    *,
+    schema: pa.Schema | None = None,
+    **extra: object,
 ) -> None:
-    """Append ``rows`` (plus constant columns ``extra``) to ``table`` in one commit."""
-    schema = SCHEMAS[table]
+    """Append ``rows`` (plus constant columns ``extra``) to ``table`` in one commit, with the
+    catalog's schema (or ``schema``: an older one)."""
+    schema = schema or SCHEMAS[table]
     full = [{**row, **extra} for row in rows]
     data = pa.Table.from_pylist(full, schema=schema)
     partition_by = ["event_date"] if table == "master/events" else None
@@ -71,6 +79,56 @@ def write_speed(lake: LakeSettings, rows: Sequence[dict[str, object]]) -> None:
     write(lake, "speed/ctr", rows, updated_at=T0)
 
 
+# speed/ctr as the speed job wrote it before it counted click attribution.
+SPEED_SCHEMA_V1: Final = pa.schema(
+    [f for f in SCHEMAS["speed/ctr"] if f.name not in SPEED_ATTRIBUTION]
+)
+
+
+def write_old_speed(lake: LakeSettings, rows: Sequence[dict[str, object]]) -> None:
+    """Append ``rows`` to speed/ctr with the schema it had before the attribution counts (the
+    table's schema, when this creates it)."""
+    write(lake, "speed/ctr", rows, schema=SPEED_SCHEMA_V1, updated_at=T0)
+
+
+def attributed_row(
+    at: dt.datetime,
+    impressions: int,
+    clicks: int,
+    raw_clicks: int,
+    *,
+    orphan_clicks: int = 0,
+    repeat_clicks: int = 0,
+    **dimensions: str,
+) -> dict[str, object]:
+    """A row of a version with click attribution (batch/ctr_v3); see :func:`ctr_row`."""
+    return {
+        **ctr_row(at, impressions, clicks, **dimensions),
+        "raw_clicks": raw_clicks,
+        "orphan_clicks": orphan_clicks,
+        "repeat_clicks": repeat_clicks,
+    }
+
+
+def speed_row(
+    at: dt.datetime,
+    impressions: int,
+    clicks: int,
+    attributed_clicks: int,
+    *,
+    orphan_clicks: int = 0,
+    repeat_clicks: int = 0,
+    **dimensions: str,
+) -> dict[str, object]:
+    """A speed/ctr row with the attribution counts: ``clicks`` are the click events."""
+    return {
+        **ctr_row(at, impressions, clicks, **dimensions),
+        "attributed_clicks": attributed_clicks,
+        "orphan_clicks": orphan_clicks,
+        "repeat_clicks": repeat_clicks,
+    }
+
+
 def cover(
     lake: LakeSettings,
     run_id: str,
@@ -78,14 +136,16 @@ def cover(
     end: dt.datetime,
     *,
     input_version: int = 1,
+    view: str = "ctr",
 ) -> None:
+    """A finished run of ``view`` (a version's key: ``ctr``, ``ctr@v3``) over [start, end)."""
     write(
         lake,
         "batch/coverage",
         [
             {
                 "run_id": run_id,
-                "view": "ctr",
+                "view": view,
                 "interval_start": start,
                 "interval_end": end,
                 "input_version": input_version,

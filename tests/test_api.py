@@ -208,8 +208,8 @@ def test_ctr_as_csv_has_the_rows_of_the_json_answer(client: httpx.Client) -> Non
     assert answer.status_code == 200
     assert answer.headers["content-type"] == "text/csv; charset=utf-8"
     assert answer.text.startswith(
-        "bucket_start,campaign_id,country,impressions,clicks,ctr,ctr_ci_low,ctr_ci_high,source,"
-        "covered_fraction,stale_events,run_ids\r\n"
+        "bucket_start,campaign_id,country,impressions,clicks,raw_clicks,orphan_clicks,"
+        "repeat_clicks,ctr,ctr_ci_low,ctr_ci_high,source,covered_fraction,stale_events,run_ids\r\n"
     )
     header, *lines = _csv(answer.text)
     rows = client.get("/api/v1/ctr", params=params).json()["rows"]
@@ -220,10 +220,24 @@ def test_ctr_as_csv_has_the_rows_of_the_json_answer(client: httpx.Client) -> Non
         }
         for row in rows
     ]
-    assert [line[:5] + line[8:] for line in lines] == [
-        ["2026-11-22T10:00:00Z", "c1", "DE", "40", "4", "mixed", "0.25", "0", ""],
-        ["2026-11-22T10:00:00Z", "c1", "US", "100", "10", "mixed", "0.25", "0", "run-a"],
-        ["2026-11-22T10:00:00Z", "c2", "US", "70", "3", "mixed", "0.25", "0", "run-a"],
+    # Version 1 has no click attribution: raw clicks are the clicks, no orphan or repeat counts.
+    assert [line[:8] + line[11:] for line in lines] == [
+        ["2026-11-22T10:00:00Z", "c1", "DE", "40", "4", "4", "", "", "mixed", "0.25", "0", ""],
+        [
+            "2026-11-22T10:00:00Z",
+            "c1",
+            "US",
+            "100",
+            "10",
+            "10",
+            "",
+            "",
+            "mixed",
+            "0.25",
+            "0",
+            "run-a",
+        ],
+        ["2026-11-22T10:00:00Z", "c2", "US", "70", "3", "3", "", "", "mixed", "0.25", "0", "run-a"],
     ]
     assert (answer.headers["ctr-truncated"], answer.headers["ctr-view"]) == ("false", "ctr@1")
     assert answer.headers["ctr-latest-covered-bucket"] == "2026-11-22T10:29:00Z"
@@ -417,6 +431,7 @@ def test_healthz_says_up_to_anyone_and_versions_to_the_token(
             "batch/drift": None,
             "views/registry": None,
             "batch/ctr_v2": None,
+            "batch/ctr_v3": None,
         },
     }
 

@@ -37,6 +37,9 @@ Filter = Annotated[list[str] | None, Query(description="keep rows with this valu
 MEASURE_COLUMNS: Final = (
     "impressions",
     "clicks",
+    "raw_clicks",
+    "orphan_clicks",
+    "repeat_clicks",
     "ctr",
     "ctr_ci_low",
     "ctr_ci_high",
@@ -52,9 +55,9 @@ CSV_HEADERS: Final = {
     "Ctr-Latest-Speed-Bucket": "newest minute in speed/ctr",
 }
 _CSV_EXAMPLE: Final = (
-    "bucket_start,country,impressions,clicks,ctr,ctr_ci_low,ctr_ci_high,source,"
-    "covered_fraction,stale_events,run_ids\r\n"
-    "2026-11-22T10:00:00Z,US,1200,31,0.025833333333333333,0.01825,0.03647,mixed,0.5,0,"
+    "bucket_start,country,impressions,clicks,raw_clicks,orphan_clicks,repeat_clicks,ctr,"
+    "ctr_ci_low,ctr_ci_high,source,covered_fraction,stale_events,run_ids\r\n"
+    "2026-11-22T10:00:00Z,US,1200,31,31,,,0.025833333333333333,0.01825,0.03647,mixed,0.5,0,"
     "ctr-20261122T0900-20261122T1030-v42\r\n"
 )
 
@@ -99,8 +102,9 @@ async def get_ctr(
     order_by: Annotated[
         str | None,
         Query(
-            description="comma-separated: bucket_start, impressions, clicks, ctr or a grouped "
-            "dimension; '-' prefix for descending (e.g. -clicks). Default: bucket_start"
+            description="comma-separated: bucket_start, impressions, clicks, raw_clicks, "
+            "orphan_clicks, repeat_clicks, ctr or a grouped dimension; '-' prefix for "
+            "descending (e.g. -clicks; null counts sort last). Default: bucket_start"
         ),
     ] = None,
     limit: Annotated[
@@ -247,6 +251,9 @@ def render_csv(result: CtrResult) -> Rendered:
             *(row.dimensions[d] for d in groups),
             row.impressions,
             row.clicks,
+            row.raw_clicks,
+            row.orphan_clicks,
+            row.repeat_clicks,
             row.ctr,
             row.ctr_ci_low,
             row.ctr_ci_high,
@@ -282,6 +289,9 @@ def render_json(result: CtrResult) -> bytes:
         item.update(
             impressions=row.impressions,
             clicks=row.clicks,
+            raw_clicks=row.raw_clicks,
+            orphan_clicks=row.orphan_clicks,
+            repeat_clicks=row.repeat_clicks,
             ctr=row.ctr,
             ctr_ci_low=row.ctr_ci_low,
             ctr_ci_high=row.ctr_ci_high,
