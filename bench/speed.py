@@ -461,7 +461,17 @@ def _report(  # noqa: PLR0917
 
 _ORDER = (
     *("spark.latestOffset", "spark.queryPlanning", "spark.walCommit", "spark.getBatch"),
-    *("spark.addBatch", "view", "split", "late_write", "ctr_write", "rollup", "maintenance"),
+    *(
+        "spark.addBatch",
+        "view",
+        "events",
+        "split",
+        "attribution",
+        "late_write",
+        "ctr_write",
+        "rollup",
+        "maintenance",
+    ),
     *("spark.commitOffsets", "spark.triggerExecution", "lag", "status", "view_rows"),
 )
 
@@ -517,6 +527,8 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     from runtime.formats import read_kafka, write_delta
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
+    from speed_layer.attribution import INCREMENTS_SCHEMA
+    from speed_layer.job import with_attribution
     from speed_layer.tables import SpeedTable
     from views.columns import DIMENSIONS
     from views.ctr import ctr
@@ -537,7 +549,7 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     def view() -> pa.Table:
         return valid().select("event_time", "event_type", *DIMENSIONS).transform(ctr).toArrow()
 
-    rows = view()
+    rows = with_attribution(view(), INCREMENTS_SCHEMA.empty_table())
     rows = rows.append_column(
         "updated_at", pa.array([time.time_ns() // 1000] * rows.num_rows, pa.timestamp("us", "UTC"))
     )

@@ -11,8 +11,21 @@ micro-batch replayed after a crash changes nothing twice. The job also keeps ``s
 small: it rolls up closed buckets to one row per key, deletes what the batch layer covers, and
 vacuums, between micro-batches (one writer).
 
+Version 3 of ``ctr`` attributes clicks to their impressions (within an hour after them, in
+the impression's bucket and dimensions). The speed job approximates it without a
+stream-stream join, which would hold an hour of impressions in Spark's state and delay them: the
+driver keeps the impressions of the open buckets (:mod:`speed_layer.attribution`) and, per
+micro-batch, adds ``attributed_clicks``, ``repeat_clicks`` (on the impression's key) and
+``orphan_clicks`` (on the click's key) to the rows it appends; ``clicks`` stays every click
+event in its own bucket, for versions 1 and 2. Summed per key, attributed clicks never exceed
+impressions.
+
 Approximate by design: no deduplication (a duplicated event counts twice until the batch layer
-covers its bucket) and late events beyond the watermark are not counted.
+covers its bucket) and late events beyond the watermark are not counted. Attribution: a click
+whose impression came more than about the watermark before it (its bucket closed), arrives
+after it, or was seen before the job restarted (the driver's state starts empty) counts as an
+orphan where the batch layer attributes it: orphans overstated, attributed and repeat clicks
+understated, until the batch layer covers those buckets.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -45,10 +59,12 @@ from runtime.streaming import (
     drive,
     query_id,
 )
+from speed_layer.attribution import MEASURES, Attribution
 from speed_layer.settings import SpeedSettings
-from speed_layer.tables import SpeedTable, total
+from speed_layer.tables import KEY, SpeedTable, sum_per_key, total
 from views.columns import DIMENSIONS
 from views.ctr import ctr
+from views.definitions import versions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,7 +73,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("ctr.speed")
 
 BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 OBSERVATION: Final = "speed"
+# The attribution window of the version of ``ctr`` that attributes clicks (version 3).
+ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attribution is not None)
 
 
 class SpeedStateError(RuntimeError):
@@ -95,7 +114,7 @@ def build_query(
             F.count(F.when(F.col("reason").isNotNull(), 1)).alias("invalid"),
         )
         .where(F.col("reason").isNull())
-        .select("event_time", "event_type", *DIMENSIONS)
+        .select("event_time", "event_type", "impression_id", *DIMENSIONS)
         .withWatermark("event_time", settings.watermark)
     )
     stream = (
@@ -127,7 +146,8 @@ def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
 
 class BatchWriter:
     """foreachBatch function: the micro-batch's view, split at the watermark, appended to
-    ``speed/late`` and ``speed/ctr``; between batches, the roll-up and maintenance."""
+    ``speed/late`` and ``speed/ctr`` with the clicks attributed to the open impressions;
+    between batches, the roll-up and maintenance."""
 
     def __init__(self, lake: LakeSettings, checkpoint: str, settings: SpeedSettings) -> None:
         retention = settings.vacuum_retention_hours
@@ -137,6 +157,8 @@ class BatchWriter:
         self.checkpoint = checkpoint
         self.settings = settings
         self.late_events = 0  # since this process started
+        # The open buckets' impressions (lost on restart: see the module docstring).
+        self.attribution = Attribution(ATTRIBUTION)
         # Per micro-batch: milliseconds per phase of this callback (and the view's row count).
         self.phases = RecentPhases()
         # Buckets before this are one row per key in speed/ctr (read from its log at start).
@@ -153,11 +175,20 @@ class BatchWriter:
             # to compute or write.
             log.info("batch %d: already in speed/ctr (replayed after a restart)", batch_id)
             return
-        view = batch.transform(ctr).toArrow()
-        clock.lap("view")  # the Spark job: Kafka read, parsing and validation, the view
+        batch.persist()  # two Spark jobs below: the Kafka read and parsing once
+        try:
+            view = batch.transform(ctr).toArrow()
+            clock.lap("view")  # the Spark job: Kafka read, parsing and validation, the view
+            events = attribution_events(batch).toArrow()
+            clock.lap("events")
+        finally:
+            batch.unpersist()
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
         clock.lap("split")
+        open_from = _ms(closed_before(metadata.watermark_ms) - _EPOCH)
+        on_time = with_attribution(on_time, self.attribution.process(events, open_from))
+        clock.lap("attribution")
         if late.num_rows:
             late = late.append_column("batch_id", pa.array([batch_id] * late.num_rows, pa.int64()))
             late = late.append_column("recorded_at", pa.array([stamp] * late.num_rows))
@@ -169,7 +200,11 @@ class BatchWriter:
             self.ctr.append(on_time, app_id=app_id, version=batch_id)
             clock.lap("ctr_write")
         self.maintain(metadata.watermark_ms, clock)
-        self.phases.record(batch_id, {"view_rows": view.num_rows, **clock.ms})
+        self.phases.record(
+            batch_id,
+            {"view_rows": view.num_rows, "open_impressions": self.attribution.impressions,
+             **clock.ms},
+        )  # fmt: skip
 
     def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
         """Roll up the buckets the watermark closed (every ``rollup_seconds``); delete what the
@@ -216,12 +251,45 @@ class BatchWriter:
             log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
 
 
+def attribution_events(batch: DataFrame) -> DataFrame:
+    """The micro-batch's events as the attribution takes them
+    (:data:`speed_layer.attribution.EVENTS_SCHEMA`): impression ids hashed to 64 bits in Spark,
+    so the driver gets integers."""
+    from pyspark.sql import functions as F
+
+    return batch.select(
+        F.xxhash64("impression_id").alias("impression"),
+        "event_type",
+        F.unix_millis("event_time").alias("event_ms"),
+        *DIMENSIONS,
+    )
+
+
+def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
+    """``speed/ctr``'s counts of a micro-batch: the view's rows of open buckets (no
+    attribution measures: zero) and the attribution's increments (no impressions or clicks:
+    zero), one row per key."""
+    types = {f.name: f.type for f in SPEED_CTR.schema}
+    columns = [*KEY, "impressions", "clicks", *MEASURES]
+
+    def complete(rows: pa.Table) -> pa.Table:
+        zeros = pa.array(np.zeros(rows.num_rows, np.int64))
+        return pa.table(
+            {c: rows[c].cast(types[c]) if c in rows.column_names else zeros for c in columns}
+        )
+
+    if increments.num_rows == 0:
+        return complete(view)
+    both = pa.concat_tables([complete(view), complete(increments)])
+    return sum_per_key(both, columns[len(KEY) :])
+
+
 def closed_before(watermark_ms: int) -> dt.datetime:
     """The start of the first open bucket: every bucket before it is closed (its end is at or
     before the watermark), the rule :func:`split_late` applies."""
     bucket_ms = _ms(BUCKET)
     start_ms = watermark_ms // bucket_ms * bucket_ms
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=start_ms)
+    return _EPOCH + dt.timedelta(milliseconds=start_ms)
 
 
 def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:

@@ -14,6 +14,9 @@ is the only writer of both tables, in one process.
   job replaces the rows of the buckets closed since its last roll-up by one row per key, in one
   commit (an overwrite of exactly those buckets). Each commit notes how far it rolled up, so a
   restarted job continues from there.
+- **Schema evolution.** A table created before columns were added to its schema (the
+  attribution measures of ``speed/ctr``) gets them when the job opens it, as nullable
+  columns: its older rows read null there (not measured), its roll-ups keep them null.
 - **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers,
   merge each closed hour's minute roll-ups into one file, vacuum files older than the
   retention; and the Delta log is
@@ -25,13 +28,15 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import CommitProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.schema import Field
 
 from lake.append_table import AppendTable
 from lake.coverage import Coverage, in_intervals_sql
@@ -40,6 +45,8 @@ from views.columns import DIMENSIONS
 log = logging.getLogger("ctr.speed")
 
 KEY: Final = ("bucket_start", *DIMENSIONS)
+# speed/ctr's counts, summed per key: the events, then the attribution (speed_layer.attribution).
+COUNTS: Final = ("impressions", "clicks", "attributed_clicks", "orphan_clicks", "repeat_clicks")
 CHECKPOINT_INTERVAL: Final = 50
 # Commit metadata of a roll-up: every bucket before this moment (ISO-8601) is one row per key.
 ROLLED_UP_BEFORE: Final = "ctr.rolledUpBefore"
@@ -74,6 +81,16 @@ class SpeedTable(AppendTable):
 
     def __init__(self, path: str, schema: pa.Schema, *, retention_hours: float) -> None:
         super().__init__(path, schema, properties=table_properties(retention_hours))
+
+    def _ensure_properties(self, table: DeltaTable) -> None:
+        """On opening the table: its properties, and the columns of ``schema`` it lacks (a
+        table written before they were added), nullable."""
+        super()._ensure_properties(table)
+        present = set(table.schema().to_arrow().names)
+        missing = [f for f in self.schema if f.name not in present]
+        if missing:
+            table.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
+            log.info("%s: columns added: %s", self.path, ", ".join(f.name for f in missing))
 
     def rolled_up_before(self) -> dt.datetime | None:
         """Where the last roll-up ended (from its commit), None if none is in the recent log."""
@@ -167,12 +184,16 @@ class SpeedTable(AppendTable):
             write_deltalake(table, self.schema.empty_table(), mode="overwrite")
 
 
-def sum_per_key(rows: pa.Table) -> pa.Table:
-    """One row per (bucket, dimensions): impressions and clicks summed, the latest update."""
-    summed = rows.group_by(list(KEY), use_threads=False).aggregate(
-        [("impressions", "sum"), ("clicks", "sum"), ("updated_at", "max")]
-    )
-    return summed.rename_columns([*KEY, "impressions", "clicks", "updated_at"])
+def sum_per_key(rows: pa.Table, counts: Sequence[str] = COUNTS) -> pa.Table:
+    """One row per (bucket, dimensions): the ``counts`` summed (null where every row has
+    null: not measured), the latest ``updated_at`` if the rows have one."""
+    aggregates = [(name, "sum") for name in counts]
+    names = [*KEY, *counts]
+    if "updated_at" in rows.column_names:
+        aggregates.append(("updated_at", "max"))
+        names.append("updated_at")
+    summed = rows.group_by(list(KEY), use_threads=False).aggregate(aggregates)
+    return summed.rename_columns(names)
 
 
 def _timestamp_sql(value: dt.datetime) -> str:

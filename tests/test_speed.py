@@ -175,6 +175,39 @@ def test_speed_and_batch_layers_share_the_one_view_function(
     assert speed_rows(lake) == [(at(50), "ad-1", 1, 101)]
 
 
+def attribution_rows(lake: LakeSettings) -> list[tuple[dt.datetime, int, int, int, int, int]]:
+    """(bucket, impressions, clicks, attributed, orphan, repeat) of speed/ctr summed per key
+    (one ad)."""
+    table = sum_per_key(DeltaTable(lake.table("speed/ctr")).to_pyarrow_table())
+    measures = ("impressions", "clicks", "attributed_clicks", "orphan_clicks", "repeat_clicks")
+    return sorted((r["bucket_start"], *(r[m] for m in measures)) for r in table.to_pylist())
+
+
+def test_clicks_are_attributed_to_their_impressions_in_the_impressions_bucket(
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings
+) -> None:
+    def click(event_id: str, when: dt.datetime, impression: str) -> dict[str, object]:
+        return {**event(event_id, "click", when), "impression_id": impression}
+
+    send(
+        topics,
+        event("a1", "impression", at(60.1)),
+        event("a2", "impression", at(60.5)),
+        click("a3", at(61.2), "i-a1"),
+        click("a4", at(61.5), "i-a1"),  # a repeat
+        click("a5", at(61.7), "i-unseen"),  # an orphan
+    )
+    run_until_caught_up(spark, topics, lake)
+    assert attribution_rows(lake) == [
+        (at(60), 2, 0, 1, 0, 1),  # the impressions' bucket: one clicked, clicked twice
+        (at(61), 0, 3, 0, 1, 0),  # the clicks' bucket: every click event, one orphan
+    ]
+    # A restart forgets the impressions seen before it: a click on a2 is an orphan now.
+    send(topics, click("a6", at(61.9), "i-a2"))
+    run_until_caught_up(spark, topics, lake)
+    assert attribution_rows(lake) == [(at(60), 2, 0, 1, 0, 1), (at(61), 0, 4, 0, 2, 0)]
+
+
 def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
     ts = pa.timestamp("us", tz="UTC")
     view = pa.table(

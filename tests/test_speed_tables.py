@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from lake.catalog import SPEED_CTR
 from lake.coverage import Coverage
@@ -157,6 +157,46 @@ def test_the_serving_layer_sums_partial_counts_per_key(lake: LakeSettings) -> No
         cache.close()
     assert keyed == [("a", 3, 1), ("b", 1, 0)]
     assert stored == [(3,)]
+
+
+def test_a_table_written_before_the_attribution_measures_gets_them(lake: LakeSettings) -> None:
+    """speed/ctr as the job wrote it before version 3: appends add the columns, older rows read
+    null (not measured) through delta-rs and the serving layer, roll-ups keep them."""
+    old_schema = pa.schema([f for f in SPEED_CTR.schema if not f.name.endswith("_clicks")])
+    write_deltalake(SPEED_CTR.path(lake), rows((0, "a", 2, 1)).select(old_schema.names))
+    new = rows((0, "a", 1, 1), (1, "a", 1, 0))
+    for name in ("attributed_clicks", "orphan_clicks", "repeat_clicks"):
+        new = new.set_column(new.schema.get_field_index(name), name, pa.array([1, 0], pa.int64()))
+    speed = table(lake)
+    assert speed.append(new, app_id=APP, version=0)
+    stored = DeltaTable(SPEED_CTR.path(lake)).to_pyarrow_table()
+    assert set(stored.column_names) == set(SPEED_CTR.schema.names)
+    found = sorted(
+        (r["bucket_start"], r["impressions"], r["attributed_clicks"], r["repeat_clicks"])
+        for r in stored.to_pylist()
+    )
+    assert found == [(minute(0), 1, 1, 1), (minute(0), 2, None, None), (minute(1), 1, 0, 0)]
+
+    snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
+    cache = RelationCache()
+    try:
+        base = cache.relation(snapshot["speed/ctr"]).name
+        with cache.cursor() as cur:
+            keyed = cur.execute(
+                "SELECT bucket_start, impressions, clicks, attributed_clicks, orphan_clicks "
+                f"FROM ({SPEED_CTR.rows_sql(base)}) ORDER BY bucket_start"
+            ).fetchall()
+    finally:
+        cache.close()
+    assert [row[1:] for row in keyed] == [(3, 2, 1, 1), (1, 0, 0, 0)]
+
+    speed.roll_up(None, minute(2))
+    summed = DeltaTable(SPEED_CTR.path(lake)).to_pyarrow_table()
+    assert sorted((r["impressions"], r["attributed_clicks"]) for r in summed.to_pylist()) == [
+        (1, 0),
+        (3, 1),
+    ]
+    assert speed.append(rows((1, "a", 1, 0)), app_id=APP, version=1)  # opened again: as is
 
 
 def test_sum_per_key_is_the_readers_rule() -> None:
