@@ -5,6 +5,10 @@ table (one event_date partition). In one run, twice in turn: the batch job for t
 a warm local[2] SparkSession (warmed by a one-minute run), then DuckDB (delta extension)
 computing the same view with the same dedup rule over the same table; both results are checked
 to agree. The ratio is of each side's better run (the first runs' ratio is printed too).
+Then the cost of click attribution: version 3 of the view (each click credited to its
+impression, :func:`views.ctr.attributed_ctr`) over the same day, twice, next to version 1's
+figure from the same process. A click names an impression shown seconds to minutes before
+it, as in live traffic.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
@@ -30,6 +35,9 @@ from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
+from views.definitions import Definition, definition
+
+V1, V3 = definition("ctr", 1), definition("ctr", 3)
 
 DEFAULT_EVENTS = 10_000_000
 DAY = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
@@ -84,14 +92,24 @@ def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
         ids = np.where(positions < unique, positions, rng.integers(0, unique, n))
         seed = ids.astype(np.uint64) * np.uint64(2654435761) % np.uint64(2**32)
         when = day_us + (seed * np.uint64(20_116)) % np.uint64(86_400_000_000)
+        click = seed % np.uint64(50) == 0
+        # A click names the event 7 ids before it (an impression 49 times in 50) and happens
+        # 1-255 s after it.
+        shown = np.maximum(ids - 7, 0)
+        shown_seed = shown.astype(np.uint64) * np.uint64(2654435761) % np.uint64(2**32)
+        shown_when = day_us + (shown_seed * np.uint64(20_116)) % np.uint64(86_400_000_000)
+        delay = (seed % np.uint64(255) + np.uint64(1)) * np.uint64(1_000_000)
+        when = np.where(
+            click, np.minimum(shown_when + delay, np.uint64(day_us + 86_399_999_999)), when
+        )
         pick = seed % np.uint64(1_000_003)
         ad = _choose(pick, ad_p)
         table = pa.table(
             {
                 "event_id": pa.array(ids.astype(str)),
-                "event_type": pa.array(np.where(seed % np.uint64(50) == 0, "click", "impression")),
+                "event_type": pa.array(np.where(click, "click", "impression")),
                 "event_time": pa.array(when.astype(np.int64), pa.timestamp("us", tz="UTC")),
-                "impression_id": pa.array(ids.astype(str)),
+                "impression_id": pa.array(np.where(click, shown, ids).astype(str)),
                 "ad_id": pa.array(ads[ad]),
                 "campaign_id": pa.array(campaigns[ad]),
                 "site_id": pa.array(sites[_choose(_key(seed, 7), site_p)]),
@@ -110,14 +128,22 @@ def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
 
 
 def _spark_run(
-    spark: SparkSession, lake: LakeSettings, interval: Interval, attempt: int
+    spark: SparkSession,
+    lake: LakeSettings,
+    interval: Interval,
+    attempt: int,
+    version: Definition = V1,
 ) -> tuple[float, BatchRun, dict[str, float]]:
     """The batch job over ``interval``: (seconds, its run, seconds per step)."""
-    print(f"bench batch: batch job (Spark) over the day (run {attempt}) ...", flush=True)
+    print(
+        f"bench batch: batch job (Spark) over the day, version {version.version} (run {attempt})"
+        " ...",
+        flush=True,
+    )
     started = time.perf_counter()
     steps: list[tuple[float, str]] = []
     result = run(
-        spark, interval, lake=lake,
+        spark, interval, lake=lake, definition=version,
         on_step=lambda step: steps.append((time.perf_counter(), step)),
     )  # fmt: skip
     seconds = time.perf_counter() - started
@@ -206,6 +232,16 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     ratio = spark_seconds / duck_seconds
     first_ratio = runs[0][0] / ducks[0]
     parts = _view_parts(spark, lake, interval)
+    # Click attribution: version 3 over the same day, twice; its better run next to version 1's.
+    attributed = [_spark_run(spark, lake, interval, attempt, V3) for attempt in (1, 2)]
+    v3_seconds = min(r[0] for r in attributed)
+    v3 = DeltaTable(lake.table("batch/ctr_v3")).to_pyarrow_table()
+    v3_totals = {
+        name: int(pc.sum(v3.column(name)).as_py() or 0)
+        for name in ("impressions", "clicks", "raw_clicks", "orphan_clicks", "repeat_clicks")
+    }
+    if v3_totals["impressions"] != ours[1] or v3_totals["raw_clicks"] != ours[2]:
+        raise RuntimeError(f"version 3 disagrees with version 1: {v3_totals} vs {ours}")
     outcome = {
         "benchmark": "batch",
         "events": events,
@@ -218,6 +254,10 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         "first_runs_ratio": round(first_ratio, 2),
         "goal": "<= 2.5",
         "spark_profile_seconds": profile,
+        "attributed_seconds": round(v3_seconds, 2),
+        "attributed_runs_seconds": [round(r[0], 2) for r in attributed],
+        "attributed_over_plain": round(v3_seconds / spark_seconds, 2),
+        "attributed_totals": v3_totals,
         "view_parts_seconds": parts,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
     }
@@ -227,6 +267,12 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         f"{', '.join(f'{r[0]:.1f}' for r in runs)} s and "
         f"{', '.join(f'{d:.1f}' for d in ducks)} s), ratio {ratio:.2f} (goal <= 2.5; "
         f"first runs {first_ratio:.2f})"
+    )
+    print(
+        f"bench batch: click attribution (version 3) {v3_seconds:.1f} s (the better of "
+        f"{', '.join(f'{r[0]:.1f}' for r in attributed)} s) against version 1's "
+        f"{spark_seconds:.1f} s: x{v3_seconds / spark_seconds:.2f}; "
+        + ", ".join(f"{k} {v:,}" for k, v in v3_totals.items())
     )
     print("bench batch: the view's parts, each run alone to completion (nothing written):")
     for part, seconds in parts.items():
