@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from lake.registry import record
 from lake.settings import LakeSettings
 from serving_layer.wilson import wilson_interval
 from tests import lake_writer
@@ -149,6 +150,67 @@ class Lake:
 
     def expected_ctr(self, dimension: str, keep: Keep = everything) -> dict[str, float]:
         return {v: c / i for v, (i, c) in self.totals(dimension, keep).items()}
+
+
+def attribution(minute: int, key: int, layer: str) -> tuple[int, int]:
+    """Orphan and repeat clicks of one row of the version with click attribution; its raw
+    clicks are its (attributed) clicks plus both."""
+    minute %= 60
+    orphans, repeats = (minute + key) % 3, (minute * key) % 2
+    return (orphans + 1, repeats) if layer == "speed" else (orphans, repeats)
+
+
+class AttributedLake(Lake):
+    """The same minutes, published as version 3 of ``ctr`` (clicks attributed to their
+    impressions): its batch table, coverage rows and the speed rows' attribution counts."""
+
+    def write(self) -> None:
+        run_id = "run-dashboard-v3"
+        lake_writer.write(
+            self.settings,
+            "batch/ctr_v3",
+            [self.attributed(row, "batch") for row in rows(self.batch_minutes, "batch")],
+            run_id=run_id,
+        )
+        lake_writer.cover(
+            self.settings, run_id, self.batch_minutes[0], self.covered_end, view="ctr@v3"
+        )
+        speed = [self.attributed(row, "speed") for row in rows(self.speed_minutes, "speed")]
+        for row in speed:  # speed/ctr: clicks are the click events, attributed_clicks the clicks
+            row["attributed_clicks"], row["clicks"] = row["clicks"], row.pop("raw_clicks")
+        lake_writer.write_speed(self.settings, speed)
+        record(self.settings, "ctr", 3, "published", "dashboard test")
+
+    @staticmethod
+    def attributed(row: dict[str, object], layer: str) -> dict[str, object]:
+        bucket = row["bucket_start"]
+        assert isinstance(bucket, dt.datetime)
+        key = [k[0] for k in KEYS].index(str(row["campaign_id"]))
+        orphans, repeats = attribution(int(bucket.timestamp() // 60), key, layer)
+        clicks = row["clicks"]
+        assert isinstance(clicks, int)
+        return {
+            **row,
+            "raw_clicks": clicks + orphans + repeats,
+            "orphan_clicks": orphans,
+            "repeat_clicks": repeats,
+        }
+
+    def attribution_totals(self) -> tuple[int, int, int, int]:
+        """Clicks, raw, orphan and repeat clicks over every minute with data."""
+        clicks = raw = orphans = repeats = 0
+        for bucket, layer in self.minutes():
+            minute = int(bucket.timestamp() // 60)
+            for k in range(len(KEYS)):
+                c = counts(minute, k, layer)[1]
+                o, r = attribution(minute, k, layer)
+                clicks, raw, orphans, repeats = (
+                    clicks + c,
+                    raw + c + o + r,
+                    orphans + o,
+                    repeats + r,
+                )
+        return clicks, raw, orphans, repeats
 
 
 def ci(impressions: int, clicks: int) -> tuple[float, float]:

@@ -359,9 +359,29 @@ def test_the_table_sorts_and_its_csv_download_equals_the_api_rows(
     assert saved.name.endswith("Z.csv")
     assert saved.read_bytes() == csv_bytes
     header, *lines = csv.reader(io.StringIO(saved.read_bytes().decode(), newline=""))
-    assert header[:6] == ["bucket_start", "country", "impressions", "clicks", "ctr", "ctr_ci_low"]
-    assert [line[:5] for line in lines] == [
-        [r["bucket_start"], r["country"], str(r["impressions"]), str(r["clicks"]), str(r["ctr"])]
+    assert header[:9] == [
+        "bucket_start",
+        "country",
+        "impressions",
+        "clicks",
+        "raw_clicks",
+        "orphan_clicks",
+        "repeat_clicks",
+        "ctr",
+        "ctr_ci_low",
+    ]
+    # Version 1: raw clicks are the clicks, no orphan or repeat counts (empty cells).
+    assert [line[:8] for line in lines] == [
+        [
+            r["bucket_start"],
+            r["country"],
+            str(r["impressions"]),
+            str(r["clicks"]),
+            str(r["clicks"]),
+            "",
+            "",
+            str(r["ctr"]),
+        ]
         for r in rows
     ]
 

@@ -321,6 +321,20 @@ function renderTotals() {
   $("total-exact").textContent =
     exact === null ? "–" : `${(100 * exact).toFixed(exact > 0 && exact < 1 ? 1 : 0)} % of the range`;
   $("table-scope").textContent = scopeText();
+  renderAttribution(row);
+}
+
+/** A version with click attribution: its raw, orphan and repeat clicks; orphan clicks as a
+ * data-quality figure (clicks whose impression was never seen), a share of the raw clicks. */
+function renderAttribution(row) {
+  const attributed = row !== null && row.orphan_clicks !== null && row.orphan_clicks !== undefined;
+  $("attribution").hidden = !attributed;
+  if (!attributed) return;
+  $("total-raw-clicks").textContent = int(row.raw_clicks);
+  $("total-orphan-clicks").textContent = int(row.orphan_clicks);
+  $("total-orphan-share").textContent =
+    row.raw_clicks > 0 ? `${pct(row.orphan_clicks / row.raw_clicks)} of raw clicks` : "no raw clicks";
+  $("total-repeat-clicks").textContent = int(row.repeat_clicks);
 }
 
 // -- the selection ------------------------------------------------------------------------

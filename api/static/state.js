@@ -15,7 +15,9 @@ export const DIMENSION_LABEL = {
   country: "Country",
   device_type: "Device",
 };
-export const MEASURES = ["impressions", "clicks", "ctr"];
+// The counts of every version, then those of a version with click attribution (the API answers
+// them null without it; ordering by them is then the groups' order).
+export const MEASURES = ["impressions", "clicks", "ctr", "raw_clicks", "orphan_clicks", "repeat_clicks"];
 export const MAX_COMPARE = 5;
 export const MIN_COMPARE = 2;
 export const MAX_FILTER_VALUES = 100; // the API's limit per dimension

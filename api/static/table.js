@@ -18,9 +18,13 @@ function share(x) {
 }
 
 // Measures start descending (the largest first), times and names ascending.
-const FIRST_DESCENDING = new Set(["impressions", "clicks", "ctr"]);
+const FIRST_DESCENDING = new Set(["impressions", "clicks", "ctr", "raw_clicks", "orphan_clicks", "repeat_clicks"]);
 
-function columns(table) {
+/** Whether `rows` come from a version with click attribution (the API answers its counts
+ * null otherwise). */
+const attributed = (rows) => rows.some((r) => r.orphan_clicks !== null && r.orphan_clicks !== undefined);
+
+function columns(table, withAttribution) {
   const list = [];
   if (table.rows === "bucket") {
     list.push({ key: "bucket_start", label: "Bucket (UTC)", text: (r) => time(r.bucket_start) });
@@ -31,6 +35,15 @@ function columns(table) {
   list.push(
     { key: "impressions", label: "Impressions", text: (r) => int(r.impressions), numeric: true },
     { key: "clicks", label: "Clicks", text: (r) => int(r.clicks), numeric: true },
+  );
+  if (withAttribution) {
+    list.push(
+      { key: "raw_clicks", label: "Raw clicks", text: (r) => int(r.raw_clicks), numeric: true },
+      { key: "orphan_clicks", label: "Orphan clicks", text: (r) => int(r.orphan_clicks), numeric: true },
+      { key: "repeat_clicks", label: "Repeat clicks", text: (r) => int(r.repeat_clicks), numeric: true },
+    );
+  }
+  list.push(
     { key: "ctr", label: "CTR", text: (r) => pct(r.ctr), numeric: true },
     {
       key: "ci",
@@ -95,7 +108,7 @@ export class DataTable {
   /** The API's answer for the table (rows in the API's order). */
   render(answer, limit) {
     const settings = this.settings;
-    const cols = columns(settings);
+    const cols = columns(settings, attributed(answer.rows));
     const sortable = new Set(sortableColumns(settings));
     const sortKey = settings.sort.replace(/^-/, "");
     const descending = settings.sort.startsWith("-");
