@@ -189,8 +189,7 @@ class ServingLayer:
         within = self.coverage(snapshot, view).within(query.start, query.end)
         return ctr_sql(
             query,
-            batch=self._batch_relation(snapshot, view),
-            speed=self._speed_relation(snapshot["speed/ctr"], view),
+            **self.sides(snapshot, view),
             covered=self._covered_relation(snapshot["batch/coverage"], view.key),
             stale=self._stale_relation(snapshot, view),
             intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
@@ -439,6 +438,16 @@ class ServingLayer:
 
     def relation_name(self, table: TableSnapshot) -> str:
         return self.relations.relation(table).name
+
+    def sides(self, snapshot: LakeSnapshot, view: Definition | None = None) -> dict[str, str]:
+        """The ``batch`` and ``speed`` relations :func:`serving_layer.query.ctr_sql` reads for
+        ``view`` (default: the published version): its tables' rows with the five counts of
+        :data:`views.columns.MEASURES` (a table's own relation lacks some)."""
+        view = view or self.definition(snapshot)
+        return {
+            "batch": self._batch_relation(snapshot, view),
+            "speed": self._speed_relation(snapshot["speed/ctr"], view),
+        }
 
     def _covered_relation(self, table: TableSnapshot, key: str) -> str:
         def create(name: str) -> str:

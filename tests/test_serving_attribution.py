@@ -28,7 +28,7 @@ from cli.main import app
 from lake.registry import record
 from lake.settings import LakeSettings
 from serving_layer.diff import diff_summary, diff_versions
-from serving_layer.query import CtrQuery
+from serving_layer.query import CtrQuery, ctr_sql
 from serving_layer.sandbox import SANDBOX_VIEWS, execute, open_sandbox
 from serving_layer.service import CtrRow, ServingLayer
 from tests.api_server import running_api
@@ -515,3 +515,19 @@ def test_the_diff_of_version_1_and_3(lake: LakeSettings, serving: ServingLayer) 
 
 def test_dimensions_are_the_views() -> None:
     assert DIMENSIONS[0] == "campaign_id"  # the tests above group on it by name
+
+
+def test_ctr_sql_reads_the_sides_of_any_version(serving: ServingLayer) -> None:
+    """What a caller of ctr_sql outside the service (the serving benchmark) passes it."""
+    snap = serving.snapshot()
+    query = CtrQuery.create(start=T0, end=minute(60), granularity="all")
+    for view, expected in ((V1, (34, 34, 34, None, None)), (V3, (34, 13, 34, 4, 3))):
+        sql, params = ctr_sql(
+            query,
+            **serving.sides(snap, view),
+            covered="unused",
+            intervals=serving.coverage(snap, view).within(query.start, query.end),
+        )
+        with serving.cursor() as cur:
+            [row] = cur.execute(sql, params).fetchall()
+        assert row[1:6] == expected
