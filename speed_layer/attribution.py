@@ -31,8 +31,11 @@ layer): a duplicated impression is one entry clicked once, a duplicated click a 
 Two impression ids with the same 64-bit hash (about one chance in 10^6 per day at a few
 thousand impressions per second) would be taken for one.
 
-Memory: about 30 bytes per open impression (hash, time, key index, flag, plus the distinct
-keys), so some 100 MB at 5,000 impressions per second and a 10-minute watermark.
+Cost: 21 bytes per open impression (hash, time, key index, flag) plus each micro-batch's
+distinct dimensions: 3.2 million impressions (5,000 events per second, a 10-minute watermark)
+took 190 MB with every impression's dimensions distinct (the worst case), and 12 ms per 1-s
+micro-batch at the median, 21 ms at the 95th percentile (measured in-process on this 2-core
+machine, random ids and dimensions).
 """
 
 from __future__ import annotations
@@ -67,7 +70,6 @@ INCREMENTS_SCHEMA: Final = pa.schema(
         *((m, pa.int64()) for m in MEASURES),
     ]
 )
-_MERGE_AFTER: Final = 8  # chunks of a bucket merged into one beyond this many
 
 Int64s = npt.NDArray[np.int64]
 
@@ -149,8 +151,11 @@ class Attribution:
             )
             chunks = self._buckets.setdefault(int(start), [])
             chunks.append(chunk)
-            if len(chunks) > _MERGE_AFTER:
-                self._buckets[int(start)] = [_merge(chunks)]
+            # Like a binary counter: a chunk at least as large as the one before it merges into
+            # it, so a bucket has a few chunks (log2 of its batches) and each impression is
+            # merged a few times.
+            while len(chunks) > 1 and len(chunks[-2].hashes) <= len(chunks[-1].hashes):
+                chunks[-2:] = [_merge(chunks[-2:])]
 
     def _attribute(self, clicks: pa.Table) -> pa.Table:
         hashes = _numpy(clicks["impression"])
@@ -233,19 +238,18 @@ def _rows(start: int, dims: pa.Table, *, attributed: Int64s, repeat: Int64s) -> 
 
 
 def _merge(chunks: list[_Chunk]) -> _Chunk:
-    """One chunk of ``chunks`` (oldest first), its keys deduplicated; equal hashes keep their
-    arrival order (a stable sort of runs already sorted: about linear)."""
-    offsets = np.cumsum([0, *(c.dims.num_rows for c in chunks[:-1])])
+    """One chunk of ``chunks`` (oldest first); equal hashes keep their arrival order (a stable
+    sort of runs already sorted: about linear)."""
+    offsets = np.cumsum([0, *(c.dims.num_rows for c in chunks[:-1])]).astype(np.int32)
     keys = np.concatenate([c.keys + offset for c, offset in zip(chunks, offsets, strict=True)])
-    dims, remap = _distinct(pa.concat_tables([c.dims for c in chunks]))
     hashes = np.concatenate([c.hashes for c in chunks])
     order = np.argsort(hashes, kind="stable")
     return _Chunk(
         hashes=hashes[order],
         times=np.concatenate([c.times for c in chunks])[order],
-        keys=remap[keys[order]],
+        keys=keys[order],
         clicked=np.concatenate([c.clicked for c in chunks])[order],
-        dims=dims,
+        dims=pa.concat_tables([c.dims for c in chunks]),
     )
 
 

@@ -135,7 +135,7 @@ def test_expiry_bounds_the_state_to_the_open_buckets() -> None:
 
 
 def test_many_batches_of_one_bucket_keep_the_first_impression_of_an_id() -> None:
-    """Chunks of a bucket are merged beyond a few: the order of arrival is kept (a duplicated
+    """Chunks of a bucket are merged as they come: the order of arrival is kept (a duplicated
     impression is one impression, its first arrival's key)."""
     attribution = Attribution(HOUR)
     for n in range(20):
