@@ -196,11 +196,7 @@ def _staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
         group_by=["campaign_id"],
     )
     within = serving.coverage(snap).within(query.start, query.end)
-    names = {
-        "batch": serving.relation_name(snap["batch/ctr"]),
-        "speed": serving.relation_name(snap["speed/ctr"]),
-        "covered": "unused",
-    }
+    names = {**serving.sides(snap), "covered": "unused"}
     arrivals = serving.relation_name(snap["master/arrivals"])
     coverage = serving.relation_name(snap["batch/coverage"])
     stale_rows = serving.ctr(query, snap)  # creates the stale table once
@@ -422,8 +418,7 @@ def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, flo
     coverage = serving.coverage(snap)
     sql, params = ctr_sql(
         query,
-        batch=serving.relation_name(snap["batch/ctr"]),
-        speed=serving.relation_name(snap["speed/ctr"]),
+        **serving.sides(snap),
         covered="unused",
         intervals=coverage.within(query.start, query.end),
     )
