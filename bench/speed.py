@@ -515,7 +515,8 @@ def _table_files(table: str) -> dict[str, int]:
 
 def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     """The view's Spark job on VIEW_RECORDS records of the topic, taken apart: the Kafka read
-    alone, + parsing and validation, + the view to Arrow; then the view's rows written to a
+    alone, + parsing and validation, + the view (as a Spark aggregation to Arrow, and as the
+    job computes it: the events to Arrow, the view on the driver); then the view's rows written to a
     scratch speed table both ways measured: a delta-spark append with txnAppId/txnVersion (the
     cheapest delta-spark commit) and the job's delta-rs append. Median of 5 rounds, ms."""
     import pyarrow as pa
@@ -528,10 +529,10 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
     from speed_layer.attribution import INCREMENTS_SCHEMA
-    from speed_layer.job import with_attribution
+    from speed_layer.job import attribution_events, with_attribution
     from speed_layer.tables import SpeedTable
     from views.columns import DIMENSIONS
-    from views.ctr import ctr
+    from views.ctr import ctr, ctr_arrow
 
     spark = spark_session()
     parts = topic_offsets(kafka, kafka.topic)
@@ -546,8 +547,11 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     def valid() -> DataFrame:
         return parse_records(raw()).where(F.col("reason").isNull())
 
-    def view() -> pa.Table:
+    def spark_view() -> pa.Table:  # the view as a Spark aggregation (the job's, before)
         return valid().select("event_time", "event_type", *DIMENSIONS).transform(ctr).toArrow()
+
+    def view() -> pa.Table:  # the job's: the events to the driver, the view of them there
+        return ctr_arrow(attribution_events(valid()).toArrow())
 
     rows = with_attribution(view(), INCREMENTS_SCHEMA.empty_table())
     rows = rows.append_column(
@@ -561,6 +565,7 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     steps: dict[str, Callable[[], object]] = {
         "kafka_read": lambda: raw().agg(F.sum(F.length("value"))).collect(),
         "read_and_parse": lambda: valid().agg(F.count(F.lit(1))).collect(),
+        "read_parse_spark_view": spark_view,
         "read_parse_view": view,
         "delta_spark_append": lambda: write_delta(
             spark.createDataFrame(rows), spark_path, txn=("bench", next(version))

@@ -2,14 +2,16 @@
 
 A Structured Streaming query from the event topic: records are parsed with the shared
 validator (invalid ones are skipped and counted; the archiver keeps them), the event-time
-watermark trails the newest event by ``SPEED_WATERMARK``, and each micro-batch goes through the
-same view function as the batch layer, :func:`views.ctr.ctr`. Buckets whose end the watermark
-has passed are closed: their events are dropped and counted per bucket in ``speed/late``; the
-rest are appended to ``speed/ctr`` as partial counts per (bucket, dimensions), from the driver
-with delta-rs (:mod:`speed_layer.tables`). Both commits carry (query id, batch id), so a
-micro-batch replayed after a crash changes nothing twice. The job also keeps ``speed/ctr``
-small: it rolls up closed buckets to one row per key, deletes what the batch layer covers, and
-vacuums, between micro-batches (one writer).
+watermark trails the newest event by ``SPEED_WATERMARK``, and each micro-batch's events come to
+the driver in one Spark job (a few thousand rows: cheaper than a Spark aggregation's shuffle),
+where the view's definition counts them (:func:`views.ctr.ctr_arrow`, held equal to the batch
+layer's :func:`views.ctr.ctr` by a test, as the archiver's arrivals are). Buckets whose end
+the watermark has passed are closed: their events are dropped and counted per bucket in
+``speed/late``; the rest are appended to ``speed/ctr`` as partial counts per (bucket,
+dimensions), from the driver with delta-rs (:mod:`speed_layer.tables`). Both commits carry
+(query id, batch id), so a micro-batch replayed after a crash changes nothing twice. The job
+also keeps ``speed/ctr`` small: it rolls up closed buckets to one row per key, deletes what the
+batch layer covers, and vacuums, between micro-batches (one writer).
 
 Version 3 of ``ctr`` attributes clicks to their impressions (within an hour after them, in
 the impression's bucket and dimensions). The speed job approximates it without a
@@ -63,7 +65,7 @@ from speed_layer.attribution import MEASURES, Attribution
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import KEY, SpeedTable, sum_per_key, total
 from views.columns import DIMENSIONS
-from views.ctr import ctr
+from views.ctr import ctr_arrow
 from views.definitions import versions
 
 if TYPE_CHECKING:
@@ -175,14 +177,13 @@ class BatchWriter:
             # to compute or write.
             log.info("batch %d: already in speed/ctr (replayed after a restart)", batch_id)
             return
-        batch.persist()  # two Spark jobs below: the Kafka read and parsing once
-        try:
-            view = batch.transform(ctr).toArrow()
-            clock.lap("view")  # the Spark job: Kafka read, parsing and validation, the view
-            events = attribution_events(batch).toArrow()
-            clock.lap("events")
-        finally:
-            batch.unpersist()
+        # One Spark job: the Kafka read, parsing and validation, the events' columns to the
+        # driver; the view of them and the attribution there (a micro-batch is thousands of
+        # rows: a Spark aggregation's shuffle cost more than the rows' transfer).
+        events = attribution_events(batch).toArrow()
+        clock.lap("events")
+        view = ctr_arrow(events)
+        clock.lap("view")
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
         clock.lap("split")
@@ -260,6 +261,7 @@ def attribution_events(batch: DataFrame) -> DataFrame:
     return batch.select(
         F.xxhash64("impression_id").alias("impression"),
         "event_type",
+        "event_time",
         F.unix_millis("event_time").alias("event_ms"),
         *DIMENSIONS,
     )

@@ -12,10 +12,10 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 import batch_layer.job
 import speed_layer.job
@@ -33,6 +33,7 @@ from tests.wire_events import send
 from tests.wire_events import wire_event as event
 from views.columns import DIMENSIONS
 from views.ctr import ctr as the_view
+from views.ctr import ctr_arrow as the_view_in_arrow
 
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
 SETTINGS = SpeedSettings(trigger_seconds=0.5)
@@ -158,18 +159,42 @@ def _caught_up(lake: LakeSettings, events: int) -> bool:
     return counted + dropped >= events
 
 
-def test_speed_and_batch_layers_share_the_one_view_function(
+def test_speed_and_batch_layers_share_the_one_view_definition(
     spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert vars(speed_layer.job)["ctr"] is the_view
+    # The batch job aggregates in Spark, the speed job on its driver: one definition in the
+    # two forms, which give the same rows on the same events.
     assert vars(batch_layer.job)["ctr"] is the_view
+    assert vars(speed_layer.job)["ctr_arrow"] is the_view_in_arrow
+    times = [at(m) for m in (0, 0.2, 0.99, 1, 1.5, 59.99)]
+    events = pa.table(
+        {
+            "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            "event_type": ["impression", "click", "impression", "click", "click", "impression"],
+            **{d: [f"{d}-{i % 2}" for i in range(len(times))] for d in DIMENSIONS},
+        }
+    )
+    in_spark = spark.createDataFrame(events.to_pandas()).transform(the_view).toArrow()
+    on_driver = the_view_in_arrow(events)
+
+    def rows(table: pa.Table) -> list[tuple[object, ...]]:
+        names = ["bucket_start", *DIMENSIONS, "impressions", "clicks"]
+        return sorted(tuple(r[n] for n in names) for r in table.to_pylist())
+
+    assert rows(in_spark) == rows(on_driver)
+    assert len(rows(on_driver)) == 5
 
     # speed/ctr holds what the view function returns: a view that adds 100 to every click
     # count shows in it, which no aggregation of the speed job's own would.
-    def marked_view(events: DataFrame) -> DataFrame:
-        return the_view(events).withColumn("clicks", F.col("clicks") + 100)
+    def marked_view(events: pa.Table) -> pa.Table:
+        view = the_view_in_arrow(events)
+        return view.set_column(
+            view.schema.get_field_index("clicks"),
+            "clicks",
+            pa.compute.add(view.column("clicks"), 100),
+        )
 
-    monkeypatch.setattr(speed_layer.job, "ctr", marked_view)
+    monkeypatch.setattr(speed_layer.job, "ctr_arrow", marked_view)
     send(topics, event("v1", "impression", at(50)), event("v2", "click", at(50.5)))
     run_until_caught_up(spark, topics, lake)
     assert speed_rows(lake) == [(at(50), "ad-1", 1, 101)]
