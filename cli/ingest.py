@@ -101,6 +101,22 @@ def produce(
     malformed: Annotated[
         float, typer.Option(min=0, max=0.5, help="Share of records that break the contract.")
     ] = 0.0,
+    repeat_clicks: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=0.9,
+            help="Share of clicks followed by a second click on the same impression.",
+        ),
+    ] = 0.0,
+    orphan_clicks: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=0.9,
+            help="Share of clicks followed by a click naming an impression never sent.",
+        ),
+    ] = 0.0,
     campaigns: Annotated[int, typer.Option(min=1, help="Number of campaigns.")] = 20,
     sites: Annotated[int, typer.Option(min=1, help="Number of sites.")] = 300,
     ground_truth: Annotated[
@@ -137,6 +153,8 @@ def produce(
             duplicate_fraction=duplicates,
             late_fraction=late,
             malformed_fraction=malformed,
+            repeat_click_fraction=repeat_clicks,
+            orphan_click_fraction=orphan_clicks,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -100,7 +100,7 @@ EOF
             "log $DEMO/batch-loop.log"
     fi
     cat << EOF
-  Traffic     $DEMO_RATE events/s into ${KAFKA_TOPIC:-ad-events} at $KAFKA_BOOTSTRAP_SERVERS (1 % duplicates, 2 % late, 0.5 % malformed)
+  Traffic     $DEMO_RATE events/s into ${KAFKA_TOPIC:-ad-events} at $KAFKA_BOOTSTRAP_SERVERS (1 % duplicates, 2 % late, 0.5 % malformed; 5 % of clicks repeated, 2 % orphan clicks)
   Logs        $DEMO/*.log   Delta tables: $LAKE_ROOT
   Stop        make demo-down
 
@@ -239,7 +239,8 @@ say "[2/7] archiver, speed job, API and traffic generator starting in the backgr
 start archiver "$CTR" archive
 start speed "$CTR" speed
 start api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
-start producer "$CTR" produce --rate "$DEMO_RATE" --duplicates 0.01 --late 0.02 --malformed 0.005
+start producer "$CTR" produce --rate "$DEMO_RATE" --duplicates 0.01 --late 0.02 --malformed 0.005 \
+  --repeat-clicks 0.05 --orphan-clicks 0.02
 if ((!DEMO_AIRFLOW)); then
     start batch-loop bash infra/demo-batch-loop.sh
 fi
