@@ -172,26 +172,20 @@ def compute_view(
     run_id = (
         run_id or f"{prefix}-{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}-v{version}"
     )
+    # With attribution, a click up to the window after an impression of the interval is
+    # credited to it, and a click of the interval is an orphan only without an impression up to
+    # the window before it: the events of the interval widened by the window on both sides are
+    # read, and the rows of the interval kept.
     window = definition.attribution
+    reach = interval if window is None else Interval(interval.start - window, interval.end + window)
+    events, partitions = interval_events(spark, path, table, reach)
+    if definition.where:
+        events = events.where(definition.where)
+    deduplicated = deduplicate(events, partitions)
     if window is None:
-        events, partitions = interval_events(spark, path, table, interval)
-        if definition.where:
-            events = events.where(definition.where)
-        view = deduplicate(events, partitions).transform(ctr)
+        view = deduplicated.transform(ctr)
     else:
-        # A click up to the window after an impression of the interval is credited to it, and
-        # a click of the interval is an orphan only without an impression up to the window
-        # before it: the events of the interval widened by the window on both sides, the
-        # rows of the interval kept.
-        widened = Interval(interval.start - window, interval.end + window)
-        events, partitions = interval_events(spark, path, table, widened)
-        if definition.where:
-            events = events.where(definition.where)
-        view = (
-            deduplicate(events, partitions)
-            .transform(lambda deduplicated: attributed_ctr(deduplicated, window))
-            .where(interval.sql_predicate("bucket_start"))
-        )
+        view = attributed_ctr(deduplicated, window).where(interval.sql_predicate("bucket_start"))
     return view.withColumn("run_id", F.lit(run_id)), version, run_id
 
 

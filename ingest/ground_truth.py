@@ -31,26 +31,13 @@ Key = tuple[int, str, str, str, str, str]
 
 
 class GroundTruth:
-    """Counts per (bucket_start_ms, campaign_id, ad_id, site_id, country, device_type).
+    """Counts per (bucket_start_ms, campaign_id, ad_id, site_id, country, device_type)."""
 
-    With ``keep_events``, it also keeps the events, for :func:`attributed` (tests: the events
-    of a long stream do not fit in memory)."""
-
-    def __init__(self, *, keep_events: bool = False) -> None:
+    def __init__(self) -> None:
         self.counts: dict[Key, list[int]] = {}
-        self.events: list[Event] | None = [] if keep_events else None
 
     def add(self, event: Event) -> None:
-        if self.events is not None:
-            self.events.append(event)
-        key = (
-            event.event_time - event.event_time % BUCKET_MS,
-            event.campaign_id,
-            event.ad_id,
-            event.site_id,
-            event.country,
-            event.device_type,
-        )
+        key = _key(event)
         cell = self.counts.get(key)
         if cell is None:
             cell = self.counts[key] = [0, 0]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import duckdb
@@ -541,26 +543,8 @@ class ServingLayer:
         as a small in-memory table, computed once per version of master/arrivals and
         batch/coverage."""
         view = view or self.definition(snap)
-        arrivals, coverage = snap["master/arrivals"], snap["batch/coverage"]
-        batch = snap[batch_table(view).name]
-        coverage_name = self.relations.relation(coverage).name
-        batch_name = self.relations.relation(batch).name
-        source = self._filtered(arrivals, view)
-
-        def create(name: str) -> str:
-            stale = f"stale_{name}_{coverage_name}_{batch_name}"
-            sql = stale_sql(
-                arrivals=source,
-                coverage=coverage_name,
-                batch=batch_name,
-                view=view.key,
-                attribution=view.attribution,
-            )
-            self.relations.create_table(stale, sql, owner=arrivals)
-            return stale
-
-        return self.relations.derived(
-            arrivals, f"stale:{view.key}@{coverage.version}:{batch.version}", create
+        return self._arrivals_relation(
+            snap, view, "stale", partial(stale_sql, attribution=view.attribution)
         )
 
     def _marks_relation(self, snap: LakeSnapshot, view: Definition) -> str | None:
@@ -570,7 +554,16 @@ class ServingLayer:
         None without attribution."""
         if view.attribution is None:
             return None
-        attribution = view.attribution
+        return self._arrivals_relation(
+            snap, view, "marks", partial(stale_marks_sql, attribution=view.attribution)
+        )
+
+    def _arrivals_relation(
+        self, snap: LakeSnapshot, view: Definition, kind: str, select: Callable[..., str]
+    ) -> str:
+        """``select`` (a rule of :mod:`lake.staleness` over the arrivals ``view`` counts,
+        batch/coverage and the version's batch rows) as an in-memory table named after
+        ``kind``, computed once per version of the three tables."""
         arrivals, coverage = snap["master/arrivals"], snap["batch/coverage"]
         batch = snap[batch_table(view).name]
         coverage_name = self.relations.relation(coverage).name
@@ -578,19 +571,13 @@ class ServingLayer:
         source = self._filtered(arrivals, view)
 
         def create(name: str) -> str:
-            marks = f"marks_{name}_{coverage_name}_{batch_name}"
-            sql = stale_marks_sql(
-                arrivals=source,
-                coverage=coverage_name,
-                batch=batch_name,
-                view=view.key,
-                attribution=attribution,
-            )
-            self.relations.create_table(marks, sql, owner=arrivals)
-            return marks
+            table = f"{kind}_{name}_{coverage_name}_{batch_name}"
+            sql = select(arrivals=source, coverage=coverage_name, batch=batch_name, view=view.key)
+            self.relations.create_table(table, sql, owner=arrivals)
+            return table
 
         return self.relations.derived(
-            arrivals, f"marks:{view.key}@{coverage.version}:{batch.version}", create
+            arrivals, f"{kind}:{view.key}@{coverage.version}:{batch.version}", create
         )
 
     def _latest_speed_bucket(self, table: TableSnapshot) -> dt.datetime | None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -137,24 +139,32 @@ def test_reset_empties_the_table_and_keeps_its_history(lake: LakeSettings) -> No
     assert DeltaTable(SPEED_CTR.path(lake), version=0).to_pyarrow_table().num_rows == 1
 
 
+def served(lake: LakeSettings, *queries: Callable[[str], str]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each query over speed/ctr as the serving layer loads it (``base``: its
+    relation's name)."""
+    snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
+    cache = RelationCache()
+    try:
+        base = cache.relation(snapshot["speed/ctr"]).name
+        with cache.cursor() as cur:
+            return [cur.execute(query(base)).fetchall() for query in queries]
+    finally:
+        cache.close()
+
+
 def test_the_serving_layer_sums_partial_counts_per_key(lake: LakeSettings) -> None:
     """The CTR query sums speed rows; the per-key relation (row-level readers: version diffs)
     has one row per key; the SQL sandbox's ctr_speed too."""
     speed = table(lake)
     speed.append(rows((0, "a", 1, 0), (0, "b", 1, 0)), app_id=APP, version=0)
     speed.append(rows((0, "a", 2, 1)), app_id=APP, version=1)
-    snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
-    cache = RelationCache()
-    try:
-        base = cache.relation(snapshot["speed/ctr"]).name
-        with cache.cursor() as cur:
-            keyed = cur.execute(
-                f"SELECT ad_id, impressions, clicks FROM ({SPEED_CTR.rows_sql(base)}) "
-                "ORDER BY ad_id"
-            ).fetchall()
-            stored = cur.execute(f"SELECT count(*) FROM {base}").fetchall()
-    finally:
-        cache.close()
+    keyed, stored = served(
+        lake,
+        lambda base: (
+            f"SELECT ad_id, impressions, clicks FROM ({SPEED_CTR.rows_sql(base)}) ORDER BY ad_id"
+        ),
+        lambda base: f"SELECT count(*) FROM {base}",
+    )
     assert keyed == [("a", 3, 1), ("b", 1, 0)]
     assert stored == [(3,)]
 
@@ -177,17 +187,13 @@ def test_a_table_written_before_the_attribution_measures_gets_them(lake: LakeSet
     )
     assert found == [(minute(0), 1, 1, 1), (minute(0), 2, None, None), (minute(1), 1, 0, 0)]
 
-    snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
-    cache = RelationCache()
-    try:
-        base = cache.relation(snapshot["speed/ctr"]).name
-        with cache.cursor() as cur:
-            keyed = cur.execute(
-                "SELECT bucket_start, impressions, clicks, attributed_clicks, orphan_clicks "
-                f"FROM ({SPEED_CTR.rows_sql(base)}) ORDER BY bucket_start"
-            ).fetchall()
-    finally:
-        cache.close()
+    [keyed] = served(
+        lake,
+        lambda base: (
+            "SELECT bucket_start, impressions, clicks, attributed_clicks, orphan_clicks "
+            f"FROM ({SPEED_CTR.rows_sql(base)}) ORDER BY bucket_start"
+        ),
+    )
     assert [row[1:] for row in keyed] == [(3, 2, 1, 1), (1, 0, 0, 0)]
 
     speed.roll_up(None, minute(2))
