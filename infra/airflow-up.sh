@@ -44,25 +44,40 @@ mkdir -p "$AIRFLOW_HOME"
 "$AIRFLOW" db migrate > "$RUN_DIR/airflow-migrate.log" 2>&1 || {
     echo "airflow: db migrate failed, see $RUN_DIR/airflow-migrate.log" >&2; exit 1; }
 # The components in one process group (airflow-down.sh signals it), their output in one log,
-# each line prefixed with the component's name as standalone does. When one exits the others
-# are stopped; SIGTERM stops them all and waits for them.
+# each line prefixed with the component's name as standalone does. A component that exits or
+# dies (a crash, SIGKILL) is started again after 5 s: this loop is Airflow's supervision in the
+# demo (a task killed mid-run is the scheduler's to retry: the DAGs' retries). SIGTERM stops
+# them all and waits for them.
 run_components() {
-    local airflow="$1" component name pids=() status
+    local airflow="$1" component name status exited i
+    local components=("scheduler --skip-serve-logs" dag-processor "triggerer --skip-serve-logs" api-server)
+    local pids=()
     trap 'kill -TERM "${pids[@]}" 2> /dev/null; wait "${pids[@]}"; exit 143' TERM INT
-    for component in "scheduler --skip-serve-logs" dag-processor "triggerer --skip-serve-logs" \
-        api-server; do
-        name="${component%% *}"
+    launch() {  # index into components
+        local component="${components[$1]}" name="${components[$1]%% *}"
         # The prefixing sed ignores SIGTERM, so it writes the component's last lines.
         # shellcheck disable=SC2086 # the component's name and flags, split on purpose
         "$airflow" $component > >(trap '' TERM; exec sed -u "s/^/$(printf '%-13s|' "$name") /") 2>&1 &
-        pids+=($!)
+        pids[$1]=$!
+    }
+    for i in "${!components[@]}"; do
+        launch "$i"
     done
-    wait -n "${pids[@]}"
-    status=$?
-    echo "airflow: a component exited with status $status; stopping the others"
-    kill -TERM "${pids[@]}" 2> /dev/null
-    wait "${pids[@]}"
-    exit "$status"
+    while true; do
+        exited=""
+        wait -n -p exited "${pids[@]}"
+        status=$?
+        [[ -z "$exited" ]] && continue
+        for i in "${!pids[@]}"; do
+            if [[ "${pids[$i]}" == "$exited" ]]; then
+                name="${components[$i]%% *}"
+                echo "airflow: $name (pid $exited) exited with status $status; starting it again in 5 s"
+                [[ -n "${SUPERVISE_DIR:-}" ]] && echo "$(date +%s) airflow-$name $status" >> "$SUPERVISE_DIR/restarts.log"
+                sleep 5
+                launch "$i"
+            fi
+        done
+    done
 }
 setsid bash -c "$(declare -f run_components); run_components \"\$1\"" _ "$AIRFLOW" \
     > "$LOG" 2>&1 < /dev/null &

@@ -57,6 +57,8 @@ if [[ -f "$DEMO/airflow.pid" ]]; then
     fi
 fi
 
+# The broker watch first: it would start the nodes `ctr kafka down` stops.
+stop_component broker-watch 10
 if [[ -f "$DEMO/broker-started" ]]; then
     pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
     if [[ "$pid" =~ ^[0-9]+$ ]] && has_marker "$pid" "$run_id"; then

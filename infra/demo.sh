@@ -18,10 +18,19 @@ DEMO_AIRFLOW="${DEMO_AIRFLOW:-1}"
 DEMO_RATE="${DEMO_RATE:-200}"
 DEMO_BATCH_MINUTES="${DEMO_BATCH_MINUTES:-10}"
 DEMO_STALE_MINUTES="${DEMO_STALE_MINUTES:-5}"
+DEMO_MAINTENANCE_MINUTES="${DEMO_MAINTENANCE_MINUTES:-60}"
+# What the topics may keep on disk, per partition: the archiver reads within seconds, and
+# master/events is the system of record (the size bound keeps a long run's disk bounded).
+export KAFKA_TOPIC_CONFIG="${KAFKA_TOPIC_CONFIG:-{\"retention.bytes\": \"536870912\", \"segment.bytes\": \"67108864\"\}}"
 DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
+DEMO_BROKERS="${DEMO_BROKERS:-}"  # 1 or 3; default: what $DEMO/kafka holds, else 1
 export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES))}"
 export LAKE_ROOT="${LAKE_ROOT:-$DEMO/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$DEMO/checkpoints}"
-export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"
+if [[ "${DEMO_BROKERS:-1}" == 3 ]]; then
+    export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094}"
+else
+    export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"
+fi
 export API_HOST=127.0.0.1 API_PORT="${API_PORT:-8000}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
@@ -93,6 +102,7 @@ EOF
   Airflow     $AIRFLOW_URL   login: admin / ${password:-see $DEMO/airflow/simple_auth_manager_passwords.json.generated}
               ctr_batch every $DEMO_BATCH_MINUTES min, each run with $CTR_BATCH_LOOKBACK_MINUTES min of lookback
               ctr_recompute_stale every $DEMO_STALE_MINUTES min (covered minutes that received late events)
+              ctr_maintenance every $DEMO_MAINTENANCE_MINUTES min (compaction, VACUUM, Delta log cleanup)
 EOF
     else
         echo "  Batch       a loop runs ctr batch every $DEMO_BATCH_MINUTES min" \
@@ -172,9 +182,18 @@ if ! [[ "$DEMO_STALE_MINUTES" =~ ^[0-9]+$ ]] || ((DEMO_STALE_MINUTES < 1 || 60 %
         "got '$DEMO_STALE_MINUTES'" >&2
     exit 2
 fi
+if ! [[ "$DEMO_MAINTENANCE_MINUTES" =~ ^[0-9]+$ ]] || ((DEMO_MAINTENANCE_MINUTES < 1 || 60 % DEMO_MAINTENANCE_MINUTES)); then
+    echo "demo: error: DEMO_MAINTENANCE_MINUTES must divide an hour (1, 2, 3, 5, 10, 15, 20, 30, 60)," \
+        "got '$DEMO_MAINTENANCE_MINUTES'" >&2
+    exit 2
+fi
 if ! [[ "$CTR_BATCH_LOOKBACK_MINUTES" =~ ^[0-9]+$ ]]; then
     echo "demo: error: CTR_BATCH_LOOKBACK_MINUTES must be a whole number of minutes," \
         "got '$CTR_BATCH_LOOKBACK_MINUTES'" >&2
+    exit 2
+fi
+if ! [[ "$DEMO_BROKERS" =~ ^[13]?$ ]]; then
+    echo "demo: error: DEMO_BROKERS must be 1 or 3, got '$DEMO_BROKERS'" >&2
     exit 2
 fi
 if ! [[ "$DEMO_AIRFLOW" =~ ^[01]$ ]]; then
@@ -221,13 +240,16 @@ say "starting (run $run_id, state under $DEMO)"
 
 # --- broker and topics ---------------------------------------------------------------------------
 say "[1/7] broker and topics"
-RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up 2>&1 | sed 's/^/demo:       /'
+RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BROKERS"} 2>&1 | sed 's/^/demo:       /'
 ((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/node-1/server.log" \
     "$DEMO/kafka/node-1/server.log"
 broker_pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
 if [[ "$broker_pid" =~ ^[0-9]+$ ]] && has_marker "$broker_pid" "$run_id"; then
     # Its log lives under $DEMO/kafka: the streaming jobs go on from their checkpoints.
     touch "$DEMO/broker-started"
+    # A broker node that dies is started again by the broker watch (its data and offsets stay).
+    KAFKA_RUN_DIR="$DEMO" SUPERVISE_DIR="$DEMO" start broker-watch \
+        bash infra/supervise.sh broker-watch "$ROOT/.venv/bin/python" -m infra.broker_watch
 else
     say "      using the broker already answering at $KAFKA_BOOTSTRAP_SERVERS (demo-down leaves it)"
 fi
@@ -236,13 +258,21 @@ fi
 events_before=$(commits master/events)
 speed_before=$(commits speed/ctr)
 say "[2/7] archiver, speed job, API and traffic generator starting in the background"
-start archiver "$CTR" archive
-start speed "$CTR" speed
-start api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
-start producer "$CTR" produce --rate "$DEMO_RATE" --duplicates 0.01 --late 0.02 --malformed 0.005 \
-  --repeat-clicks 0.05 --orphan-clicks 0.02
+# Each under infra/supervise.sh: started again when it dies (SUPERVISE_DIR: its child's pid
+# and a line per restart in restarts.log).
+export SUPERVISE_DIR="$DEMO"
+supervised() { start "$1" bash infra/supervise.sh "$@"; }
+supervised archiver "$CTR" archive
+supervised speed "$CTR" speed
+supervised api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
+# DEMO_GROUND_TRUTH: a CSV of the exact counts of every record the producer had delivered,
+# written when it stops (make soak compares the batch view with it).
+producer_args=(--rate "$DEMO_RATE" --duplicates 0.01 --late 0.02 --malformed 0.005
+    --repeat-clicks 0.05 --orphan-clicks 0.02)
+[[ -n "${DEMO_GROUND_TRUTH:-}" ]] && producer_args+=(--ground-truth "$DEMO_GROUND_TRUTH")
+supervised producer "$CTR" produce "${producer_args[@]}"
 if ((!DEMO_AIRFLOW)); then
-    start batch-loop bash infra/demo-batch-loop.sh
+    supervised batch-loop bash infra/demo-batch-loop.sh
 fi
 
 say "[3/7] API at $API"
@@ -264,15 +294,14 @@ if ((DEMO_AIRFLOW)); then
     # project's definitions called with the demo's schedule, lookback and start (the previous
     # tick, with catch-up: the first run comes at the next tick).
     mkdir -p "$DEMO/dags"
-    if ((DEMO_STALE_MINUTES == 60)); then
-        stale_schedule="0 * * * *"
-    else
-        stale_schedule="*/$DEMO_STALE_MINUTES * * * *"
-    fi
+    cron_every() { if (($1 == 60)); then echo "0 * * * *"; else echo "*/$1 * * * *"; fi; }
+    stale_schedule="$(cron_every "$DEMO_STALE_MINUTES")"
+    maintenance_schedule="$(cron_every "$DEMO_MAINTENANCE_MINUTES")"
     cat > "$DEMO/dags/ctr_demo.py" << EOF
 """The Airflow DAGs of \`make demo\`, generated by infra/demo.sh: ctr_batch every
 $DEMO_BATCH_MINUTES min, each run with $CTR_BATCH_LOOKBACK_MINUTES min of lookback;
-ctr_recompute_stale every $DEMO_STALE_MINUTES min; ctr_reprocess and ctr_maintenance as in dags/."""
+ctr_recompute_stale every $DEMO_STALE_MINUTES min; ctr_maintenance every $DEMO_MAINTENANCE_MINUTES min;
+ctr_reprocess as in dags/."""
 
 from datetime import datetime
 
@@ -291,12 +320,12 @@ ctr_batch = ctr_batch_dag(
 )
 ctr_recompute_stale = ctr_recompute_stale_dag(schedule="$stale_schedule")
 ctr_reprocess = ctr_reprocess_dag()
-ctr_maintenance = ctr_maintenance_dag()
+ctr_maintenance = ctr_maintenance_dag(schedule="$maintenance_schedule")
 EOF
     # ctr_batch's spark-submit runs on the spark_default connection's master.
     spark_conn='{"conn_type": "spark", "host": "'"${SPARK_MASTER:-local[2]}"'"}'
     export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
-    export AIRFLOW_DAGS="$DEMO/dags" AIRFLOW_UNPAUSE="ctr_batch ctr_recompute_stale" AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
+    export AIRFLOW_DAGS="$DEMO/dags" AIRFLOW_UNPAUSE="ctr_batch ctr_recompute_stale ctr_maintenance" AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
     RUN_DIR="$DEMO" bash infra/airflow-up.sh 2>&1 | sed 's/^/demo:       /'
     ((PIPESTATUS[0] == 0)) || fail "Airflow did not start; see $DEMO/airflow.log" "$DEMO/airflow.log"
     live_pid airflow > /dev/null || fail "Airflow is not running; see $DEMO/airflow.log" "$DEMO/airflow.log"
