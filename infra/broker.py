@@ -451,6 +451,9 @@ def node_properties(layout: Layout, node: Node, directory: Path) -> str:
         "broker.session.timeout.ms": 4000,
         "broker.heartbeat.interval.ms": 500,
         "replica.lag.time.max.ms": 10000,
+        # Segments past the topics' retention go within a minute (default 5): a size bound
+        # (KAFKA_TOPIC_CONFIG) holds closely.
+        "log.retention.check.interval.ms": 60000,
     }
     if node.is_broker:
         lines["advertised.listeners"] = f"PLAINTEXT://{node.host}:{node.broker_port}"

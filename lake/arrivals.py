@@ -53,7 +53,11 @@ def arrival_rows(
 
 def arrivals_table(lake: LakeSettings) -> AppendTable:
     """``master/arrivals``, appended to by its one writer, the archiver."""
-    return AppendTable(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
+    return AppendTable(
+        MASTER_ARRIVALS.path(lake),
+        MASTER_ARRIVALS.schema,
+        properties=lake.retention(MASTER_ARRIVALS.name),
+    )
 
 
 def forget_counted(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from lake.catalog import BATCH_COVERAGE
 from lake.coverage import Coverage
+from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
 from runtime.formats import read_delta
 
@@ -28,17 +29,23 @@ class MaintenanceReport:
 
 
 def compact_and_vacuum(
-    spark: SparkSession, lake: LakeSettings, table: str, *, retention_hours: float = 168
+    spark: SparkSession, lake: LakeSettings, table: str, *, retention_hours: float | None = None
 ) -> MaintenanceReport | None:
     """Bin-pack small files (OPTIMIZE), then delete the files no version within
-    ``retention_hours`` needs (VACUUM). None when the table does not exist yet."""
+    ``retention_hours`` (default ``LAKE_VACUUM_RETENTION_HOURS``) needs (VACUUM). A table the
+    streaming jobs do not write gets its history window first (:mod:`lake.retention`: its
+    writers, Spark batch jobs, set none). None when the table does not exist yet."""
     from delta.tables import DeltaTable
 
     path = lake.table(table)
     if not DeltaTable.isDeltaTable(spark, path):
         log.info("%s: no table yet", table)
         return None
+    if retention_hours is None:
+        retention_hours = lake.vacuum_retention_hours
     delta = DeltaTable.forPath(spark, path)
+    if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
+        _ensure_properties(spark, path, lake.retention(table))
     metrics = delta.optimize().executeCompaction().collect()[0]["metrics"]
     # The data files VACUUM will delete (its dry run also lists their checksum files).
     doomed = (
@@ -53,6 +60,17 @@ def compact_and_vacuum(
     return MaintenanceReport(
         table, int(metrics["numFilesAdded"]), int(metrics["numFilesRemoved"]), int(doomed)
     )
+
+
+def _ensure_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> None:
+    rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{path.replace('`', '``')}`").collect()
+    current = {str(row["key"]): str(row["value"]) for row in rows}
+    missing = {k: v for k, v in wanted.items() if current.get(k) != v}
+    if missing:
+        assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
+        spark.sql(
+            f"ALTER TABLE delta.`{path.replace('`', '``')}` SET TBLPROPERTIES ({assignments})"
+        )
 
 
 def covered_intervals(spark: SparkSession, lake: LakeSettings, view: str = "ctr") -> Coverage:

@@ -17,6 +17,27 @@ class LakeSettings(BaseSettings):
     checkpoint_root: Path = Field(
         default=Path("data/checkpoints"), validation_alias="CHECKPOINT_ROOT"
     )
+    # History kept per table (lake.retention): the streaming tables' log, the batch tables' log
+    # (as-of queries), the data files of old versions (VACUUM).
+    log_retention_hours: float = Field(
+        default=24.0, gt=0, validation_alias="LAKE_LOG_RETENTION_HOURS"
+    )
+    history_retention_hours: float = Field(
+        default=720.0, gt=0, validation_alias="LAKE_HISTORY_RETENTION_HOURS"
+    )
+    vacuum_retention_hours: float = Field(
+        default=168.0, gt=0, validation_alias="LAKE_VACUUM_RETENTION_HOURS"
+    )
+
+    def retention(self, table: str) -> dict[str, str]:
+        """The retention table properties of ``table`` (e.g. ``"master/events"``)."""
+        from lake.retention import STREAMING_TABLES, retention_properties
+
+        streaming = table in STREAMING_TABLES
+        return retention_properties(
+            log_hours=self.log_retention_hours if streaming else self.history_retention_hours,
+            files_hours=self.vacuum_retention_hours,
+        )
 
     def table(self, name: str) -> str:
         """Absolute location of a table, e.g. ``table("master/events")``."""

@@ -104,9 +104,14 @@ class BatchWriter:
         self.checkpoint = checkpoint
         self.phases = RecentPhases()
         self.events = AppendTable(
-            lake.events, EVENTS_SCHEMA, partition_by=MASTER_EVENTS.partition_by
+            lake.events,
+            EVENTS_SCHEMA,
+            partition_by=MASTER_EVENTS.partition_by,
+            properties=lake.retention(MASTER_EVENTS.name),
         )
-        self.rejected = AppendTable(lake.rejected, REJECTED_SCHEMA)
+        self.rejected = AppendTable(
+            lake.rejected, REJECTED_SCHEMA, properties=lake.retention(MASTER_REJECTED.name)
+        )
         self.arrivals = arrivals_table(lake)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:

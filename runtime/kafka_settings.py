@@ -33,6 +33,11 @@ class KafkaSettings(BaseSettings):
     replication_factor: int | None = Field(default=None, ge=1)
     min_insync_replicas: int | None = Field(default=None, ge=1)
     client_config: dict[str, Any] = Field(default_factory=dict)
+    # Topic-level settings for the topics `ctr kafka up` / `create-topics` creates, e.g. the
+    # disk they may hold: KAFKA_TOPIC_CONFIG='{"retention.bytes": "1073741824"}' (per
+    # partition). Unset: the broker's defaults (7 days, no size bound). Existing topics keep
+    # theirs (kafka-configs.sh --alter changes them).
+    topic_config: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -58,7 +58,7 @@ def ensure_topics(settings: KafkaSettings, *, timeout_s: float = 30.0) -> list[T
     # The broker stamps each record with its append time: `ingest_time` is when Kafka took the
     # record, and a producer's absurd CreateTime (which Spark's kafka source cannot convert)
     # never reaches a reader.
-    config: dict[str, str] = {"message.timestamp.type": "LogAppendTime"}
+    config: dict[str, str] = {**settings.topic_config, "message.timestamp.type": "LogAppendTime"}
     min_insync = settings.effective_min_insync_replicas(brokers)
     if min_insync is not None:
         config["min.insync.replicas"] = str(min_insync)

@@ -241,8 +241,7 @@ class BatchWriter:
         try:
             pruned = self.ctr.delete_covered(read_coverage(self.lake, "ctr"))
             merged = self.ctr.merge_closed_hours(self._rolled_up_before)
-            vacuumed = self.ctr.vacuum(self.settings.vacuum_retention_hours)
-            vacuumed += self.late.vacuum(self.settings.vacuum_retention_hours)
+            vacuumed = self.ctr.vacuum() + self.late.vacuum()
             log.info(
                 "speed/ctr maintenance: %d covered rows deleted, %d hours merged to a file "
                 "each, %d files vacuumed",

@@ -19,9 +19,9 @@ is the only writer of both tables, in one process.
   columns: its older rows read null there (not measured), its roll-ups keep them null.
 - **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers,
   merge each closed hour's minute roll-ups into one file, vacuum files older than the
-  retention; and the Delta log is
-  checkpointed every ``CHECKPOINT_INTERVAL`` commits and cleaned past the retention (delta-rs's
-  post-commit hook, from the table's properties).
+  retention; and the Delta log is checkpointed every ``lake.retention.CHECKPOINT_INTERVAL``
+  commits and cleaned past the retention (delta-rs's post-commit hook, from the table's
+  properties).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from deltalake.schema import Field
 
 from lake.append_table import AppendTable
 from lake.coverage import Coverage, in_intervals_sql
+from lake.retention import retention_properties
 from views.columns import DIMENSIONS
 
 log = logging.getLogger("ctr.speed")
@@ -47,7 +48,6 @@ log = logging.getLogger("ctr.speed")
 KEY: Final = ("bucket_start", *DIMENSIONS)
 # speed/ctr's counts, summed per key: the events, then the attribution (speed_layer.attribution).
 COUNTS: Final = ("impressions", "clicks", "attributed_clicks", "orphan_clicks", "repeat_clicks")
-CHECKPOINT_INTERVAL: Final = 50
 # Commit metadata of a roll-up: every bucket before this moment (ISO-8601) is one row per key.
 ROLLED_UP_BEFORE: Final = "ctr.rolledUpBefore"
 _HISTORY_SEARCHED: Final = 2_000  # commits looked through for the last roll-up at start
@@ -55,14 +55,9 @@ _HISTORY_SEARCHED: Final = 2_000  # commits looked through for the last roll-up 
 
 def table_properties(retention_hours: float) -> dict[str, str]:
     """Delta table properties of the speed tables: versions (as-of queries) and their files
-    are kept ``retention_hours``; the log is checkpointed and cleaned by its writer."""
-    hours = max(1, round(retention_hours))
-    return {
-        "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
-        "delta.logRetentionDuration": f"interval {hours} hours",
-        "delta.deletedFileRetentionDuration": f"interval {hours} hours",
-        "delta.enableExpiredLogCleanup": "true",
-    }
+    are kept ``retention_hours`` (whole minutes); the log is checkpointed and cleaned by its
+    writer."""
+    return retention_properties(log_hours=retention_hours, files_hours=retention_hours)
 
 
 @dataclass(frozen=True)
@@ -165,16 +160,14 @@ class SpeedTable(AppendTable):
                 merged += 1
         return merged
 
-    def vacuum(self, retention_hours: float) -> int:
-        """Delete the files no version within ``retention_hours`` needs; returns how many."""
+    def vacuum(self) -> int:
+        """Delete the files no version within the table's retention
+        (``delta.deletedFileRetentionDuration``, :func:`table_properties`) needs; returns how
+        many."""
         table = self.table
         if table is None:
             return 0
-        removed = table.vacuum(
-            retention_hours=max(0, round(retention_hours)),
-            dry_run=False,
-            enforce_retention_duration=False,
-        )
+        removed = table.vacuum(retention_hours=None, dry_run=False)
         return len(removed)
 
     def reset(self) -> None:

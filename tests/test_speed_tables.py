@@ -17,12 +17,13 @@ from deltalake import DeltaTable, write_deltalake
 
 from lake.catalog import SPEED_CTR
 from lake.coverage import Coverage
+from lake.retention import CHECKPOINT_INTERVAL
 from lake.settings import LakeSettings
 from serving_layer.relations import RelationCache
 from serving_layer.sandbox import SANDBOX_VIEWS, open_sandbox
 from serving_layer.tables import SnapshotSource
 from speed_layer.job import closed_before
-from speed_layer.tables import CHECKPOINT_INTERVAL, SpeedTable, sum_per_key
+from speed_layer.tables import SpeedTable, sum_per_key
 from views.columns import DIMENSIONS
 
 T = dt.datetime(2026, 11, 24, 9, 58, tzinfo=dt.UTC)
@@ -127,7 +128,7 @@ def test_the_log_is_checkpointed_and_kept_for_the_retention(lake: LakeSettings) 
     assert len(list(log.glob("*.checkpoint.parquet"))) == 1  # every CHECKPOINT_INTERVAL commits
     assert (log / "_last_checkpoint").exists()
     configuration = DeltaTable(SPEED_CTR.path(lake)).metadata().configuration
-    assert configuration["delta.logRetentionDuration"] == "interval 48 hours"
+    assert configuration["delta.logRetentionDuration"] == "interval 2880 minutes"  # 48 h
     assert configuration["delta.enableExpiredLogCleanup"] == "true"
 
 
