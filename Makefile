@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ kafka-status: setup  ## brokers, topics, partitions, offsets
 bench: setup  ## run the benchmarks, write the results table (BENCH_ARGS="ingest" for one)
 	@bash infra/system-packages.sh kcat wrk
 	$(PY) -m bench $(BENCH_ARGS)
+
+soak: setup  ## the platform under traffic for SOAK_MINUTES (60) at SOAK_RATE (1000/s); CHAOS=1 kills components; report in RUN_DIR/soak
+	$(PY) -m infra.soak
 
 bench-table: setup  ## rebuild bench/results/RESULTS.md and the README's table from the last results
 	$(PY) -m bench.report

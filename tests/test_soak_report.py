@@ -1,0 +1,85 @@
+"""make soak's rules (infra/soak_report.py): what counts as growing without bound, as drift, as
+data; the report table and the plots. Pure logic on made-up series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.soak_report import judge, plot, slope, table_markdown, verdicts
+
+HOUR = 3600.0
+
+
+def series(values: list[float], every_s: float = 60.0) -> list[tuple[float, float]]:
+    return [(i * every_s, v) for i, v in enumerate(values)]
+
+
+def test_slope_is_the_least_squares_fit() -> None:
+    assert slope([(0, 1), (1, 3), (2, 5)]) == pytest.approx(2.0)
+    assert slope([(0, 4)]) == 0.0
+    assert slope([(0, 1), (10, 1), (20, 1)]) == 0.0
+
+
+def test_memory_that_levels_off_after_warm_up_passes() -> None:
+    # 60 min: rises 400 MB in the first 20 min, then flat with noise.
+    values = [min(i, 20) * 20.0 + 500 + (5 if i % 2 else -5) for i in range(61)]
+    verdict = judge("rss_mb.speed", series(values), HOUR)
+    assert verdict.passed, verdict.reason
+    assert verdict.high == pytest.approx(905)
+
+
+def test_memory_still_climbing_in_the_second_half_fails() -> None:
+    values = [500 + 4.0 * i for i in range(61)]  # 240 MB/h on ~600 MB: a leak
+    verdict = judge("rss_mb.api", series(values), HOUR)
+    assert not verdict.passed
+    assert verdict.slope_per_hour == pytest.approx(240.0)
+    assert "ABOVE" in verdict.reason
+
+
+def test_a_sawtooth_of_files_compacted_every_ten_minutes_passes() -> None:
+    values = [float(i % 10) * 30 + 5 for i in range(61)]
+    assert judge("active_files.master/events", series(values), HOUR).passed
+
+
+def test_files_piling_up_fail() -> None:
+    values = [float(6 * i) for i in range(61)]  # 360 files/h, never compacted
+    assert not judge("active_files.master/events", series(values), HOUR).passed
+
+
+def test_lag_drifting_upward_fails_whatever_its_size() -> None:
+    values = [1000.0 + 100 * i for i in range(61)]  # +6,000 records/h: falling behind
+    assert not judge("lag_records.speed", series(values), HOUR).passed
+    steady = [1000.0 + (300 if i % 3 == 0 else 0) for i in range(61)]
+    assert judge("lag_records.speed", series(steady), HOUR).passed
+
+
+def test_data_grows_by_design_and_is_reported_not_judged() -> None:
+    verdict = judge("data_mb.master/events", series([10.0 * i for i in range(61)]), HOUR)
+    assert verdict.passed
+    assert "grows with the data" in verdict.reason
+    assert verdict.slope_per_hour == pytest.approx(600.0)
+
+
+def test_too_few_samples_in_the_second_half_are_not_judged() -> None:
+    assert judge("rss_mb.api", [(0, 1.0), (3000, 900.0)], HOUR).passed
+
+
+def test_verdicts_skip_unknown_families_and_the_table_marks_failures() -> None:
+    rows = [(t, "rss_mb.api", 500 + 4.0 * t / 60) for t in range(0, 3601, 60)]
+    rows += [(t, "something.else", 1.0) for t in range(0, 3601, 60)]
+    found = verdicts(rows, HOUR)
+    assert [v.series for v in found] == ["rss_mb.api"]
+    table = table_markdown(found)
+    assert "`rss_mb.api`" in table
+    assert "**FAIL**" in table
+
+
+def test_plots_are_pngs_one_per_group(tmp_path: Path) -> None:
+    rows = [(t, "rss_mb.api", 500.0) for t in range(0, 600, 60)]
+    rows += [(t, "lag_records.speed", 10.0) for t in range(0, 600, 60)]
+    written = plot(rows, tmp_path, events=[(120.0, "api")])
+    assert sorted(p.name for p in written) == ["memory-cpu.png", "pipeline.png"]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
