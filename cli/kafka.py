@@ -23,7 +23,11 @@ app = typer.Typer(
 
 
 def _local(kafka: KafkaSettings) -> bool:
-    return kafka.is_loopback
+    """Loopback, or the addresses of the local cluster's network namespaces (--netns)."""
+    from infra.netns import BrokerNetwork
+
+    network = BrokerNetwork()
+    return kafka.is_loopback or all(network.contains(s.rpartition(":")[0]) for s in kafka.servers)
 
 
 @app.command()
@@ -38,18 +42,35 @@ def up(
             "Default: what RUN_DIR/kafka holds, else 1.",
         ),
     ] = None,
+    netns: Annotated[
+        bool,
+        typer.Option(
+            "--netns",
+            help="3 brokers, each in its own network namespace (10.77.0.1-3:<port>, the "
+            "controller on the bridge 10.77.0.254), so that `ctr kafka partition N` can cut "
+            "one off from the others and the clients. Needs root and iproute2.",
+        ),
+    ] = False,
 ) -> None:
     """Start the local Kafka cluster (if KAFKA_BOOTSTRAP_SERVERS is local) and create the
     topics. Its log directories live under RUN_DIR/kafka: records and offsets survive
     `ctr kafka down`."""
     from infra.broker import BrokerError, LocalKafka
+    from infra.netns import BrokerNetwork
     from runtime.topics import KafkaUnavailableError
 
     kafka = KafkaSettings()
     if brokers == 2:
         fail("--brokers: 1 or 3 (a quorum-friendly cluster), not 2")
+    if netns and brokers == 1:
+        fail("--netns: the isolated cluster has 3 brokers (--brokers 3 or no --brokers)")
     if _local(kafka):
-        cluster = LocalKafka(kafka, BrokerSettings(), brokers=brokers)
+        try:
+            cluster = LocalKafka(
+                kafka, BrokerSettings(), brokers=brokers, network=BrokerNetwork() if netns else None
+            )
+        except BrokerError as exc:
+            fail(str(exc))
         console.print("broker: starting Apache Kafka (KRaft) …")
         try:
             state = cluster.start()
@@ -100,6 +121,36 @@ def down(
     if delete_data:
         message += f"; deleted {cluster.settings.kafka_dir}"
     console.print(message)
+
+
+@app.command()
+def partition(
+    node: Annotated[int, typer.Argument(help="the broker's node id (1-3)")],
+    heal: Annotated[
+        bool, typer.Option("--heal", help="Bring it back instead (its link up again).")
+    ] = False,
+) -> None:
+    """Cut a broker of the isolated cluster (`ctr kafka up --netns`) off from the controller,
+    the other brokers and every client (its process runs on), or --heal it."""
+    from infra.broker import BrokerError, LocalKafka
+    from infra.netns import NetnsError
+
+    try:
+        layout = LocalKafka(KafkaSettings(), BrokerSettings()).existing_layout()
+    except BrokerError as exc:
+        fail(str(exc))
+    if layout is None or layout.network is None:
+        fail("no isolated cluster here: start one with `ctr kafka up --netns`")
+    if node not in [n.node_id for n in layout.brokers]:
+        fail(f"node {node}: the brokers are {[n.node_id for n in layout.brokers]}")
+    try:
+        if heal:
+            layout.network.heal(node)
+        else:
+            layout.network.partition(node)
+    except NetnsError as exc:
+        fail(str(exc))
+    console.print(f"broker {node}: {'healed' if heal else 'cut off'}")
 
 
 @app.command("create-topics")

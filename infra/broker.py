@@ -40,6 +40,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import ClusterMetadata
 
 from infra.broker_settings import BrokerSettings
+from infra.netns import BrokerNetwork, NetnsError
 from runtime.jars import INFRA, JarsMissingError, jar_dir
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import KafkaUnavailableError, admin_client
@@ -65,6 +66,7 @@ class Node:
     host: str
     broker_port: int | None
     controller_port: int | None
+    netns: str | None = None  # the network namespace it runs in (infra.netns), None: the host's
 
     @property
     def is_broker(self) -> bool:
@@ -91,6 +93,20 @@ class Layout:
 
     cluster_id: str
     nodes: tuple[Node, ...]
+    network: BrokerNetwork | None = None  # the brokers' namespaces, if isolated
+
+    @classmethod
+    def create_isolated(
+        cls, network: BrokerNetwork, broker_port: int, controller_port: int
+    ) -> Layout:
+        """A controller on the bridge (the machine's namespace) and a broker per namespace,
+        each on its own address and the same port."""
+        nodes = [Node(CONTROLLER_ID, "controller", network.gateway, None, controller_port)]
+        nodes += [
+            Node(i, "broker", network.host(i), broker_port, None, network.namespace(i))
+            for i in range(1, network.brokers + 1)
+        ]
+        return cls(new_cluster_id(), tuple(nodes), network)
 
     @classmethod
     def create(cls, host: str, broker_ports: list[int], controller_port: int) -> Layout:
@@ -121,12 +137,19 @@ class Layout:
         raise KeyError(f"no node {node_id} in this cluster ({[n.node_id for n in self.nodes]})")
 
     def to_json(self) -> str:
-        return json.dumps({"cluster_id": self.cluster_id, "nodes": [asdict(n) for n in self.nodes]})
+        raw: dict[str, object] = {
+            "cluster_id": self.cluster_id,
+            "nodes": [asdict(n) for n in self.nodes],
+        }
+        if self.network is not None:
+            raw["network"] = asdict(self.network)
+        return json.dumps(raw)
 
     @classmethod
     def from_json(cls, text: str) -> Layout:
         raw = json.loads(text)
-        return cls(raw["cluster_id"], tuple(Node(**n) for n in raw["nodes"]))
+        network = BrokerNetwork(**raw["network"]) if raw.get("network") else None
+        return cls(raw["cluster_id"], tuple(Node(**n) for n in raw["nodes"]), network)
 
 
 @dataclass(frozen=True)
@@ -144,9 +167,22 @@ class LocalKafka:
     """Start, stop, kill and restart the nodes of the local cluster by their pid files."""
 
     def __init__(
-        self, kafka: KafkaSettings, settings: BrokerSettings, *, brokers: int | None = None
+        self,
+        kafka: KafkaSettings,
+        settings: BrokerSettings,
+        *,
+        brokers: int | None = None,
+        network: BrokerNetwork | None = None,
     ) -> None:
-        if not kafka.is_loopback:
+        self._layout_file = settings.kafka_dir / "cluster.json"
+        if network is None:  # an isolated cluster started before keeps its namespaces
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                network = Layout.from_json(self._layout_file.read_text()).network
+        if network is not None and all(
+            network.contains(s.rpartition(":")[0]) for s in kafka.servers
+        ):
+            pass  # the isolated cluster's own addresses
+        elif not kafka.is_loopback:
             raise BrokerError(
                 f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers} is not a loopback address; "
                 "the local cluster only serves this machine. Use that cluster as it is."
@@ -159,7 +195,9 @@ class LocalKafka:
         self.host = host.strip("[]")
         self.port = int(port)
         self.brokers = brokers
-        self._layout_file = settings.kafka_dir / "cluster.json"
+        self.network = network
+        if network is not None and brokers not in (None, network.brokers):
+            raise BrokerError(f"the isolated cluster has {network.brokers} brokers")
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -185,6 +223,9 @@ class LocalKafka:
                     "or use another RUN_DIR"
                 )
             return existing
+        if self.network is not None:
+            controller = self.settings.controller_port or self.port + 100
+            return Layout.create_isolated(self.network, self.port, controller)
         count = self.brokers or 1
         if len(self.kafka.servers) == count:
             ports = [int(s.rpartition(":")[2]) for s in self.kafka.servers]
@@ -237,7 +278,14 @@ class LocalKafka:
             classpath = f"{jar_dir('kafka')}/*"
         except JarsMissingError as exc:
             raise BrokerError(str(exc)) from None
+        if layout.network is not None:  # first: the controller's address is the bridge's
+            try:
+                layout.network.create()
+            except NetnsError as exc:
+                raise BrokerError(str(exc)) from None
         for node in missing:
+            if node.netns is not None:
+                continue  # its own namespace: nothing else listens there
             for port in (node.broker_port, node.controller_port):
                 if port is not None and port_in_use(node.host, port):
                     raise BrokerError(
@@ -253,7 +301,7 @@ class LocalKafka:
         with ThreadPoolExecutor(len(missing)) as pool:
             list(pool.map(lambda n: self._format(layout, n, java, classpath), missing))
         for node in missing:
-            current[node.node_id] = self._spawn(node, java, classpath)
+            current[node.node_id] = self._spawn(layout, node, java, classpath)
         self.wait_ready(layout, self._expected(layout, current))
         return ClusterState(layout.bootstrap_servers, current, started_by_us=True)
 
@@ -318,7 +366,7 @@ class LocalKafka:
                 f"{_first_error(done.stdout + done.stderr)}"
             )
 
-    def _spawn(self, node: Node, java: str, classpath: str) -> int:
+    def _spawn(self, layout: Layout, node: Node, java: str, classpath: str) -> int:
         directory = self.node_dir(node)
         command = [
             java,
@@ -333,6 +381,8 @@ class LocalKafka:
             KAFKA_MAIN,
             str(directory / "server.properties"),
         ]
+        if layout.network is not None and node.netns is not None:
+            command = layout.network.wrap(node.node_id, command)
         with self.log_file(node).open("ab") as log:
             process = subprocess.Popen(
                 command,
@@ -398,6 +448,8 @@ class LocalKafka:
                     (self.node_dir(node) / "kafka.pid").unlink(missing_ok=True)
         if delete_data:
             shutil.rmtree(self.settings.kafka_dir, ignore_errors=True)
+            if layout is not None and layout.network is not None:
+                layout.network.destroy()
         return stopped
 
     def kill(self, node_id: int) -> int:

@@ -26,7 +26,11 @@ DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
 DEMO_BROKERS="${DEMO_BROKERS:-}"  # 1 or 3; default: what $DEMO/kafka holds, else 1
 export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES))}"
 export LAKE_ROOT="${LAKE_ROOT:-$DEMO/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$DEMO/checkpoints}"
-if [[ "${DEMO_BROKERS:-1}" == 3 ]]; then
+DEMO_NETNS="${DEMO_NETNS:-0}"  # 1: the 3 brokers in network namespaces (root; ctr kafka partition)
+if [[ "$DEMO_NETNS" == 1 ]]; then
+    DEMO_BROKERS=3
+    export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-10.77.0.1:9092,10.77.0.2:9092,10.77.0.3:9092}"
+elif [[ "${DEMO_BROKERS:-1}" == 3 ]]; then
     export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094}"
 else
     export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"
@@ -192,6 +196,10 @@ if ! [[ "$CTR_BATCH_LOOKBACK_MINUTES" =~ ^[0-9]+$ ]]; then
         "got '$CTR_BATCH_LOOKBACK_MINUTES'" >&2
     exit 2
 fi
+if ! [[ "$DEMO_NETNS" =~ ^[01]$ ]]; then
+    echo "demo: error: DEMO_NETNS must be 0 or 1, got '$DEMO_NETNS'" >&2
+    exit 2
+fi
 if ! [[ "$DEMO_BROKERS" =~ ^[13]?$ ]]; then
     echo "demo: error: DEMO_BROKERS must be 1 or 3, got '$DEMO_BROKERS'" >&2
     exit 2
@@ -240,7 +248,7 @@ say "starting (run $run_id, state under $DEMO)"
 
 # --- broker and topics ---------------------------------------------------------------------------
 say "[1/7] broker and topics"
-RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BROKERS"} 2>&1 | sed 's/^/demo:       /'
+RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BROKERS"} $( ((DEMO_NETNS)) && echo --netns) 2>&1 | sed 's/^/demo:       /'
 ((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/node-1/server.log" \
     "$DEMO/kafka/node-1/server.log"
 broker_pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
