@@ -282,7 +282,9 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
         tags=["ctr", "maintenance"],
     ) as dag:
 
-        @task
+        # One table at a time: each mapped task starts a Spark driver, and the streaming jobs
+        # share the machine.
+        @task(max_active_tis_per_dagrun=1)
         def compact_and_vacuum(table: str) -> str:
             from lake.maintenance import compact_and_vacuum
             from lake.settings import LakeSettings
