@@ -281,7 +281,6 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
         default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
         tags=["ctr", "maintenance"],
     ) as dag:
-
         # One table at a time: each mapped task starts a Spark driver, and the streaming jobs
         # share the machine.
         @task(max_active_tis_per_dagrun=1)
