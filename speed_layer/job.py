@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from events.records import parse_records
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.coverage_log import read_coverage
+from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
 from runtime.formats import read_kafka
@@ -239,7 +240,10 @@ class BatchWriter:
 
     def _maintenance(self) -> None:
         try:
-            pruned = self.ctr.delete_covered(read_coverage(self.lake, "ctr"))
+            # What the published version covers: the serving layer answers those buckets from
+            # the batch layer, so their speed rows are never read again.
+            published = read_registry(self.lake).published("ctr")
+            pruned = self.ctr.delete_covered(read_coverage(self.lake, published.key))
             merged = self.ctr.merge_closed_hours(self._rolled_up_before)
             vacuumed = self.ctr.vacuum() + self.late.vacuum()
             log.info(

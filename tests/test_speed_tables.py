@@ -243,3 +243,27 @@ def test_the_sql_sandbox_shows_one_row_per_key(lake: LakeSettings) -> None:
         con.close()
     assert found == [("a", 3, 1), ("b", 1, 0)]
     assert merged == [("a", 3), ("b", 1)]
+
+
+def test_the_speed_job_prunes_what_the_published_version_covers(lake: LakeSettings) -> None:
+    # A new lake publishes version 3 (lake.registry.start_new_lake): its coverage rows are keyed
+    # ctr@v3, and the speed job must prune by them, or speed/ctr grows without bound.
+    from lake.catalog import BATCH_COVERAGE
+    from lake.registry import record
+    from speed_layer.job import BatchWriter
+    from speed_layer.settings import SpeedSettings
+
+    writer = BatchWriter(lake, str(lake.checkpoint_root / "speed"), SpeedSettings())
+    writer.ctr.append(rows((0, "a", 5, 1), (1, "a", 3, 0), (3, "b", 2, 0)), app_id=APP, version=0)
+    coverage = [
+        {"run_id": "r", "view": view, "interval_start": start, "interval_end": end,
+         "input_version": 0, "rows_written": 1, "finished_at": T}
+        for view, start, end in [("ctr", minute(3), minute(4)), ("ctr@v3", minute(0), minute(2))]
+    ]  # fmt: skip
+    write_deltalake(
+        BATCH_COVERAGE.path(lake), pa.Table.from_pylist(coverage, schema=BATCH_COVERAGE.schema)
+    )
+    record(lake, "ctr", 3, "published", "test")
+    writer._maintenance()
+    # v3 covers minutes 0-1: pruned; minute 3 is only v1's (not published): kept.
+    assert sorted(totals(lake)) == [(minute(3), "b")]
