@@ -70,5 +70,18 @@ if [[ -f "$DEMO/broker-started" ]]; then
     fi
     rm -f "$DEMO/broker-started"
 fi
+# What of this run outlived its process group: Airflow runs each task in a session of its own
+# (and a SIGKILLed scheduler leaves its workers), so a task running when Airflow stopped is
+# still there, with its Spark driver. Found by the run's marker, never by name.
+left=()
+for pid in $(ps -eo pid=); do
+    [[ "$pid" != "$$" ]] && has_marker "$pid" "$run_id" && left+=("$pid")
+done
+if ((${#left[@]})); then
+    say "stopping ${#left[@]} leftover process(es) of this run (${left[*]})"
+    kill -TERM "${left[@]}" 2> /dev/null
+    sleep 5
+    kill -KILL "${left[@]}" 2> /dev/null
+fi
 rm -f "$DEMO/run-id"
 say "stopped; logs and Delta tables stay under $DEMO"

@@ -21,7 +21,9 @@ RUN_ID = "20261123T100000Z-1"
 def demo_down(run_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(ROOT / "infra" / "demo-down.sh")],
-        env={**os.environ, "RUN_DIR": str(run_dir)},
+        # No broker there: the drain step finds none (a demo running on this machine must
+        # not make it wait for the stand-ins).
+        env={**os.environ, "RUN_DIR": str(run_dir), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -115,6 +117,23 @@ def test_its_own_process_groups_are_stopped_children_included(
     assert [pid for members in groups.values() for pid in members if alive(pid)] == []
     assert alive(stranger)
     assert not list((tmp_path / "demo").glob("*.pid"))
+
+
+def test_a_process_of_this_run_outside_every_recorded_group_is_stopped(
+    tmp_path: Path, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Like an Airflow task (a session of its own) still running when Airflow stopped.
+    api = start(spawn, "sleep 60", marker=RUN_ID)
+    orphan = start(spawn, "sleep 60", marker=RUN_ID)
+    earlier = start(spawn, "sleep 60", marker="20261122T000000Z-9")
+    record(tmp_path, api=api)
+
+    done = demo_down(tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert f"stopping 1 leftover process(es) of this run ({orphan})" in done.stdout
+    assert not alive(orphan)
+    assert alive(earlier)
 
 
 def _members(pgid: int) -> list[str]:
