@@ -469,7 +469,8 @@ class Chaos:
                 detail, is_back = result
                 kill = Kill(self.sampler.t(), target, detail)
                 self.kills.append(kill)
-                log(f"chaos: SIGKILL {target} ({detail})")
+                verb = "cut off" if target == "partition" else "SIGKILL"
+                log(f"chaos: {verb} {target} ({detail})")
                 thread = threading.Thread(target=self._recover, args=(kill, is_back), daemon=True)
                 thread.start()
                 self._threads.append(thread)
