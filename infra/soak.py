@@ -965,7 +965,7 @@ def write_report(
             f"{JUDGED_FROM_MINUTES} minutes or more are.)",
             "",
         ]
-    lines += [soak_report.table_markdown(found), ""]
+    lines += [soak_report.table_markdown(found, judged=judged), ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     log(f"report: {out / 'report.md'} ({'PASS' if ok else 'FAIL'})")

@@ -155,13 +155,15 @@ def verdicts(samples: Iterable[tuple[float, str, float]], duration_s: float) -> 
     ]
 
 
-def table_markdown(found: list[Verdict]) -> str:
+def table_markdown(found: list[Verdict], *, judged: bool = True) -> str:
     lines = [
         "| series | unit | first | last | max | median (2nd half) | verdict |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
     for v in found:
         mark = "data" if v.rule.kind == "data" else ("ok" if v.passed else "**FAIL**")
+        if not judged and mark != "data":
+            mark = "not judged"
         lines.append(
             f"| `{v.series}` | {v.rule.unit} | {_num(v.first)} | {_num(v.last)} | "
             f"{_num(v.high)} | {_num(v.median_second_half)} | {mark}: {v.reason} |"
