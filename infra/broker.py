@@ -250,7 +250,7 @@ class LocalKafka:
         return ClusterState(layout.bootstrap_servers, pids, started_by_us=True)
 
     def _running_pid(self, node: Node) -> int | None:
-        pid = _read_pid(self.node_dir(node) / "kafka.pid")
+        pid = read_pid(self.node_dir(node) / "kafka.pid")
         config = str(self.node_dir(node) / "server.properties")
         return pid if pid is not None and _is_node(pid, config) else None
 
@@ -404,8 +404,8 @@ class LocalKafka:
             for node in layout.nodes:
                 if node.is_broker and node.node_id not in brokers:
                     continue
-                pid = _read_pid(self.node_dir(node) / "kafka.pid")
-                if pid is None or not _is_alive(pid):
+                pid = read_pid(self.node_dir(node) / "kafka.pid")
+                if pid is None or not is_alive(pid):
                     _reap(pid)
                     raise BrokerError(
                         f"Kafka node {node.node_id} exited during start-up: "
@@ -595,14 +595,14 @@ def _read_properties(path: Path) -> dict[str, str]:
     return values
 
 
-def _read_pid(path: Path) -> int | None:
+def read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
 
 
-def _is_alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -616,16 +616,16 @@ def _is_node(pid: int, config: str) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return _is_alive(pid) and KAFKA_MAIN.encode() in cmdline and config.encode() in cmdline
+    return is_alive(pid) and KAFKA_MAIN.encode() in cmdline and config.encode() in cmdline
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for pid in pids:
-        while _is_alive(pid) and time.monotonic() < deadline:
+        while is_alive(pid) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.1)
-        if _is_alive(pid):
+        if is_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _reap(pid)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Final
 
 from infra import soak_report
+from infra.broker import is_alive, read_pid
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 PAGE: Final = os.sysconf("SC_PAGE_SIZE")
@@ -190,21 +191,8 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+def _alive(pid: int | None) -> bool:
+    return pid is not None and is_alive(pid)
 
 
 def kill_tree(pid: int) -> list[int]:
@@ -344,7 +332,7 @@ class Sampler:
             if pid is not None:
                 groups[name] = pid
         for node, pid in self.demo.broker_pids().items():
-            if pid is not None and alive(pid):
+            if pid is not None and _alive(pid):
                 groups[f"kafka-{node}"] = pid
         elapsed = now - self._at if self._at else 0.0
         ticks_now = {p.pid: p.ticks for p in procs.values()}
@@ -511,7 +499,7 @@ class Chaos:
 
     def _supervised(self, name: str) -> tuple[str, Callable[[], bool]] | None:
         pid = self.demo.child(name)
-        if not alive(pid):
+        if not _alive(pid):
             return None
         assert pid is not None
         doomed = kill_tree(pid)
@@ -520,7 +508,7 @@ class Chaos:
 
         def back() -> bool:
             new = self.demo.child(name)
-            if new is None or new == pid or not alive(new):
+            if new is None or new == pid or not _alive(new):
                 return False
             if name == "api":
                 return self.demo.api("/healthz", timeout=2)[0] == 200
@@ -530,7 +518,7 @@ class Chaos:
         return f"pid {pid} and {len(doomed) - 1} below it", back
 
     def _broker(self) -> tuple[str, Callable[[], bool]] | None:
-        nodes = {n: p for n, p in self.demo.broker_pids().items() if n != 0 and alive(p)}
+        nodes = {n: p for n, p in self.demo.broker_pids().items() if n != 0 and _alive(p)}
         if len(nodes) < 2:  # one broker: killing it is an outage, not a failover
             return None
         node = self.random.choice(sorted(nodes))
@@ -540,7 +528,7 @@ class Chaos:
 
         def back() -> bool:
             new = self.demo.broker_pids().get(node)
-            return new is not None and new != pid and alive(new)
+            return new is not None and new != pid and _alive(new)
 
         return f"broker node {node}, pid {pid}", back
 
@@ -554,7 +542,7 @@ class Chaos:
         except (OSError, ValueError):
             return None
         network = layout.network
-        nodes = [n for n, p in self.demo.broker_pids().items() if n != 0 and alive(p)]
+        nodes = [n for n, p in self.demo.broker_pids().items() if n != 0 and _alive(p)]
         if network is None or len(nodes) < 3:
             return None
         node = self.random.choice(sorted(nodes))
@@ -662,7 +650,7 @@ def stop_producer(demo: Demo, ground_truth: Path, timeout_s: float = 120) -> Non
     log("stopping the traffic (the producer flushes and writes its ground truth)")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while alive(pid) and time.monotonic() < deadline:
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(1)
     if not ground_truth.exists():
         raise SystemExit(f"soak: error: the producer wrote no ground truth to {ground_truth}")
