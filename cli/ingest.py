@@ -159,7 +159,12 @@ def produce(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     producer = _open_producer(validate_records=not skip_validation)
-    truth = GroundTruth() if ground_truth is not None else None
+    # A long run's counts go to a file beside the ground truth as they pile up.
+    truth = (
+        GroundTruth(spill=ground_truth.with_name(ground_truth.name + ".partial"))
+        if ground_truth is not None
+        else None
+    )
     summary = _send_traffic(
         config, producer, limit=events, pacing=Pacing(rate=rate, duration_s=duration), truth=truth
     )

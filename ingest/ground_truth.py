@@ -11,7 +11,7 @@ import csv
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from events.model import Event
 
@@ -25,48 +25,100 @@ COLUMNS: Final = (
     "impressions",
     "clicks",
 )
+COUNTS: Final = ("impressions", "clicks")
 BUCKET_MS: Final = 60_000
 
 Key = tuple[int, str, str, str, str, str]
 
 
 class GroundTruth:
-    """Counts per (bucket_start_ms, campaign_id, ad_id, site_id, country, device_type)."""
+    """Counts per (bucket_start_ms, campaign_id, ad_id, site_id, country, device_type).
 
-    def __init__(self) -> None:
+    With ``spill``, a long stream's counts do not stay in memory: once ``spill_keys`` keys are
+    held, they are appended to that file (partial counts) and forgotten; :meth:`write_csv`
+    sums the partial rows per key (DuckDB, which spills to disk too) and deletes the file."""
+
+    def __init__(self, *, spill: Path | None = None, spill_keys: int = 200_000) -> None:
         self.counts: dict[Key, list[int]] = {}
+        self.spill = spill
+        self.spill_keys = spill_keys
+        self.spilled_rows = 0
+        self.impressions = 0
+        self.clicks = 0
+        if spill is not None:
+            spill.unlink(missing_ok=True)
 
     def add(self, event: Event) -> None:
         key = _key(event)
         cell = self.counts.get(key)
         if cell is None:
+            if self.spill is not None and len(self.counts) >= self.spill_keys:
+                self._spill()
             cell = self.counts[key] = [0, 0]
-        cell[0 if event.event_type == "impression" else 1] += 1
+        if event.event_type == "impression":
+            cell[0] += 1
+            self.impressions += 1
+        else:
+            cell[1] += 1
+            self.clicks += 1
 
-    @property
-    def impressions(self) -> int:
-        return sum(cell[0] for cell in self.counts.values())
-
-    @property
-    def clicks(self) -> int:
-        return sum(cell[1] for cell in self.counts.values())
+    def _spill(self) -> None:
+        assert self.spill is not None
+        self.spill.parent.mkdir(parents=True, exist_ok=True)
+        with self.spill.open("a", newline="") as handle:
+            self.spilled_rows += _write_rows(csv.writer(handle), self.rows())
+        self.counts.clear()
 
     def rows(self) -> Iterator[tuple[int, str, str, str, str, str, int, int]]:
+        """The counts in memory (not the spilled ones), sorted by key."""
         for key in sorted(self.counts):
             impressions, clicks = self.counts[key]
             yield (*key, impressions, clicks)
 
     def write_csv(self, path: Path) -> int:
-        """Write the counts as CSV (bucket_start in ISO-8601 UTC); returns the row count."""
+        """Write the counts as CSV (bucket_start in ISO-8601 UTC), a row per key sorted by
+        key; returns the row count."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = 0
+        if self.spill is not None and self.spilled_rows:
+            self._spill()
+            return _sum_spilled(self.spill, path)
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(COLUMNS)
-            for bucket_ms, *dims, impressions, clicks in self.rows():
-                writer.writerow([format_bucket(bucket_ms), *dims, impressions, clicks])
-                rows += 1
-        return rows
+            return _write_rows(writer, self.rows())
+
+
+def _write_rows(writer: Any, rows: Iterable[tuple[int, str, str, str, str, str, int, int]]) -> int:
+    written = 0
+    for bucket_ms, *dims, impressions, clicks in rows:
+        writer.writerow([format_bucket(bucket_ms), *dims, impressions, clicks])
+        written += 1
+    return written
+
+
+def _sum_spilled(spill: Path, path: Path) -> int:
+    """Sum the partial rows of ``spill`` per key into ``path`` (with a header), delete
+    ``spill``; returns the rows written."""
+    import duckdb
+
+    columns = ", ".join(f"'{c}': '{'BIGINT' if c in COUNTS else 'VARCHAR'}'" for c in COLUMNS)
+    key = ", ".join(c for c in COLUMNS if c not in COUNTS)
+    with duckdb.connect() as db:
+        db.execute(
+            f"""COPY (
+                SELECT {key}, sum(impressions) AS impressions, sum(clicks) AS clicks
+                FROM read_csv(?, header = false, columns = {{{columns}}})
+                GROUP BY {key} ORDER BY {key}
+            ) TO '{_sql_string(path)}' (HEADER, DELIMITER ',')""",
+            [str(spill)],
+        )
+        row = db.execute("SELECT count(*) FROM read_csv(?, header = true)", [str(path)]).fetchone()
+    spill.unlink()
+    return int(row[0]) if row else 0
+
+
+def _sql_string(path: Path) -> str:
+    return str(path).replace("'", "''")
 
 
 def attributed(events: Iterable[Event], window_ms: int) -> dict[Key, tuple[int, ...]]:
@@ -127,7 +179,8 @@ def format_bucket(epoch_ms: int) -> str:
 
 
 def read_csv(path: Path) -> dict[Key, tuple[int, int]]:
-    """Read a ground-truth file back into {key: (impressions, clicks)}."""
+    """Read a ground-truth file back into {key: (impressions, clicks)} (rows of the same key
+    summed)."""
     result: dict[Key, tuple[int, int]] = {}
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
@@ -141,5 +194,6 @@ def read_csv(path: Path) -> dict[Key, tuple[int, int]]:
                 row["country"],
                 row["device_type"],
             )
-            result[key] = (int(row["impressions"]), int(row["clicks"]))
+            impressions, clicks = result.get(key, (0, 0))
+            result[key] = (impressions + int(row["impressions"]), clicks + int(row["clicks"]))
     return result

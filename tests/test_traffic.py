@@ -129,3 +129,21 @@ def test_ground_truth_counts_per_minute_bucket_and_round_trips(tmp_path: Path) -
         (minute, "c", "a", "s", "US", "mobile"): (2, 0),
         (minute + 60_000, "c", "a", "s", "US", "mobile"): (0, 1),
     }
+
+
+def test_ground_truth_spilled_to_disk_sums_to_the_same_file(tmp_path: Path) -> None:
+    """A long stream's counts leave memory in partial rows; the file written is the one a
+    truth held wholly in memory writes."""
+    config = TrafficConfig(seed=4, start_ms=START_MS, events_per_second=500, late_fraction=0.2)
+    events = [r.event for r in itertools.islice(TrafficGenerator(config), 5_000) if r.event]
+    whole, spilled = GroundTruth(), GroundTruth(spill=tmp_path / "partial.csv", spill_keys=50)
+    for event in events:
+        whole.add(event)
+        spilled.add(event)
+    assert spilled.spilled_rows > 0
+    assert len(spilled.counts) <= 50
+    assert (spilled.impressions, spilled.clicks) == (whole.impressions, whole.clicks)
+    expected, actual = tmp_path / "whole.csv", tmp_path / "spilled.csv"
+    assert spilled.write_csv(actual) == whole.write_csv(expected)
+    assert actual.read_text() == expected.read_text()
+    assert not (tmp_path / "partial.csv").exists()
