@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -80,20 +81,24 @@ def sigkill_repeatedly(
     together, as a crash of the machine or container would."""
     rng = random.Random(seed)
     for _ in range(kills):
-        process = subprocess.Popen(
-            [CTR, command],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            time.sleep(rng.uniform(*alive_s))
-            assert process.poll() is None, f"`ctr {command}` died on its own"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        with tempfile.TemporaryFile() as stderr:
+            process = subprocess.Popen(
+                [CTR, command],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
+            try:
+                time.sleep(rng.uniform(*alive_s))
+                if process.poll() is not None:
+                    stderr.seek(0)
+                    tail = stderr.read().decode(errors="replace")[-4000:]
+                    raise AssertionError(f"`ctr {command}` died on its own:\n{tail}")
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
 
 
 def catch_up(command: str, env: dict[str, str]) -> None:
