@@ -11,6 +11,13 @@ reads the transaction from a handle it keeps up to date incrementally.
 A commit carries the application transaction (``app_id``, ``version``); a version the table
 already holds (Spark replays the last micro-batch after a crash) writes nothing, so a replay
 is a no-op table by table.
+
+The writer also keeps its tables small (:meth:`AppendTable.maintain`, from its own loop): a
+micro-batch every few seconds leaves a small file each, so it bin-packs them (delta-rs
+OPTIMIZE, an append-compatible rewrite) and deletes every file no version within the table's
+``delta.deletedFileRetentionDuration`` needs (a *full* VACUUM, which lists the directory: a
+lite one only sees the removals still in the log, and a short log window forgets them before
+they are old enough; files a crashed attempt wrote and never committed are found this way too).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -26,6 +35,25 @@ from deltalake.transaction import AddAction, RemoveAction
 from lake.data_files import DataFile
 
 log = logging.getLogger("ctr.lake")
+
+# Files an OPTIMIZE packs small ones into (delta-rs's default is 100 MiB).
+COMPACT_TARGET_BYTES: Final = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Maintained:
+    """What :meth:`AppendTable.maintain` did to a table."""
+
+    path: str
+    files_removed: int  # small files packed ...
+    files_added: int  # ... into these
+    files_vacuumed: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: {self.files_removed} files compacted into {self.files_added}, "
+            f"{self.files_vacuumed} vacuumed"
+        )
 
 
 class AppendTable:
@@ -63,6 +91,21 @@ class AppendTable:
         missing = {k: v for k, v in self.properties.items() if current.get(k) != v}
         if missing:
             table.alter.set_table_properties(missing)
+
+    def maintain(self, *, target_size: int = COMPACT_TARGET_BYTES) -> Maintained:
+        """Bin-pack the table's small files into files of about ``target_size`` bytes (each
+        partition apart), then VACUUM (full) past the table's file retention."""
+        table = self.table
+        if table is None:
+            return Maintained(self.path, 0, 0, 0)
+        metrics = table.optimize.compact(target_size=target_size)
+        vacuumed = table.vacuum(retention_hours=None, dry_run=False, full=True)
+        return Maintained(
+            self.path,
+            int(metrics.get("numFilesRemoved", 0)),
+            int(metrics.get("numFilesAdded", 0)),
+            len(vacuumed),
+        )
 
     def version(self) -> int | None:
         """The table's latest version (None while it does not exist)."""

@@ -17,6 +17,12 @@ removes them). A third commit, idempotent the same way, appends the batch's coun
 
 A batch is at most ``ARCHIVER_MAX_OFFSETS_PER_TRIGGER`` records (default 1,000,000); the rows
 stay in the tasks that parsed them, on the executors.
+
+The archiver keeps its three tables small itself, every ``ARCHIVER_MAINTENANCE_SECONDS``
+(default 900) between two batches: a commit every few seconds leaves a small file per commit
+and partition, so it compacts them and vacuums past ``LAKE_VACUUM_RETENTION_HOURS``
+(:meth:`lake.append_table.AppendTable.maintain`; the batch job's deletes from
+``master/arrivals`` may conflict with it: the pass is then retried at the next period).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -82,7 +89,7 @@ def build_query(
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
-    writer = raw.writeStream.foreachBatch(batch_writer or BatchWriter(lake, checkpoint))
+    writer = raw.writeStream.foreachBatch(batch_writer or BatchWriter(lake, checkpoint, settings))
     writer = writer.option("checkpointLocation", checkpoint)
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -96,12 +103,17 @@ class BatchWriter:
     core, parses them and writes the tables' files (:func:`archive_records`); then the driver
     commits master/events, master/rejected and master/arrivals, each in one delta-rs commit
     idempotent under (query id, batch id) (:mod:`lake.append_table`). A table with nothing to
-    add gets no commit; a table that holds the batch already (a replay) gets no files.
+    add gets no commit; a table that holds the batch already (a replay) gets no files. Every
+    ``settings.maintenance_seconds`` it compacts and vacuums the three tables.
     ``phases`` keeps, for the last few batches, the milliseconds of each step (``task.*``:
     summed over the batch's tasks, which run side by side)."""
 
-    def __init__(self, lake: LakeSettings, checkpoint: str) -> None:
+    def __init__(
+        self, lake: LakeSettings, checkpoint: str, settings: ArchiverSettings | None = None
+    ) -> None:
         self.checkpoint = checkpoint
+        self.settings = settings or ArchiverSettings()
+        self._last_maintenance = time.monotonic()
         self.phases = RecentPhases()
         self.events = AppendTable(
             lake.events,
@@ -165,7 +177,21 @@ class BatchWriter:
         for r in counted:
             for name, ms in json.loads(r["task_ms"]).items():
                 clock.ms[f"task.{name}"] = clock.ms.get(f"task.{name}", 0) + ms
+        if time.monotonic() - self._last_maintenance >= self.settings.maintenance_seconds:
+            self.maintain()
+            clock.lap("maintenance")
         self.phases.record(batch_id, clock.ms)
+
+    def maintain(self) -> None:
+        """Compact and vacuum master/events, master/rejected and master/arrivals; a table
+        that fails (a commit conflict with the batch job's clean-up of master/arrivals) is
+        logged and left for the next period: maintenance never stops the stream."""
+        self._last_maintenance = time.monotonic()
+        for table in (self.events, self.rejected, self.arrivals):
+            try:
+                log.info("maintenance: %s", table.maintain())
+            except Exception as exc:
+                log.warning("maintenance of %s failed (retried next period): %s", table.path, exc)
 
     @staticmethod
     def _commit(
@@ -236,7 +262,7 @@ def run(
 ) -> int:
     """Run the archiver until caught up (available_now) or told to stop; returns rows archived.
     Each batch's phases (ms) are logged, and reach ``on_progress`` as ``progress.phases_ms``."""
-    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name))
+    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
     query = build_query(
         spark,
         kafka=kafka,

@@ -18,3 +18,5 @@ class ArchiverSettings(BaseSettings):
     # stop and say so (true), or skip to the earliest offset still there (false).
     fail_on_data_loss: bool = True
     checkpoint_name: str = "archiver"
+    # Seconds between two compactions and vacuums of the archiver's tables (between batches).
+    maintenance_seconds: float = Field(default=900.0, gt=0)

@@ -172,6 +172,29 @@ def test_a_replayed_archiver_batch_is_a_no_op(
     assert DeltaTable(lake.rejected).to_pyarrow_table().num_rows == 4
 
 
+def test_the_archiver_compacts_its_tables_between_batches(
+    spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
+) -> None:
+    """Every ARCHIVER_MAINTENANCE_SECONDS the archiver packs its tables' files (a file per
+    batch) and the rows and its exactly-once bookkeeping stay."""
+    topic = fresh_topic(kafka)
+    produce(topic, [b"{", b"[]"])
+    checkpoint = Path(lake.checkpoint("maintained"))
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"maintained-query"}')
+    records = read_kafka(spark, topic, stream=False)
+    write = ArchiveWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
+    for batch_id in range(3):
+        write(records, batch_id)
+    assert len(DeltaTable(lake.rejected).file_uris()) == 3
+    write.settings = ArchiverSettings(maintenance_seconds=0.001)
+    write(records, 3)  # the 4th file, then the pass packs them
+    rejected = DeltaTable(lake.rejected)
+    assert len(rejected.file_uris()) == 1
+    assert rejected.to_pyarrow_table().num_rows == 8
+    assert rejected.transaction_version("ctr-archiver-maintained-query") == 3
+
+
 def test_a_replayed_speed_batch_is_appended_once(spark: SparkSession, lake: LakeSettings) -> None:
     """The speed job's append carries (query id, batch id): a replay writes nothing."""
     checkpoint = Path(lake.checkpoint("speed-replay"))

@@ -145,6 +145,36 @@ def test_committed_files_read_alike_everywhere_and_a_replay_adds_nothing(
     assert found == [("b",)]
 
 
+def test_maintain_packs_small_files_and_vacuums_what_no_version_needs(tmp_path: Path) -> None:
+    """The writer's own maintenance: a file per commit becomes a file per partition, the rows
+    and the application transaction stay, and the packed files go, with a file a crashed
+    attempt wrote and never committed (which only a full VACUUM finds)."""
+    path = str(tmp_path / "t")
+    keep_none = {"delta.deletedFileRetentionDuration": "interval 0 minutes"}
+    table = AppendTable(path, SCHEMA, partition_by=["day"], properties=keep_none)
+    day = T0.date()
+    for n in range(4):
+        batch = rows((f"e{n}", T0, n, day), (f"f{n}", T0, n, day + dt.timedelta(days=1)))
+        assert table.commit(write_files("t", path, batch, ["day"]), app_id="w", version=n)
+    orphan = write_files("t", path, rows(("lost", T0, 9, day)), ["day"])  # never committed
+    assert len(DeltaTable(path).file_uris()) == 8
+
+    done = table.maintain()
+
+    assert (done.files_removed, done.files_added) == (8, 2)
+    assert done.files_vacuumed == 8 + len(orphan)
+    rs = DeltaTable(path)
+    assert len(rs.file_uris()) == 2
+    assert sorted(rs.to_pyarrow_table().column("id").to_pylist()) == sorted(
+        [f"e{n}" for n in range(4)] + [f"f{n}" for n in range(4)]
+    )
+    on_disk = {p.name for p in (tmp_path / "t").rglob("*.parquet")}
+    assert on_disk == {Path(uri).name for uri in rs.file_uris()}
+    assert rs.transaction_version("w") == 3
+    assert not table.commit(write_files("t", path, batch, ["day"]), app_id="w", version=3)
+    assert table.maintain().files_removed == 0  # nothing small left to pack
+
+
 def test_a_relative_root_is_under_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
