@@ -213,12 +213,9 @@ SERVED: Final = (
 )
 # Every served table by its name (``speed/ctr`` -> SPEED_CTR).
 SERVED_BY_NAME: Final = {t.name: t for t in SERVED}
-# What the maintenance DAG compacts and vacuums (not the speed tables: their one writer, the
-# speed job, maintains them).
+# What the maintenance DAG compacts and vacuums: not the streaming jobs' tables (master/*,
+# speed/*), which their writer compacts and vacuums between two micro-batches.
 MAINTAINED: Final = (
-    MASTER_EVENTS,
-    MASTER_REJECTED,
-    MASTER_ARRIVALS,
     BATCH_CTR,
     BATCH_COVERAGE,
     BATCH_DRIFT,

@@ -1,10 +1,12 @@
-"""Keeping the lake small and fast, through delta-spark: compaction (OPTIMIZE) and VACUUM (the
-speed job maintains its own tables: :mod:`speed_layer.tables`)."""
+"""Keeping the lake small and fast, through delta-spark: compaction (OPTIMIZE) and VACUUM of
+the batch tables (the streaming jobs maintain their own:
+:meth:`lake.append_table.AppendTable.maintain`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,6 +62,30 @@ def compact_and_vacuum(
     return MaintenanceReport(
         table, int(metrics["numFilesAdded"]), int(metrics["numFilesRemoved"]), int(doomed)
     )
+
+
+def compact_and_vacuum_all(
+    spark: SparkSession, lake: LakeSettings, tables: Sequence[str]
+) -> list[MaintenanceReport]:
+    """:func:`compact_and_vacuum` each of ``tables`` in turn, every one tried; raises at the
+    end if any failed (naming them), after logging each report."""
+    reports: list[MaintenanceReport] = []
+    failed: dict[str, str] = {}
+    for table in tables:
+        try:
+            report = compact_and_vacuum(spark, lake, table)
+        except Exception as exc:
+            log.exception("%s: maintenance failed", table)
+            failed[table] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            continue
+        if report is not None:
+            log.info("%s", report)
+            reports.append(report)
+    if failed:
+        raise RuntimeError(
+            "maintenance failed for " + "; ".join(f"{t}: {why}" for t, why in failed.items())
+        )
+    return reports
 
 
 def _ensure_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> None:

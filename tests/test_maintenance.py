@@ -4,11 +4,13 @@ vacuum (the speed tables' own maintenance: tests/test_speed_tables.py)."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from lake.maintenance import compact_and_vacuum, covered_intervals
+from lake.maintenance import compact_and_vacuum, compact_and_vacuum_all, covered_intervals
 from lake.settings import LakeSettings
 
 T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -52,3 +54,23 @@ def test_compaction_merges_small_files_and_keeps_rows(
     assert sorted(DeltaTable(path).to_pyarrow_table().column("n").to_pylist()) == [0, 1, 2, 3]
     assert len(DeltaTable(path).file_uris()) == 1
     assert compact_and_vacuum(spark, lake, "speed/ctr") is None  # no table yet: nothing to do
+
+
+def test_every_table_is_maintained_in_one_driver_and_a_failure_is_named_at_the_end(
+    spark: SparkSession, lake: LakeSettings
+) -> None:
+    """The DAG's one task: a broken table does not keep the next ones from their compaction,
+    and the task still fails, naming it."""
+    broken = Path(lake.table("batch/coverage")) / "_delta_log"
+    broken.mkdir(parents=True)
+    (broken / "00000000000000000000.json").write_text("not a commit\n")
+    path = lake.table("batch/drift")
+    for n in range(3):
+        spark.createDataFrame([(n,)], "n long").coalesce(1).write.format("delta").mode(
+            "append"
+        ).save(path)
+    with pytest.raises(RuntimeError, match="maintenance failed for batch/coverage"):
+        compact_and_vacuum_all(spark, lake, ["batch/coverage", "batch/drift", "batch/ctr"])
+    assert len(DeltaTable(path).file_uris()) == 1
+    reports = compact_and_vacuum_all(spark, lake, ["batch/drift", "batch/ctr"])
+    assert [(r.table, r.files_removed) for r in reports] == [("batch/drift", 0)]
