@@ -17,11 +17,11 @@ is the only writer of both tables, in one process.
 - **Schema evolution.** A table created before columns were added to its schema (the
   attribution measures of ``speed/ctr``) gets them when the job opens it, as nullable
   columns: its older rows read null there (not measured), its roll-ups keep them null.
-- **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers,
-  merge each closed hour's minute roll-ups into one file, vacuum files older than the
-  retention; and the Delta log is checkpointed every ``lake.retention.CHECKPOINT_INTERVAL``
-  commits and cleaned past the retention (delta-rs's post-commit hook, from the table's
-  properties).
+- **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers
+  (from both tables), merge each closed hour's minute roll-ups into one file, compact
+  ``speed/late``, vacuum (full) files older than the retention; and the Delta log is
+  checkpointed every ``lake.retention.CHECKPOINT_INTERVAL`` commits and cleaned past the
+  retention (delta-rs's post-commit hook, from the table's properties).
 """
 
 from __future__ import annotations
@@ -167,7 +167,9 @@ class SpeedTable(AppendTable):
         table = self.table
         if table is None:
             return 0
-        removed = table.vacuum(retention_hours=None, dry_run=False)
+        # Full: the log keeps removals only for the same window, so a lite VACUUM (the removals
+        # still in the log) misses the ones a checkpoint forgot before they were old enough.
+        removed = table.vacuum(retention_hours=None, dry_run=False, full=True)
         return len(removed)
 
     def reset(self) -> None:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from lake.catalog import SPEED_CTR
+from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.coverage import Coverage
 from lake.retention import CHECKPOINT_INTERVAL
 from lake.settings import LakeSettings
@@ -264,6 +264,18 @@ def test_the_speed_job_prunes_what_the_published_version_covers(lake: LakeSettin
         BATCH_COVERAGE.path(lake), pa.Table.from_pylist(coverage, schema=BATCH_COVERAGE.schema)
     )
     record(lake, "ctr", 3, "published", "test")
+    late = [
+        {"bucket_start": minute(m), "impressions": 1, "clicks": 0, "batch_id": b, "recorded_at": T}
+        for b, m in enumerate([0, 1, 3, 3])
+    ]
+    for b, row in enumerate(late):  # a file per batch with late events
+        writer.late.append(
+            pa.Table.from_pylist([row], schema=SPEED_LATE.schema), app_id=APP, version=b
+        )
     writer._maintenance()
     # v3 covers minutes 0-1: pruned; minute 3 is only v1's (not published): kept.
     assert sorted(totals(lake)) == [(minute(3), "b")]
+    # speed/late likewise, and what is left in one file.
+    kept = DeltaTable(SPEED_LATE.path(lake))
+    assert sorted(kept.to_pyarrow_table().column("batch_id").to_pylist()) == [2, 3]
+    assert len(kept.file_uris()) == 1
