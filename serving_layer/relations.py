@@ -108,6 +108,11 @@ class RelationCache:
             "autoinstall_known_extensions": False,
             "autoload_known_extensions": False,
             "threads": threads,
+            # DuckDB keeps the bytes of every file it reads in memory until the memory limit
+            # evicts them: with a new speed/ctr file every second, the API's memory grew by
+            # hundreds of MB an hour (make soak). The lake's files are local (the OS page cache
+            # holds the ones read again) and small per version.
+            "enable_external_file_cache": False,
         }
         if memory_limit_bytes is not None:
             # Queries past it fail with DuckDB's out-of-memory error instead of growing the
