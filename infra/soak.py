@@ -91,6 +91,7 @@ class Config:
             "LAKE_VACUUM_RETENTION_HOURS": "0.25",
             "SPEED_VACUUM_RETENTION_HOURS": "0.25",
             "DEMO_MAINTENANCE_MINUTES": "15",
+            "ARCHIVER_MAINTENANCE_SECONDS": "300",
             "KAFKA_TOPIC_CONFIG": json.dumps(
                 {"retention.bytes": str(16 * mib), "segment.bytes": str(4 * mib)}
             ),
