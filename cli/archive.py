@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.console import StreamDisplay, console, run_streaming_job
+from cli.console import StreamDisplay, console, log_lines_unless_a_terminal, run_streaming_job
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark_settings import SparkSettings
@@ -42,6 +42,7 @@ def archive(
     )
     from runtime.spark import spark_session
 
+    log_lines_unless_a_terminal()
     spark = spark_session(spark_settings)
 
     def rate(progress: StreamProgress) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -107,6 +108,16 @@ class StreamDisplay:
 
     first: str
     detail: Callable[[StreamProgress], str]
+
+
+def log_lines_unless_a_terminal() -> None:
+    """Under a supervisor or into a log file (no terminal for the progress bar): the job's own
+    log lines (a line per batch with its phases, its maintenance passes) with their time."""
+    if not console.is_terminal:
+        logging.basicConfig(
+            level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("ctr").setLevel(logging.INFO)
 
 
 def run_streaming_job(

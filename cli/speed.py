@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from typing import Annotated
 
 import typer
 
-from cli.console import StreamDisplay, console, fail, run_streaming_job
+from cli.console import (
+    StreamDisplay,
+    console,
+    fail,
+    log_lines_unless_a_terminal,
+    run_streaming_job,
+)
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark_settings import SparkSettings
@@ -61,11 +66,7 @@ def speed(
     )
     from runtime.spark import spark_session
 
-    if not console.is_terminal:  # under a supervisor or in a log file: one line per batch
-        logging.basicConfig(
-            level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        logging.getLogger("ctr").setLevel(logging.INFO)
+    log_lines_unless_a_terminal()
     spark = spark_session(spark_settings)
 
     def duration(progress: StreamProgress) -> str:
