@@ -247,10 +247,8 @@ def _run_once(
     # Arrivals a run counted are forgotten only while no other version may still need them
     # (a version being built, or one to roll back to, keeps them: see lake.staleness).
     if read_registry(lake).live(definition.view) == (definition,):
-        where = interval.sql_predicate("bucket_start")
         if definition.attribution is not None:
             forgotten = forget_settled(
-                spark,
                 lake,
                 view=definition.key,
                 start=interval.start,
@@ -258,7 +256,9 @@ def _run_once(
                 window=definition.attribution,
             )
         else:
-            forgotten = forget_counted(spark, lake, where=where, input_version=version)
+            forgotten = forget_counted(
+                lake, start=interval.start, end=interval.end, input_version=version
+            )
         if not forgotten:
             on_step(
                 "master/arrivals kept changing under the clean-up: the arrivals this run "

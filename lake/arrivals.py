@@ -9,7 +9,7 @@ commit that made those events readable. A batch run that read master/events at v
 counted every arrival with ``events_version <= V``; the arrivals of a covered bucket with a
 later version are the events it has not counted yet (see :mod:`lake.staleness`). The batch
 job deletes the arrivals its run counted, so the table holds only what may still be stale or
-is not covered yet.
+is not covered yet (with delta-rs, beside the archiver's appends: :func:`_delete`).
 
 ``events_version`` is read after the events commit, so it is never below the commit's version;
 when a compaction commits in between it is one higher, which can only make a bucket look stale
@@ -19,18 +19,16 @@ once more than it is (one recompute too many), never the other way round.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from lake.append_table import AppendTable
 from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS
 from lake.settings import LakeSettings
-from runtime.formats import is_commit_conflict
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+log = logging.getLogger("ctr.lake")
 
 
 def arrival_rows(
@@ -61,24 +59,23 @@ def arrivals_table(lake: LakeSettings) -> AppendTable:
 
 
 def forget_counted(
-    spark: SparkSession,
     lake: LakeSettings,
     *,
-    where: str,
+    start: dt.datetime,
+    end: dt.datetime,
     input_version: int,
     attempts: int = 5,
 ) -> bool:
-    """Delete the arrivals in ``where`` (SQL on ``bucket_start``, no user text) that a batch run
-    reading master/events at ``input_version`` counted; False if the archiver's appends kept
-    conflicting with the delete ``attempts`` times. Leaving them is safe: arrivals at or below
-    a covering run's input version are never stale (:mod:`lake.staleness`), and the next run
+    """Delete the arrivals of buckets in [``start``, ``end``) that a batch run reading
+    master/events at ``input_version`` counted; False if the delete kept conflicting with
+    another writer's commit ``attempts`` times. Leaving them is safe: arrivals at or below a
+    covering run's input version are never stale (:mod:`lake.staleness`), and the next run
     covering those minutes deletes them."""
-    condition = f"({where}) AND events_version <= {int(input_version)}"
-    return _delete(spark, MASTER_ARRIVALS.path(lake), condition, attempts)
+    condition = f"{_in_range(start, end)} AND events_version <= {int(input_version)}"
+    return _delete(MASTER_ARRIVALS.path(lake), condition, attempts)
 
 
 def forget_settled(
-    spark: SparkSession,
     lake: LakeSettings,
     *,
     view: str,
@@ -92,8 +89,8 @@ def forget_settled(
     its own (:func:`lake.staleness.stale_marks_sql`), so it is deleted only once every covered
     bucket in that reach was recomputed from a master/events version that holds it. Looks at
     the arrivals up to ``window`` around the interval (those the run may have settled for its
-    neighbours too); the arrivals of buckets no run covers stay. False if the archiver's
-    appends kept conflicting with the delete."""
+    neighbours too); the arrivals of buckets no run covers stay. False if the delete kept
+    conflicting."""
     minute = dt.timedelta(minutes=1)
     reach = -(-window // minute)
     first = start - 2 * reach * minute
@@ -110,14 +107,22 @@ def forget_settled(
         else:
             ranges.append((i, i + 1, bound))
     condition = [
-        f"(bucket_start >= TIMESTAMP '{first + lo * minute:%Y-%m-%d %H:%M:%S}+00:00' "
-        f"AND bucket_start < TIMESTAMP '{first + hi * minute:%Y-%m-%d %H:%M:%S}+00:00' "
-        f"AND events_version <= {bound})"
+        f"({_in_range(first + lo * minute, first + hi * minute)} AND events_version <= {bound})"
         for lo, hi, bound in ranges
     ]
     if not condition:
         return True
-    return _delete(spark, MASTER_ARRIVALS.path(lake), " OR ".join(condition), attempts)
+    return _delete(MASTER_ARRIVALS.path(lake), " OR ".join(condition), attempts)
+
+
+def _in_range(start: dt.datetime, end: dt.datetime) -> str:
+    """``bucket_start`` in [start, end), as delta-rs's SQL compares a UTC timestamp column
+    (string literals in UTC: a typed ``TIMESTAMP`` literal has no time zone there)."""
+
+    def literal(value: dt.datetime) -> str:
+        return "'" + value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
+
+    return f"(bucket_start >= {literal(start)} AND bucket_start < {literal(end)})"
 
 
 def _covering_versions(
@@ -146,19 +151,25 @@ def _covering_versions(
     return versions
 
 
-def _delete(spark: SparkSession, path: str, condition: str, attempts: int) -> bool:
-    from delta.tables import DeltaTable
+def _delete(path: str, condition: str, attempts: int) -> bool:
+    """Delete the rows of ``condition`` with delta-rs, ``attempts`` times at most.
 
-    if not DeltaTable.isDeltaTable(spark, path):
+    Not delta-spark: its DELETE conflicts with any append committed while it runs (the
+    archiver's, every few seconds) and took longer than that on a busy machine, so in make
+    soak every clean-up gave up and master/arrivals grew without bound. delta-rs's delete takes
+    a fraction of a second and checks the appended files against its predicate by their
+    statistics (newer ``events_version``: no conflict); a compaction by the archiver that
+    removed the same files does conflict, and the delete is tried again."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    if not DeltaTable.is_deltatable(path):
         return True
     for attempt in range(1, attempts + 1):
         try:
-            DeltaTable.forPath(spark, path).delete(condition)
-        except Exception as exc:
-            # delta-spark fails a delete when an append committed while it ran, although the
-            # appended arrivals (newer versions) are not among the rows it deletes.
-            if not is_commit_conflict(exc):
-                raise
+            DeltaTable(path).delete(condition)
+        except CommitFailedError as exc:
+            log.info("master/arrivals clean-up conflicted (attempt %d): %s", attempt, exc)
             time.sleep(0.2 * attempt)
         else:
             return True
