@@ -99,13 +99,20 @@ class AppendTable:
         if table is None:
             return Maintained(self.path, 0, 0, 0)
         metrics = table.optimize.compact(target_size=target_size)
-        vacuumed = table.vacuum(retention_hours=None, dry_run=False, full=True)
         return Maintained(
             self.path,
             int(metrics.get("numFilesRemoved", 0)),
             int(metrics.get("numFilesAdded", 0)),
-            len(vacuumed),
+            self.vacuum(),
         )
+
+    def vacuum(self) -> int:
+        """Delete the files no version within the table's ``delta.deletedFileRetentionDuration``
+        needs (a full VACUUM: see the module's docstring); returns how many."""
+        table = self.table
+        if table is None:
+            return 0
+        return len(table.vacuum(retention_hours=None, dry_run=False, full=True))
 
     def version(self) -> int | None:
         """The table's latest version (None while it does not exist)."""

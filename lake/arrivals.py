@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from lake.append_table import AppendTable
 from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS
+from lake.coverage import delta_rs_timestamp, in_intervals_sql
 from lake.settings import LakeSettings
 
 log = logging.getLogger("ctr.lake")
@@ -116,13 +117,7 @@ def forget_settled(
 
 
 def _in_range(start: dt.datetime, end: dt.datetime) -> str:
-    """``bucket_start`` in [start, end), as delta-rs's SQL compares a UTC timestamp column
-    (string literals in UTC: a typed ``TIMESTAMP`` literal has no time zone there)."""
-
-    def literal(value: dt.datetime) -> str:
-        return "'" + value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
-
-    return f"(bucket_start >= {literal(start)} AND bucket_start < {literal(end)})"
+    return in_intervals_sql("bucket_start", [(delta_rs_timestamp(start), delta_rs_timestamp(end))])
 
 
 def _covering_versions(

@@ -123,5 +123,12 @@ def in_intervals_sql(column: str, bounds: Sequence[tuple[str, str]]) -> str:
     return "(" + " OR ".join(f"({column} >= {lo} AND {column} < {hi})" for lo, hi in bounds) + ")"
 
 
+def delta_rs_timestamp(value: dt.datetime) -> str:
+    """A timestamp literal delta-rs (DataFusion) compares with a UTC timestamp column: a string
+    in UTC (a typed ``TIMESTAMP '…'`` literal has no time zone there, and the comparison is
+    refused)."""
+    return "'" + value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
+
+
 def _sql_time(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00:00")

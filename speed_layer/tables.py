@@ -39,7 +39,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.schema import Field
 
 from lake.append_table import AppendTable
-from lake.coverage import Coverage, in_intervals_sql
+from lake.coverage import Coverage, delta_rs_timestamp, in_intervals_sql
 from lake.retention import retention_properties
 from views.columns import DIMENSIONS
 
@@ -105,10 +105,10 @@ class SpeedTable(AppendTable):
         if table is None or (start is not None and start >= end):
             return None
         in_range = ds.field("bucket_start") < pa.scalar(end, pa.timestamp("us", tz="UTC"))
-        predicate = f"bucket_start < {_timestamp_sql(end)}"
+        predicate = f"bucket_start < {delta_rs_timestamp(end)}"
         if start is not None:
             in_range &= ds.field("bucket_start") >= pa.scalar(start, pa.timestamp("us", "UTC"))
-            predicate = f"bucket_start >= {_timestamp_sql(start)} AND {predicate}"
+            predicate = f"bucket_start >= {delta_rs_timestamp(start)} AND {predicate}"
         rows = table.to_pyarrow_dataset().to_table(filter=in_range)
         metadata = {ROLLED_UP_BEFORE: end.isoformat()}
         if rows.num_rows == 0:
@@ -128,7 +128,8 @@ class SpeedTable(AppendTable):
         table = self.table
         if table is None or not coverage.intervals:
             return 0
-        bounds = [(_timestamp_sql(i.start), _timestamp_sql(i.end)) for i in coverage.intervals]
+        literal = delta_rs_timestamp
+        bounds = [(literal(i.start), literal(i.end)) for i in coverage.intervals]
         metrics = table.delete(in_intervals_sql("bucket_start", bounds))
         return int(metrics.get("num_deleted_rows", 0) or 0)
 
@@ -160,18 +161,6 @@ class SpeedTable(AppendTable):
                 merged += 1
         return merged
 
-    def vacuum(self) -> int:
-        """Delete the files no version within the table's retention
-        (``delta.deletedFileRetentionDuration``, :func:`table_properties`) needs; returns how
-        many."""
-        table = self.table
-        if table is None:
-            return 0
-        # Full: the log keeps removals only for the same window, so a lite VACUUM (the removals
-        # still in the log) misses the ones a checkpoint forgot before they were old enough.
-        removed = table.vacuum(retention_hours=None, dry_run=False, full=True)
-        return len(removed)
-
     def reset(self) -> None:
         """Empty the table: a new version with no rows (history and readers unaffected)."""
         table = self.table
@@ -189,12 +178,6 @@ def sum_per_key(rows: pa.Table, counts: Sequence[str] = COUNTS) -> pa.Table:
         names.append("updated_at")
     summed = rows.group_by(list(KEY), use_threads=False).aggregate(aggregates)
     return summed.rename_columns(names)
-
-
-def _timestamp_sql(value: dt.datetime) -> str:
-    """A timestamp literal delta-rs compares with a UTC timestamp column (a typed literal like
-    ``TIMESTAMP '…'`` has no time zone, and DataFusion refuses the comparison)."""
-    return "'" + value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
 
 
 def total(rows: pa.Table, column: str) -> int:
