@@ -142,9 +142,20 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
         table = table.append_column(
             "updated_at", pa.array([end] * len(table), pa.timestamp("us", tz="UTC"))
         )
-        write_deltalake(lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append")
+        write_deltalake(lake.table("speed/ctr"), speed_rows(table), mode="append")
         rows += len(table)
     return rows
+
+
+def speed_rows(table: pa.Table) -> pa.Table:
+    """``table`` as speed/ctr rows: the attribution measures it lacks are null (not measured,
+    as in a speed table written before version 3)."""
+    schema = SCHEMAS["speed/ctr"]
+    columns = [
+        table[f.name] if f.name in table.column_names else pa.nulls(len(table), f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 STALE_MINUTES = int(COVERED_HOURS * 60 * 0.01)
@@ -266,9 +277,7 @@ class SpeedWriter(threading.Thread):
             table = table.append_column(
                 "updated_at", pa.array([END] * len(table), pa.timestamp("us", tz="UTC"))
             )
-            write_deltalake(
-                self.lake.table("speed/ctr"), table.cast(SCHEMAS["speed/ctr"]), mode="append"
-            )
+            write_deltalake(self.lake.table("speed/ctr"), speed_rows(table), mode="append")
             self.commits += 1
 
 
