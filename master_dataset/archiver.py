@@ -32,7 +32,6 @@ import datetime as dt
 import functools
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -47,7 +46,7 @@ from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_kafka
 from runtime.kafka_settings import KafkaSettings
-from runtime.streaming import PhaseClock, RecentPhases, StreamProgress, drive, query_id
+from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive, query_id
 from views.ctr import ctr_arrow
 
 if TYPE_CHECKING:
@@ -113,7 +112,8 @@ class BatchWriter:
     ) -> None:
         self.checkpoint = checkpoint
         self.settings = settings or ArchiverSettings()
-        self._last_maintenance = time.monotonic()
+        # The first pass a minute after the start: see Periodic.
+        self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
         self.phases = RecentPhases()
         self.events = AppendTable(
             lake.events,
@@ -177,7 +177,7 @@ class BatchWriter:
         for r in counted:
             for name, ms in json.loads(r["task_ms"]).items():
                 clock.ms[f"task.{name}"] = clock.ms.get(f"task.{name}", 0) + ms
-        if time.monotonic() - self._last_maintenance >= self.settings.maintenance_seconds:
+        if self.maintenance_due.due():
             self.maintain()
             clock.lap("maintenance")
         self.phases.record(batch_id, clock.ms)
@@ -186,7 +186,6 @@ class BatchWriter:
         """Compact and vacuum master/events, master/rejected and master/arrivals; a table
         that fails (a commit conflict with the batch job's clean-up of master/arrivals) is
         logged and left for the next period: maintenance never stops the stream."""
-        self._last_maintenance = time.monotonic()
         for table in (self.events, self.rejected, self.arrivals):
             try:
                 log.info("maintenance: %s", table.maintain())

@@ -37,6 +37,33 @@ class PhaseClock:
         self._last = now
 
 
+class Periodic:
+    """When a streaming job's periodic work (roll-up, maintenance) is due: every ``period_s``,
+    the first time ``first_after_s`` after the job started (at most one period). A job
+    restarted more often than its period (a crash loop, a chaos round) must not postpone that
+    work again at each start: it would never run."""
+
+    def __init__(
+        self,
+        period_s: float,
+        *,
+        first_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.period_s = period_s
+        self._clock = clock
+        first = period_s if first_after_s is None else min(first_after_s, period_s)
+        self._last = clock() - period_s + first
+
+    def due(self) -> bool:
+        """True (and the period starts again) when the work is due now."""
+        now = self._clock()
+        if now - self._last < self.period_s:
+            return False
+        self._last = now
+        return True
+
+
 class RecentPhases:
     """The callback's phases of the last few micro-batches (ms per phase, by batch id), joined
     with Spark's trigger phases when the batch's progress is reported."""

@@ -36,7 +36,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -55,6 +54,7 @@ from runtime.formats import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import (
     KafkaLag,
+    Periodic,
     PhaseClock,
     RecentPhases,
     StreamProgress,
@@ -167,7 +167,9 @@ class BatchWriter:
         # Buckets before this are one row per key in speed/ctr (read from its log at start).
         self._rolled_up_before: dt.datetime | None = None
         self._rolled_up_known = False
-        self._last_rollup = self._last_maintenance = time.monotonic()
+        self._rollup = Periodic(settings.rollup_seconds)
+        # The first pass a minute after the start: see Periodic.
+        self.maintenance_due = Periodic(settings.maintenance_seconds, first_after_s=60)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         clock = PhaseClock()
@@ -213,13 +215,10 @@ class BatchWriter:
         batch layer covers and vacuum (every ``maintenance_seconds``). Never stops the stream:
         a failure is logged and tried again next time."""
         clock = clock or PhaseClock()
-        now = time.monotonic()
-        if watermark_ms > 0 and now - self._last_rollup >= self.settings.rollup_seconds:
-            self._last_rollup = now
+        if watermark_ms > 0 and self._rollup.due():
             self._roll_up(closed_before(watermark_ms))
             clock.lap("rollup")
-        if now - self._last_maintenance >= self.settings.maintenance_seconds:
-            self._last_maintenance = now
+        if self.maintenance_due.due():
             self._maintenance()
             clock.lap("maintenance")
 
@@ -245,11 +244,11 @@ class BatchWriter:
             published = read_registry(self.lake).published("ctr")
             coverage = read_coverage(self.lake, published.key)
             pruned = self.ctr.delete_covered(coverage)
-            merged = self.ctr.merge_closed_hours(self._rolled_up_before)
+            merged = self.ctr.merge_rolled_up_hours(self._rolled_up_before)
             vacuumed = self.ctr.vacuum()
             log.info(
-                "speed/ctr maintenance: %d covered rows deleted, %d hours merged to a file "
-                "each, %d files vacuumed",
+                "speed/ctr maintenance: %d covered rows deleted, %d hours' roll-ups merged to "
+                "a file each, %d files vacuumed",
                 pruned, merged, vacuumed,
             )  # fmt: skip
             # speed/late is read for the minutes no batch run covered yet (drift): the covered

@@ -18,7 +18,7 @@ is the only writer of both tables, in one process.
   attribution measures of ``speed/ctr``) gets them when the job opens it, as nullable
   columns: its older rows read null there (not measured), its roll-ups keep them null.
 - **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers
-  (from both tables), merge each closed hour's minute roll-ups into one file, compact
+  (from both tables), merge each hour's minute roll-ups into one file, compact
   ``speed/late``, vacuum (full) files older than the retention; and the Delta log is
   checkpointed every ``lake.retention.CHECKPOINT_INTERVAL`` commits and cleaned past the
   retention (delta-rs's post-commit hook, from the table's properties).
@@ -98,9 +98,13 @@ class SpeedTable(AppendTable):
                 return dt.datetime.fromisoformat(value)
         return None
 
-    def roll_up(self, start: dt.datetime | None, end: dt.datetime) -> RollUp | None:
+    def roll_up(
+        self, start: dt.datetime | None, end: dt.datetime, *, marks: bool = True
+    ) -> RollUp | None:
         """Replace the rows of buckets in [``start``, ``end``) (from the first bucket if
-        ``start`` is None) by their sums per key, in one commit. None if there was nothing."""
+        ``start`` is None) by their sums per key, in one commit, which notes ``end`` as where
+        the roll-ups reached unless ``marks`` is false (a merge of rows rolled up before).
+        None if there was nothing."""
         table = self.table
         if table is None or (start is not None and start >= end):
             return None
@@ -110,7 +114,7 @@ class SpeedTable(AppendTable):
             in_range &= ds.field("bucket_start") >= pa.scalar(start, pa.timestamp("us", "UTC"))
             predicate = f"bucket_start >= {delta_rs_timestamp(start)} AND {predicate}"
         rows = table.to_pyarrow_dataset().to_table(filter=in_range)
-        metadata = {ROLLED_UP_BEFORE: end.isoformat()}
+        metadata = {ROLLED_UP_BEFORE: end.isoformat()} if marks else {}
         if rows.num_rows == 0:
             return RollUp(start, end, 0, 0)
         summed = sum_per_key(rows)
@@ -133,31 +137,33 @@ class SpeedTable(AppendTable):
         metrics = table.delete(in_intervals_sql("bucket_start", bounds))
         return int(metrics.get("num_deleted_rows", 0) or 0)
 
-    def merge_closed_hours(self, rolled_up_before: dt.datetime | None) -> int:
-        """Rewrite each whole hour before ``rolled_up_before`` that spans more than one file as
-        one file (its rows are already one per key: the minute roll-ups leave a file each);
-        returns the hours merged. Each hour is merged once, so this stays cheap."""
+    def merge_rolled_up_hours(self, rolled_up_before: dt.datetime | None) -> int:
+        """Rewrite the rolled-up part of each hour (all of it for a closed hour, up to
+        ``rolled_up_before`` for the current one) that spans more than one file as one file;
+        returns the hours merged. Each roll-up leaves a file of its minutes: without this the
+        current hour would pile up a small file a minute (the table's bytes a sawtooth with an
+        hour's period), and a closed hour is merged once."""
         table = self.table
         if table is None or rolled_up_before is None:
             return 0
         files = table.get_add_actions(flatten=True)
-        if files.num_rows == 0:
-            return 0
         hour = dt.timedelta(hours=1)
         per_hour: dict[dt.datetime, int] = {}
+        if files.num_rows == 0:
+            return 0
         lows = files.column("min.bucket_start").to_pylist()
         highs = files.column("max.bucket_start").to_pylist()
         for low, high in zip(lows, highs, strict=True):
-            if low is None or high is None:
+            if low is None or high is None or low >= rolled_up_before:
                 continue
             first = low.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
-            while first <= high:
+            while first <= min(high, rolled_up_before):
                 per_hour[first] = per_hour.get(first, 0) + 1
                 first += hour
         merged = 0
         for start in sorted(per_hour):
-            if per_hour[start] > 1 and start + hour <= rolled_up_before:
-                self.roll_up(start, start + hour)
+            if per_hour[start] > 1 and start < rolled_up_before:
+                self.roll_up(start, min(start + hour, rolled_up_before), marks=False)
                 merged += 1
         return merged
 

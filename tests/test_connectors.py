@@ -23,7 +23,7 @@ from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
 from runtime.formats import read_delta, read_kafka, write_delta
 from runtime.kafka_settings import KafkaSettings
-from runtime.streaming import StreamProgress
+from runtime.streaming import Periodic, StreamProgress
 from runtime.topics import ensure_topics
 from serving_layer.tables import SnapshotSource
 from speed_layer.job import BatchWriter
@@ -184,10 +184,11 @@ def test_the_archiver_compacts_its_tables_between_batches(
     (checkpoint / "metadata").write_text('{"id":"maintained-query"}')
     records = read_kafka(spark, topic, stream=False)
     write = ArchiveWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
+    write.maintenance_due = Periodic(3600)  # not a minute after the start either
     for batch_id in range(3):
         write(records, batch_id)
     assert len(DeltaTable(lake.rejected).file_uris()) == 3
-    write.settings = ArchiverSettings(maintenance_seconds=0.001)
+    write.maintenance_due = Periodic(0.001)
     write(records, 3)  # the 4th file, then the pass packs them
     rejected = DeltaTable(lake.rejected)
     assert len(rejected.file_uris()) == 1

@@ -23,7 +23,7 @@ from events.model import Event, validate
 from lake.settings import LakeSettings
 from lake.speed_status import read_status
 from runtime.kafka_settings import KafkaSettings
-from runtime.streaming import StreamProgress
+from runtime.streaming import Periodic, StreamProgress
 from speed_layer.job import SpeedStateError, reset, run
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import sum_per_key
@@ -252,6 +252,19 @@ def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
     everything, nothing = speed_layer.job.split_late(view, 0)  # no watermark yet
     assert everything.num_rows == 4
     assert nothing.num_rows == 0
+
+
+def test_maintenance_comes_a_minute_after_a_restart_then_every_period() -> None:
+    """A job killed more often than its maintenance period still maintains its tables."""
+    now = [1000.0]
+    due = Periodic(300, first_after_s=60, clock=lambda: now[0])
+    seen = []
+    for _ in range(10):  # 0, 60, ..., 540 s after the start
+        seen.append(due.due())
+        now[0] += 60
+    assert [i * 60 for i, d in enumerate(seen) if d] == [60, 360]
+    assert Periodic(300, clock=lambda: now[0]).due() is False  # a whole period first
+    assert Periodic(30, first_after_s=60, clock=lambda: 0.0).due() is False  # at most a period
 
 
 def test_a_lost_checkpoint_is_refused_until_reset(

@@ -104,20 +104,28 @@ def test_covered_buckets_are_deleted(lake: LakeSettings) -> None:
     assert set(totals(lake)) == {(minute(3), "a")}
 
 
-def test_closed_hours_are_merged_to_one_file_each(lake: LakeSettings) -> None:
+def test_each_hours_roll_ups_are_merged_to_one_file(lake: LakeSettings) -> None:
     speed = table(lake)
     for n in range(5):  # minutes 0..4 cross the hour at 10:00; a roll-up per minute
         speed.append(rows((n, "a", 1, 0), (n, "b", 0, 1)), app_id=APP, version=n)
         speed.roll_up(minute(n) if n else None, minute(n + 1))
     before = totals(lake)
     hour = dt.datetime(2026, 11, 24, 9, tzinfo=dt.UTC)
-    assert speed.merge_closed_hours(minute(1)) == 0  # 09:00-10:00 is not rolled up yet
-    assert speed.merge_closed_hours(hour + dt.timedelta(hours=2)) == 2
+
+    def spans() -> list[tuple[dt.datetime, dt.datetime]]:
+        files = pa.table(DeltaTable(SPEED_CTR.path(lake)).get_add_actions(flatten=True))
+        return sorted((f["min.bucket_start"], f["max.bucket_start"]) for f in files.to_pylist())
+
+    assert speed.merge_rolled_up_hours(minute(1)) == 0  # one file rolled up before 09:59
+    # Rolled up before 10:02: 09:00-10:00 whole, and 10:00-10:02 of the current hour.
+    assert speed.merge_rolled_up_hours(minute(4)) == 2
+    assert spans() == [(minute(0), minute(1)), (minute(2), minute(3)), (minute(4), minute(4))]
+    assert speed.merge_rolled_up_hours(minute(4)) == 0  # nothing new rolled up
+    assert speed.merge_rolled_up_hours(hour + dt.timedelta(hours=2)) == 1  # 10:02 joins
+    assert spans() == [(minute(0), minute(1)), (minute(2), minute(4))]  # one file per hour
+    assert speed.merge_rolled_up_hours(hour + dt.timedelta(hours=2)) == 0  # merged once
     assert totals(lake) == before
-    files = pa.table(DeltaTable(SPEED_CTR.path(lake)).get_add_actions(flatten=True)).to_pylist()
-    spans = sorted((f["min.bucket_start"], f["max.bucket_start"]) for f in files)
-    assert spans == [(minute(0), minute(1)), (minute(2), minute(4))]  # one file per hour
-    assert speed.merge_closed_hours(hour + dt.timedelta(hours=2)) == 0  # merged once
+    assert table(lake).rolled_up_before() == minute(5)  # merges do not move the roll-ups
 
 
 def test_the_log_is_checkpointed_and_kept_for_the_retention(lake: LakeSettings) -> None:
