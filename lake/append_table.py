@@ -163,17 +163,7 @@ class AppendTable:
                 configuration=self.properties or None,
             )
             self._table = table
-        actions: list[AddAction | RemoveAction] = [
-            AddAction(
-                path=f["path"],
-                size=f["size"],
-                partition_values=json.loads(f["partition_values"]),
-                modification_time=f["modification_time"],
-                data_change=True,
-                stats=f["stats"],
-            )
-            for f in files
-        ]
+        actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]
         table.create_write_transaction(
             actions,
             mode="append",
@@ -184,6 +174,18 @@ class AppendTable:
             ),
         )
         return True
+
+
+def add_action(file: DataFile) -> AddAction:
+    """The log's add action of a file :func:`lake.data_files.write_files` wrote."""
+    return AddAction(
+        path=file["path"],
+        size=file["size"],
+        partition_values=json.loads(file["partition_values"]),
+        modification_time=file["modification_time"],
+        data_change=True,
+        stats=file["stats"],
+    )
 
 
 def _holds(table: DeltaTable | None, app_id: str, version: int) -> bool:

@@ -34,7 +34,8 @@ def compact_and_vacuum(
     spark: SparkSession, lake: LakeSettings, table: str, *, retention_hours: float | None = None
 ) -> MaintenanceReport | None:
     """Bin-pack small files (OPTIMIZE), then delete the files no version within
-    ``retention_hours`` (default ``LAKE_VACUUM_RETENTION_HOURS``) needs (VACUUM). A table the
+    ``retention_hours`` (whole hours; default the table's ``delta.deletedFileRetentionDuration``,
+    ``LAKE_VACUUM_RETENTION_HOURS`` for the tables set here) needs (VACUUM). A table the
     streaming jobs do not write gets its history window first (:mod:`lake.retention`: its
     writers, Spark batch jobs, set none). None when the table does not exist yet."""
     from delta.tables import DeltaTable
@@ -43,22 +44,22 @@ def compact_and_vacuum(
     if not DeltaTable.isDeltaTable(spark, path):
         log.info("%s: no table yet", table)
         return None
-    if retention_hours is None:
-        retention_hours = lake.vacuum_retention_hours
+    # delta-spark's VACUUM rounds RETAIN to whole hours (0.25 h became 0: the soak's VACUUM
+    # deleted the files a batch run was about to commit, which the API then could not find);
+    # by default the table's own deletedFileRetentionDuration (set below, in minutes) rules.
+    if retention_hours is not None and retention_hours != int(retention_hours):
+        raise ValueError(
+            f"retention_hours must be whole hours for delta-spark's VACUUM, got {retention_hours}"
+        )
+    retain = "" if retention_hours is None else f" RETAIN {int(retention_hours)} HOURS"
     delta = DeltaTable.forPath(spark, path)
     if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
         _ensure_properties(spark, path, lake.retention(table))
     metrics = delta.optimize().executeCompaction().collect()[0]["metrics"]
     # The data files VACUUM will delete (its dry run also lists their checksum files).
-    doomed = (
-        spark.sql(
-            f"VACUUM delta.`{path.replace('`', '``')}` RETAIN {float(retention_hours)} HOURS "
-            "DRY RUN"
-        )
-        .where("path LIKE '%.parquet'")
-        .count()
-    )
-    delta.vacuum(float(retention_hours))
+    vacuum = f"VACUUM delta.`{path.replace('`', '``')}`{retain}"
+    doomed = spark.sql(f"{vacuum} DRY RUN").where("path LIKE '%.parquet'").count()
+    spark.sql(vacuum).collect()
     return MaintenanceReport(
         table, int(metrics["numFilesAdded"]), int(metrics["numFilesRemoved"]), int(doomed)
     )

@@ -10,8 +10,8 @@ the watermark has passed are closed: their events are dropped and counted per bu
 ``speed/late``; the rest are appended to ``speed/ctr`` as partial counts per (bucket,
 dimensions), from the driver with delta-rs (:mod:`speed_layer.tables`). Both commits carry
 (query id, batch id), so a micro-batch replayed after a crash changes nothing twice. The job
-also keeps ``speed/ctr`` small: it rolls up closed buckets to one row per key, deletes what the
-batch layer covers, and vacuums, between micro-batches (one writer).
+also keeps ``speed/ctr`` small: it rolls up the files of closed buckets (summed per key),
+deletes what the batch layer covers, and vacuums, between micro-batches (one writer).
 
 Version 3 of ``ctr`` attributes clicks to their impressions (within an hour after them, in
 the impression's bucket and dimensions). The speed job approximates it without a
@@ -244,11 +244,11 @@ class BatchWriter:
             published = read_registry(self.lake).published("ctr")
             coverage = read_coverage(self.lake, published.key)
             pruned = self.ctr.delete_covered(coverage)
-            merged = self.ctr.merge_rolled_up_hours(self._rolled_up_before)
+            merged = self.ctr.merge_closed_hours(self._rolled_up_before)
             vacuumed = self.ctr.vacuum()
             log.info(
-                "speed/ctr maintenance: %d covered rows deleted, %d hours' roll-ups merged to "
-                "a file each, %d files vacuumed",
+                "speed/ctr maintenance: %d covered rows deleted, %d closed hours merged to a "
+                "file each, %d files vacuumed",
                 pruned, merged, vacuumed,
             )  # fmt: skip
             # speed/late is read for the minutes no batch run covered yet (drift): the covered

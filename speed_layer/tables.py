@@ -10,15 +10,17 @@ is the only writer of both tables, in one process.
   one commit carrying the application transaction (speed query id, batch id); a batch whose
   transaction the table already holds (Spark replays the last batch after a crash) writes
   nothing. Readers sum the rows per key (the serving layer does).
-- **Roll-up.** Once the watermark closes a bucket, no on-time row can reach it any more: the
-  job replaces the rows of the buckets closed since its last roll-up by one row per key, in one
-  commit (an overwrite of exactly those buckets). Each commit notes how far it rolled up, so a
-  restarted job continues from there.
+- **Roll-up.** Once the watermark closes a bucket, no on-time row can reach it any more: every
+  minute the job replaces the files whose buckets are all closed since its last roll-up by one
+  file of their rows summed per key, in one commit (removes and an add: no other file is
+  touched, so no row is rewritten twice). Each commit notes how far it rolled up, so a
+  restarted job continues from there. A closed bucket can still have a few rows per key (in
+  files closed at different minutes): readers sum per key anyway.
 - **Schema evolution.** A table created before columns were added to its schema (the
   attribution measures of ``speed/ctr``) gets them when the job opens it, as nullable
   columns: its older rows read null there (not measured), its roll-ups keep them null.
 - **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers
-  (from both tables), merge each hour's minute roll-ups into one file, compact
+  (from both tables), merge each closed hour's roll-ups into one file, compact
   ``speed/late``, vacuum (full) files older than the retention; and the Delta log is
   checkpointed every ``lake.retention.CHECKPOINT_INTERVAL`` commits and cleaned past the
   retention (delta-rs's post-commit hook, from the table's properties).
@@ -30,16 +32,18 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.schema import Field
+from deltalake.transaction import AddAction, RemoveAction
 
-from lake.append_table import AppendTable
+from lake.append_table import AppendTable, add_action
 from lake.coverage import Coverage, delta_rs_timestamp, in_intervals_sql
+from lake.data_files import write_files
 from lake.retention import retention_properties
 from views.columns import DIMENSIONS
 
@@ -48,7 +52,7 @@ log = logging.getLogger("ctr.speed")
 KEY: Final = ("bucket_start", *DIMENSIONS)
 # speed/ctr's counts, summed per key: the events, then the attribution (speed_layer.attribution).
 COUNTS: Final = ("impressions", "clicks", "attributed_clicks", "orphan_clicks", "repeat_clicks")
-# Commit metadata of a roll-up: every bucket before this moment (ISO-8601) is one row per key.
+# Commit metadata of a roll-up: the files of buckets before this moment (ISO-8601) are rolled up.
 ROLLED_UP_BEFORE: Final = "ctr.rolledUpBefore"
 _HISTORY_SEARCHED: Final = 2_000  # commits looked through for the last roll-up at start
 
@@ -98,34 +102,72 @@ class SpeedTable(AppendTable):
                 return dt.datetime.fromisoformat(value)
         return None
 
-    def roll_up(
-        self, start: dt.datetime | None, end: dt.datetime, *, marks: bool = True
-    ) -> RollUp | None:
-        """Replace the rows of buckets in [``start``, ``end``) (from the first bucket if
-        ``start`` is None) by their sums per key, in one commit, which notes ``end`` as where
-        the roll-ups reached unless ``marks`` is false (a merge of rows rolled up before).
-        None if there was nothing."""
+    def roll_up(self, start: dt.datetime | None, end: dt.datetime) -> RollUp | None:
+        """Replace the files whose buckets the watermark has all closed since the last roll-up
+        (newest bucket in [``start``, ``end``); before ``end`` if ``start`` is None) by one
+        file of their rows summed per key, in one commit noting ``end``. A file that still
+        holds an open bucket waits for a later roll-up, and no file is rewritten twice: a
+        roll-up's file has its newest bucket before its ``end``, so the next one leaves it
+        alone. (delta-rs's overwrite of the closed buckets copied the other rows of every file
+        it touched into its new file, which then held closed and open buckets, so every
+        roll-up rewrote all the rows not covered yet.) None if ``start`` >= ``end``."""
         table = self.table
         if table is None or (start is not None and start >= end):
             return None
-        in_range = ds.field("bucket_start") < pa.scalar(end, pa.timestamp("us", tz="UTC"))
-        predicate = f"bucket_start < {delta_rs_timestamp(end)}"
-        if start is not None:
-            in_range &= ds.field("bucket_start") >= pa.scalar(start, pa.timestamp("us", "UTC"))
-            predicate = f"bucket_start >= {delta_rs_timestamp(start)} AND {predicate}"
-        rows = table.to_pyarrow_dataset().to_table(filter=in_range)
-        metadata = {ROLLED_UP_BEFORE: end.isoformat()} if marks else {}
-        if rows.num_rows == 0:
-            return RollUp(start, end, 0, 0)
-        summed = sum_per_key(rows)
-        write_deltalake(
-            table,
-            summed.cast(self.schema),
-            mode="overwrite",
-            predicate=predicate,
+        files = [
+            f
+            for f in self._files(table)
+            if f["max"] is not None and f["max"] < end and (start is None or f["max"] >= start)
+        ]
+        rows_before, rows_after = self._replace(table, files, {ROLLED_UP_BEFORE: end.isoformat()})
+        return RollUp(start, end, rows_before, rows_after)
+
+    def _files(self, table: DeltaTable) -> list[dict[str, Any]]:
+        """The table's files: path, size and the range of their buckets (min, max)."""
+        adds = table.get_add_actions(flatten=True)
+        if adds.num_rows == 0:
+            return []
+        return [
+            {"path": path, "size": size, "min": low, "max": high}
+            for path, size, low, high in zip(
+                adds.column("path").to_pylist(),
+                adds.column("size_bytes").to_pylist(),
+                adds.column("min.bucket_start").to_pylist(),
+                adds.column("max.bucket_start").to_pylist(),
+                strict=True,
+            )
+        ]
+
+    def _replace(
+        self, table: DeltaTable, files: Sequence[dict[str, Any]], metadata: dict[str, str]
+    ) -> tuple[int, int]:
+        """Replace ``files`` by one file of their rows summed per key, in one commit (with
+        ``metadata``); returns the rows before and after. Nothing to commit without files."""
+        if not files:
+            return 0, 0
+        dataset = table.to_pyarrow_dataset()
+        names = {f["path"].rsplit("/", 1)[-1] for f in files}
+        fragments = [f for f in dataset.get_fragments() if f.path.rsplit("/", 1)[-1] in names]
+        rows = ds.FileSystemDataset(
+            fragments, dataset.schema, dataset.format, dataset.filesystem
+        ).to_table()
+        summed = sum_per_key(rows).select(self.schema.names).cast(self.schema)
+        now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(
+                path=f["path"], data_change=True, deletion_timestamp=now_ms, size=f["size"]
+            )
+            for f in files
+        ]
+        actions += [add_action(f) for f in write_files(self.path, self.path, summed)]
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=self.schema,
             commit_properties=CommitProperties(custom_metadata=metadata),
         )
-        return RollUp(start, end, rows.num_rows, summed.num_rows)
+        table.update_incremental()
+        return rows.num_rows, summed.num_rows
 
     def delete_covered(self, coverage: Coverage) -> int:
         """Delete the rows of buckets ``coverage`` holds; returns the rows deleted."""
@@ -137,33 +179,22 @@ class SpeedTable(AppendTable):
         metrics = table.delete(in_intervals_sql("bucket_start", bounds))
         return int(metrics.get("num_deleted_rows", 0) or 0)
 
-    def merge_rolled_up_hours(self, rolled_up_before: dt.datetime | None) -> int:
-        """Rewrite the rolled-up part of each hour (all of it for a closed hour, up to
-        ``rolled_up_before`` for the current one) that spans more than one file as one file;
-        returns the hours merged. Each roll-up leaves a file of its minutes: without this the
-        current hour would pile up a small file a minute (the table's bytes a sawtooth with an
-        hour's period), and a closed hour is merged once."""
+    def merge_closed_hours(self, rolled_up_before: dt.datetime | None) -> int:
+        """Replace the roll-ups' files of each closed hour before ``rolled_up_before`` (by
+        their newest bucket) by one file, when there are several; returns the hours merged.
+        Each hour is merged once, so this stays cheap."""
         table = self.table
         if table is None or rolled_up_before is None:
             return 0
-        files = table.get_add_actions(flatten=True)
-        hour = dt.timedelta(hours=1)
-        per_hour: dict[dt.datetime, int] = {}
-        if files.num_rows == 0:
-            return 0
-        lows = files.column("min.bucket_start").to_pylist()
-        highs = files.column("max.bucket_start").to_pylist()
-        for low, high in zip(lows, highs, strict=True):
-            if low is None or high is None or low >= rolled_up_before:
-                continue
-            first = low.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
-            while first <= min(high, rolled_up_before):
-                per_hour[first] = per_hour.get(first, 0) + 1
-                first += hour
+        per_hour: dict[dt.datetime, list[dict[str, Any]]] = {}
+        for f in self._files(table):
+            if f["max"] is not None and f["max"] < rolled_up_before:
+                hour = f["max"].astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+                per_hour.setdefault(hour, []).append(f)
         merged = 0
-        for start in sorted(per_hour):
-            if per_hour[start] > 1 and start < rolled_up_before:
-                self.roll_up(start, min(start + hour, rolled_up_before), marks=False)
+        for hour, files in sorted(per_hour.items()):
+            if len(files) > 1 and hour + dt.timedelta(hours=1) <= rolled_up_before:
+                self._replace(table, files, {})
                 merged += 1
         return merged
 

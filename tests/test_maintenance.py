@@ -56,6 +56,25 @@ def test_compaction_merges_small_files_and_keeps_rows(
     assert compact_and_vacuum(spark, lake, "speed/ctr") is None  # no table yet: nothing to do
 
 
+def test_vacuum_keeps_files_for_a_retention_under_an_hour(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """delta-spark's VACUUM rounds RETAIN to whole hours: 15 minutes became 0, and it deleted
+    files a writer had just replaced (or was about to commit). The table's property rules."""
+    lake = LakeSettings(lake_root=tmp_path / "lake", vacuum_retention_hours=0.25)
+    path = lake.table("batch/ctr")
+    spark.createDataFrame([(0,)], "n long").coalesce(1).write.format("delta").save(path)
+    spark.createDataFrame([(1,)], "n long").coalesce(1).write.format("delta").mode(
+        "overwrite"
+    ).save(path)
+    report = compact_and_vacuum(spark, lake, "batch/ctr")
+    assert report is not None
+    assert report.files_vacuumed == 0  # the replaced file waits out its 15 minutes
+    assert len(list(Path(path).glob("*.parquet"))) == 2
+    with pytest.raises(ValueError, match="whole hours"):
+        compact_and_vacuum(spark, lake, "batch/ctr", retention_hours=0.25)
+
+
 def test_every_table_is_maintained_in_one_driver_and_a_failure_is_named_at_the_end(
     spark: SparkSession, lake: LakeSettings
 ) -> None:

@@ -1,5 +1,5 @@
 """The speed tables on real Delta tables written by delta-rs: appends exactly once per
-micro-batch, roll-ups that keep every sum and leave one row per key in closed buckets, the
+micro-batch, roll-ups that keep every sum and never rewrite an earlier roll-up, the
 pruning of covered buckets, closed hours merged to one file, a checkpointed log, and readers
 (the serving layer, the SQL sandbox) that sum partial counts per key."""
 
@@ -72,28 +72,58 @@ def test_a_micro_batch_is_appended_exactly_once(lake: LakeSettings) -> None:
     assert DeltaTable(SPEED_CTR.path(lake)).version() == 1  # two commits, the replay none
 
 
-def test_the_roll_up_keeps_every_sum_and_leaves_one_row_per_key(lake: LakeSettings) -> None:
+def paths(lake: LakeSettings) -> set[str]:
+    return set(
+        DeltaTable(SPEED_CTR.path(lake)).get_add_actions(flatten=True).column("path").to_pylist()
+    )
+
+
+def test_the_roll_up_sums_the_files_the_watermark_closed_and_keeps_every_sum(
+    lake: LakeSettings,
+) -> None:
     speed = table(lake)
     speed.append(rows((0, "a", 1, 0), (0, "b", 1, 1), (1, "a", 1, 0)), app_id=APP, version=0)
-    speed.append(rows((0, "a", 2, 0), (1, "a", 1, 1), (2, "a", 5, 0)), app_id=APP, version=1)
-    speed.append(rows((1, "b", 1, 0), (2, "a", 1, 0)), app_id=APP, version=2)
+    speed.append(rows((0, "a", 2, 0), (1, "a", 1, 1)), app_id=APP, version=1)
+    speed.append(rows((1, "b", 1, 0), (2, "a", 5, 0)), app_id=APP, version=2)
+    batches = paths(lake)
     before = totals(lake)
 
     done = speed.roll_up(None, minute(2))  # minutes 0 and 1 are closed, 2 is open
     assert done is not None
-    assert (done.rows_before, done.rows_after) == (6, 4)
+    assert (done.rows_before, done.rows_after) == (5, 3)  # the first two batches' files
     assert totals(lake) == before
     assert rows_per_key(lake, minute(0)) == {"a": 1, "b": 1}
+    # The third batch's file holds the open minute 2: left as the batch wrote it.
     assert rows_per_key(lake, minute(1)) == {"a": 1, "b": 1}
-    assert rows_per_key(lake, minute(2)) == {"a": 2}  # open: left as the batches wrote it
+    assert len(paths(lake) & batches) == 1
     assert table(lake).rolled_up_before() == minute(2)  # a restarted job continues here
 
-    speed.append(rows((2, "a", 1, 0)), app_id=APP, version=3)
-    speed.roll_up(minute(2), minute(3))
-    assert rows_per_key(lake, minute(2)) == {"a": 1}
-    assert totals(lake)[(minute(2), "a")] == 7000
-    assert table(lake).rolled_up_before() == minute(3)
+    rolled = paths(lake) - batches
+    speed.append(rows((2, "a", 1, 0), (3, "a", 1, 0)), app_id=APP, version=3)
+    done = speed.roll_up(minute(2), minute(3))
+    assert done is not None
+    assert done.rows_before == 2  # the third batch's file only
+    assert rolled <= paths(lake)  # the first roll-up's file is not rewritten
+    assert totals(lake) == before + Counter({(minute(2), "a"): 1000, (minute(3), "a"): 1000})
     assert speed.roll_up(minute(3), minute(3)) is None  # nothing closed since
+
+
+def test_a_roll_up_never_rewrites_an_earlier_one(lake: LakeSettings) -> None:
+    """A micro-batch holds every open minute (here 3): each minute's roll-up takes the files
+    that just closed, never the files earlier roll-ups wrote, so the rows rewritten per
+    roll-up stay the same however long the job runs."""
+    speed = table(lake)
+    rolled: set[str] = set()
+    for n in range(3, 15):  # batch n holds minutes n-3..n; minutes before n-3 are closed
+        speed.append(rows(*((m, "a", 1, 0) for m in range(n - 3, n + 1))), app_id=APP, version=n)
+        before = paths(lake)
+        done = speed.roll_up(minute(n - 4) if n > 3 else None, minute(n - 3))
+        assert done is not None
+        assert done.rows_before == (4 if n >= 7 else 0)  # batch n-4, closed since the last
+        assert rolled <= paths(lake)  # no earlier roll-up's file rewritten
+        rolled |= paths(lake) - before
+    assert len(rolled) == 8
+    assert sum(totals(lake).values()) == 12 * 4 * 1000
 
 
 def test_covered_buckets_are_deleted(lake: LakeSettings) -> None:
@@ -104,28 +134,21 @@ def test_covered_buckets_are_deleted(lake: LakeSettings) -> None:
     assert set(totals(lake)) == {(minute(3), "a")}
 
 
-def test_each_hours_roll_ups_are_merged_to_one_file(lake: LakeSettings) -> None:
+def test_closed_hours_are_merged_to_one_file_each(lake: LakeSettings) -> None:
     speed = table(lake)
     for n in range(5):  # minutes 0..4 cross the hour at 10:00; a roll-up per minute
         speed.append(rows((n, "a", 1, 0), (n, "b", 0, 1)), app_id=APP, version=n)
         speed.roll_up(minute(n) if n else None, minute(n + 1))
     before = totals(lake)
     hour = dt.datetime(2026, 11, 24, 9, tzinfo=dt.UTC)
-
-    def spans() -> list[tuple[dt.datetime, dt.datetime]]:
-        files = pa.table(DeltaTable(SPEED_CTR.path(lake)).get_add_actions(flatten=True))
-        return sorted((f["min.bucket_start"], f["max.bucket_start"]) for f in files.to_pylist())
-
-    assert speed.merge_rolled_up_hours(minute(1)) == 0  # one file rolled up before 09:59
-    # Rolled up before 10:02: 09:00-10:00 whole, and 10:00-10:02 of the current hour.
-    assert speed.merge_rolled_up_hours(minute(4)) == 2
-    assert spans() == [(minute(0), minute(1)), (minute(2), minute(3)), (minute(4), minute(4))]
-    assert speed.merge_rolled_up_hours(minute(4)) == 0  # nothing new rolled up
-    assert speed.merge_rolled_up_hours(hour + dt.timedelta(hours=2)) == 1  # 10:02 joins
-    assert spans() == [(minute(0), minute(1)), (minute(2), minute(4))]  # one file per hour
-    assert speed.merge_rolled_up_hours(hour + dt.timedelta(hours=2)) == 0  # merged once
+    assert speed.merge_closed_hours(minute(1)) == 0  # 09:00-10:00 is not rolled up yet
+    assert speed.merge_closed_hours(hour + dt.timedelta(hours=2)) == 2
     assert totals(lake) == before
-    assert table(lake).rolled_up_before() == minute(5)  # merges do not move the roll-ups
+    files = pa.table(DeltaTable(SPEED_CTR.path(lake)).get_add_actions(flatten=True)).to_pylist()
+    spans = sorted((f["min.bucket_start"], f["max.bucket_start"]) for f in files)
+    assert spans == [(minute(0), minute(1)), (minute(2), minute(4))]  # one file per hour
+    assert speed.merge_closed_hours(hour + dt.timedelta(hours=2)) == 0  # merged once
+    assert table(lake).rolled_up_before() == minute(5)  # a merge does not move the roll-ups
 
 
 def test_the_log_is_checkpointed_and_kept_for_the_retention(lake: LakeSettings) -> None:
