@@ -3,10 +3,12 @@ data; the report table and the plots. Pure logic on made-up series."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
+from infra.soak import window_query
 from infra.soak_report import judge, plot, slope, table_markdown, verdicts
 
 HOUR = 3600.0
@@ -60,6 +62,19 @@ def test_data_grows_by_design_and_is_reported_not_judged() -> None:
     assert verdict.passed
     assert "grows with the data" in verdict.reason
     assert verdict.slope_per_hour == pytest.approx(600.0)
+
+
+def test_the_judged_query_reads_a_window_of_constant_size_and_the_days_query_is_reported() -> None:
+    """The last day's query reads all the data a soak has made, so its latency grows with it;
+    the judged one asks for the same 15 whole minutes for a whole minute (one cache key)."""
+    at = dt.datetime(2026, 11, 26, 19, 42, 31, tzinfo=dt.UTC)
+    query = window_query(at)
+    assert query == window_query(at.replace(second=59))
+    assert "start=2026-11-26T19:27:00Z" in query
+    assert "granularity=minute" in query
+    climbing = series([100.0 + 10 * i for i in range(61)])
+    assert not judge("api_p99_ms.fixed_query", climbing, HOUR).passed
+    assert "grows with the data" in judge("api_day_p99_ms.dashboard", climbing, HOUR).reason
 
 
 def test_too_few_samples_in_the_second_half_are_not_judged() -> None:
