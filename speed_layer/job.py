@@ -164,7 +164,8 @@ class BatchWriter:
         self.attribution = Attribution(ATTRIBUTION)
         # Per micro-batch: milliseconds per phase of this callback (and the view's row count).
         self.phases = RecentPhases()
-        # Buckets before this are one row per key in speed/ctr (read from its log at start).
+        # The roll-ups reached this bucket: files of earlier buckets are rolled up (read from
+        # speed/ctr's log at start).
         self._rolled_up_before: dt.datetime | None = None
         self._rolled_up_known = False
         self._rollup = Periodic(settings.rollup_seconds)

@@ -123,16 +123,15 @@ class SpeedTable(AppendTable):
         return RollUp(start, end, rows_before, rows_after)
 
     def _files(self, table: DeltaTable) -> list[dict[str, Any]]:
-        """The table's files: path, size and the range of their buckets (min, max)."""
+        """The table's files: path, size and their newest bucket (max)."""
         adds = table.get_add_actions(flatten=True)
         if adds.num_rows == 0:
             return []
         return [
-            {"path": path, "size": size, "min": low, "max": high}
-            for path, size, low, high in zip(
+            {"path": path, "size": size, "max": high}
+            for path, size, high in zip(
                 adds.column("path").to_pylist(),
                 adds.column("size_bytes").to_pylist(),
-                adds.column("min.bucket_start").to_pylist(),
                 adds.column("max.bucket_start").to_pylist(),
                 strict=True,
             )
