@@ -212,9 +212,10 @@ class BatchWriter:
         )  # fmt: skip
 
     def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
-        """Roll up the buckets the watermark closed (every ``rollup_seconds``); delete what the
-        batch layer covers and vacuum (every ``maintenance_seconds``). Never stops the stream:
-        a failure is logged and tried again next time."""
+        """Roll up the buckets the watermark closed and compact the micro-batch files of the
+        minutes past (every ``rollup_seconds``); delete what the batch layer covers and vacuum
+        (every ``maintenance_seconds``). Never stops the stream: a failure is logged and tried
+        again next time."""
         clock = clock or PhaseClock()
         if watermark_ms > 0 and self._rollup.due():
             self._roll_up(closed_before(watermark_ms))
@@ -235,6 +236,9 @@ class BatchWriter:
                     "speed/ctr roll-up of buckets before %s: %d rows -> %d",
                     f"{end:%Y-%m-%d %H:%M}", done.rows_before, done.rows_after,
                 )  # fmt: skip
+            compacted = self.ctr.compact_minutes(self._rolled_up_before)
+            if compacted:
+                log.info("speed/ctr: the micro-batch files of %d minutes compacted", compacted)
         except Exception as exc:  # maintenance must never stop the stream
             log.warning("speed/ctr roll-up failed (will retry): %s", exc)
 

@@ -126,6 +126,38 @@ def test_a_roll_up_never_rewrites_an_earlier_one(lake: LakeSettings) -> None:
     assert sum(totals(lake).values()) == 12 * 4 * 1000
 
 
+def test_each_past_minutes_micro_batches_become_one_file_the_roll_up_then_takes(
+    lake: LakeSettings,
+) -> None:
+    """Three micro-batches a minute, each holding the open minutes n-2..n: after each minute
+    its batches are one file, no compacted file is compacted again, and the sums stay."""
+    speed = table(lake)
+    compacted: set[str] = set()
+    for n in range(2, 8):
+        for k in range(3):
+            version = n * 3 + k
+            speed.append(rows(*((m, "a", 1, 0) for m in range(n - 2, n + 1))), app_id=APP,
+                         version=version)  # fmt: skip
+        before, sums = paths(lake), totals(lake)
+        # The minute being written (n) is left alone; minute n-1's three files become one.
+        assert speed.compact_minutes(None) == (1 if n > 2 else 0)
+        assert totals(lake) == sums
+        assert compacted <= paths(lake)  # no earlier compaction's file rewritten
+        compacted |= paths(lake) - before
+        assert len(paths(lake)) == len(compacted) + 3  # a file per minute past, 3 batches of n
+    assert speed.compact_minutes(None) == 0  # nothing new
+    sums, before = totals(lake), paths(lake)
+    done = speed.roll_up(None, minute(4))  # the files written in minutes 2 and 3
+    assert done is not None
+    assert done.rows_before == 3 + 3  # one compacted file each
+    assert totals(lake) == sums
+    rolled = paths(lake) - before
+    speed.append(rows((7, "a", 1, 0), (8, "a", 1, 0)), app_id=APP, version=100)
+    assert speed.compact_minutes(minute(4)) == 1  # minute 7's batches, from the roll-up's end
+    assert rolled <= paths(lake)  # the roll-up's file is left alone
+    assert sum(totals(lake).values()) == sum(sums.values()) + 2000
+
+
 def test_covered_buckets_are_deleted(lake: LakeSettings) -> None:
     speed = table(lake)
     speed.append(rows((0, "a", 1, 0), (1, "a", 1, 0), (3, "a", 1, 0)), app_id=APP, version=0)
