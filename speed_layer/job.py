@@ -238,7 +238,7 @@ class BatchWriter:
                 )  # fmt: skip
             compacted = self.ctr.compact_minutes(self._rolled_up_before)
             if compacted:
-                log.info("speed/ctr: the micro-batch files of %d minutes compacted", compacted)
+                log.info("speed/ctr: micro-batch files compacted, %d minute(s)", compacted)
         except Exception as exc:  # maintenance must never stop the stream
             log.warning("speed/ctr roll-up failed (will retry): %s", exc)
 

@@ -113,7 +113,9 @@ class SpeedTable(AppendTable):
         roll-up's file has its newest bucket before its ``end``, so the next one leaves it
         alone. (delta-rs's overwrite of the closed buckets copied the other rows of every file
         it touched into its new file, which then held closed and open buckets, so every
-        roll-up rewrote all the rows not covered yet.) None if ``start`` >= ``end``."""
+        roll-up rewrote all the rows not covered yet.) A single file (a minute the compaction
+        made one already) is left as it is: the commit then only notes ``end``. None if
+        ``start`` >= ``end``."""
         table = self.table
         if table is None or (start is not None and start >= end):
             return None
@@ -122,19 +124,27 @@ class SpeedTable(AppendTable):
             for f in self._files(table)
             if f["max"] is not None and f["max"] < end and (start is None or f["max"] >= start)
         ]
-        rows_before, rows_after = self._replace(table, files, {ROLLED_UP_BEFORE: end.isoformat()})
-        return RollUp(start, end, rows_before, rows_after)
+        metadata = {ROLLED_UP_BEFORE: end.isoformat()}
+        if len(files) > 1:
+            rows_before, rows_after = self._replace(table, files, metadata)
+            return RollUp(start, end, rows_before, rows_after)
+        # None or one file (a minute the compaction made one already): nothing to sum, only
+        # where the roll-up reached, for a restarted job.
+        self._commit(table, [], metadata)
+        rows = sum(f["rows"] or 0 for f in files)
+        return RollUp(start, end, rows, rows)
 
     def _files(self, table: DeltaTable) -> list[dict[str, Any]]:
-        """The table's files: path, size and their newest bucket (max)."""
+        """The table's files: path, size, rows and their newest bucket (max)."""
         adds = table.get_add_actions(flatten=True)
         if adds.num_rows == 0:
             return []
         return [
-            {"path": path, "size": size, "max": high}
-            for path, size, high in zip(
+            {"path": path, "size": size, "rows": rows, "max": high}
+            for path, size, rows, high in zip(
                 adds.column("path").to_pylist(),
                 adds.column("size_bytes").to_pylist(),
+                adds.column("num_records").to_pylist(),
                 adds.column("max.bucket_start").to_pylist(),
                 strict=True,
             )
@@ -162,6 +172,12 @@ class SpeedTable(AppendTable):
             for f in files
         ]
         actions += [add_action(f) for f in write_files(self.path, self.path, summed)]
+        self._commit(table, actions, metadata)
+        return rows.num_rows, summed.num_rows
+
+    def _commit(
+        self, table: DeltaTable, actions: list[AddAction | RemoveAction], metadata: dict[str, str]
+    ) -> None:
         table.create_write_transaction(
             actions,
             mode="append",
@@ -169,7 +185,6 @@ class SpeedTable(AppendTable):
             commit_properties=CommitProperties(custom_metadata=metadata),
         )
         table.update_incremental()
-        return rows.num_rows, summed.num_rows
 
     def compact_minutes(self, rolled_up_before: dt.datetime | None) -> int:
         """Replace the micro-batch files not rolled up yet (newest bucket from

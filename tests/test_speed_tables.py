@@ -100,10 +100,13 @@ def test_the_roll_up_sums_the_files_the_watermark_closed_and_keeps_every_sum(
 
     rolled = paths(lake) - batches
     speed.append(rows((2, "a", 1, 0), (3, "a", 1, 0)), app_id=APP, version=3)
+    files = paths(lake)
     done = speed.roll_up(minute(2), minute(3))
     assert done is not None
     assert done.rows_before == 2  # the third batch's file only
+    assert paths(lake) == files  # one file: nothing to sum, nothing rewritten
     assert rolled <= paths(lake)  # the first roll-up's file is not rewritten
+    assert table(lake).rolled_up_before() == minute(3)  # but where it reached is noted
     assert totals(lake) == before + Counter({(minute(2), "a"): 1000, (minute(3), "a"): 1000})
     assert speed.roll_up(minute(3), minute(3)) is None  # nothing closed since
 
@@ -114,16 +117,19 @@ def test_a_roll_up_never_rewrites_an_earlier_one(lake: LakeSettings) -> None:
     roll-up stay the same however long the job runs."""
     speed = table(lake)
     rolled: set[str] = set()
-    for n in range(3, 15):  # batch n holds minutes n-3..n; minutes before n-3 are closed
-        speed.append(rows(*((m, "a", 1, 0) for m in range(n - 3, n + 1))), app_id=APP, version=n)
+    for n in range(3, 15):  # minute n's 2 batches hold minutes n-3..n; before n-3 are closed
+        for k in range(2):
+            batch = rows(*((m, "a", 1, 0) for m in range(n - 3, n + 1)))
+            speed.append(batch, app_id=APP, version=2 * n + k)
         before = paths(lake)
         done = speed.roll_up(minute(n - 4) if n > 3 else None, minute(n - 3))
         assert done is not None
-        assert done.rows_before == (4 if n >= 7 else 0)  # batch n-4, closed since the last
+        # Minute n-4's two batches, closed since the last roll-up: summed per key.
+        assert (done.rows_before, done.rows_after) == ((8, 4) if n >= 7 else (0, 0))
         assert rolled <= paths(lake)  # no earlier roll-up's file rewritten
         rolled |= paths(lake) - before
     assert len(rolled) == 8
-    assert sum(totals(lake).values()) == 12 * 4 * 1000
+    assert sum(totals(lake).values()) == 12 * 2 * 4 * 1000
 
 
 def test_each_past_minutes_micro_batches_become_one_file_the_roll_up_then_takes(
