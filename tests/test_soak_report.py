@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.soak import window_query
+from infra.soak import Proc, own_memory, window_query
 from infra.soak_report import judge, plot, slope, table_markdown, verdicts
 
 HOUR = 3600.0
@@ -22,6 +22,19 @@ def test_slope_is_the_least_squares_fit() -> None:
     assert slope([(0, 1), (1, 3), (2, 5)]) == pytest.approx(2.0)
     assert slope([(0, 4)]) == 0.0
     assert slope([(0, 1), (10, 1), (20, 1)]) == 0.0
+
+
+def test_a_process_spawned_before_its_exec_is_not_counted_twice() -> None:
+    mb = 2**20
+    procs = {
+        1: Proc(1, 0, 1, 0, 3 * mb, vsize=10 * mb),  # the supervising shell
+        2: Proc(2, 1, 1, 0, 300 * mb, vsize=900 * mb),  # python driver
+        3: Proc(3, 2, 1, 0, 1000 * mb, vsize=5000 * mb),  # its JVM
+        4: Proc(4, 3, 1, 0, 1000 * mb, vsize=5000 * mb),  # the JVM spawning a command
+        5: Proc(5, 3, 1, 0, 2 * mb, vsize=8 * mb),  # a command after its exec
+    }
+    assert own_memory([1, 2, 3, 4, 5], procs) == 1305 * mb
+    assert own_memory([1, 2, 3, 5, 99], procs) == 1305 * mb  # gone between reads: skipped
 
 
 def test_memory_that_levels_off_after_warm_up_passes() -> None:
