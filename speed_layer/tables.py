@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -57,6 +57,7 @@ KEY: Final = ("bucket_start", *DIMENSIONS)
 COUNTS: Final = ("impressions", "clicks", "attributed_clicks", "orphan_clicks", "repeat_clicks")
 # Commit metadata of a roll-up: the files of buckets before this moment (ISO-8601) are rolled up.
 ROLLED_UP_BEFORE: Final = "ctr.rolledUpBefore"
+HOUR: Final = dt.timedelta(hours=1)
 _HISTORY_SEARCHED: Final = 2_000  # commits looked through for the last roll-up at start
 
 
@@ -198,19 +199,23 @@ class SpeedTable(AppendTable):
         table = self.table
         if table is None:
             return 0
-        per_minute: dict[dt.datetime, list[dict[str, Any]]] = {}
-        for f in self._files(table):
-            if f["max"] is not None and (rolled_up_before is None or f["max"] >= rolled_up_before):
-                per_minute.setdefault(f["max"].replace(second=0, microsecond=0), []).append(f)
-        if not per_minute:
-            return 0
-        newest = max(per_minute)
-        compacted = 0
-        for files in (files for m, files in sorted(per_minute.items()) if m < newest):
-            if len(files) > 1:
-                self._replace(table, files, {})
-                compacted += 1
-        return compacted
+        per_minute = _per_period(
+            (
+                f
+                for f in self._files(table)
+                if f["max"] is not None
+                and (rolled_up_before is None or f["max"] >= rolled_up_before)
+            ),
+            lambda t: t.replace(second=0, microsecond=0),
+        )
+        return self._merge_each(table, [files for _, files in per_minute[:-1]])
+
+    def _merge_each(self, table: DeltaTable, groups: Sequence[Sequence[dict[str, Any]]]) -> int:
+        """Replace each group of several files by one; returns the groups replaced."""
+        merged = [files for files in groups if len(files) > 1]
+        for files in merged:
+            self._replace(table, files, {})
+        return len(merged)
 
     def delete_covered(self, coverage: Coverage) -> int:
         """Delete the rows of buckets ``coverage`` holds; returns the rows deleted."""
@@ -229,23 +234,28 @@ class SpeedTable(AppendTable):
         table = self.table
         if table is None or rolled_up_before is None:
             return 0
-        per_hour: dict[dt.datetime, list[dict[str, Any]]] = {}
-        for f in self._files(table):
-            if f["max"] is not None and f["max"] < rolled_up_before:
-                hour = f["max"].astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
-                per_hour.setdefault(hour, []).append(f)
-        merged = 0
-        for hour, files in sorted(per_hour.items()):
-            if len(files) > 1 and hour + dt.timedelta(hours=1) <= rolled_up_before:
-                self._replace(table, files, {})
-                merged += 1
-        return merged
+        per_hour = _per_period(
+            (f for f in self._files(table) if f["max"] is not None and f["max"] < rolled_up_before),
+            lambda t: t.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0),
+        )
+        closed = [files for hour, files in per_hour if hour + HOUR <= rolled_up_before]
+        return self._merge_each(table, closed)
 
     def reset(self) -> None:
         """Empty the table: a new version with no rows (history and readers unaffected)."""
         table = self.table
         if table is not None:
             write_deltalake(table, self.schema.empty_table(), mode="overwrite")
+
+
+def _per_period(
+    files: Iterable[dict[str, Any]], period: Callable[[dt.datetime], dt.datetime]
+) -> list[tuple[dt.datetime, list[dict[str, Any]]]]:
+    """``files`` with a newest bucket, grouped by the ``period`` it falls in, oldest first."""
+    groups: dict[dt.datetime, list[dict[str, Any]]] = {}
+    for f in files:
+        groups.setdefault(period(f["max"]), []).append(f)
+    return sorted(groups.items())
 
 
 def sum_per_key(rows: pa.Table, counts: Sequence[str] = COUNTS) -> pa.Table:
