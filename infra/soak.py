@@ -37,6 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,10 @@ WINDOW_MINUTES: Final = 15
 DASHBOARD_QUERY: Final = "/api/v1/ctr?granularity=hour&group_by=country&order_by=-impressions"
 PROBES_PER_SAMPLE: Final = 40
 DASHBOARD_PROBES_PER_SAMPLE: Final = 10
+# A sample's p99 is over the probes of the last P99_SAMPLES samples (200 requests of the fixed
+# query): a p99 of one sample's 40 is their maximum, the one request of the minute that misses
+# the API's response cache (a new minute is a new URL), and swings by 300 ms minute to minute.
+P99_SAMPLES: Final = 5
 # Shorter runs report their series without judging them: a second half shorter than the
 # retention windows plus a maintenance period (15 + 15 min, scaled) shows warm-up, not a trend.
 JUDGED_FROM_MINUTES: Final = 40
@@ -330,6 +335,7 @@ class Sampler:
     started: float
     rows: list[tuple[float, str, float]] = field(default_factory=list)
     requests: list[tuple[float, int, float]] = field(default_factory=list)  # t, status, ms
+    _p99: dict[str, RecentP99] = field(default_factory=dict)  # per latency series
     _ticks: dict[int, int] = field(default_factory=dict)
     _at: float = 0.0
 
@@ -422,8 +428,8 @@ class Sampler:
         self._probe("api_day_p99_ms.dashboard", DASHBOARD_QUERY, DASHBOARD_PROBES_PER_SAMPLE)
 
     def _probe(self, series: str, query: str, probes: int) -> None:
-        """Ask ``query`` ``probes`` times; every answer goes to ``requests``, the p99 of the
-        successful ones to ``series``."""
+        """Ask ``query`` ``probes`` times; every answer goes to ``requests``, to ``series`` the
+        p99 of the successful ones of this sample and the ``P99_SAMPLES - 1`` before it."""
         latencies = []
         for _ in range(probes):
             began = time.perf_counter()
@@ -432,9 +438,23 @@ class Sampler:
             self.requests.append((round(self.t(), 1), status, round(ms, 1)))
             if status == 200:
                 latencies.append(ms)
-        if latencies:
-            latencies.sort()
-            self.add(series, latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))])
+        self.add(series, self._p99.setdefault(series, RecentP99()).add(latencies))
+
+
+class RecentP99:
+    """The p99 of the latencies of the last ``samples`` samples together."""
+
+    def __init__(self, samples: int = P99_SAMPLES) -> None:
+        self._recent: deque[list[float]] = deque(maxlen=samples)
+
+    def add(self, latencies: list[float]) -> float | None:
+        """Take one sample's latencies; the p99 of the recent ones (the value 99 % of them are
+        at most; of 100 or fewer, their maximum), None while there are none."""
+        self._recent.append(latencies)
+        ordered = sorted(ms for sample in self._recent for ms in sample)
+        if not ordered:
+            return None
+        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def window_query(now: dt.datetime) -> str:

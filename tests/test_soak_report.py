@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.soak import Proc, own_memory, window_query
+from infra.soak import Proc, RecentP99, own_memory, window_query
 from infra.soak_report import judge, plot, slope, table_markdown, verdicts
 
 HOUR = 3600.0
@@ -88,6 +88,21 @@ def test_the_judged_query_reads_a_window_of_constant_size_and_the_days_query_is_
     climbing = series([100.0 + 10 * i for i in range(61)])
     assert not judge("api_p99_ms.fixed_query", climbing, HOUR).passed
     assert "grows with the data" in judge("api_day_p99_ms.dashboard", climbing, HOUR).reason
+
+
+def test_a_samples_p99_is_over_the_probes_of_the_last_five_samples() -> None:
+    """40 probes a minute, one of them a cache miss: one minute's p99 would be that miss; over
+    five minutes (200 probes) it is the second slowest, and a minute leaves after five more."""
+    assert RecentP99(samples=5).add([]) is None
+    recent = RecentP99(samples=5)
+    minute = [2.0] * 39
+    assert recent.add([*minute, 400.0]) == 400.0
+    assert recent.add([*minute, 150.0]) == 400.0  # 80 probes: their maximum
+    assert recent.add([*minute, 200.0]) == 200.0  # 120: the second slowest
+    recent.add([*minute, 100.0])
+    assert recent.add([*minute, 300.0]) == 300.0  # 200 probes
+    assert recent.add([*minute, 120.0]) == 200.0  # the 400 ms minute has left the window
+    assert recent.add([]) == 200.0  # a sample without answers adds none
 
 
 def test_too_few_samples_in_the_second_half_are_not_judged() -> None:
