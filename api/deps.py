@@ -14,8 +14,8 @@ from api.guard import UNAUTHORIZED, token_ok
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
+from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
-from serving_layer.sql_pool import SqlPool
 
 _bearer = HTTPBearer(
     auto_error=False,

@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 from api.formats import NotAcceptableError
 from api.query_gate import GateBusyError
 from api.security_headers import SECURITY_HEADERS
-from serving_layer.service import QueryLimitError
-from serving_layer.sql_pool import SandboxUnavailableError, SqlBusyError
+from serving_layer.reader import QueryLimitError
+from serving_layer.sandbox.pool import SandboxUnavailableError, SqlBusyError
 
 _log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
+from serving_layer.sandbox.pool import ClientBackoff, SqlPool
 from serving_layer.service import ServingLayer
-from serving_layer.sql_pool import ClientBackoff, SqlPool
 
 
 def create_app(

@@ -15,8 +15,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.query_gate import QueryGate
 from api.response_cache import ResponseCache
 from api.topic_depth import TopicDepth
+from serving_layer.inventory import Inventory
+from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
-from serving_layer.sql_pool import SqlPool
 from serving_layer.tables import LakeSnapshot
 
 _log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class LakeCollector(Collector):
             "ctr_table_rows", "rows in each table (0: not created yet)", labels=["table"]
         )
         for name in snap.tables:
-            rows.add_metric([name], serving.table_info(snap[name]).rows)
+            rows.add_metric([name], Inventory(serving).table_info(snap[name]).rows)
         yield rows
 
     def _freshness(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
@@ -184,12 +185,12 @@ class LakeCollector(Collector):
             "records in master/rejected by reason kind (the field a reason names)",
             labels=["reason"],
         )
-        for reason, count in serving.rejected_by_reason(snap).items():
+        for reason, count in Inventory(serving).rejected_by_reason(snap).items():
             rejected.add_metric([reason], count)
         yield rejected
 
     def _stale(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
-        buckets = serving.stale_buckets(snap)
+        buckets = Inventory(serving).stale_buckets(snap)
         yield GaugeMetricFamily(
             "ctr_stale_buckets",
             "covered minute buckets with events no batch run has counted yet",
@@ -207,7 +208,7 @@ class LakeCollector(Collector):
         )
 
     def _drift(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
-        drift = serving.drift(snap)
+        drift = Inventory(serving).drift(snap)
         error = GaugeMetricFamily(
             "ctr_drift_relative_error",
             "|speed - batch| / batch per minute the latest runs covered for the first time",

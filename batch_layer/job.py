@@ -7,7 +7,7 @@ does it append a row to ``batch/coverage``. Rerunning an interval gives the same
 that arrived late are counted whenever their interval is recomputed.
 
 Before it covers a minute no run covered before, it records in ``batch/drift`` what the speed
-layer had counted there next to the exact counts (the speed rows are pruned once covered). After
+layer had counted there next to the exact counts (:mod:`batch_layer.drift`). After
 the coverage row, it forgets the ``master/arrivals`` rows its input version counted, so only
 later arrivals mark a bucket stale. A commit conflict with a concurrent run (a backfill, the
 stale recompute, ``ctr_batch``) retries the whole run on the newer input version.
@@ -20,15 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from batch_layer.drift import record_drift
 from batch_layer.interval import Interval
 from lake.arrivals import forget_counted, forget_settled
-from lake.catalog import BATCH_COVERAGE, BATCH_DRIFT, SPEED_CTR, SPEED_LATE, batch_table
-from lake.coverage import Coverage
-from lake.coverage_log import CoverageRow, record
-from lake.maintenance import covered_intervals
-from lake.registry import read_registry
+from lake.catalog import MASTER_EVENTS, batch_table
+from lake.coverage import log as coverage_log
+from lake.coverage.model import CoverageRun
+from lake.registry import Registry, read_registry
 from lake.settings import LakeSettings
-from runtime.formats import is_commit_conflict, read_delta, write_delta
+from runtime.connectors import is_commit_conflict, read_delta, write_delta
 from views.ctr import attributed_ctr, ctr
 from views.definitions import Definition
 
@@ -66,6 +66,7 @@ class BatchRun:
     interval: Interval
     input_version: int
     rows_written: int
+    view: str = VIEW  # the version's key (``ctr``, ``ctr@v3``)
 
 
 def deduplicate(events: DataFrame, partitions: int) -> DataFrame:
@@ -103,47 +104,12 @@ def dedup_partitions(input_bytes: int, parallelism: int) -> int:
     return max(parallelism, -(-input_bytes // DEDUP_INPUT_BYTES_PER_PARTITION))
 
 
-def run(
-    spark: SparkSession,
-    interval: Interval,
-    *,
-    lake: LakeSettings,
-    definition: Definition | None = None,
-    run_id: str | None = None,
-    on_step: Callable[[str], None] = lambda step: None,
-    replay: Replay | None = None,
-) -> BatchRun:
-    """Recompute the batch rows of ``definition`` (default: the published version of ``ctr``)
-    for ``interval`` and record the coverage (and the drift of the minutes it covers for the
-    first time); a commit conflict with a concurrent run retries."""
-    if replay is None:
-        _require_events(lake)
-    registry = read_registry(lake)
-    definition = definition or registry.published(VIEW)
-    for attempt in range(1, COMMIT_ATTEMPTS + 1):
-        try:
-            return _run_once(
-                spark,
-                interval,
-                lake=lake,
-                definition=definition,
-                run_id=run_id,
-                on_step=on_step,
-                replay=replay,
-            )
-        except Exception as exc:
-            if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
-                raise
-            on_step(f"a concurrent run committed first ({type(exc).__name__}); rerunning")
-    raise AssertionError("unreachable")
-
-
 def _require_events(lake: LakeSettings) -> None:
     from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(lake.events):
+    if not DeltaTable.is_deltatable(MASTER_EVENTS.path(lake)):
         raise MissingTableError(
-            f"master/events does not exist at {lake.events}: run `ctr archive` first "
+            f"master/events does not exist at {MASTER_EVENTS.path(lake)}: run `ctr archive` first "
             "(or point LAKE_ROOT at the lake)"
         )
 
@@ -164,7 +130,7 @@ def compute_view(
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    path = replay.events if replay else lake.events
+    path = replay.events if replay else MASTER_EVENTS.path(lake)
     table = DeltaTable(path)
     read = table.version()
     version = replay.input_version if replay else read
@@ -204,52 +170,98 @@ def interval_events(
     return events, dedup_partitions(input_bytes, spark.sparkContext.defaultParallelism)
 
 
-def _run_once(
-    spark: SparkSession,
-    interval: Interval,
-    *,
-    lake: LakeSettings,
-    definition: Definition,
-    run_id: str | None,
-    on_step: Callable[[str], None],
-    replay: Replay | None,
-) -> BatchRun:
-    view, version, run_id = compute_view(
-        spark, interval, lake=lake, definition=definition, run_id=run_id, replay=replay
-    )
-    target = batch_table(definition)
-    source = "the replayed log" if replay else f"master/events v{version}"
-    on_step(f"reading {source} for {interval} ({definition.key})")
-    # Computed once, straight into the write (caching the view to count it first cost more
-    # than the view: 11 of 37 s on the 10M-event benchmark); the count and the drift then
-    # read the rows back, a few columns of the run's own rows.
-    from pyspark.sql import functions as F
+class BatchJob:
+    """The batch job of one command (``ctr batch``, a backfill, a build, a stale recompute):
+    the view registry read once, then :meth:`run` per interval. ``on_step`` hears each step."""
 
-    on_step(f"computing the view and replacing {interval} of {target.name} with it")
-    where = interval.sql_predicate("bucket_start")
-    write_delta(view, target.path(lake), mode="overwrite", replace_where=where)
-    written = (
-        read_delta(spark, target.path(lake)).where(where).where(F.col("run_id") == F.lit(run_id))
-    )
-    rows = written.count()
-    on_step(f"wrote {rows:,} rows")
-    drift = record_drift(
-        spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()
-    )
-    if drift:
-        on_step(f"recorded the speed layer's drift in {drift:,} newly covered minute(s)")
-    on_step("recording coverage")
-    record(
-        spark,
-        BATCH_COVERAGE.path(lake),
-        CoverageRow(run_id, definition.key, interval.start, interval.end, version, rows, _now()),
-    )
-    # Arrivals a run counted are forgotten only while no other version may still need them
-    # (a version being built, or one to roll back to, keeps them: see lake.staleness).
-    if read_registry(lake).live(definition.view) == (definition,):
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: LakeSettings,
+        *,
+        registry: Registry | None = None,
+        on_step: Callable[[str], None] = lambda step: None,
+    ) -> None:
+        self.spark = spark
+        self.lake = lake
+        self.registry = registry or read_registry(lake)
+        self.on_step = on_step
+
+    def run(
+        self,
+        interval: Interval,
+        *,
+        definition: Definition | None = None,
+        run_id: str | None = None,
+        replay: Replay | None = None,
+    ) -> BatchRun:
+        """Recompute the batch rows of ``definition`` (default: the published version of
+        ``ctr``) for ``interval`` and record the coverage (and the drift of the minutes it
+        covers for the first time); a commit conflict with a concurrent run retries."""
+        if replay is None:
+            _require_events(self.lake)
+        definition = definition or self.registry.published(VIEW)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return self._run_once(interval, definition, run_id=run_id, replay=replay)
+            except Exception as exc:
+                if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
+                    raise
+                self.on_step(f"a concurrent run committed first ({type(exc).__name__}); rerunning")
+        raise AssertionError("unreachable")
+
+    def _run_once(
+        self,
+        interval: Interval,
+        definition: Definition,
+        *,
+        run_id: str | None,
+        replay: Replay | None,
+    ) -> BatchRun:
+        from pyspark.sql import functions as F
+
+        spark, lake, on_step = self.spark, self.lake, self.on_step
+        view, version, run_id = compute_view(
+            spark, interval, lake=lake, definition=definition, run_id=run_id, replay=replay
+        )
+        target = batch_table(definition)
+        source = "the replayed log" if replay else f"master/events v{version}"
+        on_step(f"reading {source} for {interval} ({definition.key})")
+        # Computed once, straight into the write (caching the view to count it first cost more
+        # than the view: 11 of 37 s on the 10M-event benchmark); the count and the drift then
+        # read the rows back, a few columns of the run's own rows.
+        on_step(f"computing the view and replacing {interval} of {target.name} with it")
+        where = interval.sql_predicate("bucket_start")
+        write_delta(view, target.path(lake), mode="overwrite", replace_where=where)
+        written = (
+            read_delta(spark, target.path(lake))
+            .where(where)
+            .where(F.col("run_id") == F.lit(run_id))
+        )
+        rows = written.count()
+        on_step(f"wrote {rows:,} rows")
+        minutes = record_drift(
+            spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()
+        )
+        if minutes:
+            on_step(f"recorded the speed layer's drift in {minutes:,} newly covered minute(s)")
+        on_step("recording coverage")
+        run = CoverageRun(
+            run_id, definition.key, interval.start, interval.end, version, rows, _now()
+        )
+        coverage_log.record(spark, lake, run)
+        self._forget_arrivals(interval, definition, version)
+        return BatchRun(run_id, interval, version, rows, definition.key)
+
+    def _forget_arrivals(self, interval: Interval, definition: Definition, version: int) -> None:
+        """Forget the master/arrivals rows the run counted, only while no other version may
+        still need them (a version being built, or one to roll back to, keeps them: see
+        :mod:`lake.coverage.staleness`)."""
+        if self.registry.live(definition.view) != (definition,):
+            return
         if definition.attribution is not None:
             forgotten = forget_settled(
-                lake,
+                self.lake,
                 view=definition.key,
                 start=interval.start,
                 end=interval.end,
@@ -257,117 +269,32 @@ def _run_once(
             )
         else:
             forgotten = forget_counted(
-                lake, start=interval.start, end=interval.end, input_version=version
+                self.lake, start=interval.start, end=interval.end, input_version=version
             )
         if not forgotten:
-            on_step(
+            self.on_step(
                 "master/arrivals kept changing under the clean-up: the arrivals this run "
                 "counted stay (not stale; the next run over these minutes removes them)"
             )
-    return BatchRun(run_id, interval, version, rows)
 
 
-def record_drift(
+def run(
     spark: SparkSession,
-    lake: LakeSettings,
-    view: DataFrame,
     interval: Interval,
     *,
-    definition: Definition,
-    run_id: str,
-    at: dt.datetime,
-) -> int:
-    """Append to ``batch/drift``, per minute of ``interval`` that no run covered before and the
-    speed layer saw (counted in ``speed/ctr``, or dropped as later than its watermark into
-    ``speed/late``), the speed and the batch counts; returns the minutes recorded.
-
-    Idempotent per interval. Minutes covered before are left out: their speed rows (if any) hold
-    only what arrived after the speed layer's pruning, not its estimate of the bucket."""
-    from pyspark.sql import functions as F
-
-    speed_path, late_path = SPEED_CTR.path(lake), SPEED_LATE.path(lake)
-    if not _is_delta(spark, speed_path):
-        return 0
-    before = covered_intervals(spark, lake, view=definition.key)
-    fresh = Coverage(_uncovered(before, interval.start, interval.end))
-    if not fresh.intervals:
-        return 0
-    in_fresh = fresh.sql_predicate("bucket_start")
-    if definition.where:  # the speed layer counts every event; this version counts fewer
-        in_fresh = f"{in_fresh} AND ({definition.where})"
-    # The speed layer's estimate of the version's clicks: its credited clicks for a version
-    # with attribution (null in rows written before it counted them).
-    speed = read_delta(spark, speed_path)
-    speed_clicks = (
-        F.coalesce(F.col("attributed_clicks"), F.lit(0))
-        if definition.attribution is not None and "attributed_clicks" in speed.columns
-        else F.col("clicks")
-    )
-    counted = (
-        speed.where(in_fresh)
-        .groupBy("bucket_start")
-        .agg(
-            F.sum("impressions").alias("speed_impressions"),
-            F.sum(speed_clicks).alias("speed_clicks"),
-        )
-    )
-    seen = counted.select("bucket_start")
-    if _is_delta(spark, late_path):
-        late_fresh = fresh.sql_predicate("bucket_start")  # speed/late has no dimensions
-        seen = seen.union(read_delta(spark, late_path).where(late_fresh).select("bucket_start"))
-    batch = view.groupBy("bucket_start").agg(
-        F.sum("impressions").alias("batch_impressions"), F.sum("clicks").alias("batch_clicks")
-    )
-    zero = F.lit(0)
-    drift = (
-        seen.distinct()
-        .join(counted, "bucket_start", "left")
-        .join(batch, "bucket_start", "left")
-        .select(
-            F.lit(run_id).alias("run_id"),
-            F.lit(definition.key).alias("view"),
-            "bucket_start",
-            *(
-                F.coalesce(column, zero).cast("long").alias(column)
-                for column in (
-                    "speed_impressions",
-                    "speed_clicks",
-                    "batch_impressions",
-                    "batch_clicks",
-                )
-            ),
-            F.lit(at).cast("timestamp").alias("recorded_at"),
-        )
-        .coalesce(1)
-        .persist()
-    )
-    try:
-        minutes = drift.count()
-        if minutes:
-            # Keyed by interval: a run retried after a conflict (another run id) adds no rows.
-            key = f"drift:{definition.key}:{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}"
-            write_delta(drift, BATCH_DRIFT.path(lake), txn=(key, 0))
-        return minutes
-    finally:
-        drift.unpersist()
+    lake: LakeSettings,
+    definition: Definition | None = None,
+    run_id: str | None = None,
+    on_step: Callable[[str], None] = lambda step: None,
+    replay: Replay | None = None,
+) -> BatchRun:
+    """One run of :class:`BatchJob`, the registry read now."""
+    job = BatchJob(spark, lake, on_step=on_step)
+    return job.run(interval, definition=definition, run_id=run_id, replay=replay)
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _uncovered(
-    coverage: Coverage, start: dt.datetime, end: dt.datetime
-) -> list[tuple[dt.datetime, dt.datetime]]:
-    """The parts of [start, end) ``coverage`` does not hold."""
-    gaps, cursor = [], start
-    for lo, hi in coverage.within(start, end):
-        if cursor < lo:
-            gaps.append((cursor, lo))
-        cursor = hi
-    if cursor < end:
-        gaps.append((cursor, end))
-    return gaps
 
 
 def _partition_bytes(table: DeltaLakeTable, column: str, values: list[str]) -> int:
@@ -381,9 +308,3 @@ def _partition_bytes(table: DeltaLakeTable, column: str, values: list[str]) -> i
         return 0
     chosen = pc.is_in(files.column(f"partition.{column}").cast(pa.string()), pa.array(values))
     return int(pc.sum(files.filter(chosen).column("size_bytes")).as_py() or 0)
-
-
-def _is_delta(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))

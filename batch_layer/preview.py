@@ -1,21 +1,21 @@
 """What a recompute would change, before it replaces anything (`ctr backfill --preview`, the
 ``preview`` param of ``ctr_batch``): the batch job's rows for an interval, computed as a run
 would, against the rows the version's batch table holds there now, per minute bucket and
-dimensions. Nothing is written.
+dimensions, as a :class:`views.comparison.Comparison`. Nothing is written.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from batch_layer.interval import Interval
 from batch_layer.job import compute_view
 from lake.catalog import batch_table
 from lake.settings import LakeSettings
-from runtime.formats import read_delta
+from runtime.connectors import read_delta
+from runtime.times import from_micros
 from views.columns import DIMENSIONS
+from views.comparison import Change, Comparison
 from views.definitions import Definition
 
 if TYPE_CHECKING:
@@ -24,21 +24,11 @@ if TYPE_CHECKING:
 LARGEST: Final = 5
 
 
-@dataclass(frozen=True)
-class Preview:
-    interval: Interval
-    input_version: int
-    rows_compared: int
-    rows_changed: int
-    impressions: tuple[int, int]  # (now, after the recompute)
-    clicks: tuple[int, int]
-    largest: tuple[tuple[dt.datetime, dict[str, str], tuple[int, int], tuple[int, int]], ...]
-
-
 def preview(
     spark: SparkSession, interval: Interval, *, lake: LakeSettings, definition: Definition
-) -> Preview:
-    """The recompute of ``interval`` for ``definition`` against the table's rows now."""
+) -> Comparison:
+    """The rows of ``definition``'s batch table in ``interval`` now (side a) against its
+    recompute from master/events at its current version (side b)."""
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
@@ -58,6 +48,8 @@ def preview(
             on=keys,  # the dimensions are never null (validated events)
             how="full_outer",
         )
+        .withColumn("only_now", F.col("i_after").isNull())
+        .withColumn("only_after", F.col("i_now").isNull())
         .fillna(0, subset=["i_now", "c_now", "i_after", "c_after"])
         .withColumn(
             "changed", (F.col("i_now") != F.col("i_after")) | (F.col("c_now") != F.col("c_after"))
@@ -76,6 +68,8 @@ def preview(
             F.sum("i_after"),
             F.sum("c_now"),
             F.sum("c_after"),
+            F.sum(F.col("only_now").cast("long")),
+            F.sum(F.col("only_after").cast("long")),
         ).collect()[0]
         top = (
             joined.where("changed")
@@ -93,20 +87,24 @@ def preview(
         )
     finally:
         joined.unpersist()
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return Preview(
-        interval=interval,
-        input_version=version,
+    return Comparison(
+        view=definition.key,
+        a=f"{batch_table(definition).name} now",
+        b=f"recomputed from master/events v{version}",
+        start=interval.start,
+        end=interval.end,
         rows_compared=int(total[0]),
         rows_changed=int(total[1] or 0),
+        only_in_a=int(total[6] or 0),
+        only_in_b=int(total[7] or 0),
         impressions=(int(total[2] or 0), int(total[3] or 0)),
         clicks=(int(total[4] or 0), int(total[5] or 0)),
         largest=tuple(
-            (
-                epoch + dt.timedelta(microseconds=r["us"]),
-                {d: r[d] for d in DIMENSIONS},
-                (int(r["i_now"]), int(r["i_after"])),
-                (int(r["c_now"]), int(r["c_after"])),
+            Change(
+                bucket_start=from_micros(r["us"]),
+                dimensions={d: r[d] for d in DIMENSIONS},
+                impressions=(int(r["i_now"]), int(r["i_after"])),
+                clicks=(int(r["c_now"]), int(r["c_after"])),
             )
             for r in top
         ),

@@ -34,10 +34,11 @@ from infra.broker import scratch_broker
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from master_dataset.archiver import run
 from master_dataset.settings import ArchiverSettings
-from runtime.formats import read_kafka
+from runtime.connectors import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
@@ -146,7 +147,10 @@ def _archive(
         settings=ArchiverSettings(), available_now=True, on_progress=batches.append,
     )  # fmt: skip
     seconds = time.perf_counter() - started
-    stored = DeltaTable(lake.events).count() + DeltaTable(lake.rejected).count()
+    stored = (
+        DeltaTable(MASTER_EVENTS.path(lake)).count()
+        + DeltaTable(MASTER_REJECTED.path(lake)).count()
+    )
     if archived != events or stored != events:
         raise RuntimeError(f"archived {archived:,} and stored {stored:,} of {events:,} records")
     print(f"bench archive: archived in {seconds:.1f} s", flush=True)

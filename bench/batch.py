@@ -31,6 +31,7 @@ from batch_layer.interval import Interval
 from batch_layer.job import BatchRun, run
 from events.records import EVENTS_SCHEMA
 from ingest.traffic import COUNTRY_MIX, DEVICE_MIX
+from lake.catalog import MASTER_EVENTS
 from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
 from runtime.spark import spark_session
@@ -67,7 +68,7 @@ def main(events: int | None = None) -> dict[str, object]:
         lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
         print(f"bench batch: generating {events:,} events into master/events ...", flush=True)
         started = time.perf_counter()
-        _generate(lake.events, events)
+        _generate(MASTER_EVENTS.path(lake), events)
         print(f"bench batch: generated in {time.perf_counter() - started:.0f} s", flush=True)
         return _measure(lake, events)
 
@@ -168,7 +169,9 @@ def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> 
         "event_id", "event_type", "event_time", *DIMENSIONS,
         "ingest_time", "kafka_partition", "kafka_offset",
     ]  # fmt: skip
-    all_columns, partitions = interval_events(spark, lake.events, DeltaTable(lake.events), interval)
+    all_columns, partitions = interval_events(
+        spark, MASTER_EVENTS.path(lake), DeltaTable(MASTER_EVENTS.path(lake)), interval
+    )
     events = all_columns.select(*read)
     parts = {
         "scan (the columns the job reads)": events,
@@ -203,7 +206,7 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     # Parquet's code paths; its rows are replaced by the measured run.
     run(spark, Interval(DAY, DAY + dt.timedelta(minutes=1)), lake=lake, run_id="warm-up")
     con = delta_duckdb()
-    sql = DUCKDB_VIEW.format(path=lake.events, day=DAY.date(), start=DAY.isoformat(),
+    sql = DUCKDB_VIEW.format(path=MASTER_EVENTS.path(lake), day=DAY.date(), start=DAY.isoformat(),
                              end=interval.end.isoformat())  # fmt: skip
     # Each side twice, in turn; the better run of each is its figure (this machine's times
     # move by a third between minutes). The second Spark run replaces the day with the same

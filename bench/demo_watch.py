@@ -161,12 +161,10 @@ def _speed_table(lake: LakeSettings) -> dict[str, object]:
         return {}
     table = DeltaTable(str(path))
     rows = table.to_pyarrow_table(columns=list(KEY))
-    status = read_status(lake) or {}
-    watermark = status.get("watermark")
+    status = read_status(lake)
+    watermark = status.watermark if status else None
     closed_end = (
-        closed_before(int(_parse(watermark).timestamp() * 1000)) - ROLLUP_GRACE
-        if watermark
-        else None
+        closed_before(int(watermark.timestamp() * 1000)) - ROLLUP_GRACE if watermark else None
     )
     closed_rows_per_key = closed_files_per_minute = 0
     open_rows = rows.num_rows

@@ -193,7 +193,7 @@ def write_arrivals(lake: LakeSettings, *, end: dt.datetime = END) -> int:
 def _staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
     """The dashboard query's SQL from one client with the stale-arrivals branch and without it
     (medians, same process, alternating), and the stale table's computation."""
-    from lake.staleness import stale_sql
+    from lake.coverage.staleness import stale_sql
     from serving_layer.query import CtrQuery, ctr_sql
     from serving_layer.service import ServingLayer
 

@@ -204,8 +204,8 @@ def _wait_for_api(port: int, api: subprocess.Popen[bytes]) -> None:
 
 
 def _status_batch(lake: LakeSettings) -> int:
-    status = read_status(lake) or {}
-    return int(status.get("batch_id") or 0)
+    status = read_status(lake)
+    return int(status.batch_id or 0) if status else 0
 
 
 def _wait_for_status(
@@ -266,8 +266,8 @@ def _probe(ad: str, sent_at: float) -> bytes:
 
 
 def _offsets_behind(lake: LakeSettings) -> int | None:
-    behind = (read_status(lake) or {}).get("offsets_behind")
-    return int(behind) if behind is not None else None
+    status = read_status(lake)
+    return status.offsets_behind if status else None
 
 
 def _drain(lake: LakeSettings, job: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
@@ -525,7 +525,7 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
 
     from events.records import parse_records
     from lake.catalog import SPEED_CTR
-    from runtime.formats import read_kafka, write_delta
+    from runtime.connectors import read_kafka, write_delta
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
     from speed_layer.attribution import INCREMENTS_SCHEMA

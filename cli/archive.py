@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.console import StreamDisplay, console, log_lines_unless_a_terminal, run_streaming_job
+from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark_settings import SparkSettings
@@ -36,9 +37,10 @@ def archive(
     settings = ArchiverSettings()
     for first in start_new_lake(lake):
         console.print(f"a new lake: {first.view} version {first.version} published")
+    events, rejected = MASTER_EVENTS.path(lake), MASTER_REJECTED.path(lake)
     console.print(
-        f"archiving {kafka.topic} from {kafka.bootstrap_servers} into {lake.events} and "
-        f"{lake.rejected} (checkpoint {lake.checkpoint(settings.checkpoint_name)})"
+        f"archiving {kafka.topic} from {kafka.bootstrap_servers} into {events} and {rejected} "
+        f"(checkpoint {lake.checkpoint(settings.checkpoint_name)})"
     )
     from runtime.spark import spark_session
 

@@ -12,7 +12,7 @@ from lake.settings import LakeSettings
 from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
-    from batch_layer.preview import Preview
+    from views.comparison import Comparison
 
 
 def _interval(start: str, end: str) -> Interval:
@@ -51,13 +51,14 @@ def batch(
         return
     if start is None or end is None:
         raise typer.BadParameter("--start and --end are required (or --stale)")
-    from batch_layer.job import MissingTableError, run
+    from batch_layer.job import MissingTableError
     from runtime.spark import spark_session
+    from workflows.batch import recompute
 
     interval = _interval(start, end)
     spark = spark_session(SparkSettings())
     try:
-        result = run(spark, interval, lake=LakeSettings(), on_step=console.print)
+        [result] = recompute(spark, LakeSettings(), [interval], on_step=console.print)
     except MissingTableError as exc:
         fail(str(exc))
     console.print(f"done: run {result.run_id}, {result.rows_written:,} rows for {interval}")
@@ -65,8 +66,8 @@ def batch(
 
 def _recompute_stale() -> None:
     from batch_layer.job import MissingTableError
-    from batch_layer.stale import plan, recompute
     from runtime.spark import spark_session
+    from workflows.stale import plan, recompute
 
     lake = LakeSettings()
     stale = plan(lake)
@@ -117,57 +118,52 @@ def backfill(
     It recomputes the published version of the view. With Airflow running, prefer
     `airflow backfill create --dag-id ctr_batch ...` (its `preview` param is --preview).
     """
-    from batch_layer.job import MissingTableError, run
-    from lake.registry import read_registry
+    from batch_layer.job import MissingTableError
     from runtime.spark import spark_session
+    from workflows.batch import previews, recompute
 
     interval = _interval(start, end)
     hours = list(interval.hours())
     spark = spark_session(SparkSettings())
     lake = LakeSettings()
-    view = read_registry(lake).published("ctr")
-    rows = 0
-    previews = []
     with progress_bar("hours", total_known=True) as bar:
         task = bar.add_task("previewing" if preview else "backfilling", total=len(hours))
-        for hour in hours:
+
+        def show(hour: Interval) -> None:
             bar.update(task, description=f"{hour.start:%Y-%m-%d %H:%M}")
-            try:
-                if preview:
-                    from batch_layer.preview import preview as preview_hour
 
-                    previews.append(preview_hour(spark, hour, lake=lake, definition=view))
-                else:
-                    rows += run(spark, hour, lake=lake, definition=view).rows_written
-            except MissingTableError as exc:
-                fail(str(exc))
+        def done(_: Interval) -> None:
             bar.advance(task)
+
+        try:
+            if preview:
+                found = previews(spark, lake, hours, on_interval=show, on_done=done)
+            else:
+                runs = recompute(spark, lake, hours, on_interval=show, on_done=done)
+        except MissingTableError as exc:
+            fail(str(exc))
     if preview:
-        _print_previews(previews)
+        _print_previews(found)
         return
-    console.print(f"backfilled {len(hours)} hour(s) of {interval} ({view.key}): {rows:,} rows")
+    rows = sum(r.rows_written for r in runs)
+    view = runs[0].view if runs else "ctr"
+    console.print(f"backfilled {len(hours)} hour(s) of {interval} ({view}): {rows:,} rows")
 
 
-def _print_previews(previews: list[Preview]) -> None:
+def _print_previews(found: list[Comparison]) -> None:
     from rich.table import Table
 
+    from cli.comparison import change, print_comparison
+    from views.comparison import combined
+
     table = Table("hour (UTC)", "rows changed", "impressions now -> after", "clicks now -> after")
-    for p in previews:
-        (i_now, i_after), (c_now, c_after) = p.impressions, p.clicks
+    for p in found:
         table.add_row(
-            f"{p.interval.start:%Y-%m-%d %H:%M}",
+            f"{p.start:%Y-%m-%d %H:%M}",
             f"{p.rows_changed:,} of {p.rows_compared:,}",
-            f"{i_now:,} -> {i_after:,} ({i_after - i_now:+,})",
-            f"{c_now:,} -> {c_after:,} ({c_after - c_now:+,})",
+            change(p.impressions),
+            change(p.clicks),
         )
     console.print(table)
-    largest = sorted(
-        (change for p in previews for change in p.largest),
-        key=lambda c: -(abs(c[2][1] - c[2][0]) + abs(c[3][1] - c[3][0])),
-    )[:5]
-    for bucket, dims, impressions, clicks in largest:
-        console.print(
-            f"  {bucket:%Y-%m-%d %H:%M} {' '.join(dims.values())}: impressions "
-            f"{impressions[0]:,} -> {impressions[1]:,}, clicks {clicks[0]:,} -> {clicks[1]:,}"
-        )
+    print_comparison(combined(found, largest=5), console)
     console.print("nothing was replaced (run without --preview to recompute)")

@@ -101,7 +101,7 @@ def status(
             "CHECKPOINT_ROOT"
         )
     if json_output:
-        typer.echo(json.dumps(current, indent=2))
+        typer.echo(json.dumps(current.raw, indent=2))
         return
     updated = dt.datetime.fromisoformat(current["updated_at"])
     age = (dt.datetime.now(dt.UTC) - updated).total_seconds()

@@ -12,7 +12,7 @@ import typer
 from cli.console import console
 
 if TYPE_CHECKING:
-    from serving_layer.sql_pool import SqlPool
+    from serving_layer.sandbox.pool import SqlPool
     from serving_layer.tables import SnapshotSource
 
 
@@ -41,7 +41,7 @@ def sql(
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
     from lake.settings import LakeSettings
-    from serving_layer.sql_pool import SqlPool
+    from serving_layer.sandbox.pool import SqlPool
     from serving_layer.tables import SnapshotSource
 
     try:
@@ -73,7 +73,7 @@ def _run(
     max_rows: int,
     timeout: float,
 ) -> bool:
-    from serving_layer.sandbox import SqlError, SqlRefusedError
+    from serving_layer.sandbox.database import SqlError, SqlRefusedError
 
     try:
         result = pool.run(
@@ -115,7 +115,7 @@ def _shell(
 ) -> None:
     import readline  # noqa: F401  (line editing and history for input())
 
-    from serving_layer.sandbox import VIEW_NAMES
+    from serving_layer.sandbox.database import VIEW_NAMES
 
     console.print(
         f"ctr sql: read-only DuckDB over {', '.join(VIEW_NAMES)}. End a query with ';'. "

@@ -1,6 +1,6 @@
 """ctr_batch (an Airflow DAG): recompute the exact CTR view every hour, plus a lookback.
 
-Each run covers [data_interval_start - lookback, data_interval_end) with ``batch_layer/submit.py``
+Each run covers [data_interval_start - lookback, data_interval_end) with ``cli/submit.py``
 under spark-submit (the Spark provider's SparkSubmitOperator) on the master of the
 ``spark_default`` connection, e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host":
 "local[2]"}'`` (without one, the provider falls back to ``yarn``). Its task declares the assets it

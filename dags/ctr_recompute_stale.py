@@ -2,7 +2,7 @@
 made stale.
 
 A cheap check (no Spark) compares ``master/arrivals`` with ``batch/coverage``; only when a covered
-minute received events after the run that covered it does ``batch_layer/submit.py --stale`` run
+minute received events after the run that covered it does ``cli/submit.py --stale`` run
 under spark-submit (the ``spark_default`` connection, as for ctr_batch) and recompute those hours.
 Why a time schedule and not Airflow Assets, and why it is safe next to ctr_batch and backfills:
 see ``ctr_recompute_stale_dag`` in dags/definitions.py. The same from a shell: ``ctr batch

@@ -46,6 +46,23 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
         super().execute(context)
 
 
+def submit(
+    task_id: str, args: list[str], *, name: str, outlets: list[Asset] | None = None
+) -> ConnectorSparkSubmitOperator:
+    """A task that runs ``cli/submit.py args`` under the venv's spark-submit (pyspark's, and
+    its interpreter for the job) on the ``spark_default`` connection's master."""
+    return ConnectorSparkSubmitOperator(
+        task_id=task_id,
+        conn_id=SPARK_CONN_ID,
+        spark_binary=str(Path(sys.executable).with_name("spark-submit")),
+        application=str(PROJECT / "cli" / "submit.py"),
+        application_args=args,
+        env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
+        name=name,
+        outlets=outlets or [],
+    )
+
+
 def ctr_batch_dag(
     *,
     schedule: str = "0 * * * *",
@@ -55,7 +72,7 @@ def ctr_batch_dag(
 ) -> DAG:
     """``ctr_batch``: at each tick of ``schedule`` (cron, UTC), recompute the exact CTR view for
     the data interval that just ended plus ``lookback_minutes`` before it (late events), with
-    ``batch_layer/submit.py`` under spark-submit. The lookback is a DAG param: a manual run or a
+    ``cli/submit.py`` under spark-submit. The lookback is a DAG param: a manual run or a
     backfill may give another (``--conf '{"lookback_minutes": 360}'``)."""
     with DAG(
         dag_id="ctr_batch",
@@ -83,13 +100,9 @@ def ctr_batch_dag(
         },
         tags=["ctr", "batch"],
     ) as dag:
-        ConnectorSparkSubmitOperator(
-            task_id="recompute_ctr",
-            conn_id=SPARK_CONN_ID,
-            # The venv's spark-submit (pyspark's), and its interpreter for the job.
-            spark_binary=str(Path(sys.executable).with_name("spark-submit")),
-            application=str(PROJECT / "batch_layer" / "submit.py"),
-            application_args=[
+        submit(
+            "recompute_ctr",
+            [
                 "--start",
                 "{{ (data_interval_start - macros.timedelta(minutes=params.lookback_minutes))"
                 ".strftime('%Y-%m-%dT%H:%M:%SZ') }}",
@@ -100,7 +113,6 @@ def ctr_batch_dag(
                 "--mode",
                 "{{ 'preview' if params.preview else 'replace' }}",
             ],
-            env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
             name="ctr-batch",
             outlets=[BATCH_CTR, BATCH_COVERAGE],
         )
@@ -113,7 +125,7 @@ def ctr_recompute_stale_dag(
     """``ctr_recompute_stale``: every tick of ``schedule`` (cron, UTC), check without Spark
     whether a covered minute received events after the run that covered it (late arrivals the
     lookback of ``ctr_batch`` missed: a producer outage, a replay, an SDK flushing hours later);
-    if so, recompute those hours with ``batch_layer/submit.py --stale``, else skip.
+    if so, recompute those hours with ``cli/submit.py --stale``, else skip.
 
     A time schedule, not Airflow Assets: late events come through Kafka and the streaming
     archiver, which is not an Airflow task and emits no asset events, so nothing could trigger a
@@ -134,8 +146,8 @@ def ctr_recompute_stale_dag(
 
         @task.short_circuit(inlets=[BATCH_COVERAGE])
         def anything_stale() -> bool:
-            from batch_layer.stale import plan
             from lake.settings import LakeSettings
+            from workflows.stale import plan
 
             stale = plan(LakeSettings())
             print(
@@ -144,13 +156,9 @@ def ctr_recompute_stale_dag(
             )
             return bool(stale.intervals)
 
-        anything_stale() >> ConnectorSparkSubmitOperator(
-            task_id="recompute_stale",
-            conn_id=SPARK_CONN_ID,
-            spark_binary=str(Path(sys.executable).with_name("spark-submit")),
-            application=str(PROJECT / "batch_layer" / "submit.py"),
-            application_args=["--stale"],
-            env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
+        anything_stale() >> submit(
+            "recompute_stale",
+            ["--stale"],
             name="ctr-recompute-stale",
             outlets=[BATCH_CTR, BATCH_COVERAGE],
         )
@@ -159,11 +167,13 @@ def ctr_recompute_stale_dag(
 
 def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
     """``ctr_reprocess`` (triggered by hand, with params): build a version of a view from the
-    master dataset, compare it with the published version, stop for review when the diff is
-    larger than ``max_changed_fraction`` of the rows, else publish it.
+    master dataset (``source``: ``master``) or from a replay of the event topic (``kafka``),
+    compare it with the published version, stop for review when the diff is larger than
+    ``max_changed_fraction`` of the rows, else publish it.
 
-    ``build`` is `ctr views build` under spark-submit (resumable: a rerun builds only what is
-    missing); ``review`` computes the diff without Spark and skips ``publish`` when it is too
+    ``build`` is `ctr views build [--from kafka]` under spark-submit (resumable: a rerun builds
+    only what is missing); ``review`` computes the diff without Spark and skips ``publish`` when
+    it is too
     large (the log shows the summary and the largest changes; publish by hand with `ctr views
     publish`, or trigger again with a larger threshold); ``publish`` switches every reader at
     once (one commit to views/registry) and is refused if the version has not caught up.
@@ -179,7 +189,12 @@ def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
         params={
             "view": Param("ctr", type="string", description="the view"),
             "version": Param(2, type="integer", minimum=1, description="the version to build"),
-            "source": Param("master", enum=["master"], description="where history comes from"),
+            "source": Param(
+                "master",
+                enum=["master", "kafka"],
+                description="where history comes from: master/events, or a replay of the "
+                "event topic from its earliest offset (hours before it begins are left out)",
+            ),
             "max_changed_fraction": Param(
                 0.05,
                 type="number",
@@ -190,18 +205,16 @@ def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
         },
         tags=["ctr", "batch", "views"],
     ) as dag:
-        build = ConnectorSparkSubmitOperator(
-            task_id="build",
-            conn_id=SPARK_CONN_ID,
-            spark_binary=str(Path(sys.executable).with_name("spark-submit")),
-            application=str(PROJECT / "batch_layer" / "submit.py"),
-            application_args=[
+        build = submit(
+            "build",
+            [
                 "--build",
                 "{{ params.view }}",
                 "--version",
                 "{{ params.version }}",
+                "--from",
+                "{{ params.source }}",
             ],
-            env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
             name="ctr-reprocess-build",
         )
 
@@ -210,58 +223,36 @@ def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
             import json
 
             from lake.settings import LakeSettings
-            from serving_layer.diff import diff_summary, diff_versions
-            from serving_layer.service import ServingLayer
             from views.definitions import definition
+            from workflows.publish import review as review_version
 
             assert params is not None
             view, version = str(params["view"]), int(params["version"])  # type: ignore[call-overload]
-            serving = ServingLayer(LakeSettings(), refresh_s=0)
-            try:
-                snap = serving.snapshot()
-                published = serving.definition(snap, view=view)
-                result = diff_versions(
-                    serving,
-                    published,
-                    definition(view, version),
-                    start=datetime(1970, 1, 1, tzinfo=UTC),
-                    end=datetime(9999, 1, 1, tzinfo=UTC),
-                    snapshot=snap,
-                )
-            finally:
-                serving.close()
-            print(json.dumps(diff_summary(result), default=str, indent=2))
             limit = float(params["max_changed_fraction"])  # type: ignore[arg-type]
-            if result.changed_fraction > limit:
+            result, within = review_version(LakeSettings(), definition(view, version), limit)
+            print(json.dumps(result.summary(), default=str, indent=2))
+            if not within:
                 print(
                     f"{result.changed_fraction:.2%} of the rows change, over the "
                     f"{limit:.2%} allowed: stopping for review. Publish by hand with "
                     f"`ctr views publish {view} {version} --reason ...`."
                 )
-                return False
-            return True
+            return within
 
         @task
         def publish(params: dict[str, object] | None = None, run_id: str | None = None) -> str:
-            from batch_layer.reprocess import caught_up
-            from lake.registry import read_registry, record
             from lake.settings import LakeSettings
             from views.definitions import definition
+            from workflows.publish import publish as publish_version
 
             assert params is not None
-            lake = LakeSettings()
             view, version = str(params["view"]), int(params["version"])  # type: ignore[call-overload]
-            target = definition(view, version)
-            if read_registry(lake).published(view) == target:
-                return f"{target.key} was already published"
-            missing = caught_up(lake, target)
-            if missing.intervals:
-                raise ValueError(
-                    f"{target.key} does not cover {len(missing.intervals)} interval(s) the "
-                    "published version covers; run the DAG again (its build catches up)"
-                )
-            event = record(lake, view, version, "published", f"ctr_reprocess {run_id}")
-            return f"published {target.key} at {event.at.isoformat()}"
+            switch = publish_version(
+                LakeSettings(), definition(view, version), f"ctr_reprocess {run_id}"
+            )
+            if switch.event is None:
+                return f"{switch.target.key} was already published"
+            return f"published {switch.target.key} at {switch.event.at.isoformat()}"
 
         build >> review() >> publish()
     return dag

@@ -640,7 +640,7 @@ class Chaos:
         return bool(topic.partitions) and all(node in p.isrs for p in topic.partitions.values())
 
     def _batch_task(self) -> tuple[str, Callable[[], bool]] | None:
-        pids = [p for p in processes() if "batch_layer/submit.py" in cmdline(p)]
+        pids = [p for p in processes() if "cli/submit.py" in cmdline(p)]
         if not pids:
             return None
         for pid in pids:
@@ -765,7 +765,7 @@ def check_exactness(demo: Demo, ground_truth: Path, soak_window: tuple[int, int]
     then compare the master dataset, the exact view and the speed view with the truth."""
     from ingest.ground_truth import read_csv
     from lake.catalog import MASTER_EVENTS, batch_table
-    from lake.coverage_log import read_coverage
+    from lake.coverage.log import read_runs
     from lake.duckdb_delta import delta_duckdb
     from lake.registry import read_registry
     from lake.settings import LakeSettings
@@ -777,7 +777,7 @@ def check_exactness(demo: Demo, ground_truth: Path, soak_window: tuple[int, int]
     iso = "%Y-%m-%dT%H:%M:%SZ"
     lake = LakeSettings(lake_root=demo.lake, checkpoint_root=demo.checkpoints)
     # What the batch layer covered while the speed layer ran: speed/ctr no longer holds it.
-    covered_before = read_coverage(lake, read_registry(lake).published("ctr").key)
+    covered_before = read_runs(lake).of(read_registry(lake).published("ctr").key)
     log(f"recomputing the exact view over {start:{iso}} .. {end:{iso}}")
     subprocess.run(
         [

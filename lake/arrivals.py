@@ -7,7 +7,7 @@ in one delta-rs commit idempotent under the archiver's (query id, batch id)
 (:mod:`lake.append_table`), with ``events_version``: a master/events version at or after the
 commit that made those events readable. A batch run that read master/events at version V
 counted every arrival with ``events_version <= V``; the arrivals of a covered bucket with a
-later version are the events it has not counted yet (see :mod:`lake.staleness`). The batch
+later version are the events it has not counted yet (see :mod:`lake.coverage.staleness`). The batch
 job deletes the arrivals its run counted, so the table holds only what may still be stale or
 is not covered yet (with delta-rs, beside the archiver's appends: :func:`_delete`).
 
@@ -25,8 +25,9 @@ import time
 import pyarrow as pa
 
 from lake.append_table import AppendTable
-from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS
-from lake.coverage import delta_rs_timestamp, in_intervals_sql
+from lake.catalog import MASTER_ARRIVALS
+from lake.coverage.log import read_runs
+from lake.coverage.model import delta_rs_timestamp, in_intervals_sql
 from lake.settings import LakeSettings
 
 log = logging.getLogger("ctr.lake")
@@ -70,7 +71,7 @@ def forget_counted(
     """Delete the arrivals of buckets in [``start``, ``end``) that a batch run reading
     master/events at ``input_version`` counted; False if the delete kept conflicting with
     another writer's commit ``attempts`` times. Leaving them is safe: arrivals at or below a
-    covering run's input version are never stale (:mod:`lake.staleness`), and the next run
+    covering run's input version are never stale (:mod:`lake.coverage.staleness`), and the next run
     covering those minutes deletes them."""
     condition = f"{_in_range(start, end)} AND events_version <= {int(input_version)}"
     return _delete(MASTER_ARRIVALS.path(lake), condition, attempts)
@@ -87,15 +88,15 @@ def forget_settled(
 ) -> bool:
     """:func:`forget_counted` for a version with click attribution (``view``, its key), after
     its run over [start, end): an arrival changes the buckets up to ``window`` either side of
-    its own (:func:`lake.staleness.stale_marks_sql`), so it is deleted only once every covered
-    bucket in that reach was recomputed from a master/events version that holds it. Looks at
+    its own (:func:`lake.coverage.staleness.stale_marks_sql`), so it is deleted only once every
+    covered bucket in that reach was recomputed from a master/events version that holds it. Looks at
     the arrivals up to ``window`` around the interval (those the run may have settled for its
     neighbours too); the arrivals of buckets no run covers stay. False if the delete kept
     conflicting."""
     minute = dt.timedelta(minutes=1)
     reach = -(-window // minute)
     first = start - 2 * reach * minute
-    versions = _covering_versions(lake, view, first, end + 2 * reach * minute)
+    versions = read_runs(lake).input_versions(view, first, end + 2 * reach * minute)
     # Consecutive minutes with the same bound become one range: a few terms per run.
     ranges: list[tuple[int, int, int]] = []  # (first minute, end minute, bound)
     for i in range(reach, len(versions) - reach):
@@ -118,32 +119,6 @@ def forget_settled(
 
 def _in_range(start: dt.datetime, end: dt.datetime) -> str:
     return in_intervals_sql("bucket_start", [(delta_rs_timestamp(start), delta_rs_timestamp(end))])
-
-
-def _covering_versions(
-    lake: LakeSettings, view: str, start: dt.datetime, end: dt.datetime
-) -> list[int | None]:
-    """Per minute of [start, end): the newest master/events version a run of ``view`` covering
-    it read (None: no run covers it)."""
-    from deltalake import DeltaTable
-
-    minute = dt.timedelta(minutes=1)
-    versions: list[int | None] = [None] * ((end - start) // minute)
-    path = BATCH_COVERAGE.path(lake)
-    if not DeltaTable.is_deltatable(path):
-        return versions
-    columns = ["view", "interval_start", "interval_end", "input_version"]
-    for row in DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist():
-        if row["view"] != view:
-            continue
-        lo = max(0, -(-(row["interval_start"].astimezone(dt.UTC) - start) // minute))
-        hi = min(len(versions), -(-(row["interval_end"].astimezone(dt.UTC) - start) // minute))
-        for i in range(lo, hi):
-            current = versions[i]
-            versions[i] = (
-                row["input_version"] if current is None else max(current, row["input_version"])
-            )
-    return versions
 
 
 def _delete(path: str, condition: str, attempts: int) -> bool:

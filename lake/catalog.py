@@ -134,7 +134,7 @@ SPEED_LATE: Final = Table(
 
 # What each archiver commit added to master/events, as view rows per minute bucket and
 # dimensions, with the master/events version that made them readable: the staleness check
-# (lake.staleness) compares it with the input version of the runs that covered a bucket.
+# (lake.coverage.staleness) compares it with the input version of the runs that covered a bucket.
 MASTER_ARRIVALS: Final = Table(
     "master/arrivals",
     pa.schema(

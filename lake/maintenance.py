@@ -4,17 +4,13 @@ the batch tables (the streaming jobs maintain their own:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lake.catalog import BATCH_COVERAGE
-from lake.coverage import Coverage
 from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
-from runtime.formats import read_delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,26 +94,3 @@ def _ensure_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -
         spark.sql(
             f"ALTER TABLE delta.`{path.replace('`', '``')}` SET TBLPROPERTIES ({assignments})"
         )
-
-
-def covered_intervals(spark: SparkSession, lake: LakeSettings, view: str = "ctr") -> Coverage:
-    """The [start, end) intervals finished batch runs of ``view`` hold, merged."""
-    from delta.tables import DeltaTable
-
-    path = BATCH_COVERAGE.path(lake)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return Coverage(())
-    from pyspark.sql import functions as F
-
-    rows = (
-        read_delta(spark, path)
-        .where(F.col("view") == view)
-        # Epoch microseconds: collect() would turn timestamps into the machine's local time.
-        .select(F.unix_micros("interval_start"), F.unix_micros("interval_end"))
-        .collect()
-    )
-    return Coverage((_from_micros(start), _from_micros(end)) for start, end in rows)
-
-
-def _from_micros(micros: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)

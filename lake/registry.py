@@ -21,7 +21,7 @@ from typing import Final, Literal
 
 import pyarrow as pa
 
-from lake.catalog import VIEW_REGISTRY
+from lake.catalog import MASTER_EVENTS, VIEW_REGISTRY
 from lake.settings import LakeSettings
 from views.definitions import NEWEST, Definition, definition, versions
 
@@ -118,6 +118,11 @@ class Registry:
     def history(self, view: str) -> Sequence[RegistryEvent]:
         return [e for e in self.events if e.view == view]
 
+    def with_event(self, event: RegistryEvent) -> Registry:
+        """This registry and ``event``, just recorded (:func:`record`), without reading it
+        again."""
+        return Registry((*self.events, event))
+
 
 def read_registry(lake: LakeSettings, *, version: int | None = None) -> Registry:
     """The registry as it is (or at table ``version``), empty before its first event."""
@@ -163,7 +168,7 @@ def start_new_lake(lake: LakeSettings) -> list[RegistryEvent]:
     lake)."""
     from deltalake import DeltaTable
 
-    if DeltaTable.is_deltatable(lake.events) or read_registry(lake).events:
+    if DeltaTable.is_deltatable(MASTER_EVENTS.path(lake)) or read_registry(lake).events:
         return []
     return [
         record(lake, view, version, "published", "a new lake starts with the newest version")

@@ -1,11 +1,20 @@
-"""Where the Delta tables and the streaming checkpoints live."""
+"""Where the Delta tables and the streaming checkpoints live.
+
+The defaults are under the project's own ``data/`` folder, whichever directory a job starts
+from (a relative default made a new, empty lake beside every other working directory); a
+relative ``LAKE_ROOT`` or ``CHECKPOINT_ROOT`` given in the environment is taken from the
+working directory, as usual for a path.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_DATA: Final = Path(__file__).resolve().parents[1] / "data"
 
 
 class LakeSettings(BaseSettings):
@@ -13,9 +22,9 @@ class LakeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    lake_root: Path = Field(default=Path("data/lake"), validation_alias="LAKE_ROOT")
+    lake_root: Path = Field(default=PROJECT_DATA / "lake", validation_alias="LAKE_ROOT")
     checkpoint_root: Path = Field(
-        default=Path("data/checkpoints"), validation_alias="CHECKPOINT_ROOT"
+        default=PROJECT_DATA / "checkpoints", validation_alias="CHECKPOINT_ROOT"
     )
     # History kept per table (lake.retention): the streaming tables' log, the batch tables' log
     # (as-of queries), the data files of old versions (VACUUM).
@@ -45,15 +54,3 @@ class LakeSettings(BaseSettings):
 
     def checkpoint(self, name: str) -> str:
         return str((self.checkpoint_root / name).absolute())
-
-    @property
-    def events(self) -> str:
-        from lake.catalog import MASTER_EVENTS
-
-        return MASTER_EVENTS.path(self)
-
-    @property
-    def rejected(self) -> str:
-        from lake.catalog import MASTER_REJECTED
-
-        return MASTER_REJECTED.path(self)

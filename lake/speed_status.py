@@ -1,8 +1,9 @@
 """The speed job's health, as a small JSON file others read (`ctr speed status`, the API).
 
 Written by the streaming job after every micro-batch to ``{CHECKPOINT_ROOT}/speed.status.json``
-(replaced atomically, so a reader never sees half a file); its format, its writer and its
-readers live here together.
+(replaced atomically, so a reader never sees half a file); its format, its writer and its one
+reader (:func:`read_status`: typed fields for the API, the whole record for `ctr speed status`
+and the benchmarks) live here together.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ def write_status(
     scratch.replace(path)
 
 
-def _invalid_total(previous: dict[str, Any] | None, batch_id: int, invalid: int) -> int:
+def _invalid_total(previous: SpeedStatus | None, batch_id: int, invalid: int) -> int:
     """Invalid records over every batch reported since the checkpoint began (a batch reported
     twice counts once; a lower batch id means a new checkpoint, so the count starts again)."""
     if previous is None:
@@ -63,15 +65,6 @@ def _invalid_total(previous: dict[str, Any] | None, batch_id: int, invalid: int)
     if type(last_batch) is not int or type(total) is not int or batch_id < last_batch:
         return invalid
     return total if batch_id == last_batch else total + invalid
-
-
-def read_status(lake: LakeSettings) -> dict[str, Any] | None:
-    """The last status the job wrote, or None if it never ran (or the file is unreadable)."""
-    try:
-        data: dict[str, Any] = json.loads(speed_status_path(lake).read_text())
-    except (OSError, ValueError):
-        return None
-    return data
 
 
 @dataclass(frozen=True)
@@ -86,12 +79,21 @@ class SpeedStatus:
     processed_rows_per_second: float | None
     batch_duration_ms: int | None
     invalid_records_total: int | None = None
+    # The whole record as written (phases, rates, …): ``status["phases_ms"]``.
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.raw[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.raw.get(name, default)
 
 
-def read_speed_status(path: Path) -> SpeedStatus | None:
-    """The speed job's status file, or None if missing or unreadable (it is advisory)."""
+def read_status(lake: LakeSettings) -> SpeedStatus | None:
+    """The last status the job wrote, or None if it never ran or the file is unreadable (it
+    is advisory: half-written or from another version, no status rather than an error)."""
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(speed_status_path(lake).read_text())
         return SpeedStatus(
             updated_at=_time(raw["updated_at"]) or dt.datetime.min.replace(tzinfo=dt.UTC),
             batch_id=_int(raw.get("batch_id")),
@@ -101,6 +103,7 @@ def read_speed_status(path: Path) -> SpeedStatus | None:
             processed_rows_per_second=_float(raw.get("processed_rows_per_second")),
             batch_duration_ms=_int(raw.get("batch_duration_ms")),
             invalid_records_total=_int(raw.get("invalid_records_total")),
+            raw=raw,
         )
     except (OSError, ValueError, KeyError, TypeError):
         # Half-written or from another version: no status rather than a failed request.

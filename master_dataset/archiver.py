@@ -13,7 +13,7 @@ exactly once (files of an attempt that never got its commit are named by no comm
 removes them). A third commit, idempotent the same way, appends the batch's counts to
 ``master/arrivals`` with the master/events version that holds them: how the serving layer and
 `ctr batch --stale` learn that a bucket a batch run covered received events since
-(:mod:`lake.staleness`).
+(:mod:`lake.coverage.staleness`).
 
 A batch is at most ``ARCHIVER_MAX_OFFSETS_PER_TRIGGER`` records (default 1,000,000); the rows
 stay in the tasks that parsed them, on the executors.
@@ -44,7 +44,7 @@ from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.data_files import FILES_SCHEMA, DataFile, write_files
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
-from runtime.formats import read_kafka
+from runtime.connectors import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive, query_id
 from views.ctr import ctr_arrow
@@ -116,13 +116,15 @@ class BatchWriter:
         self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
         self.phases = RecentPhases()
         self.events = AppendTable(
-            lake.events,
+            MASTER_EVENTS.path(lake),
             EVENTS_SCHEMA,
             partition_by=MASTER_EVENTS.partition_by,
             properties=lake.retention(MASTER_EVENTS.name),
         )
         self.rejected = AppendTable(
-            lake.rejected, REJECTED_SCHEMA, properties=lake.retention(MASTER_REJECTED.name)
+            MASTER_REJECTED.path(lake),
+            REJECTED_SCHEMA,
+            properties=lake.retention(MASTER_REJECTED.name),
         )
         self.arrivals = arrivals_table(lake)
 

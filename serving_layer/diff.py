@@ -1,61 +1,23 @@
 """What switching readers from one version of a view to another would change: per minute bucket
-and dimensions, the merged answers of both versions over one snapshot, side by side.
-
-The preview of `ctr views diff`, of the ``ctr_reprocess`` DAG's review step and of `ctr
-backfill --preview`: nothing is replaced to compute it.
+and dimensions, the merged answers of both versions over one snapshot, side by side, as a
+:class:`views.comparison.Comparison` (`ctr views diff`, the ``ctr_reprocess`` DAG's review).
+Nothing is replaced to compute it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
+from views.comparison import Change, Comparison, Pair
 from views.definitions import Definition
 
 if TYPE_CHECKING:
-    from serving_layer.service import ServingLayer
+    from serving_layer.reader import SnapshotReader
     from serving_layer.tables import LakeSnapshot
 
 LARGEST: Final = 10
-# A version without click attribution has no orphan or repeat clicks: None on its side.
-Counts = tuple[int | None, int | None]
-
-
-@dataclass(frozen=True)
-class Change:
-    bucket_start: dt.datetime
-    dimensions: dict[str, str]
-    impressions: tuple[int, int]  # (a, b)
-    clicks: tuple[int, int]
-    raw_clicks: tuple[int, int] = (0, 0)
-    orphan_clicks: Counts = (None, None)
-    repeat_clicks: Counts = (None, None)
-
-
-@dataclass(frozen=True)
-class Diff:
-    a: Definition
-    b: Definition
-    start: dt.datetime
-    end: dt.datetime
-    rows_compared: int
-    rows_changed: int
-    only_in_a: int
-    only_in_b: int
-    impressions: tuple[int, int]  # totals (a, b)
-    clicks: tuple[int, int]
-    largest: tuple[Change, ...]
-    # Every click event (a version without attribution: its clicks), clicks without an
-    # impression in the window and clicks after an impression's first: totals (a, b).
-    raw_clicks: tuple[int, int] = (0, 0)
-    orphan_clicks: Counts = (None, None)
-    repeat_clicks: Counts = (None, None)
-
-    @property
-    def changed_fraction(self) -> float:
-        return self.rows_changed / self.rows_compared if self.rows_compared else 0.0
 
 
 def diff_sql(a: str, b: str) -> str:
@@ -92,14 +54,14 @@ def diff_sql(a: str, b: str) -> str:
 
 
 def diff_versions(
-    serving: ServingLayer,
+    serving: SnapshotReader,
     a: Definition,
     b: Definition,
     *,
     start: dt.datetime,
     end: dt.datetime,
     snapshot: LakeSnapshot | None = None,
-) -> Diff:
+) -> Comparison:
     """Version ``a`` against version ``b`` of a view over [start, end), as readers would see
     them (the merge rule of each version) in one snapshot."""
     snap = snapshot or serving.snapshot()
@@ -140,7 +102,7 @@ def diff_versions(
         int(v) for v in row
     )
 
-    def counts(value_a: int | None, value_b: int | None) -> Counts:
+    def counts(value_a: int | None, value_b: int | None) -> Pair:
         """Attribution counts, None on a side without attribution."""
         return (
             None if a.attribution is None else int(value_a or 0),
@@ -159,53 +121,20 @@ def diff_versions(
         )
         for c in changes
     )
-    return Diff(
-        a,
-        b,
-        start,
-        end,
-        compared,
-        changed_rows,
-        only_a,
-        only_b,
-        (ia, ib),
-        (ca, cb),
-        largest,
+    return Comparison(
+        view=a.view,
+        a=f"v{a.version}",
+        b=f"v{b.version}",
+        start=start,
+        end=end,
+        rows_compared=compared,
+        rows_changed=changed_rows,
+        only_in_a=only_a,
+        only_in_b=only_b,
+        impressions=(ia, ib),
+        clicks=(ca, cb),
+        largest=largest,
         raw_clicks=(ra, rb),
         orphan_clicks=counts(oa, ob),
         repeat_clicks=counts(pa, pb),
     )
-
-
-def diff_summary(result: Diff) -> dict[str, object]:
-    """The diff as JSON-ready values (`ctr views diff --json`, the DAG's review log)."""
-    return {
-        "view": result.a.view,
-        "a": result.a.version,
-        "b": result.b.version,
-        "rows_compared": result.rows_compared,
-        "rows_changed": result.rows_changed,
-        "changed_fraction": round(result.changed_fraction, 6),
-        "only_in_a": result.only_in_a,
-        "only_in_b": result.only_in_b,
-        **_counts(result),
-        "largest": [
-            {"bucket_start": c.bucket_start.isoformat(), **c.dimensions, **_counts(c)}
-            for c in result.largest
-        ],
-    }
-
-
-def _counts(of: Diff | Change) -> dict[str, dict[str, int | None]]:
-    """Each count of a diff or a change as ``{"a": …, "b": …}`` (null: that side's version has
-    no click attribution)."""
-    return {
-        name: {"a": pair[0], "b": pair[1]}
-        for name, pair in (
-            ("impressions", of.impressions),
-            ("clicks", of.clicks),
-            ("raw_clicks", of.raw_clicks),
-            ("orphan_clicks", of.orphan_clicks),
-            ("repeat_clicks", of.repeat_clicks),
-        )
-    }

@@ -11,7 +11,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from lake.coverage import in_intervals_sql
+from lake.coverage.model import in_intervals_sql
+from runtime.times import EARLIEST, LATEST
 from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
 from views.columns import MEASURES as COUNTS
 
@@ -29,8 +30,6 @@ MEASURES: Final = (*COUNTS, "ctr")
 MAX_FILTER_VALUES: Final = 100
 # The times a query may name: events carry epoch milliseconds, and a year-9999 bound leaves
 # room to round up to the minute and add a day without leaving the calendar.
-EARLIEST: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-LATEST: Final = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 DEFAULT_RANGE: Final = dt.timedelta(hours=24)
 
 
@@ -153,13 +152,14 @@ def ctr_sql(
     ``batch`` and ``speed`` hold a version's rows with the five counts of
     :data:`views.columns.MEASURES` (:func:`side_rows_sql` makes them of a table's rows),
     ``covered`` the disjoint covered intervals (``interval_start``, ``interval_end``), ``stale``
-    the late arrivals no batch run has counted yet (rows of :func:`lake.staleness.stale_sql`,
-    all in covered buckets); each a relation name or a parenthesized SELECT. Per minute bucket
-    the rule is: covered → batch rows plus its stale arrivals, else speed rows. ``intervals``,
+    the late arrivals no batch run has counted yet (rows of
+    :func:`lake.coverage.staleness.stale_sql`, all in covered buckets); each a relation name or
+    a parenthesized SELECT. Per minute bucket the rule is: covered → batch rows plus its stale
+    arrivals, else speed rows. ``intervals``,
     when given, are the same disjoint intervals as far as they meet the query's range (at most
     :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into a range predicate instead of an
     as-of join. ``marks``, for a version with click attribution, are the covered minutes a late
-    event in another minute may change (rows of :func:`lake.staleness.stale_marks_sql`: no
+    event in another minute may change (rows of :func:`lake.coverage.staleness.stale_marks_sql`: no
     dimensions, no counts): their ``stale_events`` count in every row of their bucket, so each
     says it is not exact. Columns: bucket_us (bucket start, microseconds since the epoch), the
     group_by dimensions, impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks (null

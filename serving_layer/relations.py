@@ -12,7 +12,7 @@ from typing import Any, Final, TypeVar, cast
 import duckdb
 import pyarrow as pa
 
-from lake.catalog import SERVED
+from lake.catalog import BATCH_COVERAGE, SERVED
 from serving_layer.tables import TableSnapshot
 
 _HIVE_TYPES: Final = {
@@ -78,7 +78,7 @@ def create_arrow_table(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table
 _PREFIX: Final = {t.name: t.sql_name for t in SERVED}
 # speed/ctr is not copied: a new version every second (partial counts appended), and a copy
 # of the whole table per version cost the API ~0.9 s of freshness (python -m bench speed).
-_MATERIALIZED: Final = frozenset({"batch/coverage"})
+_MATERIALIZED: Final = frozenset({BATCH_COVERAGE.name})
 # A superseded relation stays this long for requests that pinned it before it was replaced,
 # and this long after its last use (as-of requests read old versions).
 _GRACE_S: Final = 120.0

@@ -28,9 +28,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from lake.catalog import SERVED
+from lake.catalog import SERVED, Table
 from lake.settings import LakeSettings
-from lake.speed_status import SpeedStatus, read_speed_status, speed_status_path
+from lake.speed_status import SpeedStatus, read_status, speed_status_path
+from runtime.times import EPOCH
 from serving_layer.delta_log import commit_ns, first_true, log_span, version_at
 
 _log = logging.getLogger(__name__)
@@ -38,7 +39,6 @@ SCHEMAS: Final[Mapping[str, pa.Schema]] = {t.name: t.schema for t in SERVED}
 ALL_TABLES: Final = tuple(t.name for t in SERVED)
 # Reader features whose data a plain Parquet scan of the file list would get wrong.
 _UNSUPPORTED_FEATURES: Final = frozenset({"deletionVectors", "columnMapping"})
-_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Table versions read for as-of snapshots, kept for the next requests of that moment (a version
 # never changes; reading one replays its log: tens of ms).
 _PAST_VERSIONS: Final = 32
@@ -77,8 +77,9 @@ class LakeSnapshot:
     status: SpeedStatus | None
     status_stamp: int | None = None
 
-    def __getitem__(self, name: str) -> TableSnapshot:
-        return self.tables[name]
+    def __getitem__(self, table: str | Table) -> TableSnapshot:
+        """A table's snapshot, by the catalog's :class:`~lake.catalog.Table` or its name."""
+        return self.tables[table if isinstance(table, str) else table.name]
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -211,7 +212,7 @@ class SnapshotSource:
         if previous is not None and stamp == previous.status_stamp:
             status = previous.status
         else:
-            status = read_speed_status(status_path) if stamp is not None else None
+            status = read_status(self.lake) if stamp is not None else None
         return LakeSnapshot(tables=tables, status=status, status_stamp=stamp)
 
     def _table(self, name: str, old: TableSnapshot | None) -> TableSnapshot:
@@ -241,7 +242,7 @@ class SnapshotSource:
             raise ValueError(f"'moment' must be timezone-aware, got {moment.isoformat()}")
         if moment > dt.datetime.now(dt.UTC):
             raise AsOfError(f"{_iso(moment)} is in the future")
-        moment_ns = (moment - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+        moment_ns = (moment - EPOCH) // dt.timedelta(microseconds=1) * 1000
         current = self._current
         tables = {}
         first_commits = []
@@ -346,4 +347,4 @@ def _iso(moment: dt.datetime) -> str:
 
 def _commit_iso(ns: int) -> str:
     # Rounded up to the microsecond: as of the time printed, the commit is there.
-    return _iso(_EPOCH + dt.timedelta(microseconds=-(-ns // 1000)))
+    return _iso(EPOCH + dt.timedelta(microseconds=-(-ns // 1000)))

@@ -46,11 +46,11 @@ import pyarrow.compute as pc
 
 from events.records import parse_records
 from lake.catalog import SPEED_CTR, SPEED_LATE
-from lake.coverage_log import read_coverage
+from lake.coverage.log import read_runs
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
-from runtime.formats import read_kafka
+from runtime.connectors import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import (
     KafkaLag,
@@ -62,6 +62,7 @@ from runtime.streaming import (
     drive,
     query_id,
 )
+from runtime.times import EPOCH
 from speed_layer.attribution import MEASURES, Attribution
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import KEY, SpeedTable, sum_per_key, total
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ctr.speed")
 
 BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
-_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 OBSERVATION: Final = "speed"
 # The attribution window of the version of ``ctr`` that attributes clicks (version 3).
 ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attribution is not None)
@@ -191,7 +191,7 @@ class BatchWriter:
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
         clock.lap("split")
-        open_from = _ms(closed_before(metadata.watermark_ms) - _EPOCH)
+        open_from = _ms(closed_before(metadata.watermark_ms) - EPOCH)
         on_time = with_attribution(on_time, self.attribution.process(events, open_from))
         clock.lap("attribution")
         if late.num_rows:
@@ -247,7 +247,7 @@ class BatchWriter:
             # What the published version covers: the serving layer answers those buckets from
             # the batch layer, so their speed rows are never read again.
             published = read_registry(self.lake).published("ctr")
-            coverage = read_coverage(self.lake, published.key)
+            coverage = read_runs(self.lake).of(published.key)
             pruned = self.ctr.delete_covered(coverage)
             merged = self.ctr.merge_closed_hours(self._rolled_up_before)
             vacuumed = self.ctr.vacuum()
@@ -304,7 +304,7 @@ def closed_before(watermark_ms: int) -> dt.datetime:
     before the watermark), the rule :func:`split_late` applies."""
     bucket_ms = _ms(BUCKET)
     start_ms = watermark_ms // bucket_ms * bucket_ms
-    return _EPOCH + dt.timedelta(milliseconds=start_ms)
+    return EPOCH + dt.timedelta(milliseconds=start_ms)
 
 
 def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:

@@ -45,7 +45,7 @@ from deltalake.schema import Field
 from deltalake.transaction import AddAction, RemoveAction
 
 from lake.append_table import AppendTable, add_action
-from lake.coverage import Coverage, delta_rs_timestamp, in_intervals_sql
+from lake.coverage.model import Coverage, delta_rs_timestamp, in_intervals_sql
 from lake.data_files import write_files
 from lake.retention import retention_properties
 from views.columns import DIMENSIONS

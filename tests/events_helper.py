@@ -8,8 +8,9 @@ import datetime as dt
 from pyspark.sql import SparkSession
 
 from events.records import EVENTS_SCHEMA
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
-from runtime.formats import write_delta
+from runtime.connectors import write_delta
 
 
 def event(
@@ -43,4 +44,4 @@ def archive(spark: SparkSession, lake: LakeSettings, rows: list[dict[str, object
         [tuple(r[name] for name in EVENTS_SCHEMA.names) for r in rows],
         from_arrow_schema(EVENTS_SCHEMA),
     )
-    write_delta(frame, lake.events, partition_by=["event_date"])
+    write_delta(frame, MASTER_EVENTS.path(lake), partition_by=["event_date"])

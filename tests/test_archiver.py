@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from ingest.producer import EventProducer
 from ingest.send_loop import ProduceSummary, produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from master_dataset.archiver import run
 from master_dataset.settings import ArchiverSettings
@@ -36,8 +37,8 @@ def _produce_mixed(topics: KafkaSettings, n: int, seed: int) -> ProduceSummary:
 
 def _archived(lake: LakeSettings) -> tuple[pa.Table, pa.Table]:
     return (
-        DeltaTable(lake.events).to_pyarrow_table(),
-        DeltaTable(lake.rejected).to_pyarrow_table(),
+        DeltaTable(MASTER_EVENTS.path(lake)).to_pyarrow_table(),
+        DeltaTable(MASTER_REJECTED.path(lake)).to_pyarrow_table(),
     )
 
 
@@ -72,12 +73,12 @@ def test_available_now_archives_every_record_once(
     events, rejected = _assert_exactly_once(topics, lake)
     assert (events, rejected) == (summary.events + summary.duplicates, summary.malformed)
 
-    table = DeltaTable(lake.events)
+    table = DeltaTable(MASTER_EVENTS.path(lake))
     assert table.metadata().partition_columns == ["event_date"]
     rows = table.to_pyarrow_table().to_pylist()
     assert all(r["event_date"] == r["event_time"].date() for r in rows)
     assert all(r["ingest_time"].tzinfo is not None for r in rows)
-    reasons = DeltaTable(lake.rejected).to_pyarrow_table().column("reason").to_pylist()
+    reasons = DeltaTable(MASTER_REJECTED.path(lake)).to_pyarrow_table().column("reason").to_pylist()
     assert any(r.startswith("record: not valid JSON") for r in reasons)
 
     # master/arrivals: each batch's view rows, counted on the driver, add up to Spark's view
@@ -86,7 +87,7 @@ def test_available_now_archives_every_record_once(
     assert len(set(arrivals.column("batch_id").to_pylist())) >= 3  # 1,000 records a batch
     key = ["bucket_start", *DIMENSIONS]
     summed = arrivals.group_by(key).aggregate([("impressions", "sum"), ("clicks", "sum")])
-    expected = spark.read.format("delta").load(lake.events).transform(ctr).toArrow()
+    expected = spark.read.format("delta").load(MASTER_EVENTS.path(lake)).transform(ctr).toArrow()
     assert _by_key(summed, key, "impressions_sum", "clicks_sum") == _by_key(
         expected, key, "impressions", "clicks"
     )
@@ -95,7 +96,7 @@ def test_available_now_archives_every_record_once(
     # Nothing new: a second run archives nothing and commits nothing.
     version = table.version()
     assert run(spark, kafka=topics, lake=lake, settings=settings, available_now=True) == 0
-    assert DeltaTable(lake.events).version() == version
+    assert DeltaTable(MASTER_EVENTS.path(lake)).version() == version
 
 
 @pytest.mark.faults

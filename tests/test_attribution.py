@@ -17,9 +17,10 @@ from batch_layer.job import run
 from events.model import Event
 from ingest.ground_truth import BUCKET_MS, attributed
 from ingest.traffic import TrafficConfig, TrafficGenerator
+from lake.catalog import MASTER_EVENTS
+from lake.coverage.staleness import read_stale
 from lake.registry import read_registry, start_new_lake
 from lake.settings import LakeSettings
-from lake.staleness import read_stale
 from tests.events_helper import archive, event
 from views.definitions import definition
 
@@ -89,16 +90,16 @@ def test_a_late_click_makes_its_impressions_bucket_stale_until_recomputed(
     archive(spark, lake, [event("a", "impression", at(59.5)), event("b", "impression", at(80))])
     run(spark, hour(0), lake=lake, definition=V3)
     run(spark, hour(1), lake=lake, definition=V3)
-    assert read_stale(lake, V3)[0] == []
+    assert read_stale(lake, V3) == []
     # The click arrives after both runs, in the second hour; its impression is in the first.
     archive_arrival(spark, lake, click("a1", at(61), "a"))
-    stale = [b.bucket_start for b in read_stale(lake, V3)[0]]
+    stale = [b.bucket_start for b in read_stale(lake, V3)]
     assert at(59) in stale  # the impression's bucket, in the hour before the click's
     assert at(61) in stale  # the click's own (raw clicks)
-    assert read_stale(lake, definition("ctr", 1))[0] == []  # version 1 never ran here
+    assert read_stale(lake, definition("ctr", 1)) == []  # version 1 never ran here
     run(spark, hour(0), lake=lake, definition=V3)
     run(spark, hour(1), lake=lake, definition=V3)
-    assert read_stale(lake, V3)[0] == []
+    assert read_stale(lake, V3) == []
     assert rows(lake)[(at(59), "ad-1")] == (1, 1, 0, 0, 0)
     assert rows(lake)[(at(61), "ad-1")] == (0, 0, 1, 0, 0)
 
@@ -110,7 +111,7 @@ def archive_arrival(spark: SparkSession, lake: LakeSettings, row: dict[str, obje
     from lake.arrivals import arrival_rows, arrivals_table
 
     archive(spark, lake, [row])
-    version = DeltaTable(lake.events).version()
+    version = DeltaTable(MASTER_EVENTS.path(lake)).version()
     counts = pa.table(
         {
             "bucket_start": pa.array(
@@ -257,8 +258,8 @@ def test_arrivals_are_forgotten_once_every_bucket_they_reach_is_recomputed(
     # Counted by the run over its own hour, but the hour before it still needs recomputing:
     # every minute the click may belong to (up to the window before it).
     assert arrivals() == [at(61)]
-    assert [b.bucket_start for b in read_stale(lake)[0]] == [at(m) for m in range(1, 60)]
+    assert [b.bucket_start for b in read_stale(lake)] == [at(m) for m in range(1, 60)]
     run(spark, hour(0), lake=lake, definition=V3)
     assert arrivals() == []
-    assert read_stale(lake)[0] == []
+    assert read_stale(lake) == []
     assert rows(lake)[(at(59), "ad-1")] == (1, 1, 0, 0, 0)

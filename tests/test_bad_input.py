@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from api.settings import ApiSettings
 from infra.broker import free_port
 from ingest.producer import REASON_HEADER, SOURCE_HEADER, TOPIC_HEADER, EventProducer
+from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from lake.speed_status import read_status, write_status
 from master_dataset.archiver import run as run_archiver
@@ -197,8 +198,8 @@ def test_every_bad_record_is_dead_lettered_or_quarantined_with_its_reason(
         spark, kafka=topics, lake=lake, settings=ArchiverSettings(), available_now=True
     )
     assert archived == len(on_topic)
-    rejected = DeltaTable(lake.rejected).to_pyarrow_table().to_pylist()
-    events = DeltaTable(lake.events).to_pyarrow_table()
+    rejected = DeltaTable(MASTER_REJECTED.path(lake)).to_pyarrow_table().to_pylist()
+    events = DeltaTable(MASTER_EVENTS.path(lake)).to_pyarrow_table()
     assert len(rejected) + events.num_rows == len(on_topic)  # nothing lost, nothing doubled
     by_key = Counter(row["key"] for row in rejected)
     assert by_key == Counter([case.encode() for case in BAD] + [b"tombstone"])

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from batch_layer.interval import Interval, IntervalError
 from batch_layer.job import MissingTableError, dedup_partitions, deduplicate, interval_events, run
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from tests.events_helper import archive, event
 
@@ -92,7 +93,9 @@ def test_the_dedup_sorts_each_row_once_in_partitions_sized_by_the_input(
     archive(
         spark, lake, [event("a", "impression", at(0)), event("a", "impression", at(0), offset=1)]
     )
-    events, partitions = interval_events(spark, lake.events, DeltaTable(lake.events), HOUR)
+    events, partitions = interval_events(
+        spark, MASTER_EVENTS.path(lake), DeltaTable(MASTER_EVENTS.path(lake)), HOUR
+    )
     plan = deduplicate(events, partitions)._jdf.queryExecution().executedPlan().toString()
     assert "WindowGroupLimit" in plan  # the limit after the exchange: first row per id
     assert "Partial" not in plan

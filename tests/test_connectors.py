@@ -16,12 +16,13 @@ from deltalake import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
+from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
 from master_dataset.archiver import BatchWriter as ArchiveWriter
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
-from runtime.formats import read_delta, read_kafka, write_delta
+from runtime.connectors import read_delta, read_kafka, write_delta
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import Periodic, StreamProgress
 from runtime.topics import ensure_topics
@@ -112,12 +113,14 @@ def test_the_platforms_tables_are_readable_by_the_serving_layer(
         assert table.version is not None
         assert table.files
         assert table.schema == DeltaTable(lake.table(name)).schema().to_arrow()
-    events = DeltaTable(lake.events).to_pyarrow_table()
+    events = DeltaTable(MASTER_EVENTS.path(lake)).to_pyarrow_table()
     assert events.column("event_id").to_pylist() == ["e1"]
     assert events.schema.field("event_time").type == pa.timestamp("us", tz="UTC")
-    log = (Path(lake.events) / "_delta_log" / "00000000000000000000.json").read_text()
+    log = (Path(MASTER_EVENTS.path(lake)) / "_delta_log" / "00000000000000000000.json").read_text()
     assert '"engineInfo":"delta-rs' in log  # the archiver appends with delta-rs
-    assert spark.read.format("delta").load(lake.events).count() == 1  # the batch job's reader
+    assert (
+        spark.read.format("delta").load(MASTER_EVENTS.path(lake)).count() == 1
+    )  # the batch job's reader
 
 
 # -- writes: replaceWhere, idempotent commits ------------------------------------------------
@@ -165,11 +168,11 @@ def test_a_replayed_archiver_batch_is_a_no_op(
     write = ArchiveWriter(lake, str(checkpoint))
     write(records, 7)
     write(records, 7)  # Spark replays a batch after a crash: same id, same records
-    rejected = DeltaTable(lake.rejected)
+    rejected = DeltaTable(MASTER_REJECTED.path(lake))
     assert rejected.to_pyarrow_table().num_rows == 2
     assert rejected.transaction_version("ctr-archiver-replayed-query") == 7
     write(records, 8)  # the next batch does write
-    assert DeltaTable(lake.rejected).to_pyarrow_table().num_rows == 4
+    assert DeltaTable(MASTER_REJECTED.path(lake)).to_pyarrow_table().num_rows == 4
 
 
 def test_the_archiver_compacts_its_tables_between_batches(
@@ -187,10 +190,10 @@ def test_the_archiver_compacts_its_tables_between_batches(
     write.maintenance_due = Periodic(3600)  # not a minute after the start either
     for batch_id in range(3):
         write(records, batch_id)
-    assert len(DeltaTable(lake.rejected).file_uris()) == 3
+    assert len(DeltaTable(MASTER_REJECTED.path(lake)).file_uris()) == 3
     write.maintenance_due = Periodic(0.001)
     write(records, 3)  # the 4th file, then the pass packs them
-    rejected = DeltaTable(lake.rejected)
+    rejected = DeltaTable(MASTER_REJECTED.path(lake))
     assert len(rejected.file_uris()) == 1
     assert rejected.to_pyarrow_table().num_rows == 8
     assert rejected.transaction_version("ctr-archiver-maintained-query") == 3

@@ -18,6 +18,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from tests.events_helper import archive, event
 
@@ -109,7 +110,7 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     assert batch.params["preview"] is False
     submit = batch.get_task("recompute_ctr")
     assert isinstance(submit, SparkSubmitOperator)
-    assert submit.application == str(ROOT / "batch_layer" / "submit.py")
+    assert submit.application == str(ROOT / "cli" / "submit.py")
     assert "params.lookback_minutes" in " ".join(submit.application_args or [])
     assert "params.preview" in " ".join(submit.application_args or [])
     assert {a.name for a in submit.outlets} == {"batch/ctr", "batch/coverage"}
@@ -130,6 +131,9 @@ def test_dag_folder_imports_cleanly_with_the_expected_dags(
     assert reprocess.schedule is None
     assert set(reprocess.params) == {"view", "version", "source", "max_changed_fraction"}
     assert reprocess.get_task("build").application_args[:2] == ["--build", "{{ params.view }}"]
+    # Built from master/events or from a replay of the topic, as `ctr views build --from`.
+    assert reprocess.get_task("build").application_args[-2:] == ["--from", "{{ params.source }}"]
+    assert reprocess.params.get_param("source").schema["enum"] == ["master", "kafka"]
 
     maintenance = bag.dags["ctr_maintenance"]
     assert {t.task_id for t in maintenance.tasks} == {"compact_and_vacuum"}
@@ -221,7 +225,7 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     from batch_layer.interval import Interval
     from batch_layer.job import run
     from lake.arrivals import arrival_rows, arrivals_table
-    from lake.staleness import read_stale
+    from lake.coverage.staleness import read_stale
     from views.ctr import ctr_arrow
 
     lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
@@ -234,17 +238,20 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
         event("late-2", "click", t + dt.timedelta(minutes=5, seconds=20)),
     ]
     archive(spark, lake, late)
-    version = DeltaTable(lake.events).version()
+    version = DeltaTable(MASTER_EVENTS.path(lake)).version()
     rows = arrival_rows(
         ctr_arrow(
-            spark.read.format("delta").load(lake.events).where("event_id LIKE 'late-%'").toArrow()
+            spark.read.format("delta")
+            .load(MASTER_EVENTS.path(lake))
+            .where("event_id LIKE 'late-%'")
+            .toArrow()
         ),
         events_version=version,
         batch_id=1,
         archived_at=t + dt.timedelta(hours=6),
     )
     arrivals_table(lake).append(rows, app_id="test-archiver", version=1)
-    assert [b.events for b in read_stale(lake)[0]] == [2]
+    assert [b.events for b in read_stale(lake)] == [2]
 
     env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
     env.update(
@@ -262,7 +269,7 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     assert [(r["bucket_start"], r["impressions"], r["clicks"]) for r in rows] == [
         (t + dt.timedelta(minutes=5), 2, 1)
     ]
-    assert read_stale(lake)[0] == []
+    assert read_stale(lake) == []
 
     # Nothing stale: the check skips the Spark task.
     again = airflow("dags test ctr_recompute_stale 2026-11-22T19:10:00+00:00", env=env, timeout=400)

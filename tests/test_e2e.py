@@ -28,6 +28,7 @@ from batch_layer.interval import Interval
 from batch_layer.job import run as run_batch
 from events.model import Event, validate
 from ingest.ground_truth import read_csv
+from lake.catalog import MASTER_REJECTED
 from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
@@ -178,7 +179,7 @@ def test_the_api_serves_exact_batch_buckets_and_bounded_speed_buckets(
     )
     run_archiver(spark, kafka=topics, lake=lake, settings=archiver, available_now=True)
     run_speed(spark, kafka=topics, lake=lake, settings=speed_job, available_now=True)
-    assert DeltaTable(lake.rejected).count() == invalid
+    assert DeltaTable(MASTER_REJECTED.path(lake)).count() == invalid
 
     # 3. The batch layer covers everything up to one hour after the traffic started.
     first_hour = start + HOUR

@@ -32,6 +32,7 @@ from events.records import EVENTS_SCHEMA
 from infra.broker import LocalKafka, free_port
 from infra.broker_settings import BrokerSettings
 from ingest.producer import EventProducer
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
@@ -80,11 +81,15 @@ def rewritten_lake(
 ) -> tuple[LakeSettings, Counter[tuple[object, ...]], int]:
     """A lake whose INTERVAL is covered by a run over 2,000 events, then 1,000 more events
     arrive: a rerun must replace the interval's rows. Returns (lake, old rows, new version)."""
-    write_deltalake(lake.events, _events(2000, seed=1, first_offset=0), partition_by="event_date")
+    write_deltalake(
+        MASTER_EVENTS.path(lake), _events(2000, seed=1, first_offset=0), partition_by="event_date"
+    )
     run_batch(spark, INTERVAL, lake=lake)
     old = _view(lake)
-    write_deltalake(lake.events, _events(1000, seed=2, first_offset=2000), mode="append")
-    return lake, old, DeltaTable(lake.events).version()
+    write_deltalake(
+        MASTER_EVENTS.path(lake), _events(1000, seed=2, first_offset=2000), mode="append"
+    )
+    return lake, old, DeltaTable(MASTER_EVENTS.path(lake)).version()
 
 
 def _kill_batch_at(step: str, lake: LakeSettings, env: dict[str, str]) -> None:
@@ -245,7 +250,7 @@ def test_a_broker_that_lost_its_log_is_reported_not_skipped(
             with pytest.raises(RuntimeError, match="lost records") as caught:
                 job()
             assert "failOnDataLoss=false" in str(caught.value)  # (the timeout catches a hang)
-        assert DeltaTable(lake.events).count() == 20  # nothing skipped silently
+        assert DeltaTable(MASTER_EVENTS.path(lake)).count() == 20  # nothing skipped silently
         # Told to skip what is lost, both go on from where the log is now. Spark's kafka source
         # cannot tell the new log's first offsets from the lost ones below its checkpoint: the
         # 3 records sent before are skipped too (and reported in the log), later ones are read.
@@ -258,4 +263,4 @@ def test_a_broker_that_lost_its_log_is_reported_not_skipped(
         assert speed(settings=skip_speed) == 5
     finally:
         broker.stop(delete_data=True)
-    assert DeltaTable(lake.events).count() == 25
+    assert DeltaTable(MASTER_EVENTS.path(lake)).count() == 25

@@ -24,6 +24,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from infra.broker import LocalKafka, scratch_cluster
 from ingest.producer import EventProducer
 from ingest.settings import ProducerSettings
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.offsets import topic_offsets
@@ -108,7 +109,7 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         events = 4000 * faults.ROUNDS
         try:
             wait_until(
-                lambda: committed_version(lake.events) >= 0,
+                lambda: committed_version(MASTER_EVENTS.path(lake)) >= 0,
                 "the archiver committed to master/events",
                 timeout_s=240,
             )
@@ -152,7 +153,7 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         faults.catch_up("archive", env)
         records = read_topic(kafka, kafka.topic)
         assert len(records) == events
-        table = DeltaTable(lake.events).to_pyarrow_table()
+        table = DeltaTable(MASTER_EVENTS.path(lake)).to_pyarrow_table()
         archived = coordinates(table)
         assert len(archived) == len(set(archived)) == events, "by partition and offset"
         assert set(archived) == {(r.partition, r.offset) for r in records}

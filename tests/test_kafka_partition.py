@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from infra.broker import LocalKafka
 from infra.broker_settings import BrokerSettings
 from infra.netns import BrokerNetwork
+from lake.catalog import MASTER_REJECTED
 from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
@@ -130,7 +131,7 @@ def test_a_partitioned_leader_loses_no_acknowledged_record_and_catches_up(
     run_archiver(spark, kafka=topic, lake=lake, settings=ArchiverSettings(), available_now=True)
     # (the values are not events: each record lands in master/rejected, with its reason)
     rejected = (
-        DeltaTable(lake.rejected)
+        DeltaTable(MASTER_REJECTED.path(lake))
         .to_pyarrow_table(columns=["kafka_partition", "kafka_offset"])
         .to_pylist()
     )

@@ -1,44 +1,16 @@
-"""Maintenance through delta-spark on real Delta tables: covered intervals, compaction and
-vacuum (the speed tables' own maintenance: tests/test_speed_tables.py)."""
+"""Maintenance through delta-spark on real Delta tables: compaction and vacuum (the speed
+tables' own maintenance: tests/test_speed_tables.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from lake.maintenance import compact_and_vacuum, compact_and_vacuum_all, covered_intervals
+from lake.maintenance import compact_and_vacuum, compact_and_vacuum_all
 from lake.settings import LakeSettings
-
-T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
-
-
-def hours(n: float) -> dt.datetime:
-    return T + dt.timedelta(hours=n)
-
-
-def coverage(spark: SparkSession, lake: LakeSettings, spans: list[tuple[float, float]]) -> None:
-    rows = [(f"r{i}", "ctr", hours(a), hours(b)) for i, (a, b) in enumerate(spans)]
-    frame = spark.createDataFrame(
-        rows, "run_id string, view string, interval_start timestamp, interval_end timestamp"
-    )
-    frame.write.format("delta").mode("append").save(lake.table("batch/coverage"))
-
-
-def test_covered_intervals_merge_overlaps_and_keep_gaps(
-    spark: SparkSession, lake: LakeSettings
-) -> None:
-    assert covered_intervals(spark, lake).intervals == ()
-    coverage(spark, lake, [(2, 3), (0, 1), (0.5, 1.5), (4, 5)])
-    merged = covered_intervals(spark, lake).intervals
-    assert [(i.start, i.end) for i in merged] == [
-        (hours(0), hours(1.5)),
-        (hours(2), hours(3)),
-        (hours(4), hours(5)),
-    ]
 
 
 def test_compaction_merges_small_files_and_keeps_rows(

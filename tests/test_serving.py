@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lake.coverage import Coverage
+from lake.coverage.model import Coverage
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import ServingLayer

@@ -27,9 +27,10 @@ from api.settings import ApiSettings
 from cli.main import app
 from lake.registry import record
 from lake.settings import LakeSettings
-from serving_layer.diff import diff_summary, diff_versions
+from serving_layer.diff import diff_versions
+from serving_layer.inventory import Inventory
 from serving_layer.query import CtrQuery, ctr_sql
-from serving_layer.sandbox import SANDBOX_VIEWS, execute, open_sandbox
+from serving_layer.sandbox.database import SANDBOX_VIEWS, execute, open_sandbox
 from serving_layer.service import CtrRow, ServingLayer
 from tests.api_server import running_api
 from tests.lake_writer import (
@@ -221,7 +222,7 @@ def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) ->
             "stale",
             9,
         )
-        assert [(b.bucket_start, b.events) for b in layer.stale_buckets(view=V3)] == [
+        assert [(b.bucket_start, b.events) for b in Inventory(layer).stale_buckets(view=V3)] == [
             (minute(m), 1) for m in range(9)
         ]
     finally:
@@ -486,7 +487,7 @@ def test_the_diff_of_version_1_and_3(lake: LakeSettings, serving: ServingLayer) 
         (minute(0), "c1", (5, 3), (5, 5), (None, 1)),
         (minute(90), "c1", (4, 2), (4, 4), (None, 0)),
     ]
-    summary = diff_summary(result)
+    summary = result.summary()
     assert {k: summary[k] for k in COUNTS} == {
         "impressions": {"a": 45, "b": 45},
         "clicks": {"a": 38, "b": 15},

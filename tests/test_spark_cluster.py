@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from batch_layer.interval import Interval
 from batch_layer.job import run
 from infra.broker import free_port
+from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from runtime.spark import submit_args
 from tests.events_helper import archive, event
@@ -107,7 +108,7 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
     events.append(event("e5", "impression", t + dt.timedelta(seconds=185), ad="ad-2", offset=999))
     archive(spark, local, events)
     cluster = LakeSettings(lake_root=tmp_path / "cluster", checkpoint_root=tmp_path / "ck2")
-    shutil.copytree(local.events, cluster.events)
+    shutil.copytree(MASTER_EVENTS.path(local), MASTER_EVENTS.path(cluster))
 
     interval = Interval(t, t + dt.timedelta(hours=2))
     run(spark, interval, lake=local)
@@ -120,7 +121,7 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
     }
     submit = [str(BIN / "spark-submit"), *submit_args(), "--master", spark_cluster]
     submit += ["--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2"]
-    job = [str(ROOT / "batch_layer" / "submit.py")]
+    job = [str(ROOT / "cli" / "submit.py")]
     job += ["--start", "2026-11-22T10:00:00Z", "--end", "2026-11-22T12:00:00Z"]
     done = subprocess.run(
         [*submit, *job], env=env, capture_output=True, text=True, timeout=400, check=False

@@ -16,11 +16,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lake.catalog import SPEED_CTR, SPEED_LATE
-from lake.coverage import Coverage
+from lake.coverage.model import Coverage
 from lake.retention import CHECKPOINT_INTERVAL
 from lake.settings import LakeSettings
 from serving_layer.relations import RelationCache
-from serving_layer.sandbox import SANDBOX_VIEWS, open_sandbox
+from serving_layer.sandbox.database import SANDBOX_VIEWS, open_sandbox
 from serving_layer.tables import SnapshotSource
 from speed_layer.job import closed_before
 from speed_layer.tables import SpeedTable, sum_per_key

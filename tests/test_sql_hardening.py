@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from lake.settings import LakeSettings
-from serving_layer.sandbox import (
+from serving_layer.sandbox.database import (
     ALLOWED_FUNCTIONS,
     ALLOWED_TABLE_FUNCTIONS,
     FUNCTION_GROUPS,
@@ -24,7 +24,7 @@ from serving_layer.sandbox import (
     SqlRefusedError,
     check_read_only,
 )
-from serving_layer.sql_pool import ClientBackoff, SqlBusyError, SqlPool
+from serving_layer.sandbox.pool import ClientBackoff, SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
 

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from lake.settings import LakeSettings
-from serving_layer.sandbox import (
+from serving_layer.sandbox.database import (
     SANDBOX_VIEWS,
     VIEW_NAMES,
     SqlError,
@@ -24,7 +24,7 @@ from serving_layer.sandbox import (
     check_read_only,
     open_sandbox,
 )
-from serving_layer.sql_pool import SqlBusyError, SqlPool
+from serving_layer.sandbox.pool import SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest
 

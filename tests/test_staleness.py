@@ -14,10 +14,11 @@ from deltalake import write_deltalake
 from pydantic import SecretStr
 
 from api.settings import ApiSettings
-from lake.coverage import Coverage
+from lake.coverage.log import read_runs
+from lake.coverage.model import Coverage
+from lake.coverage.staleness import StaleBucket, StaleInterval, read_stale, recompute_intervals
+from lake.coverage.staleness import stale_intervals as merge_stale
 from lake.settings import LakeSettings
-from lake.staleness import StaleBucket, StaleInterval, read_stale, recompute_intervals
-from lake.staleness import stale_intervals as merge_stale
 from serving_layer.tables import SCHEMAS
 from tests.api_server import running_api
 from tests.lake_writer import (
@@ -171,7 +172,8 @@ def test_a_stale_bucket_adds_its_late_arrivals_and_never_says_batch(
     assert sql.json()["rows"] == [["batch", 170, 0], ["late", 9, 10]]
 
     # The cheap check `ctr batch --stale` and the DAG use agrees, and plans the covered hour.
-    buckets, coverage = read_stale(lake)
+    buckets = read_stale(lake)
+    coverage = read_runs(lake).of("ctr")
     assert [(b.bucket_start, b.events) for b in buckets] == [(minute(2), 10)]
     assert recompute_intervals(buckets, coverage) == [(minute(0), minute(30))]
 
@@ -205,7 +207,7 @@ def test_a_stale_bucket_adds_its_late_arrivals_and_never_says_batch(
     assert client.get("/api/v1/views").json()["views"][0]["stale_intervals"] == []
     assert metric(client, "ctr_stale_buckets") == 0
     assert metric(client, "ctr_stale_age_seconds") == 0
-    assert read_stale(lake)[0] == []
+    assert read_stale(lake) == []
 
 
 def test_drift_is_summarised_over_the_latest_runs(client: httpx.Client, lake: LakeSettings) -> None:

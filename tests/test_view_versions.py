@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 import batch_layer.job
 from api.settings import ApiSettings
 from batch_layer.interval import Interval
-from batch_layer.reprocess import build, plan_build
+from lake.catalog import MASTER_EVENTS
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -30,6 +30,7 @@ from serving_layer.service import ServingLayer
 from tests.api_server import running_api
 from tests.events_helper import archive, event
 from views.definitions import definition
+from workflows.build import build, plan_build
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 TOKEN = "test-token-0123456789"
@@ -256,8 +257,14 @@ def test_a_backfill_preview_shows_the_change_and_replaces_nothing(
     assert (result.rows_compared, result.rows_changed) == (5, 1)
     assert result.impressions == (4, 5)
     assert result.clicks == (2, 3)
-    [(bucket, dims, impressions, clicks)] = result.largest
-    assert (bucket, dims["device_type"], impressions, clicks) == (at(5), "desktop", (1, 2), (1, 2))
+    assert (result.only_in_a, result.only_in_b) == (0, 0)
+    [change] = result.largest
+    assert (
+        change.bucket_start,
+        change.dimensions["device_type"],
+        change.impressions,
+        change.clicks,
+    ) == (at(5), "desktop", (1, 2), (1, 2))
     assert DeltaTable(lake.table("batch/ctr")).version() == before
 
 
@@ -267,10 +274,10 @@ def test_a_kappa_build_replays_the_log_into_the_same_rows(
 ) -> None:
     from deltalake import DeltaTable
 
-    from cli.views import replay_and_build
     from master_dataset.archiver import run as archive_topic
     from master_dataset.settings import ArchiverSettings
     from tests.wire_events import send, wire_event
+    from workflows.build import replay_and_build
 
     wire = [
         {**wire_event(str(e["event_id"]), str(e["event_type"]), e["event_time"]),  # type: ignore[arg-type]
@@ -281,7 +288,7 @@ def test_a_kappa_build_replays_the_log_into_the_same_rows(
     archive_topic(spark, kafka=topics, lake=lake, settings=ArchiverSettings(), available_now=True)
     for hour in Interval(T0, T0 + dt.timedelta(hours=2)).hours():
         batch_layer.job.run(spark, hour, lake=lake)
-    master_version = DeltaTable(lake.events).version()
+    master_version = DeltaTable(MASTER_EVENTS.path(lake)).version()
 
     plan, runs = replay_and_build(spark, lake, topics, V2)
     assert (len(plan.intervals), plan.outside) == (2, ())
@@ -294,4 +301,4 @@ def test_a_kappa_build_replays_the_log_into_the_same_rows(
     assert {c["input_version"] for c in coverage if c["view"] == "ctr@v2"} == {master_version}
     assert read_registry(lake).state("ctr", 2) == "ready"
     # The replay kept its own checkpoint and tables; master/events was not touched.
-    assert DeltaTable(lake.events).version() == master_version
+    assert DeltaTable(MASTER_EVENTS.path(lake)).version() == master_version

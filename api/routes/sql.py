@@ -19,7 +19,7 @@ from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_response
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
 from api.times import as_utc
 from serving_layer.csv_rows import csv_text
-from serving_layer.sandbox import (
+from serving_layer.sandbox.database import (
     ALLOWED_TABLE_FUNCTIONS,
     FUNCTION_GROUPS,
     SqlError,

@@ -19,6 +19,7 @@ from api.models import (
     ViewsResponse,
 )
 from api.rendering import freshness_json
+from serving_layer.inventory import Inventory
 
 router = APIRouter(prefix="/api/v1", tags=["views"])
 
@@ -67,7 +68,7 @@ def get_views(serving: ServingDep) -> ViewsResponse:
             ],
             drift=DriftBody(**dataclasses.asdict(view.drift)),
         )
-        for view in serving.views(snapshot)
+        for view in Inventory(serving).views(snapshot)
     ]
     freshness = FreshnessBody.model_validate(freshness_json(serving.freshness(snapshot)))
     return ViewsResponse(views=views, freshness=freshness)

@@ -1,6 +1,6 @@
 """Sandboxed SQL in worker processes: bounded concurrency, OS limits, a kill at the time limit.
 
-Each query runs in one of a few worker processes (:mod:`serving_layer.sql_worker`, fresh
+Each query runs in one of a few worker processes (:mod:`serving_layer.sandbox.worker`, fresh
 interpreters), each confined at start:
 
 - no file can grow (``RLIMIT_FSIZE`` 0) and its working directory is an empty private one,
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from serving_layer.sandbox import (
+from serving_layer.sandbox.database import (
     SANDBOX_VIEWS,
     SqlError,
     SqlRefusedError,
@@ -398,7 +398,7 @@ class _Worker:
                 [
                     sys.executable,
                     "-m",
-                    "serving_layer.sql_worker",
+                    "serving_layer.sandbox.worker",
                     str(child.fileno()),
                     str(self.memory_bytes),
                     str(self.threads),

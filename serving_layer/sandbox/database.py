@@ -16,7 +16,7 @@ Read-only by construction, in two independent layers:
    Arrow datasets over one snapshot's Parquet files, which Arrow opens for reading only.
    Python replacement scans are off and the configuration is locked.
 
-The worker processes that run these databases add OS limits (see :mod:`serving_layer.sql_pool`).
+The worker processes that run these databases add OS limits (see :mod:`serving_layer.sandbox.pool`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from lake.catalog import SERVED, SERVED_BY_NAME, SPEED_CTR, batch_table
-from lake.coverage import Coverage
+from lake.coverage.log import runs_from_duckdb
+from lake.coverage.staleness import stale_sql
 from lake.registry import Registry
-from lake.staleness import stale_sql
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
@@ -158,7 +158,7 @@ ALLOWED_FUNCTIONS: Final[frozenset[str]] = frozenset().union(*FUNCTION_GROUPS.va
 ALLOWED_TABLE_FUNCTIONS: Final = frozenset({"generate_series", "range", "unnest"})
 FUNCTIONS_HINT: Final = (
     "the allowed functions: GET /api/v1/sql/functions, or ALLOWED_FUNCTIONS in "
-    "serving_layer/sandbox.py"
+    "serving_layer/sandbox/database.py"
 )
 # Table functions that read files: the refusal says why there is no way around it.
 _FILE_READERS: Final = re.compile(r"read_|parquet_|sniff_csv$|glob$")
@@ -351,13 +351,10 @@ def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
     columns = [c[0] for c in result.description]
     registry = Registry.from_rows(dict(zip(columns, r, strict=True)) for r in result.fetchall())
     published = registry.published("ctr")
+    runs = runs_from_duckdb(con, "coverage")
     for view in versions("ctr"):
         n = view.version
-        rows = con.execute(
-            "SELECT interval_start, interval_end FROM coverage WHERE view = $key",
-            {"key": view.key},
-        ).fetchall()
-        con.from_arrow(Coverage(rows).to_arrow()).create(f"covered_v{n}")
+        con.from_arrow(runs.of(view.key).to_arrow()).create(f"covered_v{n}")
         where = f" WHERE {view.where}" if view.where else ""
         attribution = view.attribution is not None
         speed = side_rows_sql(

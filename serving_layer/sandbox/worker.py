@@ -1,7 +1,7 @@
 """A SQL sandbox worker process:
-``python -m serving_layer.sql_worker FD MEMORY_BYTES THREADS WORKDIR``.
+``python -m serving_layer.sandbox.worker FD MEMORY_BYTES THREADS WORKDIR``.
 
-Started by :class:`serving_layer.sql_pool.SqlPool` with one end of a socket pair as ``FD`` and
+Started by :class:`serving_layer.sandbox.pool.SqlPool` with one end of a socket pair as ``FD`` and
 an empty private directory ``WORKDIR`` (the pool removes it once this process has ended). It
 confines itself (see :func:`confine`), says ``"ready"``, then answers one request at a time
 (``(sql, tables, max_rows, max_bytes, timeout_s, grace_s)`` → ``(kind, payload)``) until the
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
-from serving_layer.sandbox import (
+from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
     check_read_only,

@@ -1,12 +1,16 @@
-"""Which minute buckets the batch layer has made exact, as disjoint intervals: the coverage
-rule of the serving layer ("covered → batch rows, else speed rows"), in one place.
+"""Which minute buckets the batch layer has made exact: the runs ``batch/coverage`` records
+and their union as disjoint intervals, the coverage rule of the serving layer ("covered → batch
+rows, else speed rows") in one place. Pure values: :mod:`lake.coverage.log` reads and writes
+the table.
 
-``batch/coverage`` has one row per finished run; runs overlap (hourly runs with a lookback,
-reruns, backfills). Their union, as sorted disjoint [start, end) intervals, answers "is this
-bucket covered" with one comparison and tells a rolled-up bucket how much of it is exact. The
-serving layer's queries, its SQL sandbox and the pruning of superseded speed rows all read it
-from here: :class:`Coverage` (the merged intervals, as Arrow or as a SQL predicate) and
-:func:`in_intervals_sql` (the predicate's one spelling).
+``batch/coverage`` has one row per finished run (:class:`CoverageRun`); runs overlap (hourly
+runs with a lookback, reruns, backfills). :class:`CoverageRuns` holds them for every view
+version; their union per version, :class:`Coverage` (sorted disjoint [start, end) intervals),
+answers "is this bucket covered" with one comparison, tells a rolled-up bucket how much of it
+is exact, and gives the gaps a run or a build still has to fill (:meth:`Coverage.gaps`,
+:meth:`Coverage.minus`). The serving layer's queries, its SQL sandbox, the pruning of superseded
+speed rows, the batch job's drift and the builds of view versions all read it from here;
+:func:`in_intervals_sql` is the SQL predicate's one spelling.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ import bisect
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 import pyarrow as pa
 
 # batch: every minute exact; stale: every minute covered, some with arrivals no run counted yet
 # (included, approximately); speed: no minute covered; mixed: some covered, some not.
 Source = Literal["batch", "stale", "speed", "mixed"]
+MINUTE: Final = dt.timedelta(minutes=1)
 
 
 @dataclass(frozen=True, order=True)
@@ -65,6 +70,25 @@ class Coverage:
                 parts.append((lo, hi))
         return parts
 
+    def gaps(self, start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+        """The parts of [start, end) not covered, in order."""
+        gaps, cursor = [], start
+        for lo, hi in self.within(start, end):
+            if cursor < lo:
+                gaps.append((cursor, lo))
+            cursor = hi
+        if cursor < end:
+            gaps.append((cursor, end))
+        return gaps
+
+    def minus(self, other: Coverage) -> Coverage:
+        """What this coverage holds and ``other`` does not."""
+        return Coverage(gap for i in self.intervals for gap in other.gaps(i.start, i.end))
+
+    def holds(self, start: dt.datetime, end: dt.datetime) -> bool:
+        """Whether all of [start, end) is covered."""
+        return not self.gaps(start, end)
+
     def covered_span(self, start: dt.datetime, end: dt.datetime) -> dt.timedelta:
         """How much of [start, end) is covered."""
         total = dt.timedelta(0)
@@ -106,6 +130,57 @@ class Coverage:
     def source(self, start: dt.datetime, end: dt.datetime) -> Source:
         """``batch`` if [start, end) is all covered, ``speed`` if none of it, else ``mixed``."""
         return source_of(self.fraction(start, end))
+
+
+@dataclass(frozen=True)
+class CoverageRun:
+    """One row of ``batch/coverage``: a finished run of a view version (``view``: its key,
+    ``ctr`` or ``ctr@v2``) made [interval_start, interval_end) exact from master/events at
+    ``input_version``."""
+
+    run_id: str
+    view: str
+    interval_start: dt.datetime
+    interval_end: dt.datetime
+    input_version: int
+    rows_written: int = 0
+    finished_at: dt.datetime | None = None
+
+
+class CoverageRuns:
+    """The runs of ``batch/coverage`` (every view version's), as read once."""
+
+    def __init__(self, runs: Iterable[CoverageRun]) -> None:
+        self.runs: Sequence[CoverageRun] = tuple(runs)
+        self._merged: dict[str, Coverage] = {}
+
+    def of(self, view: str) -> Coverage:
+        """The merged covered intervals of ``view`` (a version's key: ``ctr``, ``ctr@v2``)."""
+        if view not in self._merged:
+            self._merged[view] = Coverage(
+                (r.interval_start, r.interval_end) for r in self.runs if r.view == view
+            )
+        return self._merged[view]
+
+    def run_count(self, view: str) -> int:
+        """The distinct runs recorded for ``view``."""
+        return len({r.run_id for r in self.runs if r.view == view})
+
+    def input_versions(self, view: str, start: dt.datetime, end: dt.datetime) -> list[int | None]:
+        """Per minute of [start, end): the newest master/events version a run of ``view``
+        covering it read (None: no run covers it)."""
+        versions: list[int | None] = [None] * ((end - start) // MINUTE)
+        for run in self.runs:
+            if run.view != view:
+                continue
+            lo = max(0, -(-(run.interval_start - start) // MINUTE))
+            hi = min(len(versions), -(-(run.interval_end - start) // MINUTE))
+            for i in range(lo, hi):
+                current = versions[i]
+                versions[i] = (
+                    run.input_version if current is None else max(current, run.input_version)
+                )
+        return versions
 
 
 def source_of(covered_fraction: float) -> Source:

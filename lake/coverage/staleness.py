@@ -4,7 +4,7 @@ A bucket is exact as of the master/events version the latest run covering it rea
 ``input_version`` among the ``batch/coverage`` rows whose interval holds it). Arrivals
 (:mod:`lake.arrivals`) of that bucket with a later ``events_version`` are events that run did
 not count: the bucket is *stale* until a run recomputes it. :func:`stale_sql` is that rule,
-written once, as DuckDB SQL over two relations; the serving layer runs it once per version of
+written once, as DuckDB SQL over three relations; the serving layer runs it once per version of
 ``master/arrivals`` and ``batch/coverage`` (never per request), `ctr batch --stale` and the
 ``ctr_recompute_stale`` DAG run it over the tables read with delta-rs (:func:`read_stale`).
 """
@@ -18,12 +18,13 @@ from typing import Final
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, batch_table
-from lake.coverage import Coverage
+from lake.coverage.log import read_runs
+from lake.coverage.model import Coverage, CoverageRuns
 from lake.registry import read_registry
 from lake.settings import LakeSettings
+from runtime.times import utc
 from views.columns import DIMENSIONS
 from views.definitions import Definition
 
@@ -179,7 +180,7 @@ class StaleInterval:
 
 def stale_buckets(rows: Iterable[tuple[dt.datetime, int, dt.datetime]]) -> list[StaleBucket]:
     """Rows of :func:`stale_buckets_sql` as values (times in UTC)."""
-    return [StaleBucket(_utc(bucket), int(events), _utc(first)) for bucket, events, first in rows]
+    return [StaleBucket(utc(bucket), int(events), utc(first)) for bucket, events, first in rows]
 
 
 def stale_intervals(buckets: Sequence[StaleBucket]) -> list[StaleInterval]:
@@ -218,22 +219,19 @@ def recompute_intervals(
 
 
 def read_stale(
-    lake: LakeSettings, view: Definition | None = None
-) -> tuple[list[StaleBucket], Coverage]:
-    """The stale buckets of ``view`` (default: the published version of ``ctr``) now, and its
-    coverage: the tables read with delta-rs (no Spark), the rule run in DuckDB."""
+    lake: LakeSettings, view: Definition | None = None, runs: CoverageRuns | None = None
+) -> list[StaleBucket]:
+    """The stale buckets of ``view`` (default: the published version of ``ctr``) now:
+    master/arrivals and the version's batch rows read with delta-rs (no Spark), ``runs``
+    (default: read now) the coverage, the rule run in DuckDB."""
     view = view or read_registry(lake).published("ctr")
+    runs = runs if runs is not None else read_runs(lake)
     arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
-    coverage_rows = _read(BATCH_COVERAGE.path(lake), BATCH_COVERAGE.schema)
     batch = batch_table(view)
     batch_rows = _read(batch.path(lake), batch.schema, ["bucket_start", "run_id"])
-    ctr_rows = coverage_rows.filter(pc.equal(coverage_rows["view"], view.key))
-    coverage = Coverage(
-        zip(
-            (_utc(t) for t in ctr_rows["interval_start"].to_pylist()),
-            (_utc(t) for t in ctr_rows["interval_end"].to_pylist()),
-            strict=True,
-        )
+    coverage_rows = pa.Table.from_pylist(
+        [{name: getattr(run, name) for name in BATCH_COVERAGE.schema.names} for run in runs.runs],
+        schema=BATCH_COVERAGE.schema,
     )
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
@@ -250,7 +248,7 @@ def read_stale(
         if view.attribution is not None:
             marks = f"({stale_marks_sql(**sides, attribution=view.attribution)})"
         rows = con.execute(stale_buckets_sql(f"({stale})", marks=marks)).fetchall()
-    return stale_buckets(rows), coverage
+    return stale_buckets(rows)
 
 
 def _read(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
@@ -260,7 +258,3 @@ def _read(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.
     if not DeltaTable.is_deltatable(path):
         return pa.schema([schema.field(n) for n in names]).empty_table()
     return DeltaTable(path).to_pyarrow_table(columns=names)
-
-
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
