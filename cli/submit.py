@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Recompute batch/ctr for [start, end).")
+    parser = argparse.ArgumentParser(
+        description="The Airflow tasks' spark-submit application: recompute the exact view for "
+        "[--start, --end) (or preview it), recompute the stale hours (--stale), or build a "
+        "view version (--build VIEW --version N [--from kafka])."
+    )
     parser.add_argument("--start", help="ISO-8601 UTC, whole minute")
     parser.add_argument("--end", help="ISO-8601 UTC, whole minute, after start")
     parser.add_argument("--run-id", help="recorded in batch/ctr and batch/coverage")
