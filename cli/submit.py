@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -174,4 +175,8 @@ def _build(view: str, version: int, source: str) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a file (spark-submit's way): Python puts this file's folder first on sys.path,
+    # where cli/views.py, cli/kafka.py, … would shadow the packages of the same names.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != here]
     sys.exit(main())
