@@ -107,13 +107,13 @@ class LakeCollector(Collector):
             errors.add_metric(["lake"], 1)
         parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = []
         if snap is not None:
-            lake = snap
+            lake, inventory = snap, Inventory(serving)
             parts += [
-                ("tables", lambda: self._tables(serving, lake)),
+                ("tables", lambda: self._tables(inventory, lake)),
                 ("freshness", lambda: self._freshness(serving, lake)),
-                ("rejected", lambda: self._rejected(serving, lake)),
-                ("stale", lambda: self._stale(serving, lake)),
-                ("drift", lambda: self._drift(serving, lake)),
+                ("rejected", lambda: self._rejected(inventory, lake)),
+                ("stale", lambda: self._stale(inventory, lake)),
+                ("drift", lambda: self._drift(inventory, lake)),
             ]
         parts += [("dead_letters", self._dlq), ("cache", self._cache_counts)]
         if self._sql_pool is not None:
@@ -129,7 +129,7 @@ class LakeCollector(Collector):
                 errors.add_metric([part], 1)
         yield errors
 
-    def _tables(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
+    def _tables(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
         versions = GaugeMetricFamily(
             "ctr_table_version",
             "Delta version of each table (-1: not created yet)",
@@ -142,7 +142,7 @@ class LakeCollector(Collector):
             "ctr_table_rows", "rows in each table (0: not created yet)", labels=["table"]
         )
         for name in snap.tables:
-            rows.add_metric([name], Inventory(serving).table_info(snap[name]).rows)
+            rows.add_metric([name], inventory.table_info(snap[name]).rows)
         yield rows
 
     def _freshness(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
@@ -179,18 +179,18 @@ class LakeCollector(Collector):
                     status.invalid_records_total,
                 )
 
-    def _rejected(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
+    def _rejected(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
         rejected = CounterMetricFamily(
             "ctr_rejected_records",
             "records in master/rejected by reason kind (the field a reason names)",
             labels=["reason"],
         )
-        for reason, count in Inventory(serving).rejected_by_reason(snap).items():
+        for reason, count in inventory.rejected_by_reason(snap).items():
             rejected.add_metric([reason], count)
         yield rejected
 
-    def _stale(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
-        buckets = Inventory(serving).stale_buckets(snap)
+    def _stale(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
+        buckets = inventory.stale_buckets(snap)
         yield GaugeMetricFamily(
             "ctr_stale_buckets",
             "covered minute buckets with events no batch run has counted yet",
@@ -207,8 +207,8 @@ class LakeCollector(Collector):
             age,
         )
 
-    def _drift(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
-        drift = Inventory(serving).drift(snap)
+    def _drift(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
+        drift = inventory.drift(snap)
         error = GaugeMetricFamily(
             "ctr_drift_relative_error",
             "|speed - batch| / batch per minute the latest runs covered for the first time",
