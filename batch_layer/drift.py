@@ -13,8 +13,10 @@ from batch_layer.interval import Interval
 from lake.catalog import BATCH_DRIFT, SPEED_CTR, SPEED_LATE
 from lake.coverage import log as coverage_log
 from lake.coverage.model import Coverage
+from lake.frames import commit_frame
 from lake.settings import LakeSettings
-from runtime.connectors import read_delta, write_delta
+from lake.storage import is_delta
+from runtime.connectors import read_delta
 from views.definitions import Definition
 
 if TYPE_CHECKING:
@@ -100,13 +102,17 @@ def record_drift(
         if minutes:
             # Keyed by interval: a run retried after a conflict (another run id) adds no rows.
             key = f"drift:{definition.key}:{interval.start:%Y%m%dT%H%M}-{interval.end:%Y%m%dT%H%M}"
-            write_delta(drift, BATCH_DRIFT.path(lake), txn=(key, 0))
+            commit_frame(
+                drift,
+                BATCH_DRIFT.path(lake),
+                BATCH_DRIFT.schema,
+                txn=(key, 0),
+                properties=lake.retention(BATCH_DRIFT.name),
+            )
         return minutes
     finally:
         drift.unpersist()
 
 
 def _is_delta(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
+    return is_delta(path)

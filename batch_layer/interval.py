@@ -56,6 +56,14 @@ class Interval:
             f"AND {column} < TIMESTAMP '{_sql_time(self.end)}'"
         )
 
+    def delta_predicate(self, column: str) -> str:
+        """``column`` in [start, end) as a delta-rs predicate (its SQL compares a UTC timestamp
+        column with ISO-8601 strings, not with ``TIMESTAMP '…'`` literals, which lack a zone)."""
+        return (
+            f"{column} >= '{self.start.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S.%fZ}' "
+            f"AND {column} < '{self.end.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S.%fZ}'"
+        )
+
     def __str__(self) -> str:
         return f"[{self.start.isoformat()}, {self.end.isoformat()})"
 

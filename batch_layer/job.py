@@ -26,9 +26,11 @@ from lake.arrivals import forget_counted, forget_settled
 from lake.catalog import MASTER_EVENTS, batch_table
 from lake.coverage import log as coverage_log
 from lake.coverage.model import CoverageRun
+from lake.frames import commit_frame
 from lake.registry import Registry, read_registry
 from lake.settings import LakeSettings
-from runtime.connectors import is_commit_conflict, read_delta, write_delta
+from lake.storage import is_delta, open_delta
+from runtime.connectors import is_commit_conflict, read_delta
 from views.ctr import attributed_ctr, ctr
 from views.definitions import Definition
 
@@ -105,9 +107,8 @@ def dedup_partitions(input_bytes: int, parallelism: int) -> int:
 
 
 def _require_events(lake: LakeSettings) -> None:
-    from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(MASTER_EVENTS.path(lake)):
+    if not is_delta(MASTER_EVENTS.path(lake)):
         raise MissingTableError(
             f"master/events does not exist at {MASTER_EVENTS.path(lake)}: run `ctr archive` first "
             "(or point LAKE_ROOT at the lake)"
@@ -127,11 +128,10 @@ def compute_view(
     version (or from a ``replay``): (rows with ``run_id``, the master/events version they
     hold, the run id). Same interval, definition and input version -> same run id, so a rerun
     writes identical rows."""
-    from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
     path = replay.events if replay else MASTER_EVENTS.path(lake)
-    table = DeltaTable(path)
+    table = open_delta(path)
     read = table.version()
     version = replay.input_version if replay else read
     prefix = definition.key.replace("@", "-") + ("-replay" if replay else "")
@@ -232,7 +232,13 @@ class BatchJob:
         # read the rows back, a few columns of the run's own rows.
         on_step(f"computing the view and replacing {interval} of {target.name} with it")
         where = interval.sql_predicate("bucket_start")
-        write_delta(view, target.path(lake), mode="overwrite", replace_where=where)
+        commit_frame(
+            view,
+            target.path(lake),
+            target.schema,
+            predicate=interval.delta_predicate("bucket_start"),
+            properties=lake.retention(target.name),
+        )
         written = (
             read_delta(spark, target.path(lake))
             .where(where)
@@ -249,7 +255,7 @@ class BatchJob:
         run = CoverageRun(
             run_id, definition.key, interval.start, interval.end, version, rows, _now()
         )
-        coverage_log.record(spark, lake, run)
+        coverage_log.record(lake, run)
         self._forget_arrivals(interval, definition, version)
         return BatchRun(run_id, interval, version, rows, definition.key)
 

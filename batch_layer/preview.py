@@ -12,6 +12,7 @@ from batch_layer.interval import Interval
 from batch_layer.job import compute_view
 from lake.catalog import batch_table
 from lake.settings import LakeSettings
+from lake.storage import is_delta
 from runtime.connectors import read_delta
 from runtime.times import from_micros
 from views.columns import DIMENSIONS
@@ -29,13 +30,12 @@ def preview(
 ) -> Comparison:
     """The rows of ``definition``'s batch table in ``interval`` now (side a) against its
     recompute from master/events at its current version (side b)."""
-    from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
     after, version, _ = compute_view(spark, interval, lake=lake, definition=definition)
     path = batch_table(definition).path(lake)
     keys = ["bucket_start", *DIMENSIONS]
-    if DeltaTable.is_deltatable(path):
+    if is_delta(path):
         now = read_delta(spark, path).where(interval.sql_predicate("bucket_start"))
     else:
         now = after.limit(0)

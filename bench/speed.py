@@ -525,7 +525,7 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
 
     from events.records import parse_records
     from lake.catalog import SPEED_CTR
-    from runtime.connectors import read_kafka, write_delta
+    from runtime.connectors import read_kafka
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
     from speed_layer.attribution import INCREMENTS_SCHEMA
@@ -567,8 +567,13 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
         "read_and_parse": lambda: valid().agg(F.count(F.lit(1))).collect(),
         "read_parse_spark_view": spark_view,
         "read_parse_view": view,
-        "delta_spark_append": lambda: write_delta(
-            spark.createDataFrame(rows), spark_path, txn=("bench", next(version))
+        "delta_spark_append": lambda: (
+            spark.createDataFrame(rows)
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", "bench")
+            .option("txnVersion", str(next(version)))
+            .save(spark_path)
         ),
         "delta_rs_append": lambda: rs_table.append(rows, app_id="bench", version=next(version)),
     }

@@ -7,7 +7,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from cli import archive, batch, ingest, kafka, serve, speed, sql, views
+from cli import archive, batch, ingest, kafka, s3, serve, speed, sql, views
 
 app = typer.Typer(
     name="ctr",
@@ -18,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(kafka.app, name="kafka")
+app.add_typer(s3.app, name="s3")
 app.command()(ingest.produce)
 app.command()(ingest.replay)
 app.command()(archive.archive)

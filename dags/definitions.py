@@ -273,16 +273,14 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
         default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
         tags=["ctr", "maintenance"],
     ) as dag:
-        # One task, one Spark driver for every table: a driver per table (mapped tasks) took
-        # longer than a 15-minute schedule on 2 cores shared with the streaming jobs.
+        # One task for every table, through delta-rs (no Spark driver: lake.maintenance).
         @task
         def compact_and_vacuum() -> list[str]:
             from lake.maintenance import compact_and_vacuum_all
             from lake.settings import LakeSettings
-            from runtime.spark import spark_session
 
             tables = [t.name for t in MAINTAINED]
-            return [str(r) for r in compact_and_vacuum_all(spark_session(), LakeSettings(), tables)]
+            return [str(r) for r in compact_and_vacuum_all(LakeSettings(), tables)]
 
         compact_and_vacuum()
     return dag

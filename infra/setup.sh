@@ -34,7 +34,7 @@ fi
 
 # Apache Kafka's broker jars (and the Spark connectors'), resolved by Maven into a cache outside
 # the repository once; a no-op when they are there.
-bash infra/jars.sh kafka spark
+bash infra/jars.sh kafka spark s3
 
 want="$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [[ -x .venv/bin/ctr && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then

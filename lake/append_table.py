@@ -33,6 +33,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from lake.data_files import DataFile
+from lake.storage import delta_options, is_delta, open_delta
 
 log = logging.getLogger("ctr.lake")
 
@@ -78,9 +79,9 @@ class AppendTable:
     def table(self) -> DeltaTable | None:
         """The table, refreshed to its latest version; None while it does not exist."""
         if self._table is None:
-            if not DeltaTable.is_deltatable(self.path):
+            if not is_delta(self.path):
                 return None
-            self._table = DeltaTable(self.path)
+            self._table = open_delta(self.path)
             self._ensure_properties(self._table)
         else:
             self._table.update_incremental()
@@ -135,6 +136,7 @@ class AppendTable:
             mode="append",
             partition_by=self.partition_by or None,
             configuration=(self.properties or None) if table is None else None,
+            storage_options=delta_options(self.path) if table is None else None,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
@@ -161,6 +163,7 @@ class AppendTable:
                 self.schema,
                 partition_by=self.partition_by or None,
                 configuration=self.properties or None,
+                storage_options=delta_options(self.path),
             )
             self._table = table
         actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]

@@ -29,6 +29,7 @@ from lake.catalog import MASTER_ARRIVALS
 from lake.coverage.log import read_runs
 from lake.coverage.model import delta_rs_timestamp, in_intervals_sql
 from lake.settings import LakeSettings
+from lake.storage import is_delta, open_delta
 
 log = logging.getLogger("ctr.lake")
 
@@ -130,14 +131,13 @@ def _delete(path: str, condition: str, attempts: int) -> bool:
     a fraction of a second and checks the appended files against its predicate by their
     statistics (newer ``events_version``: no conflict); a compaction by the archiver that
     removed the same files does conflict, and the delete is tried again."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
-    if not DeltaTable.is_deltatable(path):
+    if not is_delta(path):
         return True
     for attempt in range(1, attempts + 1):
         try:
-            DeltaTable(path).delete(condition)
+            open_delta(path).delete(condition)
         except CommitFailedError as exc:
             log.info("master/arrivals clean-up conflicted (attempt %d): %s", attempt, exc)
             time.sleep(0.2 * attempt)

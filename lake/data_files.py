@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import time
 import uuid
@@ -29,8 +28,9 @@ from typing import Final, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from lake.storage import arrow_filesystem
 
 STRING_STATS_CHARS: Final = 32
 # A task's answer to the driver: one row per data file written.
@@ -101,8 +101,8 @@ def _write(
     directory = "/".join(f"{name}={_escape(value)}" for name, value in values.items())
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     relative = f"{directory}/{name}" if directory else name
-    # A local path or any URI pyarrow has a filesystem for (s3://, gs://, ...).
-    filesystem, base = pafs.FileSystem.from_uri(root if "://" in root else os.path.abspath(root))
+    # A local path or the lake's object store (lake.storage).
+    filesystem, base = arrow_filesystem(root)
     target = f"{base.rstrip('/')}/{relative}"
     filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
     encode: bool | list[str] = True if dictionary is None else list(dictionary)

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from lake.catalog import MASTER_EVENTS, VIEW_REGISTRY
 from lake.settings import LakeSettings
+from lake.storage import delta_options, is_delta, open_delta
 from views.definitions import NEWEST, Definition, definition, versions
 
 Event = Literal["building", "ready", "published", "retired"]
@@ -126,12 +127,11 @@ class Registry:
 
 def read_registry(lake: LakeSettings, *, version: int | None = None) -> Registry:
     """The registry as it is (or at table ``version``), empty before its first event."""
-    from deltalake import DeltaTable
 
     path = VIEW_REGISTRY.path(lake)
-    if not DeltaTable.is_deltatable(path):
+    if not is_delta(path):
         return Registry()
-    table = DeltaTable(path, version=version)
+    table = open_delta(path, version=version)
     return Registry.from_rows(table.to_pyarrow_table().to_pylist())
 
 
@@ -157,7 +157,8 @@ def record(
         "at": entry.at,
     }
     data = pa.Table.from_pylist([row], schema=VIEW_REGISTRY.schema)
-    write_deltalake(VIEW_REGISTRY.path(lake), data, mode="append")
+    path = VIEW_REGISTRY.path(lake)
+    write_deltalake(path, data, mode="append", storage_options=delta_options(path))
     return entry
 
 
@@ -166,9 +167,8 @@ def start_new_lake(lake: LakeSettings) -> list[RegistryEvent]:
     version, so its history starts with it; a lake with events keeps its published version
     until a build and publish move it. Returns the events recorded (none on an existing
     lake)."""
-    from deltalake import DeltaTable
 
-    if DeltaTable.is_deltatable(MASTER_EVENTS.path(lake)) or read_registry(lake).events:
+    if is_delta(MASTER_EVENTS.path(lake)) or read_registry(lake).events:
         return []
     return [
         record(lake, view, version, "published", "a new lake starts with the newest version")

@@ -3,7 +3,9 @@
 The defaults are under the project's own ``data/`` folder, whichever directory a job starts
 from (a relative default made a new, empty lake beside every other working directory); a
 relative ``LAKE_ROOT`` or ``CHECKPOINT_ROOT`` given in the environment is taken from the
-working directory, as usual for a path.
+working directory, as usual for a path. ``LAKE_ROOT`` may also name an S3-compatible object store,
+``s3://bucket/prefix`` (the store's endpoint and credentials: :mod:`lake.storage`); the streaming
+checkpoints stay on the driver's disk.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_DATA: Final = Path(__file__).resolve().parents[1] / "data"
@@ -22,7 +24,8 @@ class LakeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    lake_root: Path = Field(default=PROJECT_DATA / "lake", validation_alias="LAKE_ROOT")
+    # A local folder (a Path or a str), or an object-store URI; always held as a str.
+    lake_root: str | Path = Field(default=str(PROJECT_DATA / "lake"), validation_alias="LAKE_ROOT")
     checkpoint_root: Path = Field(
         default=PROJECT_DATA / "checkpoints", validation_alias="CHECKPOINT_ROOT"
     )
@@ -38,6 +41,32 @@ class LakeSettings(BaseSettings):
         default=168.0, gt=0, validation_alias="LAKE_VACUUM_RETENTION_HOURS"
     )
 
+    @field_validator("lake_root", mode="before")
+    @classmethod
+    def _locate(cls, value: object) -> str:
+        from lake.storage import to_delta_uri
+        from runtime.object_store import is_object_store
+
+        text = str(value)
+        if is_object_store(text):
+            return to_delta_uri(text).rstrip("/")
+        return str(Path(text).absolute())
+
+    @property
+    def on_object_store(self) -> bool:
+        from runtime.object_store import is_object_store
+
+        return is_object_store(str(self.lake_root))
+
+    def under(self, *parts: str) -> LakeSettings:
+        """A lake of its own below this one (a replay's), its checkpoints likewise."""
+        return self.model_copy(
+            update={
+                "lake_root": "/".join([str(self.lake_root), *parts]),
+                "checkpoint_root": self.checkpoint_root.joinpath(*parts),
+            }
+        )
+
     def retention(self, table: str) -> dict[str, str]:
         """The retention table properties of ``table`` (e.g. ``"master/events"``)."""
         from lake.retention import STREAMING_TABLES, retention_properties
@@ -50,7 +79,7 @@ class LakeSettings(BaseSettings):
 
     def table(self, name: str) -> str:
         """Absolute location of a table, e.g. ``table("master/events")``."""
-        return str((self.lake_root / name).absolute())
+        return f"{self.lake_root}/{name}"
 
     def checkpoint(self, name: str) -> str:
         return str((self.checkpoint_root / name).absolute())

@@ -2,8 +2,8 @@
 
 Spark's ``kafka`` source and delta-spark's ``delta`` format (their jars are on every session's
 classpath: see ``runtime.spark``). Options a job needs are named here once: the client
-configuration for a secured cluster, idempotent commits (``txnAppId``/``txnVersion``),
-``replaceWhere``, time travel.
+configuration for a secured cluster, time travel. Spark reads the lake; its results are committed
+by delta-rs (``lake.frames``), whose conflicts :func:`is_commit_conflict` recognises.
 """
 
 from __future__ import annotations
@@ -41,28 +41,6 @@ def read_kafka(
     return reader.load()
 
 
-def write_delta(
-    df: DataFrame,
-    path: str,
-    *,
-    mode: str = "append",
-    partition_by: Sequence[str] = (),
-    replace_where: str | None = None,
-    txn: tuple[str, int] | None = None,
-) -> None:
-    """Write ``df`` to the Delta table at ``path``; ``txn`` = (application id, version) makes
-    the write idempotent (a replay of the same version is a no-op); ``replace_where`` replaces
-    exactly the rows it matches, atomically."""
-    writer = df.write.format("delta").mode(mode)
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
-    if replace_where:
-        writer = writer.option("replaceWhere", replace_where)
-    if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
-    writer.save(path)
-
-
 def read_delta(
     spark: SparkSession,
     path: str,
@@ -90,12 +68,14 @@ _CONFLICTS = (
     "MetadataChangedException",
     "ProtocolChangedException",
     "DeltaConcurrentModificationException",
+    "CommitFailedError",  # delta-rs: another process committed that version first
 )
 
 
 def is_commit_conflict(exc: BaseException) -> bool:
-    """True when ``exc`` is delta-spark's refusal of a commit that conflicts with a concurrent
-    one (its Python class, or the Java class named in the error): rerunning is the remedy."""
+    """True when ``exc`` is delta-rs' (or delta-spark's) refusal of a commit that conflicts
+    with a concurrent one (its Python class, or the Java class named in the error): rerunning
+    is the remedy."""
     names = {c.__name__ for c in type(exc).__mro__}
     text = str(exc)
     return any(name in names or name in text for name in _CONFLICTS)

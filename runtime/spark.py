@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from runtime.jars import jars
+from runtime.object_store import ObjectStoreSettings, spark_conf
 from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -52,10 +53,19 @@ def _artifact(file_name: str) -> str:
     return match.group("artifact") if match else file_name
 
 
+@cache
+def s3_jars() -> tuple[str, ...]:
+    """Local paths of the S3 connector's jars (the jar set ``s3``)."""
+    return tuple(str(p) for p in jars("s3"))
+
+
 def connector_conf() -> dict[str, str]:
-    """The Spark settings that bring in the connectors and configure Delta."""
+    """The Spark settings that bring in the connectors and configure Delta; with the lake on
+    an object store, Hadoop's S3A too (``runtime.object_store``)."""
+    s3 = ObjectStoreSettings()
+    extra = s3_jars() if s3.in_use else ()
     conf = {
-        "spark.jars": ",".join(connector_jars()),
+        "spark.jars": ",".join((*connector_jars(), *extra)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # INT96 timestamps (Spark's default) are a legacy encoding: micros, as Delta expects.
@@ -65,6 +75,8 @@ def connector_conf() -> dict[str, str]:
     }
     for name, value in DELTA_TABLE_DEFAULTS.items():
         conf[f"spark.databricks.delta.properties.defaults.{name}"] = value
+    if s3.in_use:
+        conf.update(spark_conf(s3))
     return conf
 
 
@@ -147,6 +159,8 @@ def submit_args() -> list[str]:
     conf = connector_conf()
     args = ["--jars", conf.pop("spark.jars")]
     for key, value in conf.items():
+        if key.startswith("spark.executorEnv."):
+            continue  # credentials: not on a command line (the session sets them)
         args += ["--conf", f"{key}={value}"]
     return args
 

@@ -4,29 +4,48 @@ A commit's time is the modification time of its log file (``_delta_log/<version>
 Delta protocol defines it for tables without in-commit timestamps (delta-rs' and Spark's time
 travel read it too). Versions are found with a few file stats, binary searches over version
 numbers, rather than a listing of the log: it holds a file per commit, and the speed layer
-commits every second.
+commits every second. The log is read through pyarrow's filesystem (a local folder, or an object
+store's ``LastModified``: :func:`log_of`).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+import pyarrow.fs as pafs
+
+from lake.storage import arrow_filesystem
 
 _COMMIT_FILE: Final = re.compile(r"(\d{20})\.json")
 
 
-def commit_ns(log: Path, version: int) -> int | None:
+@dataclass(frozen=True)
+class DeltaLog:
+    """A table's ``_delta_log`` folder on its filesystem."""
+
+    filesystem: pafs.FileSystem
+    path: str
+
+
+def log_of(table: str | Path) -> DeltaLog:
+    """The log of the Delta table at ``table`` (a path or an object-store URI)."""
+    filesystem, base = arrow_filesystem(str(table))
+    return DeltaLog(filesystem, f"{base}/_delta_log")
+
+
+def commit_ns(log: DeltaLog, version: int) -> int | None:
     """When ``version`` was committed (ns since the epoch), or None if its log file is gone."""
-    try:
-        return (log / f"{version:020d}.json").stat().st_mtime_ns
-    except FileNotFoundError:
+    info = log.filesystem.get_file_info(f"{log.path}/{version:020d}.json")
+    if info.type == pafs.FileType.NotFound or info.mtime_ns is None:
         return None
+    return int(info.mtime_ns)
 
 
-def log_span(log: Path, hint: int | None = None) -> tuple[int, int] | None:
+def log_span(log: DeltaLog, hint: int | None = None) -> tuple[int, int] | None:
     """The first and the last version that have a log file; None if none has (no table).
 
     ``hint``: a version known to have been committed (the current snapshot's), the start of the
@@ -55,7 +74,7 @@ def log_span(log: Path, hint: int | None = None) -> tuple[int, int] | None:
     return first, last_true(exists, last, last + step - 1)
 
 
-def version_at(log: Path, moment_ns: int, first: int, last: int) -> int | None:
+def version_at(log: DeltaLog, moment_ns: int, first: int, last: int) -> int | None:
     """The last version in ``first..last`` committed at or before ``moment_ns``; None if
     ``first`` was committed after it. A log file removed meanwhile counts as committed before."""
 
@@ -94,9 +113,7 @@ def last_true(predicate: Callable[[int], bool], low: int, high: int) -> int:
     return found
 
 
-def _listed(log: Path) -> list[int]:
-    try:
-        names = os.listdir(log)
-    except FileNotFoundError:
-        return []
+def _listed(log: DeltaLog) -> list[int]:
+    infos = log.filesystem.get_file_info(pafs.FileSelector(log.path, allow_not_found=True))
+    names = (info.base_name for info in infos)
     return sorted(int(m.group(1)) for name in names if (m := _COMMIT_FILE.fullmatch(name)))

@@ -13,6 +13,8 @@ import duckdb
 import pyarrow as pa
 
 from lake.catalog import BATCH_COVERAGE, SERVED
+from lake.storage import duckdb_object_store
+from runtime.object_store import ObjectStoreSettings
 from serving_layer.tables import TableSnapshot
 
 _HIVE_TYPES: Final = {
@@ -121,6 +123,10 @@ class RelationCache:
             config["temp_directory"] = ""
         self._db = duckdb.connect(config=config)
         self._db.execute("SET TimeZone = 'UTC'")
+        if ObjectStoreSettings().in_use:
+            # The lake's files are s3:// URIs: this database (never the SQL sandbox's) reads
+            # them with the store's secret.
+            duckdb_object_store(self._db)
         self._db.execute("SET parquet_metadata_cache = true")
         self._lock = threading.Lock()
         self._derive_lock = threading.RLock()  # a computation may derive another value

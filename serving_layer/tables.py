@@ -15,24 +15,24 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from lake.catalog import SERVED, Table
 from lake.settings import LakeSettings
 from lake.speed_status import SpeedStatus, read_status, speed_status_path
+from lake.storage import arrow_filesystem, is_delta, open_delta, store_path
 from runtime.times import EPOCH
-from serving_layer.delta_log import commit_ns, first_true, log_span, version_at
+from serving_layer.delta_log import DeltaLog, commit_ns, first_true, log_of, log_span, version_at
 
 _log = logging.getLogger(__name__)
 SCHEMAS: Final[Mapping[str, pa.Schema]] = {t.name: t.schema for t in SERVED}
@@ -219,9 +219,9 @@ class SnapshotSource:
         path = self.lake.table(name)
         handle = self._handles.get(name)
         if handle is None:
-            if not DeltaTable.is_deltatable(path):
+            if not is_delta(path):
                 return TableSnapshot(name, path, None, (), (), SCHEMAS[name])
-            handle = self._handles[name] = DeltaTable(path)
+            handle = self._handles[name] = open_delta(path)
         else:
             handle.update_incremental()
         if old is not None and old.version == handle.version():
@@ -248,7 +248,7 @@ class SnapshotSource:
         first_commits = []
         for name in self.tables:
             path = self.lake.table(name)
-            log = Path(path) / "_delta_log"
+            log = log_of(path)
             hint = current.tables[name].version if current is not None else None
             span = log_span(log, hint)
             if span is None:
@@ -275,7 +275,7 @@ class SnapshotSource:
         return LakeSnapshot(tables=tables, status=None)
 
     def _table_at(
-        self, name: str, log: Path, version: int, last: int, moment: dt.datetime
+        self, name: str, log: DeltaLog, version: int, last: int, moment: dt.datetime
     ) -> TableSnapshot:
         path = self.lake.table(name)
         with self._past_lock:
@@ -284,7 +284,7 @@ class SnapshotSource:
                 self._past.move_to_end((name, version))
         try:
             if table is None:
-                table = _table_snapshot(name, path, DeltaTable(path, version=version))
+                table = _table_snapshot(name, path, open_delta(path, version=version))
         except DeltaError:
             removed = "its log was cleaned up"
         else:
@@ -300,14 +300,14 @@ class SnapshotSource:
             f"(retention){self._readable_from(name, log, version + 1, last)}"
         )
 
-    def _readable_from(self, name: str, log: Path, low: int, high: int) -> str:
+    def _readable_from(self, name: str, log: DeltaLog, low: int, high: int) -> str:
         """``; <name> can be read as of <time> or later``: the commit time of the first version
         of ``low..high`` whose log and files are there ("" if none is)."""
         path = self.lake.table(name)
 
         def readable(version: int) -> bool:
             try:
-                return _files_exist(_table_snapshot(name, path, DeltaTable(path, version=version)))
+                return _files_exist(_table_snapshot(name, path, open_delta(path, version=version)))
             except DeltaError:
                 return False
 
@@ -337,8 +337,11 @@ def _table_snapshot(name: str, path: str, handle: DeltaTable) -> TableSnapshot:
 
 
 def _files_exist(table: TableSnapshot) -> bool:
-    # The lake is on a local file system (LakeSettings): its file URIs are paths.
-    return all(os.path.exists(f) for f in table.files)
+    if not table.files:
+        return True
+    filesystem, _ = arrow_filesystem(table.path)
+    paths = [store_path(f) for f in table.files]
+    return all(info.type != pafs.FileType.NotFound for info in filesystem.get_file_info(paths))
 
 
 def _iso(moment: dt.datetime) -> str:

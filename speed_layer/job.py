@@ -50,6 +50,7 @@ from lake.coverage.log import read_runs
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
+from lake.storage import is_delta, open_delta
 from runtime.connectors import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import (
@@ -134,12 +135,11 @@ def build_query(
 
 def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
     """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
-    from deltalake import DeltaTable
 
     path = SPEED_CTR.path(lake)
-    if (Path(checkpoint) / "metadata").exists() or not DeltaTable.is_deltatable(path):
+    if (Path(checkpoint) / "metadata").exists() or not is_delta(path):
         return
-    if DeltaTable(path).to_pyarrow_dataset().head(1).num_rows:
+    if open_delta(path).to_pyarrow_dataset().head(1).num_rows:
         raise SpeedStateError(
             f"{path} holds counts but the speed checkpoint {checkpoint} is missing, so the job "
             "would count the retained log again; run `ctr speed --reset` to rebuild speed/ctr "

@@ -9,8 +9,8 @@ from pyspark.sql import SparkSession
 
 from events.records import EVENTS_SCHEMA
 from lake.catalog import MASTER_EVENTS
+from lake.frames import commit_frame
 from lake.settings import LakeSettings
-from runtime.connectors import write_delta
 
 
 def event(
@@ -44,4 +44,4 @@ def archive(spark: SparkSession, lake: LakeSettings, rows: list[dict[str, object
         [tuple(r[name] for name in EVENTS_SCHEMA.names) for r in rows],
         from_arrow_schema(EVENTS_SCHEMA),
     )
-    write_delta(frame, MASTER_EVENTS.path(lake), partition_by=["event_date"])
+    commit_frame(frame, MASTER_EVENTS.path(lake), EVENTS_SCHEMA, partition_by=["event_date"])

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.sql import SparkSession
 
 from batch_layer.interval import Interval, IntervalError
@@ -158,7 +157,7 @@ def test_no_coverage_without_committed_rows(
     blocker = Path(lake.table("batch/ctr"))
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("not a table")  # the view's write fails
-    with pytest.raises(Py4JJavaError, match="DELTA_CANNOT_CREATE_LOG_PATH"):
+    with pytest.raises(OSError, match="Not a directory"):
         run(spark, HOUR, lake=lake)
     assert not DeltaTable.is_deltatable(lake.table("batch/coverage"))
 

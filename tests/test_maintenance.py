@@ -1,5 +1,5 @@
-"""Maintenance through delta-spark on real Delta tables: compaction and vacuum (the speed
-tables' own maintenance: tests/test_speed_tables.py)."""
+"""Maintenance through delta-rs on real Delta tables (written by Spark here): compaction and
+vacuum (the speed tables' own maintenance: tests/test_speed_tables.py)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ def test_compaction_merges_small_files_and_keeps_rows(
     for n in range(4):
         one_file = spark.createDataFrame([(n,)], "n long").coalesce(1)
         one_file.write.format("delta").mode("append").save(path)
-    report = compact_and_vacuum(spark, lake, "batch/ctr", retention_hours=0)
+    report = compact_and_vacuum(lake, "batch/ctr", retention_hours=0)
     assert report is not None
     assert (report.files_added, report.files_removed, report.files_vacuumed) == (1, 4, 4)
     assert sorted(DeltaTable(path).to_pyarrow_table().column("n").to_pylist()) == [0, 1, 2, 3]
     assert len(DeltaTable(path).file_uris()) == 1
-    assert compact_and_vacuum(spark, lake, "speed/ctr") is None  # no table yet: nothing to do
+    assert compact_and_vacuum(lake, "speed/ctr") is None  # no table yet: nothing to do
 
 
 def test_vacuum_keeps_files_for_a_retention_under_an_hour(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """delta-spark's VACUUM rounds RETAIN to whole hours: 15 minutes became 0, and it deleted
+    """A VACUUM that rounded RETAIN to whole hours (delta-spark did) made 15 minutes 0 and deleted
     files a writer had just replaced (or was about to commit). The table's property rules."""
     lake = LakeSettings(lake_root=tmp_path / "lake", vacuum_retention_hours=0.25)
     path = lake.table("batch/ctr")
@@ -39,12 +39,12 @@ def test_vacuum_keeps_files_for_a_retention_under_an_hour(
     spark.createDataFrame([(1,)], "n long").coalesce(1).write.format("delta").mode(
         "overwrite"
     ).save(path)
-    report = compact_and_vacuum(spark, lake, "batch/ctr")
+    report = compact_and_vacuum(lake, "batch/ctr")
     assert report is not None
     assert report.files_vacuumed == 0  # the replaced file waits out its 15 minutes
     assert len(list(Path(path).glob("*.parquet"))) == 2
     with pytest.raises(ValueError, match="whole hours"):
-        compact_and_vacuum(spark, lake, "batch/ctr", retention_hours=0.25)
+        compact_and_vacuum(lake, "batch/ctr", retention_hours=0.25)
 
 
 def test_every_table_is_maintained_in_one_driver_and_a_failure_is_named_at_the_end(
@@ -61,7 +61,7 @@ def test_every_table_is_maintained_in_one_driver_and_a_failure_is_named_at_the_e
             "append"
         ).save(path)
     with pytest.raises(RuntimeError, match="maintenance failed for batch/coverage"):
-        compact_and_vacuum_all(spark, lake, ["batch/coverage", "batch/drift", "batch/ctr"])
+        compact_and_vacuum_all(lake, ["batch/coverage", "batch/drift", "batch/ctr"])
     assert len(DeltaTable(path).file_uris()) == 1
-    reports = compact_and_vacuum_all(spark, lake, ["batch/drift", "batch/ctr"])
+    reports = compact_and_vacuum_all(lake, ["batch/drift", "batch/ctr"])
     assert [(r.table, r.files_removed) for r in reports] == [("batch/drift", 0)]

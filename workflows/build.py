@@ -25,6 +25,7 @@ from lake.coverage.log import read_runs
 from lake.coverage.model import Coverage
 from lake.registry import Registry, read_registry, record
 from lake.settings import LakeSettings
+from lake.storage import is_delta, open_delta
 from runtime.times import LATEST
 from views.definitions import Definition
 
@@ -68,21 +69,17 @@ def plan_build(
 def replay_lake(lake: LakeSettings, target: Definition) -> LakeSettings:
     """Where a Kafka replay for ``target`` keeps its private master dataset and checkpoint."""
     name = target.key.replace("@", "_")
-    return LakeSettings(
-        lake_root=lake.lake_root / "replays" / name,
-        checkpoint_root=lake.checkpoint_root / "replays" / name,
-    )
+    return lake.under("replays", name)
 
 
 def replayed_since(replay: LakeSettings) -> dt.datetime | None:
     """The first whole hour a replay holds completely: after its earliest record's ingest
     time (what Kafka's retention left). None: nothing replayed."""
-    from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(MASTER_EVENTS.path(replay)):
+    if not is_delta(MASTER_EVENTS.path(replay)):
         return None
     times = (
-        DeltaTable(MASTER_EVENTS.path(replay)).to_pyarrow_table(columns=["ingest_time"]).column(0)
+        open_delta(MASTER_EVENTS.path(replay)).to_pyarrow_table(columns=["ingest_time"]).column(0)
     )
     earliest = min(times.to_pylist(), default=None)
     if not isinstance(earliest, dt.datetime):
@@ -149,16 +146,13 @@ def replay_and_build(
     that the retained log holds. Coverage records the master/events version from before the
     replay began: the replay holds at least what it held, so later arrivals still mark buckets
     stale."""
-    from deltalake import DeltaTable
 
     from master_dataset.archiver import run as archive
     from master_dataset.settings import ArchiverSettings
     from runtime.offsets import topic_offsets
 
     before = (
-        DeltaTable(MASTER_EVENTS.path(lake)).version()
-        if DeltaTable.is_deltatable(MASTER_EVENTS.path(lake))
-        else -1
+        open_delta(MASTER_EVENTS.path(lake)).version() if is_delta(MASTER_EVENTS.path(lake)) else -1
     )
     private = replay_lake(lake, target)
     settings = ArchiverSettings(starting_offsets="earliest")

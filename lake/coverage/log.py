@@ -13,38 +13,42 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+import pyarrow as pa
+
 from lake.catalog import BATCH_COVERAGE
 from lake.coverage.model import CoverageRun, CoverageRuns
+from lake.frames import commit_frame
 from lake.settings import LakeSettings
-from runtime.connectors import write_delta
+from lake.storage import is_delta, open_delta
 from runtime.times import utc
 
 if TYPE_CHECKING:
     import duckdb
-    from pyspark.sql import SparkSession
 
 _COLUMNS: Final = BATCH_COVERAGE.schema.names
 
 
-def record(spark: SparkSession, lake: LakeSettings, run: CoverageRun) -> None:
+def record(lake: LakeSettings, run: CoverageRun) -> None:
     """Append ``run``'s row; writing the same run's row again (a retry) is a no-op."""
-    values = tuple(getattr(run, name) for name in _COLUMNS)
-    frame = spark.createDataFrame([values], BATCH_COVERAGE.spark_schema())
-    write_delta(
-        frame.coalesce(1),
+    row = pa.Table.from_pylist(
+        [{name: getattr(run, name) for name in _COLUMNS}], BATCH_COVERAGE.schema
+    )
+    commit_frame(
+        row,
         BATCH_COVERAGE.path(lake),
+        BATCH_COVERAGE.schema,
         txn=(f"coverage:{run.run_id}:v{run.input_version}", 0),
+        properties=lake.retention(BATCH_COVERAGE.name),
     )
 
 
 def read_runs(lake: LakeSettings) -> CoverageRuns:
     """Every run recorded now, read with delta-rs (no Spark); none before the first."""
-    from deltalake import DeltaTable
 
     path = BATCH_COVERAGE.path(lake)
-    if not DeltaTable.is_deltatable(path):
+    if not is_delta(path):
         return CoverageRuns(())
-    return _runs(DeltaTable(path).to_pyarrow_table(columns=list(_COLUMNS)).to_pylist())
+    return _runs(open_delta(path).to_pyarrow_table(columns=list(_COLUMNS)).to_pylist())
 
 
 def runs_from_duckdb(cursor: duckdb.DuckDBPyConnection, relation: str) -> CoverageRuns:

@@ -24,6 +24,7 @@ from lake.coverage.log import read_runs
 from lake.coverage.model import Coverage, CoverageRuns
 from lake.registry import read_registry
 from lake.settings import LakeSettings
+from lake.storage import is_delta, open_delta
 from runtime.times import utc
 from views.columns import DIMENSIONS
 from views.definitions import Definition
@@ -252,9 +253,8 @@ def read_stale(
 
 
 def _read(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    from deltalake import DeltaTable
 
     names = columns or schema.names
-    if not DeltaTable.is_deltatable(path):
+    if not is_delta(path):
         return pa.schema([schema.field(n) for n in names]).empty_table()
-    return DeltaTable(path).to_pyarrow_table(columns=names)
+    return open_delta(path).to_pyarrow_table(columns=names)

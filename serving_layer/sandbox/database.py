@@ -33,12 +33,12 @@ import duckdb
 import orjson
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
 from lake.catalog import SERVED, SERVED_BY_NAME, SPEED_CTR, batch_table
 from lake.coverage.log import runs_from_duckdb
 from lake.coverage.staleness import stale_sql
 from lake.registry import Registry
+from lake.storage import arrow_filesystem, store_path
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
@@ -404,8 +404,8 @@ def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:
             schema = schema.append(column)
     if not table.files:
         return schema.empty_table()
-    filesystem, root = pafs.FileSystem.from_uri(_uri(table.path))
-    paths = [pafs.FileSystem.from_uri(_uri(f))[1] for f in table.files]
+    filesystem, root = arrow_filesystem(table.path)
+    paths = [store_path(f) for f in table.files]
     partitioning = None
     if table.partition_columns:
         partitioning = ds.partitioning(
@@ -419,10 +419,6 @@ def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:
         partitioning=partitioning,
         partition_base_dir=root,
     )
-
-
-def _uri(location: str) -> str:
-    return location if "://" in location else f"file://{location}"
 
 
 def execute(

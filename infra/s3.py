@@ -1,0 +1,232 @@
+"""An S3-compatible object store on this machine: SeaweedFS (``weed server``: master, volume
+server, filer and S3 gateway in one process), its state under ``RUN_DIR/s3``.
+
+``RUN_DIR/s3/data`` holds the objects (durable: they survive ``stop``), ``credentials.json`` the
+access key made at the first start (mode 600), ``env`` the variables every component reads
+(``source RUN_DIR/s3/env``). The server listens on 127.0.0.1 only; anonymous requests are
+refused. Why SeaweedFS: README, "The lake on object storage".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+BUILD_SCRIPT: Final = ROOT / "infra" / "seaweedfs.sh"
+REGION: Final = "us-east-1"
+
+
+class S3Error(RuntimeError):
+    """The local object store could not be started or stopped."""
+
+
+class LocalS3Settings(BaseSettings):
+    """``RUN_DIR`` (state), ``CTR_S3_PORT`` (the S3 endpoint; the server's other parts take the
+    three ports after it), ``CTR_S3_BUCKET`` (created at start), ``CTR_S3_BINARY`` (a ``weed``
+    of your own instead of the one ``make setup`` builds)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    run_dir: Path = Field(default=ROOT / "run", validation_alias="RUN_DIR")
+    port: int = Field(default=8333, ge=1024, le=65000, validation_alias="CTR_S3_PORT")
+    bucket: str = Field(
+        default="ctr-lake", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        validation_alias="CTR_S3_BUCKET",
+    )  # fmt: skip
+    binary: Path | None = Field(default=None, validation_alias="CTR_S3_BINARY")
+
+    @property
+    def s3_dir(self) -> Path:
+        return self.run_dir.absolute() / "s3"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key_id: str
+    secret_access_key: str
+
+
+class LocalS3:
+    """Start, stop and describe the local server of ``settings``."""
+
+    def __init__(self, settings: LocalS3Settings | None = None) -> None:
+        self.settings = settings or LocalS3Settings()
+        self.dir = self.settings.s3_dir
+        self.pid_file = self.dir / "weed.pid"
+        self.log_file = self.dir / "weed.log"
+        self.env_file = self.dir / "env"
+
+    def pid(self) -> int | None:
+        """The server's pid while it runs."""
+        try:
+            pid = int(self.pid_file.read_text())
+            os.kill(pid, 0)
+        except (FileNotFoundError, ValueError, ProcessLookupError):
+            return None
+        return pid
+
+    def credentials(self) -> Credentials:
+        """The access key of this store, made at the first start."""
+        path = self.dir / "credentials.json"
+        if not path.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            made = {"access_key_id": "ctr", "secret_access_key": secrets.token_urlsafe(30)}
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                json.dump(made, out)
+        return Credentials(**json.loads(path.read_text()))
+
+    def environment(self) -> dict[str, str]:
+        """The variables a component needs to use the store (what ``env`` exports)."""
+        key = self.credentials()
+        return {
+            "AWS_ENDPOINT_URL": self.settings.endpoint,
+            "AWS_ACCESS_KEY_ID": key.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": key.secret_access_key,
+            "AWS_REGION": REGION,
+            "CTR_S3_BUCKET": self.settings.bucket,
+        }
+
+    def start(self, *, timeout_s: float = 90.0) -> bool:
+        """Start the server (False: it was running already), wait until it answers, create the
+        bucket and write ``env``."""
+        if self.pid() is not None:
+            self._write_env()
+            return False
+        if _listening(self.settings.port):
+            raise S3Error(
+                f"port {self.settings.port} is taken by another process: set CTR_S3_PORT or stop it"
+            )
+        binary = self._binary()
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        key = self.credentials()
+        config = self.dir / "identities.json"
+        identity = {
+            "name": "ctr",
+            "credentials": [{"accessKey": key.access_key_id, "secretKey": key.secret_access_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            json.dump({"identities": [identity]}, out)
+        port = self.settings.port
+        command = [
+            str(binary), "server",
+            f"-dir={self.dir / 'data'}",
+            "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={port + 1}", f"-master.port.grpc={port + 10001}",
+            f"-volume.port={port + 2}", f"-volume.port.grpc={port + 10002}",
+            "-filer", f"-filer.port={port + 3}", f"-filer.port.grpc={port + 10003}",
+            "-s3", f"-s3.port={port}", f"-s3.port.grpc={port + 10000}",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-s3.config={config}",
+            "-master.volumeSizeLimitMB=256", "-volume.max=0",
+        ]  # fmt: skip
+        log = self.log_file.open("ab")
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=self.dir,
+        )  # fmt: skip
+        self.pid_file.write_text(str(process.pid))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise S3Error(f"the S3 server exited ({process.returncode}): see {self.log_file}")
+            try:
+                self._create_bucket()
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise S3Error(
+                        f"the S3 server did not answer within {timeout_s:.0f} s ({exc}): see "
+                        f"{self.log_file}"
+                    ) from exc
+                time.sleep(0.5)
+        self._write_env()
+        return True
+
+    def stop(self, *, timeout_s: float = 30.0) -> bool:
+        """Stop the server (False: it was not running). The data stays."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            _reap(pid)
+            time.sleep(0.2)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+            _reap(pid)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _binary(self) -> Path:
+        if self.settings.binary is not None:
+            if not os.access(self.settings.binary, os.X_OK):
+                raise S3Error(f"CTR_S3_BINARY={self.settings.binary} is not an executable")
+            return self.settings.binary
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise S3Error(f"no S3 server binary: {result.stderr.strip()}")
+        return Path(result.stdout.strip().splitlines()[-1])
+
+    def _create_bucket(self) -> None:
+        import pyarrow.fs as pafs
+
+        key = self.credentials()
+        filesystem = pafs.S3FileSystem(
+            access_key=key.access_key_id,
+            secret_key=key.secret_access_key,
+            region=REGION,
+            endpoint_override=f"127.0.0.1:{self.settings.port}",
+            scheme="http",
+            allow_bucket_creation=True,
+            connect_timeout=2,
+            request_timeout=5,
+        )
+        info = filesystem.get_file_info(self.settings.bucket)
+        if info.type == pafs.FileType.NotFound:
+            filesystem.create_dir(self.settings.bucket)
+
+    def _write_env(self) -> None:
+        lines = [f"export {name}={value}" for name, value in self.environment().items()]
+        descriptor = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write("# The local S3 server (ctr s3 up): source this file.\n")
+            out.write("\n".join(lines) + "\n")
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)

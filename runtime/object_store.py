@@ -1,0 +1,90 @@
+"""The S3-compatible object store a lake may live on (``LAKE_ROOT=s3://bucket/prefix``): its
+settings, from the standard AWS variables, and what Spark needs to read and write it (Hadoop's
+S3A and the AWS SDK, the jar set ``s3``). The other clients' settings: :mod:`lake.storage`."""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import urlparse
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OBJECT_STORE_SCHEMES: Final = ("s3://", "s3a://")
+
+
+def is_object_store(location: str) -> bool:
+    return location.startswith(OBJECT_STORE_SCHEMES)
+
+
+class ObjectStoreSettings(BaseSettings):
+    """The S3-compatible store of an ``s3://`` lake, from the standard AWS variables (plus
+    ``CTR_S3_PATH_STYLE``: bucket in the path, as most self-hosted servers want; default on
+    when an endpoint is given)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
+    access_key_id: str | None = Field(default=None, validation_alias="AWS_ACCESS_KEY_ID")
+    secret_access_key: SecretStr | None = Field(
+        default=None, validation_alias="AWS_SECRET_ACCESS_KEY"
+    )
+    region: str = Field(default="us-east-1", validation_alias="AWS_REGION")
+    path_style: bool | None = Field(default=None, validation_alias="CTR_S3_PATH_STYLE")
+    # Where the lake is: Spark gets the S3 connector only for a lake on the object store.
+    lake_root: str = Field(default="", validation_alias="LAKE_ROOT")
+
+    @property
+    def in_use(self) -> bool:
+        return is_object_store(self.lake_root)
+
+    @property
+    def uses_path_style(self) -> bool:
+        return self.path_style if self.path_style is not None else self.endpoint_url is not None
+
+    @property
+    def secure(self) -> bool:
+        return self.endpoint_url is None or not self.endpoint_url.startswith("http://")
+
+    @property
+    def endpoint_host(self) -> str | None:
+        """``host:port`` of the endpoint (what DuckDB and Hadoop's S3A take)."""
+        return urlparse(self.endpoint_url).netloc if self.endpoint_url else None
+
+    def secret(self) -> str | None:
+        return self.secret_access_key.get_secret_value() if self.secret_access_key else None
+
+
+def spark_conf(s3: ObjectStoreSettings) -> dict[str, str]:
+    """Spark settings reading and writing ``s3://`` (and ``s3a://``) paths through Hadoop's
+    S3A at the store's endpoint. S3A takes the credentials from the driver's environment (its
+    default provider chain reads ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``); executors, and
+    the Python workers that write data files, get the same variables (``spark.executorEnv``,
+    which Spark's UI redacts)."""
+    conf = {
+        # One path per table for every client: s3:// is S3A here, as on EMR.
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+        "spark.hadoop.fs.s3a.endpoint.region": s3.region,
+        "spark.hadoop.fs.s3a.path.style.access": str(s3.uses_path_style).lower(),
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(s3.secure).lower(),
+    }
+    if s3.endpoint_url:
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint_url
+    for name, value in _environment(s3).items():
+        conf[f"spark.executorEnv.{name}"] = value
+    return conf
+
+
+def _environment(s3: ObjectStoreSettings) -> dict[str, str]:
+    variables = {"AWS_REGION": s3.region}
+    if s3.endpoint_url:
+        variables["AWS_ENDPOINT_URL"] = s3.endpoint_url
+    if s3.access_key_id:
+        variables["AWS_ACCESS_KEY_ID"] = s3.access_key_id
+    secret = s3.secret()
+    if secret:
+        variables["AWS_SECRET_ACCESS_KEY"] = secret
+    if s3.path_style is not None:
+        variables["CTR_S3_PATH_STYLE"] = str(s3.path_style).lower()
+    return variables
