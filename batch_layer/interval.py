@@ -57,11 +57,12 @@ class Interval:
         )
 
     def delta_predicate(self, column: str) -> str:
-        """``column`` in [start, end) as a delta-rs predicate (its SQL compares a UTC timestamp
-        column with ISO-8601 strings, not with ``TIMESTAMP '…'`` literals, which lack a zone)."""
+        """``column`` in [start, end) as a delta-rs predicate (:func:`delta_rs_timestamp`)."""
+        from lake.coverage.model import delta_rs_timestamp
+
         return (
-            f"{column} >= '{self.start.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S.%fZ}' "
-            f"AND {column} < '{self.end.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S.%fZ}'"
+            f"{column} >= {delta_rs_timestamp(self.start)} "
+            f"AND {column} < {delta_rs_timestamp(self.end)}"
         )
 
     def __str__(self) -> str:

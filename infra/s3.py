@@ -38,7 +38,7 @@ class LocalS3Settings(BaseSettings):
     three ports after it), ``CTR_S3_BUCKET`` (created at start), ``CTR_S3_BINARY`` (a ``weed``
     of your own instead of the one ``make setup`` builds)."""
 
-    model_config = SettingsConfigDict(extra="ignore")
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
     run_dir: Path = Field(default=ROOT / "run", validation_alias="RUN_DIR")
     port: int = Field(default=8333, ge=1024, le=65000, validation_alias="CTR_S3_PORT")
@@ -72,6 +72,8 @@ class LocalS3:
         self.pid_file = self.dir / "weed.pid"
         self.log_file = self.dir / "weed.log"
         self.env_file = self.dir / "env"
+        # The server this object started (reaped by stop); a `ctr s3 up` leaves it running.
+        self._process: subprocess.Popen[bytes] | None = None
 
     def pid(self) -> int | None:
         """The server's pid while it runs."""
@@ -139,11 +141,12 @@ class LocalS3:
             f"-s3.config={config}",
             "-master.volumeSizeLimitMB=256", "-volume.max=0",
         ]  # fmt: skip
-        log = self.log_file.open("ab")
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=self.dir,
-        )  # fmt: skip
+        with self.log_file.open("ab") as log:  # the server keeps its own descriptor
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.dir,
+            )  # fmt: skip
+        self._process = process
         self.pid_file.write_text(str(process.pid))
         deadline = time.monotonic() + timeout_s
         while True:
@@ -180,6 +183,9 @@ class LocalS3:
         else:
             os.killpg(pid, signal.SIGKILL)
             _reap(pid)
+        if self._process is not None:
+            self._process.wait(timeout=5)
+            self._process = None
         self.pid_file.unlink(missing_ok=True)
         return True
 

@@ -1,0 +1,349 @@
+"""The lake on a real S3-compatible server (SeaweedFS, started as `ctr s3 up` starts it): the
+pipeline end to end through the `ctr` entry points (produce -> archive -> batch -> speed -> the
+API), whose answers equal the local-disk run's on the same events exactly; the SQL sandbox reads
+the views there and nothing else; and the tables with two writing processes stay whole under
+conflicting commits (delta-rs' conditional writes)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from infra.broker import free_port
+from infra.s3 import LocalS3, LocalS3Settings
+from ingest.producer import EventProducer
+from ingest.send_loop import produce
+from ingest.traffic import TrafficConfig, TrafficGenerator
+from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
+
+CTR = str(Path(sys.executable).with_name("ctr"))
+TOKEN = "s3-test-token-0123456789"
+H0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
+H1, H2 = H0 + dt.timedelta(hours=1), H0 + dt.timedelta(hours=2)
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _free_port_block() -> int:
+    """A port p with p..p+3 and p+10000..p+10003 free (the server's HTTP and gRPC ports)."""
+    for _ in range(50):
+        port = free_port()
+        if port > 55000:
+            continue
+        ports = [port + i for i in range(4)] + [port + 10000 + i for i in range(4)]
+        if all(_free(p) for p in ports):
+            return port
+    raise RuntimeError("no free block of ports for the S3 server")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
+    """The local S3 server, its bucket created and its env file written."""
+    run_dir = tmp_path_factory.mktemp("s3-run")
+    store = LocalS3(LocalS3Settings(run_dir=run_dir, port=_free_port_block(), bucket="ctr-test"))
+    assert store.start()
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+def s3_lake_env(store: LocalS3, prefix: str) -> dict[str, str]:
+    """What `source RUN_DIR/s3/env; LAKE_ROOT=s3://$CTR_S3_BUCKET/<prefix>` gives a job."""
+    env = dict(line.removeprefix("export ").split("=", 1) for line in _env_lines(store))
+    env["LAKE_ROOT"] = f"s3://{env['CTR_S3_BUCKET']}/{prefix}"
+    return env
+
+
+def _env_lines(store: LocalS3) -> list[str]:
+    text = store.env_file.read_text()
+    return [line for line in text.splitlines() if line.startswith("export ")]
+
+
+def ctr(env: dict[str, str], *args: str, timeout: float = 300) -> str:
+    result = subprocess.run(
+        [CTR, *args], env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"ctr {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str]) -> Iterator[httpx.Client]:
+    """`ctr serve` on a free port; a client with the token."""
+    port = free_port()
+    log = Path(env["CHECKPOINT_ROOT"]).with_name(f"api-{port}.log")
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [CTR, "serve", "--port", str(port)],
+            env={**env, "API_TOKEN": TOKEN, "API_REFRESH_S": "0", "API_CACHE_STALE_S": "0"},
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+        ) as client:
+            deadline = time.monotonic() + 90
+            while True:
+                assert process.poll() is None, log.read_text()
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get("/healthz").status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the API did not start"
+                time.sleep(0.5)
+            yield client
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def answers(client: httpx.Client) -> dict[str, object]:
+    """Everything a dashboard reads, without the moments the run happened at."""
+    base = {"start": _iso(H0), "end": _iso(H2)}
+    found: dict[str, object] = {}
+    queries = {
+        "minutes by campaign": {**base, "granularity": "minute", "group_by": "campaign_id"},
+        "hours by device": {**base, "granularity": "hour", "group_by": "device_type"},
+        "all": {**base, "granularity": "all"},
+    }
+    for name, params in queries.items():
+        response = client.get("/api/v1/ctr", params=params)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        found[name] = (body["rows"], body["truncated"])
+    csv = client.get("/api/v1/ctr", params={**queries["all"], "format": "csv"})
+    assert csv.status_code == 200, csv.text
+    found["csv"] = csv.text
+    for table in ("events", "rejected", "ctr"):
+        sql = client.post("/api/v1/sql", json={"sql": f"SELECT count(*) FROM {table}"})
+        assert sql.status_code == 200, sql.text
+        found[f"sql {table}"] = sql.json()["rows"]
+    return found
+
+
+def run_pipeline(env: dict[str, str]) -> dict[str, object]:
+    """archive -> batch (the first hour) -> speed -> the API's answers."""
+    ctr(env, "archive", "--available-now")
+    ctr(env, "batch", "--start", _iso(H0), "--end", _iso(H1))
+    ctr(env, "speed", "--available-now")
+    with serving(env) as client:
+        return answers(client)
+
+
+def send_events(topics: KafkaSettings) -> None:
+    """4,000 events over ~4 minutes of event time across the hour boundary (the first hour's
+    minutes come from the batch layer, the next from the speed layer), some duplicated, some
+    malformed."""
+    config = TrafficConfig(
+        seed=29,
+        start_ms=int((H1 - dt.timedelta(minutes=2)).timestamp() * 1000),
+        events_per_second=16.0,
+        campaigns=4,
+        duplicate_fraction=0.02,
+        malformed_fraction=0.01,
+    )
+    with EventProducer(topics, validate_records=False) as producer:
+        produce(TrafficGenerator(config), producer, limit=4000)
+        assert producer.flush(60) == 0
+
+
+def test_the_pipeline_on_s3_answers_exactly_as_on_local_disk(
+    s3: LocalS3, topics: KafkaSettings, kafka_env: dict[str, str], tmp_path: Path
+) -> None:
+    send_events(topics)
+    common = {**kafka_env, "SPARK_SHUFFLE_PARTITIONS": "2", "SPARK_MASTER": "local[2]"}
+    local = {
+        **common,
+        "LAKE_ROOT": str(tmp_path / "lake"),
+        "CHECKPOINT_ROOT": str(tmp_path / "ck-local"),
+    }
+    prefix = f"lake-{uuid.uuid4().hex[:8]}"
+    remote = {**common, **s3_lake_env(s3, prefix), "CHECKPOINT_ROOT": str(tmp_path / "ck-s3")}
+
+    on_disk = run_pipeline(local)
+    on_s3 = run_pipeline(remote)
+
+    assert on_s3 == on_disk
+    everything: Any = on_disk["all"]
+    assert not everything[1]
+    assert everything[0][0]["impressions"] > 3000  # the events were there to compare
+    minutes: Any = on_disk["minutes by campaign"]
+    sources = {r["source"] for r in minutes[0]}
+    assert {"batch", "speed"} <= sources
+    # The S3 run's tables are in the bucket, nowhere on disk.
+    key = s3.credentials()
+    store = pafs.S3FileSystem(
+        access_key=key.access_key_id, secret_key=key.secret_access_key, region="us-east-1",
+        endpoint_override=f"127.0.0.1:{s3.settings.port}", scheme="http",
+    )  # fmt: skip
+    for table in ("master/events", "master/rejected", "master/arrivals", "batch/coverage",
+                  "speed/ctr"):  # fmt: skip
+        log = store.get_file_info(pafs.FileSelector(f"ctr-test/{prefix}/{table}/_delta_log"))
+        assert any(info.base_name.endswith(".json") for info in log), table
+    assert not any(Path(remote["CHECKPOINT_ROOT"]).glob("**/_delta_log"))
+
+
+def test_the_sql_sandbox_reads_the_views_on_s3_and_nothing_else(
+    s3: LocalS3, topics: KafkaSettings, kafka_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The API's own database holds the store's secret; the sandbox reads through Arrow and
+    has none: no table function, secret or path reaches the bucket from SQL."""
+    env = {**kafka_env, **s3_lake_env(s3, f"sandbox-{uuid.uuid4().hex[:8]}")}
+    env["CHECKPOINT_ROOT"] = str(tmp_path / "ck")
+    with serving(env) as client:
+        probes = [
+            f"SELECT * FROM read_parquet('s3://{s3.settings.bucket}/**/*.parquet')",
+            f"SELECT * FROM read_text('s3://{s3.settings.bucket}/x')",
+            "SELECT * FROM duckdb_secrets()",
+            "SELECT current_setting('s3_secret_access_key')",
+            "CREATE SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
+            f"SELECT * FROM 's3://{s3.settings.bucket}/x.parquet'",
+        ]
+        for probe in probes:
+            response = client.post("/api/v1/sql", json={"sql": probe})
+            assert response.status_code == 400, (probe, response.text)
+            assert s3.credentials().secret_access_key not in response.text
+        ok = client.post("/api/v1/sql", json={"sql": "SELECT count(*) FROM events"})
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["rows"] == [[0]]
+
+
+# -- two writing processes, one table --------------------------------------------------------
+
+T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
+APPENDS = 16
+
+
+def _arrival_rows(minute: int) -> pa.Table:
+    from lake.catalog import MASTER_ARRIVALS
+
+    row: dict[str, object] = {name: None for name in MASTER_ARRIVALS.schema.names}
+    row.update(
+        bucket_start=T0 + dt.timedelta(minutes=minute), impressions=1, clicks=0,
+        events_version=minute, batch_id=minute, archived_at=T0,
+    )  # fmt: skip
+    return pa.Table.from_pylist([row], MASTER_ARRIVALS.schema)
+
+
+def _archiver(env: dict[str, str]) -> None:
+    """master/arrivals' appender, as the archiver appends (one commit per micro-batch)."""
+    os.environ.update(env)
+    from lake.arrivals import arrivals_table
+
+    table = arrivals_table(LakeSettings())
+    for minute in range(APPENDS):
+        table.append(_arrival_rows(minute), app_id="archiver", version=minute)
+
+
+def _batch_cleanup(env: dict[str, str]) -> None:
+    """The batch job's clean-up of master/arrivals, racing the appends."""
+    os.environ.update(env)
+    from lake.arrivals import forget_counted
+
+    for _ in range(8):
+        forget_counted(
+            LakeSettings(), start=T0, end=T0 + dt.timedelta(minutes=4), input_version=1000,
+            attempts=20,
+        )  # fmt: skip
+
+
+def _backfill(env: dict[str, str], hours: list[int]) -> None:
+    """A batch run replacing whole hours of one view table, as ctr_batch and a backfill do."""
+    os.environ.update(env)
+    from deltalake.exceptions import CommitFailedError
+
+    from batch_layer.interval import Interval
+    from lake.catalog import BATCH_CTR
+    from lake.frames import commit_frame
+
+    lake = LakeSettings()
+    for hour in hours:
+        start = T0 + dt.timedelta(hours=hour)
+        interval = Interval(start, start + dt.timedelta(hours=1))
+        row: dict[str, object] = {name: None for name in BATCH_CTR.schema.names}
+        row.update(bucket_start=start, impressions=hour, clicks=0, run_id=f"run-{hour}")
+        rows = pa.Table.from_pylist([row], BATCH_CTR.schema)
+        for _ in range(30):
+            try:
+                commit_frame(
+                    rows, BATCH_CTR.path(lake), BATCH_CTR.schema,
+                    predicate=interval.delta_predicate("bucket_start"),
+                )  # fmt: skip
+                break
+            except CommitFailedError:
+                time.sleep(0.05)  # the batch job reruns (runtime.connectors.is_commit_conflict)
+        else:
+            raise AssertionError(f"hour {hour} kept conflicting")
+
+
+def test_conflicting_writers_on_s3_lose_no_commit(s3: LocalS3) -> None:
+    """The tables two processes write: master/arrivals (the archiver appends while the batch
+    job deletes what it counted) and a batch view (ctr_batch, the stale recompute and a backfill
+    replace hours of it). Run at once on S3, every commit lands and nothing is overwritten."""
+    from deltalake import DeltaTable
+
+    from lake.catalog import BATCH_CTR, MASTER_ARRIVALS
+    from lake.storage import delta_options
+
+    env = {**s3_lake_env(s3, f"race-{uuid.uuid4().hex[:8]}"), "CHECKPOINT_ROOT": "/nonexistent"}
+    context = multiprocessing.get_context("spawn")  # delta-rs' runtime does not survive fork
+    workers = [
+        context.Process(target=_archiver, args=(env,)),
+        context.Process(target=_batch_cleanup, args=(env,)),
+        context.Process(target=_backfill, args=(env, [0, 2, 4, 6])),
+        context.Process(target=_backfill, args=(env, [1, 3, 5, 7])),
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=240)
+        assert worker.exitcode == 0
+    lake = LakeSettings(lake_root=env["LAKE_ROOT"])
+    old = os.environ.copy()
+    os.environ.update(env)
+    try:
+        options = delta_options(MASTER_ARRIVALS.path(lake))
+        arrivals = DeltaTable(MASTER_ARRIVALS.path(lake), storage_options=options)
+        assert arrivals.transaction_version("archiver") == APPENDS - 1
+        minutes = sorted(
+            int((b - T0).total_seconds() // 60)
+            for b in arrivals.to_pyarrow_table().column("bucket_start").to_pylist()
+        )
+        # Every append after minute 4 is there; of the first four, only those appended after
+        # the last clean-up (none lost, none doubled).
+        assert minutes[-(APPENDS - 4) :] == list(range(4, APPENDS))
+        assert len(minutes) == len(set(minutes))
+        view = DeltaTable(BATCH_CTR.path(lake), storage_options=options).to_pyarrow_table()
+        assert sorted(view.column("run_id").to_pylist()) == sorted(f"run-{h}" for h in range(8))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
