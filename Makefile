@@ -38,7 +38,7 @@ format: setup  ## apply ruff formatting and fixes
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-airflow-up: setup  ## Airflow (scheduler, DAG processor, triggerer, API server) on 127.0.0.1:8080, SQLite under run/, DAGs unpaused
+airflow-up: setup  ## Airflow (scheduler, DAG processor, triggerer, API server) on 127.0.0.1:8080, SQLite under run/ (AIRFLOW_DB=postgres: PostgreSQL), DAGs unpaused
 	@bash infra/airflow-up.sh && echo "airflow: stop with make airflow-down"
 
 airflow-down:  ## stop Airflow (make airflow-up's process group)
