@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -126,7 +127,7 @@ def test_up_is_idempotent_and_the_data_survives_down_and_up(postgres: Cluster) -
 
 @pytest.mark.timeout(420)
 def test_airflow_runs_on_postgres_with_the_local_executor(
-    postgres: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres: Cluster, tmp_path: Path
 ) -> None:
     env = {
         **postgres.env,
@@ -163,9 +164,7 @@ def test_airflow_runs_on_postgres_with_the_local_executor(
             "conn_type": "spark",
             "host": "spark://127.0.0.1:7077",
         }
-        assert _spark_master(components["AIRFLOW_CONN_SPARK_DEFAULT"], tmp_path, monkeypatch) == (
-            "spark://127.0.0.1:7077"
-        )
+        assert _spark_master(components) == "spark://127.0.0.1:7077"
 
         with postgres.engine().connect() as db:
             dags = db.execute(sa.text("SELECT dag_id FROM dag WHERE NOT is_stale ORDER BY 1"))
@@ -202,14 +201,25 @@ def _environ(pid: int) -> dict[str, str]:
     return {name: value for name, _, value in (entry.partition("=") for entry in entries)}
 
 
-def _spark_master(connection: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The master the Spark provider's spark-submit gets from ``connection`` (spark_default)."""
-    monkeypatch.setenv("AIRFLOW_HOME", str(home / "airflow-home"))
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connection)
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    command = SparkSubmitHook(conn_id="spark_default")._build_spark_submit_command("app.py")
-    return str(command[command.index("--master") + 1])
+def _spark_master(env: dict[str, str]) -> str:
+    """The master the Spark provider's spark-submit gets from the ``spark_default`` connection in
+    ``env`` (in a subprocess: Airflow imported here would configure this session's logging)."""
+    code = (
+        "from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook\n"
+        "command = SparkSubmitHook(conn_id='spark_default')._build_spark_submit_command('app.py')\n"
+        "print('master:', command[command.index('--master') + 1])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [master] = [line for line in done.stdout.splitlines() if line.startswith("master: ")]
+    return master.removeprefix("master: ")
 
 
 def _finished_run(cluster: Cluster, dag_id: str, *, timeout: float) -> str:
