@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup demo demo-down airflow-up airflow-down postgres-up postgres-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -22,7 +22,7 @@ demo-down:  ## stop every process `make demo` started, by pid (traffic first, jo
 	@bash infra/demo-down.sh
 
 test: setup  ## run the test suite (starts its own broker on a free port)
-	@bash infra/system-packages.sh chromium
+	@bash infra/system-packages.sh chromium postgresql
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-faults: setup  ## the fault tests only, each fault repeated CTR_FAULT_ROUNDS times (default 5)
@@ -38,11 +38,17 @@ format: setup  ## apply ruff formatting and fixes
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-airflow-up: setup  ## Airflow (scheduler, DAG processor, triggerer, API server) on 127.0.0.1:8080, SQLite under run/, DAGs unpaused
+airflow-up: setup  ## Airflow (scheduler, DAG processor, triggerer, API server) on 127.0.0.1:8080, SQLite under run/ (AIRFLOW_DB=postgres: PostgreSQL), DAGs unpaused
 	@bash infra/airflow-up.sh && echo "airflow: stop with make airflow-down"
 
 airflow-down:  ## stop Airflow (make airflow-up's process group)
 	@bash infra/airflow-down.sh
+
+postgres-up:  ## a private PostgreSQL for Airflow on 127.0.0.1:55432 (PG_PORT), data under run/postgres, settings in run/postgres/env
+	@bash infra/postgres.sh up
+
+postgres-down:  ## stop it (its data stays)
+	@bash infra/postgres.sh down
 
 kafka-up: setup  ## start the embedded broker (local config) and create the topics
 	@$(CTR) kafka up

@@ -3,6 +3,12 @@
 # dag-processor, triggerer, API server) on 127.0.0.1 with SQLite under RUN_DIR/airflow, the
 # project's DAGs registered and unpaused.
 #
+# Another metadata database: AIRFLOW__DATABASE__SQL_ALCHEMY_CONN (e.g. a PostgreSQL URL,
+# postgresql+psycopg2://user:password@host:port/db), or AIRFLOW_DB=postgres for the private
+# PostgreSQL of infra/postgres.sh (started here if it is not running, its RUN_DIR/postgres/env
+# sourced). The executor is the LocalExecutor either way (AIRFLOW__CORE__EXECUTOR, Airflow's
+# default).
+#
 # Not `airflow standalone` itself: its scheduler and triggerer each start a log server on all
 # interfaces (8793 and 8794; Airflow 3.3's airflow/utils/serve_logs/core.py binds host "", and
 # no setting changes that), which standalone cannot be told to leave out. Here they run with
@@ -13,6 +19,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
+case "${AIRFLOW_DB:-}" in
+    "" | sqlite) ;;
+    postgres)
+        RUN_DIR="$RUN_DIR" bash infra/postgres.sh up
+        # shellcheck source=/dev/null # written by infra/postgres.sh
+        source "$RUN_DIR/postgres/env"
+        ;;
+    *) echo "airflow: error: AIRFLOW_DB is 'postgres' or unset (SQLite), not '$AIRFLOW_DB'" >&2; exit 1 ;;
+esac
+export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
+if [[ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then
+    # The URL without its password, for the log.
+    database="$(sed -E 's#^([^:]+://[^:@/]*):[^@]*@#\1:***@#' <<< "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")"
+else
+    database="SQLite ($AIRFLOW_HOME/airflow.db)"
+fi
 # The project's DAGs (AIRFLOW_DAGS: another folder, e.g. `make demo`'s generated one).
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW_DAGS:-$PWD/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
@@ -41,6 +63,7 @@ if [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
     exit 0
 fi
 mkdir -p "$AIRFLOW_HOME"
+echo "airflow: database $database, executor $AIRFLOW__CORE__EXECUTOR"
 "$AIRFLOW" db migrate > "$RUN_DIR/airflow-migrate.log" 2>&1 || {
     echo "airflow: db migrate failed, see $RUN_DIR/airflow-migrate.log" >&2; exit 1; }
 # The components in one process group (airflow-down.sh signals it), their output in one log,
@@ -79,8 +102,9 @@ run_components() {
         done
     done
 }
+echo "airflow: database $database, executor $AIRFLOW__CORE__EXECUTOR" > "$LOG"
 setsid bash -c "$(declare -f run_components); run_components \"\$1\"" _ "$AIRFLOW" \
-    > "$LOG" 2>&1 < /dev/null &
+    >> "$LOG" 2>&1 < /dev/null &
 echo $! > "$PID_FILE"
 echo -n "airflow: starting (log $LOG) "
 for _ in $(seq "$START_TIMEOUT"); do
