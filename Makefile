@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-down airflow-up airflow-down postgres-up postgres-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -17,6 +17,9 @@ setup:  ## create .venv with the pinned dependency set (idempotent)
 
 demo: setup  ## everything in the background: broker, archiver, speed, Airflow, API + dashboard, traffic
 	@bash infra/demo.sh
+
+demo-cluster: setup  ## make demo PROFILE=cluster: 3 brokers, the lake on the local S3 server, a Spark standalone cluster, Airflow on PostgreSQL
+	@PROFILE=cluster bash infra/demo.sh
 
 demo-down:  ## stop every process `make demo` started, by pid (traffic first, jobs drain)
 	@bash infra/demo-down.sh
@@ -49,6 +52,12 @@ postgres-up:  ## a private PostgreSQL for Airflow on 127.0.0.1:55432 (PG_PORT), 
 
 postgres-down:  ## stop it (its data stays)
 	@bash infra/postgres.sh down
+
+s3-up: setup  ## the local S3 server (SeaweedFS) on 127.0.0.1:8333 (CTR_S3_PORT), bucket ctr-lake, data under run/s3, settings in run/s3/env
+	@$(CTR) s3 up
+
+s3-down:  ## stop it (its data stays)
+	@$(CTR) s3 down
 
 kafka-up: setup  ## start the embedded broker (local config) and create the topics
 	@$(CTR) kafka up

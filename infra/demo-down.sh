@@ -83,5 +83,12 @@ if ((${#left[@]})); then
     sleep 5
     kill -KILL "${left[@]}" 2> /dev/null
 fi
+# The cluster profile's services (their data stays).
+[[ -f "$DEMO/spark/master.pid" ]] && RUN_DIR="$DEMO" bash infra/spark-cluster.sh down | sed 's/^/demo: /'
+if [[ -f "$DEMO/postgres-run-dir" ]]; then
+    RUN_DIR="$(cat "$DEMO/postgres-run-dir")" bash infra/postgres.sh down 2>&1 | sed 's/^/demo: /'
+    rm -f "$DEMO/postgres-run-dir"
+fi
+[[ -f "$DEMO/s3/weed.pid" ]] && RUN_DIR="$DEMO" .venv/bin/ctr s3 down 2>&1 | sed 's/^/demo: /'
 rm -f "$DEMO/run-id"
 say "stopped; logs and Delta tables stay under $DEMO"

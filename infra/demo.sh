@@ -8,6 +8,10 @@
 # what to try.
 # State (pids, logs, Delta tables, checkpoints, Airflow's SQLite) lives under $RUN_DIR/demo.
 # `make demo-down` stops it all.
+# PROFILE=cluster (make demo PROFILE=cluster, or make demo-cluster): the production-shaped parts
+# instead of the embedded ones: 3 brokers, the lake on the local S3 server (ctr s3 up), a Spark
+# standalone master and worker for the batch tasks (infra/spark-cluster.sh), Airflow with the
+# LocalExecutor on PostgreSQL (infra/postgres.sh); the streaming jobs keep their own drivers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -28,6 +32,34 @@ DEMO_BATCH_NICE="${DEMO_BATCH_NICE:-10}"
 export KAFKA_TOPIC_CONFIG="${KAFKA_TOPIC_CONFIG:-{\"retention.bytes\": \"536870912\", \"segment.bytes\": \"67108864\"\}}"
 DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
 DEMO_BROKERS="${DEMO_BROKERS:-}"  # 1 or 3; default: what $DEMO/kafka holds, else 1
+PROFILE="${PROFILE:-embedded}"
+if [[ "$PROFILE" != embedded && "$PROFILE" != cluster ]]; then
+    echo "demo: error: PROFILE must be embedded (the default) or cluster, got '$PROFILE'" >&2
+    exit 2
+fi
+DEMO_SPARK_MASTER="${SPARK_MASTER:-local[2]}"  # where the batch tasks run (spark_default)
+if [[ "$PROFILE" == cluster ]]; then
+    DEMO_BROKERS="${DEMO_BROKERS:-3}"
+    DEMO_SPARK_MASTER="spark://127.0.0.1:${SPARK_CLUSTER_PORT:-7077}"
+    mkdir -p "$DEMO"
+    echo "demo: [0/7] cluster profile: the S3 server and the Spark standalone cluster"
+    # The lake in the local S3 server's bucket (or LAKE_ROOT=s3://… of your own store).
+    if [[ -z "${LAKE_ROOT:-}" ]]; then
+        RUN_DIR="$DEMO" "$PWD/.venv/bin/ctr" s3 up 2>&1 | sed 's/^/demo:       /'
+        ((PIPESTATUS[0] == 0)) || { echo "demo: error: the S3 server did not start; see $DEMO/s3/weed.log" >&2; exit 1; }
+        # shellcheck source=/dev/null
+        source "$DEMO/s3/env"
+        export LAKE_ROOT="s3://$CTR_S3_BUCKET/lake"
+    fi
+    RUN_DIR="$DEMO" bash infra/spark-cluster.sh up 2>&1 | sed 's/^/demo:       /'
+    ((PIPESTATUS[0] == 0)) || { echo "demo: error: the Spark cluster did not start; see $DEMO/spark" >&2; exit 1; }    # Airflow's database: PostgreSQL under RUN_DIR/postgres (its server runs as the postgres
+    # user, which cannot enter the demo's own folder: that is the owner's only).
+    RUN_DIR="$RUN_DIR" bash infra/postgres.sh up 2>&1 | sed 's/^/demo:       /'
+    ((PIPESTATUS[0] == 0)) || { echo "demo: error: PostgreSQL did not start; see $RUN_DIR/postgres" >&2; exit 1; }
+    # shellcheck source=/dev/null
+    source "$RUN_DIR/postgres/env"  # AIRFLOW__DATABASE__SQL_ALCHEMY_CONN, the LocalExecutor
+    echo "$RUN_DIR" > "$DEMO/postgres-run-dir"
+fi
 export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES))}"
 export LAKE_ROOT="${LAKE_ROOT:-$DEMO/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$DEMO/checkpoints}"
 DEMO_NETNS="${DEMO_NETNS:-0}"  # 1: the 3 brokers in network namespaces (root; ctr kafka partition)
@@ -92,7 +124,15 @@ wait_for() {
 }
 
 # Commits (files in _delta_log) of the table at $1 under LAKE_ROOT.
-commits() { compgen -G "$LAKE_ROOT/$1/_delta_log/*.json" | wc -l; }
+commits() {
+    if [[ "$LAKE_ROOT" == s3://* ]]; then
+        "$ROOT/.venv/bin/python" -c 'import sys
+from lake.storage import is_delta, open_delta
+print(open_delta(sys.argv[1]).version() + 1 if is_delta(sys.argv[1]) else 0)' "$LAKE_ROOT/$1"
+    else
+        compgen -G "$LAKE_ROOT/$1/_delta_log/*.json" | wc -l
+    fi
+}
 
 print_summary() {
     local token
@@ -120,6 +160,7 @@ EOF
     cat << EOF
   Traffic     $DEMO_RATE events/s into ${KAFKA_TOPIC:-ad-events} at $KAFKA_BOOTSTRAP_SERVERS (1 % duplicates, 2 % late, 0.5 % malformed; 5 % of clicks repeated, 2 % orphan clicks)
   Logs        $DEMO/*.log   Delta tables: $LAKE_ROOT
+  Profile     $PROFILE: $(echo "${KAFKA_BOOTSTRAP_SERVERS//,/ }" | wc -w) broker(s), batch tasks on $DEMO_SPARK_MASTER, Airflow's database $(if [[ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then echo "PostgreSQL (LocalExecutor)"; else echo SQLite; fi)
   Stop        make demo-down
 
 Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOME, ...):
@@ -247,6 +288,11 @@ export KAFKA_BOOTSTRAP_SERVERS="$KAFKA_BOOTSTRAP_SERVERS" LAKE_ROOT="$LAKE_ROOT"
 export API_TOKEN="$API_TOKEN" PYSPARK_PYTHON="$PYSPARK_PYTHON" SPARK_LOCAL_IP=127.0.0.1
 export CTR_BATCH_LOOKBACK_MINUTES="$CTR_BATCH_LOOKBACK_MINUTES"
 EOF
+if [[ "$LAKE_ROOT" == s3://* ]]; then
+    cat >> "$DEMO/env" << EOF
+export AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL:-}" AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-}" AWS_REGION="${AWS_REGION:-us-east-1}"
+EOF
+fi
 chmod 600 "$DEMO/env"
 say "starting (run $run_id, state under $DEMO)"
 
@@ -335,7 +381,7 @@ ctr_reprocess = ctr_reprocess_dag()
 ctr_maintenance = ctr_maintenance_dag(schedule="$maintenance_schedule")
 EOF
     # ctr_batch's spark-submit runs on the spark_default connection's master.
-    spark_conn='{"conn_type": "spark", "host": "'"${SPARK_MASTER:-local[2]}"'"}'
+    spark_conn='{"conn_type": "spark", "host": "'"$DEMO_SPARK_MASTER"'"}'
     export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
     export AIRFLOW_DAGS="$DEMO/dags" AIRFLOW_UNPAUSE="ctr_batch ctr_recompute_stale ctr_maintenance" AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
     RUN_DIR="$DEMO" nice -n "$DEMO_BATCH_NICE" bash infra/airflow-up.sh 2>&1 | sed 's/^/demo:       /'

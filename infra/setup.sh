@@ -35,6 +35,9 @@ fi
 # Apache Kafka's broker jars (and the Spark connectors'), resolved by Maven into a cache outside
 # the repository once; a no-op when they are there.
 bash infra/jars.sh kafka spark s3
+# The S3-compatible server `ctr s3 up` runs (SeaweedFS), built once from the Go module proxy
+# into the same cache; a no-op when it is there.
+bash infra/seaweedfs.sh > /dev/null
 
 want="$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [[ -x .venv/bin/ctr && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then

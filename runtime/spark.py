@@ -63,9 +63,8 @@ def connector_conf() -> dict[str, str]:
     """The Spark settings that bring in the connectors and configure Delta; with the lake on
     an object store, Hadoop's S3A too (``runtime.object_store``)."""
     s3 = ObjectStoreSettings()
-    extra = s3_jars() if s3.in_use else ()
     conf = {
-        "spark.jars": ",".join((*connector_jars(), *extra)),
+        "spark.jars": ",".join(connector_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # INT96 timestamps (Spark's default) are a legacy encoding: micros, as Delta expects.
@@ -76,6 +75,12 @@ def connector_conf() -> dict[str, str]:
     for name, value in DELTA_TABLE_DEFAULTS.items():
         conf[f"spark.databricks.delta.properties.defaults.{name}"] = value
     if s3.in_use:
+        # On the class path of the driver and the executors, not shipped with each application
+        # (spark.jars): the AWS SDK bundle is 690 MB. A cluster's nodes have them at the same
+        # path (make setup's jar cache here; an image's jars elsewhere).
+        classpath = os.pathsep.join(s3_jars())
+        conf["spark.driver.extraClassPath"] = classpath
+        conf["spark.executor.extraClassPath"] = classpath
         conf.update(spark_conf(s3))
     return conf
 
