@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from bench import archive, batch, ingest, report, serving, speed
+from bench import archive, batch, ingest, report, serving, speed, storage
 
 BENCHMARKS = {
     "ingest": ingest.main,
@@ -20,6 +20,7 @@ BENCHMARKS = {
     "batch": batch.main,
     "speed": speed.main,
     "serving": serving.main,
+    "storage": storage.main,
 }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 RESULTS = Path("bench/results")
 README = Path("README.md")
-ORDER = ("ingest", "archive", "batch", "speed", "serving")
+ORDER = ("ingest", "archive", "batch", "speed", "serving", "storage")
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
 
@@ -163,12 +163,29 @@ def _serving(r: Mapping[str, Any]) -> Row:
     return Row("serving", measured, reference, ratio, goal, met)
 
 
+def _storage(r: Mapping[str, Any]) -> Row:
+    steps = ("archive", "batch", "query")
+    ratios = [r[step]["ratio"] for step in steps]
+    return Row(
+        "storage",
+        f"lake on S3 (local SeaweedFS): archive {r['archive']['s3_s']:.1f} s, batch "
+        f"{r['batch']['s3_s']:.1f} s, query {r['query']['s3_s'] * 1000:.0f} ms "
+        f"({_num(r['events'])} events)",
+        f"lake on local disk: {r['archive']['local_s']:.1f} s, {r['batch']['local_s']:.1f} s, "
+        f"{r['query']['local_s'] * 1000:.0f} ms",
+        " / ".join(f"{x:.2f}" for x in ratios),
+        "each S3 / local ≤ 3",
+        all(x <= 3 for x in ratios),
+    )
+
+
 SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "ingest": _ingest,
     "archive": _archive,
     "batch": _batch,
     "speed": _speed,
     "serving": _serving,
+    "storage": _storage,
 }
 
 

@@ -38,6 +38,11 @@ class Table:
     # Rows are partial counts (speed/ctr: a row per key and micro-batch until the speed job
     # rolls them up): readers sum the counts per these columns (the rest: the newest value).
     summed_by: tuple[str, ...] = ()
+    # The processes that commit to it. Every commit goes through delta-rs (lake.frames,
+    # lake.append_table), which creates each log entry with a conditional write: with two
+    # writing processes, the later commit of a version conflicts and is retried or rerun, on a
+    # local disk and on an object store alike (tests/test_s3_lake.py).
+    writers: tuple[str, ...] = ()
 
     def path(self, lake: LakeSettings) -> str:
         return lake.table(self.name)
@@ -71,16 +76,24 @@ MASTER_EVENTS: Final = Table(
     EVENTS_SCHEMA,
     "events",
     partition_by=("event_date",),
+    writers=("the archiver (appends, compaction, VACUUM)",),
 )
 MASTER_REJECTED: Final = Table(
     "master/rejected",
     REJECTED_SCHEMA,
     "rejected",
+    writers=("the archiver (appends, compaction, VACUUM)",),
+)
+_BATCH_WRITERS: Final = (
+    "batch runs: ctr_batch, ctr_recompute_stale, backfills, ctr views build (an interval "
+    "replaced by predicate; a conflict reruns the run)",
+    "ctr_maintenance (compaction, VACUUM)",
 )
 BATCH_CTR: Final = Table(
     "batch/ctr",
     pa.schema([*_CTR_KEY, *_MEASURES, ("run_id", pa.string())]),
     "ctr_batch",
+    writers=_BATCH_WRITERS,
 )
 # The batch rows of a version with click attribution (views.ctr.attributed_ctr).
 ATTRIBUTED_SCHEMA: Final = pa.schema(
@@ -100,6 +113,10 @@ BATCH_COVERAGE: Final = Table(
         ]
     ),
     "coverage",
+    writers=(
+        "batch runs (a row per run, idempotent: a retried run adds none)",
+        "ctr_maintenance (compaction, VACUUM)",
+    ),
 )
 # ``clicks`` are the click events (versions 1 and 2); ``attributed_clicks``, ``orphan_clicks``
 # and ``repeat_clicks`` the speed layer's approximation of version 3's (speed_layer.job).
@@ -117,6 +134,7 @@ SPEED_CTR: Final = Table(
     ),
     "ctr_speed",
     summed_by=tuple(name for name, _ in _CTR_KEY),
+    writers=("the speed job (appends, roll-ups, pruning, compaction, VACUUM)",),
 )
 SPEED_LATE: Final = Table(
     "speed/late",
@@ -130,6 +148,7 @@ SPEED_LATE: Final = Table(
         ]
     ),
     "late",
+    writers=("the speed job",),
 )
 
 # What each archiver commit added to master/events, as view rows per minute bucket and
@@ -147,6 +166,10 @@ MASTER_ARRIVALS: Final = Table(
         ]
     ),
     "arrivals",
+    writers=(
+        "the archiver (appends, compaction)",
+        "batch runs (delete the arrivals they counted; retried on a conflict)",
+    ),
 )
 # Per minute bucket a batch run covered for the first time: what the speed layer had counted
 # there and what the batch layer counted.
@@ -165,6 +188,10 @@ BATCH_DRIFT: Final = Table(
         ]
     ),
     "drift",
+    writers=(
+        "batch runs (idempotent per interval)",
+        "ctr_maintenance (compaction, VACUUM)",
+    ),
 )
 
 # Which version of each view is published, and the history of every version (lake.registry).
@@ -180,6 +207,10 @@ VIEW_REGISTRY: Final = Table(
         ]
     ),
     "registry",
+    writers=(
+        "ctr views publish / rollback and ctr_reprocess's publish (appends)",
+        "ctr_maintenance (compaction, VACUUM)",
+    ),
 )
 
 
@@ -194,6 +225,7 @@ def batch_table(definition: Definition) -> Table:
         f"batch/{definition.view}_v{definition.version}",
         ATTRIBUTED_SCHEMA if definition.attribution else BATCH_CTR.schema,
         f"{definition.view}_batch_v{definition.version}",
+        writers=_BATCH_WRITERS,
     )
 
 

@@ -237,6 +237,13 @@ def test_the_sql_sandbox_reads_the_views_on_s3_and_nothing_else(
         assert ok.json()["rows"] == [[0]]
 
 
+def test_every_table_names_its_writing_processes() -> None:
+    from lake.catalog import SERVED, SPEED_LATE
+
+    for table in (*SERVED, SPEED_LATE):
+        assert table.writers, table.name
+
+
 # -- two writing processes, one table --------------------------------------------------------
 
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
