@@ -84,6 +84,12 @@ class LocalS3:
             return None
         return pid
 
+    def ports(self) -> list[int]:
+        """Every port the server listens on: S3, master, volume server, filer, and their gRPC
+        ports 10000 higher."""
+        base = self.settings.port
+        return [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
+
     def credentials(self) -> Credentials:
         """The access key of this store, made at the first start."""
         path = self.dir / "credentials.json"
@@ -112,10 +118,12 @@ class LocalS3:
         if self.pid() is not None:
             self._write_env()
             return False
-        if _listening(self.settings.port):
-            raise S3Error(
-                f"port {self.settings.port} is taken by another process: set CTR_S3_PORT or stop it"
-            )
+        for port in self.ports():
+            if _listening(port):
+                raise S3Error(
+                    f"port {port} (of the S3 server's {', '.join(map(str, self.ports()))}) is "
+                    "taken by another process: set CTR_S3_PORT or stop it"
+                )
         binary = self._binary()
         (self.dir / "data").mkdir(parents=True, exist_ok=True)
         key = self.credentials()

@@ -19,6 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -30,7 +31,7 @@ from deltalake.exceptions import DeltaError
 from lake.catalog import SERVED, Table
 from lake.settings import LakeSettings
 from lake.speed_status import SpeedStatus, read_status, speed_status_path
-from lake.storage import arrow_filesystem, is_delta, open_delta, store_path
+from lake.storage import arrow_filesystem, open_delta, store_path
 from runtime.times import EPOCH
 from serving_layer.delta_log import DeltaLog, commit_ns, first_true, log_of, log_span, version_at
 
@@ -133,6 +134,14 @@ class SnapshotSource:
         self._closed = threading.Event()
         self._subscribers: list[Callable[[LakeSnapshot], None]] = []
         self._past: OrderedDict[tuple[str, int], TableSnapshot] = OrderedDict()
+        # On an object store each table's log is a round trip (a listing from its version):
+        # the tables are read side by side (python -m bench storage, a new snapshot of 11
+        # tables: 48 ms, then 17 ms with the missing ones checked through pyarrow).
+        self._readers = (
+            ThreadPoolExecutor(max_workers=len(tables), thread_name_prefix="snapshot-table")
+            if lake.on_object_store and tables
+            else None
+        )
         self._past_lock = threading.Lock()
 
     def cached(self) -> LakeSnapshot | None:
@@ -162,6 +171,8 @@ class SnapshotSource:
     def close(self) -> None:
         """Stop the background refresher (the source still answers :meth:`current`)."""
         self._closed.set()
+        if self._readers is not None:
+            self._readers.shutdown(wait=False)
 
     def _keep_current(self) -> None:
         """Refresh every ``refresh_s`` while :meth:`cached` was called within
@@ -200,10 +211,15 @@ class SnapshotSource:
         return fresh
 
     def _refresh(self, previous: LakeSnapshot | None) -> LakeSnapshot:
-        tables = {}
-        for name in self.tables:
-            old = previous.tables.get(name) if previous is not None else None
-            tables[name] = self._table(name, old)
+        def read(name: str) -> TableSnapshot:
+            return self._table(name, previous.tables.get(name) if previous is not None else None)
+
+        names = list(self.tables)
+        readers = self._readers
+        if readers is not None and not self._closed.is_set():
+            tables = dict(zip(names, readers.map(read, names), strict=True))
+        else:
+            tables = {name: read(name) for name in names}
         status_path = speed_status_path(self.lake)
         try:
             stamp: int | None = status_path.stat().st_mtime_ns
@@ -219,7 +235,7 @@ class SnapshotSource:
         path = self.lake.table(name)
         handle = self._handles.get(name)
         if handle is None:
-            if not is_delta(path):
+            if not _log_exists(path):
                 return TableSnapshot(name, path, None, (), (), SCHEMAS[name])
             handle = self._handles[name] = open_delta(path)
         else:
@@ -334,6 +350,17 @@ def _table_snapshot(name: str, path: str, handle: DeltaTable) -> TableSnapshot:
         partition_columns=tuple(handle.metadata().partition_columns),
         schema=pa.schema(handle.schema().to_arrow()),
     )
+
+
+def _log_exists(path: str) -> bool:
+    """Whether the table at ``path`` has a log yet: its first commit, or a checkpoint once
+    that was cleaned up. Two stats through pyarrow, which releases the GIL while it waits (an
+    object store's round trips overlap across tables); delta-rs' is_deltatable holds it."""
+    log = log_of(path)
+    if commit_ns(log, 0) is not None:
+        return True
+    info = log.filesystem.get_file_info(f"{log.path}/_last_checkpoint")
+    return bool(info.type != pafs.FileType.NotFound)
 
 
 def _files_exist(table: TableSnapshot) -> bool:
