@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.broker import free_port, scratch_broker
-from infra.s3 import LocalS3, LocalS3Settings
+from infra.broker import scratch_broker
+from infra.s3 import LocalS3, LocalS3Settings, free_base_port
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
@@ -58,10 +58,7 @@ def main(events: int | None = None) -> dict[str, object]:
 
 @contextlib.contextmanager
 def _s3(work: Path) -> Iterator[LocalS3]:
-    port = free_port()
-    while port > 55000:
-        port = free_port()
-    store = LocalS3(LocalS3Settings(run_dir=work / "s3run", port=port, bucket="bench"))
+    store = LocalS3(LocalS3Settings(run_dir=work / "s3run", port=free_base_port(), bucket="bench"))
     store.start()
     saved = os.environ.copy()
     os.environ.update(store.environment())

@@ -235,6 +235,21 @@ class LocalS3:
             out.write("\n".join(lines) + "\n")
 
 
+def free_base_port() -> int:
+    """A ``CTR_S3_PORT`` whose eight ports (:meth:`LocalS3.ports`) are all free now (tests,
+    benchmarks)."""
+    from infra.broker import free_port
+
+    for _ in range(50):
+        base = free_port()
+        if base > 55000:  # its gRPC ports would pass 65535
+            continue
+        ports = [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
+        if not any(_listening(port) for port in ports):
+            return base
+    raise S3Error("no free block of ports for the S3 server")
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.5)

@@ -33,7 +33,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from lake.data_files import DataFile
-from lake.storage import delta_options, is_delta, open_delta
+from lake.storage import delta_options, ensure_properties, is_delta, open_delta
 
 log = logging.getLogger("ctr.lake")
 
@@ -88,10 +88,8 @@ class AppendTable:
         return self._table
 
     def _ensure_properties(self, table: DeltaTable) -> None:
-        current = table.metadata().configuration
-        missing = {k: v for k, v in self.properties.items() if current.get(k) != v}
-        if missing:
-            table.alter.set_table_properties(missing)
+        """On opening the table: its properties (a subclass may check more)."""
+        ensure_properties(table, self.properties)
 
     def maintain(self, *, target_size: int = COMPACT_TARGET_BYTES) -> Maintained:
         """Bin-pack the table's small files into files of about ``target_size`` bytes (each

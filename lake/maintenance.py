@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
-from lake.storage import is_delta, open_delta
+from lake.storage import ensure_properties, is_delta, open_delta
 
 log = logging.getLogger("ctr.maintenance")
 
@@ -40,11 +40,7 @@ def compact_and_vacuum(
         raise ValueError(f"retention_hours must be whole hours, got {retention_hours}")
     delta = open_delta(path)
     if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
-        wanted = lake.retention(table)
-        current = delta.metadata().configuration
-        missing = {k: v for k, v in wanted.items() if current.get(k) != v}
-        if missing:
-            delta.alter.set_table_properties(missing)
+        ensure_properties(delta, lake.retention(table))
     metrics = delta.optimize.compact()
     vacuumed = delta.vacuum(
         retention_hours=None if retention_hours is None else int(retention_hours),

@@ -1,8 +1,8 @@
 """Where the lake's bytes are: a local folder, or an S3-compatible object store.
 
 ``LAKE_ROOT=s3://bucket/prefix`` puts every table in a bucket; the store is named by the
-standard AWS variables, read once here (:class:`ObjectStoreSettings`) and handed to each client
-in its own dialect:
+standard AWS variables (:class:`runtime.object_store.ObjectStoreSettings`, read from the
+environment), handed to each client in its own dialect:
 
 * delta-rs (every commit to the lake, and the jobs' reads): :func:`delta_options`;
 * pyarrow (data files written in Spark tasks, the SQL sandbox's scans): :func:`arrow_filesystem`;
@@ -16,6 +16,7 @@ retries, as on a local disk. The server ``ctr s3 up`` starts supports them (see 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -38,21 +39,13 @@ def delta_options(location: str) -> dict[str, str] | None:
     if not is_object_store(location):
         return None
     s3 = store()
-    options = {
-        "AWS_REGION": s3.region,
+    return {
+        **s3.environment(),
         # Each log entry is created with If-None-Match: * (no lock service needed).
         "AWS_CONDITIONAL_PUT": "etag",
         "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not s3.uses_path_style).lower(),
+        "AWS_ALLOW_HTTP": str(not s3.secure).lower(),
     }
-    if s3.endpoint_url:
-        options["AWS_ENDPOINT_URL"] = s3.endpoint_url
-        options["AWS_ALLOW_HTTP"] = str(not s3.secure).lower()
-    if s3.access_key_id:
-        options["AWS_ACCESS_KEY_ID"] = s3.access_key_id
-    secret = s3.secret()
-    if secret:
-        options["AWS_SECRET_ACCESS_KEY"] = secret
-    return options
 
 
 def to_delta_uri(location: str) -> str:
@@ -140,6 +133,14 @@ def open_delta(location: str, *, version: int | None = None) -> DeltaTable:
     from deltalake import DeltaTable
 
     return DeltaTable(location, version=version, storage_options=delta_options(location))
+
+
+def ensure_properties(table: DeltaTable, wanted: Mapping[str, str]) -> None:
+    """Set those of ``wanted``'s table properties that ``table`` lacks or holds otherwise."""
+    current = table.metadata().configuration
+    missing = {k: v for k, v in wanted.items() if current.get(k) != v}
+    if missing:
+        table.alter.set_table_properties(missing)
 
 
 def is_delta(location: str) -> bool:

@@ -54,6 +54,19 @@ class ObjectStoreSettings(BaseSettings):
     def secret(self) -> str | None:
         return self.secret_access_key.get_secret_value() if self.secret_access_key else None
 
+    def environment(self) -> dict[str, str]:
+        """The standard variables naming this store (what a process, an executor or delta-rs
+        is given)."""
+        variables = {"AWS_REGION": self.region}
+        if self.endpoint_url:
+            variables["AWS_ENDPOINT_URL"] = self.endpoint_url
+        if self.access_key_id:
+            variables["AWS_ACCESS_KEY_ID"] = self.access_key_id
+        secret = self.secret()
+        if secret:
+            variables["AWS_SECRET_ACCESS_KEY"] = secret
+        return variables
+
 
 def spark_conf(s3: ObjectStoreSettings) -> dict[str, str]:
     """Spark settings reading and writing ``s3://`` (and ``s3a://``) paths through Hadoop's
@@ -71,20 +84,9 @@ def spark_conf(s3: ObjectStoreSettings) -> dict[str, str]:
     }
     if s3.endpoint_url:
         conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint_url
-    for name, value in _environment(s3).items():
-        conf[f"spark.executorEnv.{name}"] = value
-    return conf
-
-
-def _environment(s3: ObjectStoreSettings) -> dict[str, str]:
-    variables = {"AWS_REGION": s3.region}
-    if s3.endpoint_url:
-        variables["AWS_ENDPOINT_URL"] = s3.endpoint_url
-    if s3.access_key_id:
-        variables["AWS_ACCESS_KEY_ID"] = s3.access_key_id
-    secret = s3.secret()
-    if secret:
-        variables["AWS_SECRET_ACCESS_KEY"] = secret
+    variables = s3.environment()
     if s3.path_style is not None:
         variables["CTR_S3_PATH_STYLE"] = str(s3.path_style).lower()
-    return variables
+    for name, value in variables.items():
+        conf[f"spark.executorEnv.{name}"] = value
+    return conf

@@ -29,3 +29,30 @@ def test_a_relative_lake_root_is_taken_from_the_working_directory(
     monkeypatch.setenv("LAKE_ROOT", "somewhere/lake")
     monkeypatch.chdir(tmp_path)
     assert MASTER_EVENTS.path(LakeSettings()) == str(tmp_path / "somewhere/lake/master/events")
+
+
+def test_an_s3_lake_hands_one_store_to_every_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lake.storage import delta_options, store_path
+    from runtime.object_store import ObjectStoreSettings, spark_conf
+    from runtime.spark import submit_args
+
+    monkeypatch.setenv("LAKE_ROOT", "s3a://bucket/lake/")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    lake = LakeSettings()
+    assert lake.on_object_store
+    assert MASTER_EVENTS.path(lake) == "s3://bucket/lake/master/events"  # one path, every client
+    assert store_path(MASTER_EVENTS.path(lake)) == "bucket/lake/master/events"
+    options = delta_options(MASTER_EVENTS.path(lake))
+    assert options is not None
+    assert options["AWS_CONDITIONAL_PUT"] == "etag"
+    assert options["AWS_ALLOW_HTTP"] == "true"
+    assert options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "false"
+    assert delta_options("/tmp/lake/master/events") is None
+    conf = spark_conf(ObjectStoreSettings())
+    assert conf["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["spark.executorEnv.AWS_SECRET_ACCESS_KEY"] == "secret"
+    assert "secret" not in " ".join(submit_args())  # never on a spark-submit command line
+    assert any("hadoop-aws" in arg for arg in submit_args())  # the S3 connector's class path

@@ -10,7 +10,6 @@ import contextlib
 import datetime as dt
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from infra.broker import free_port
-from infra.s3 import LocalS3, LocalS3Settings
+from infra.s3 import LocalS3, LocalS3Settings, free_base_port
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
 from ingest.traffic import TrafficConfig, TrafficGenerator
@@ -42,32 +41,11 @@ def _iso(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _free_port_block() -> int:
-    """A port p with p..p+3 and p+10000..p+10003 free (the server's HTTP and gRPC ports)."""
-    for _ in range(50):
-        port = free_port()
-        if port > 55000:
-            continue
-        ports = [port + i for i in range(4)] + [port + 10000 + i for i in range(4)]
-        if all(_free(p) for p in ports):
-            return port
-    raise RuntimeError("no free block of ports for the S3 server")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     """The local S3 server, its bucket created and its env file written."""
     run_dir = tmp_path_factory.mktemp("s3-run")
-    store = LocalS3(LocalS3Settings(run_dir=run_dir, port=_free_port_block(), bucket="ctr-test"))
+    store = LocalS3(LocalS3Settings(run_dir=run_dir, port=free_base_port(), bucket="ctr-test"))
     assert store.start()
     try:
         yield store
@@ -312,14 +290,14 @@ def _backfill(env: dict[str, str], hours: list[int]) -> None:
             raise AssertionError(f"hour {hour} kept conflicting")
 
 
-def test_conflicting_writers_on_s3_lose_no_commit(s3: LocalS3) -> None:
+def test_conflicting_writers_on_s3_lose_no_commit(
+    s3: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tables two processes write: master/arrivals (the archiver appends while the batch
     job deletes what it counted) and a batch view (ctr_batch, the stale recompute and a backfill
     replace hours of it). Run at once on S3, every commit lands and nothing is overwritten."""
-    from deltalake import DeltaTable
-
     from lake.catalog import BATCH_CTR, MASTER_ARRIVALS
-    from lake.storage import delta_options
+    from lake.storage import open_delta
 
     env = {**s3_lake_env(s3, f"race-{uuid.uuid4().hex[:8]}"), "CHECKPOINT_ROOT": "/nonexistent"}
     context = multiprocessing.get_context("spawn")  # delta-rs' runtime does not survive fork
@@ -334,23 +312,18 @@ def test_conflicting_writers_on_s3_lose_no_commit(s3: LocalS3) -> None:
     for worker in workers:
         worker.join(timeout=240)
         assert worker.exitcode == 0
-    lake = LakeSettings(lake_root=env["LAKE_ROOT"])
-    old = os.environ.copy()
-    os.environ.update(env)
-    try:
-        options = delta_options(MASTER_ARRIVALS.path(lake))
-        arrivals = DeltaTable(MASTER_ARRIVALS.path(lake), storage_options=options)
-        assert arrivals.transaction_version("archiver") == APPENDS - 1
-        minutes = sorted(
-            int((b - T0).total_seconds() // 60)
-            for b in arrivals.to_pyarrow_table().column("bucket_start").to_pylist()
-        )
-        # Every append after minute 4 is there; of the first four, only those appended after
-        # the last clean-up (none lost, none doubled).
-        assert minutes[-(APPENDS - 4) :] == list(range(4, APPENDS))
-        assert len(minutes) == len(set(minutes))
-        view = DeltaTable(BATCH_CTR.path(lake), storage_options=options).to_pyarrow_table()
-        assert sorted(view.column("run_id").to_pylist()) == sorted(f"run-{h}" for h in range(8))
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lake = LakeSettings()
+    arrivals = open_delta(MASTER_ARRIVALS.path(lake))
+    assert arrivals.transaction_version("archiver") == APPENDS - 1
+    minutes = sorted(
+        int((b - T0).total_seconds() // 60)
+        for b in arrivals.to_pyarrow_table().column("bucket_start").to_pylist()
+    )
+    # Every append after minute 4 is there; of the first four, only those appended after the
+    # last clean-up (none lost, none doubled).
+    assert minutes[-(APPENDS - 4) :] == list(range(4, APPENDS))
+    assert len(minutes) == len(set(minutes))
+    view = open_delta(BATCH_CTR.path(lake)).to_pyarrow_table()
+    assert sorted(view.column("run_id").to_pylist()) == sorted(f"run-{h}" for h in range(8))
