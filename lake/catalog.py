@@ -213,6 +213,31 @@ VIEW_REGISTRY: Final = Table(
     ),
 )
 
+# Who may call the API: an append-only log of API keys created, revoked and used (lake.keys).
+# Only a key's SHA-256 is stored. Never served: the SQL sandbox does not see it.
+API_KEYS: Final = Table(
+    "access/keys",
+    pa.schema(
+        [
+            ("name", pa.string()),
+            ("event", pa.string()),  # created | revoked | used
+            ("role", pa.string()),  # created only
+            ("campaigns", pa.list_(pa.string())),  # created only (an advertiser's scope)
+            ("ads", pa.list_(pa.string())),
+            ("key_hash", pa.string()),  # created only: sha256 hex of the key
+            ("expires_at", TIMESTAMP),
+            ("at", TIMESTAMP),
+            ("reason", pa.string()),  # revoked only
+        ]
+    ),
+    "keys",
+    writers=(
+        "ctr keys create / revoke (appends)",
+        "the API's usage recorder (an append of last uses, at most one a minute per process)",
+        "ctr_maintenance (compaction, VACUUM)",
+    ),
+)
+
 
 def batch_table(definition: Definition) -> Table:
     """The batch rows of a view version: ``batch/ctr`` for version 1, ``batch/ctr_vN`` after
@@ -231,7 +256,8 @@ def batch_table(definition: Definition) -> Table:
 
 VERSIONED: Final = tuple(batch_table(d) for d in DEFINITIONS if d.version != 1)
 
-# What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own).
+# What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own;
+# access/keys, the API keys' hashes, is read by the API's key check alone: lake.keys).
 SERVED: Final = (
     BATCH_CTR,
     BATCH_COVERAGE,
@@ -252,5 +278,6 @@ MAINTAINED: Final = (
     BATCH_COVERAGE,
     BATCH_DRIFT,
     VIEW_REGISTRY,
+    API_KEYS,
     *VERSIONED,
 )
