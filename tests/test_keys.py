@@ -1,0 +1,284 @@
+"""API keys (lake.keys) on real Delta tables: a key verifies until it expires or is revoked,
+only its hash is stored, a revoke reaches a watcher at its next call, last uses are committed
+in the background."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from lake import keys as key_store
+from lake.catalog import API_KEYS, MAINTAINED, SERVED
+from lake.keys import (
+    ApiKey,
+    KeyRing,
+    KeyStoreError,
+    KeyWatcher,
+    UsageRecorder,
+    create_key,
+    hash_key,
+    read_keys,
+    record_use,
+    revoke_key,
+)
+from lake.maintenance import compact_and_vacuum
+from lake.settings import LakeSettings
+from lake.storage import open_delta
+from views.access import Access, Scope
+
+T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
+
+
+def at(minutes: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+def created(name: str, key: str, when: dt.datetime, **row: object) -> dict[str, object]:
+    return {
+        "name": name,
+        "event": "created",
+        "role": "analyst",
+        "campaigns": [],
+        "ads": [],
+        "key_hash": hash_key(key),
+        "expires_at": None,
+        "at": when,
+        **row,
+    }
+
+
+def event(name: str, kind: str, when: dt.datetime) -> dict[str, object]:
+    return {"name": name, "event": kind, "at": when}
+
+
+def named(ring: KeyRing, name: str) -> ApiKey:
+    found = ring.get(name)
+    assert found is not None, name
+    return found
+
+
+# The ring: pure, from rows.
+
+
+def test_a_key_verifies_until_the_moment_it_expires() -> None:
+    ring = KeyRing.from_rows([created("bi", "ctr_a", at(0), expires_at=at(60))])
+    assert ring.verify("ctr_a", at(59.99)) == ApiKey(
+        "bi", "analyst", None, hash_key("ctr_a"), at(0), expires_at=at(60)
+    )
+    assert ring.verify("ctr_a", at(60)) is None
+    assert ring.verify("ctr_b", at(1)) is None
+    assert named(ring, "bi").status(at(60)) == "expired"
+
+
+def test_a_revoked_name_gets_a_new_key_and_the_old_one_stays_refused() -> None:
+    rows = [
+        created("bi", "ctr_old", at(0)),
+        event("bi", "used", at(1)),
+        event("bi", "revoked", at(2)),
+        event("bi", "used", at(2.5)),  # after the revoke: no use of any key
+        created("bi", "ctr_new", at(3), role="advertiser", campaigns=["c1"], ads=["a1"]),
+        event("bi", "used", at(5)),
+        event("bi", "used", at(4)),
+    ]
+    random.Random(7).shuffle(rows)  # the table's rows come in no order: events go by time
+    ring = KeyRing.from_rows(rows)
+    assert ring.verify("ctr_old", at(4)) is None
+    new = ring.verify("ctr_new", at(4))
+    assert new == ApiKey(
+        "bi", "advertiser", Scope(("c1",), ("a1",)), hash_key("ctr_new"), at(3), last_used_at=at(5)
+    )
+    assert new.access == Access("bi", "advertiser", Scope(("c1",), ("a1",)))
+    assert [k.name for k in ring.keys] == ["bi"]
+
+
+def test_a_revoke_at_the_microsecond_of_creation_revokes_and_racing_creates_keep_the_first() -> (
+    None
+):
+    ring = KeyRing.from_rows(
+        [
+            event("a", "revoked", at(0)),
+            created("a", "ctr_a", at(0)),
+            created("b", "ctr_b1", at(1)),
+            created("b", "ctr_b2", at(2)),  # over a key not revoked: two creates raced
+        ]
+    )
+    assert named(ring, "a").status(at(1)) == "revoked"
+    assert ring.verify("ctr_a", at(1)) is None
+    assert ring.verify("ctr_b1", at(3)) is not None
+    assert ring.verify("ctr_b2", at(3)) is None
+
+
+# The store: real Delta tables.
+
+
+def test_the_keys_table_is_maintained_and_never_served() -> None:
+    assert API_KEYS in MAINTAINED
+    assert API_KEYS not in SERVED
+
+
+def test_the_maintenance_dag_compacts_the_keys_and_a_watcher_keeps_them(
+    lake: LakeSettings,
+) -> None:
+    issued = [create_key(lake, name, "analyst")[1] for name in ("a", "b", "c")]
+    watcher = KeyWatcher(lake)
+    before = watcher.ring().keys
+    report = compact_and_vacuum(lake, API_KEYS.name, retention_hours=0)
+    assert report is not None
+    assert (report.files_removed, report.files_added, report.files_vacuumed) == (3, 1, 3)
+    assert watcher.ring().keys == before
+    assert watcher.reloads == 2  # the compaction is a commit: read again, the same keys
+    now = dt.datetime.now(dt.UTC)
+    assert all(watcher.ring().verify(s, now) is not None for s in issued)
+
+
+def test_a_created_key_verifies_and_only_its_hash_is_stored(lake: LakeSettings) -> None:
+    key, secret = create_key(lake, "acme@reports", "advertiser", campaigns=["c2", "c1", "c1"])
+    assert secret.startswith("ctr_")
+    assert len(secret) > 40
+    assert key.key_hash == hash_key(secret)
+    assert key.scope == Scope(("c1", "c2"))
+    assert read_keys(lake).verify(secret, dt.datetime.now(dt.UTC)) == key
+    stored = [p.read_bytes() for p in Path(API_KEYS.path(lake)).rglob("*") if p.is_file()]
+    assert len(stored) >= 2  # a log entry and a data file
+    assert not any(secret.encode() in data or secret[4:].encode() in data for data in stored)
+    assert open_delta(API_KEYS.path(lake)).to_pyarrow_table().column("key_hash").to_pylist() == [
+        hash_key(secret)
+    ]
+
+
+def test_revoke_expiry_and_a_new_key_for_the_name(lake: LakeSettings) -> None:
+    now = dt.datetime.now(dt.UTC)
+    _, first = create_key(lake, "bi", "analyst", expires_at=now + dt.timedelta(hours=1))
+    assert read_keys(lake).verify(first, now) is not None
+    assert read_keys(lake).verify(first, now + dt.timedelta(hours=1)) is None
+    revoked = revoke_key(lake, "bi", reason="rotated")
+    assert revoked.revoked_at is not None
+    assert read_keys(lake).verify(first, now) is None
+    with pytest.raises(KeyStoreError, match="name: the key named 'bi' was revoked already"):
+        revoke_key(lake, "bi")
+    key, second = create_key(lake, "bi", "admin")
+    ring = read_keys(lake)  # a new reader of the same lake
+    assert (ring.verify(first, key.created_at), ring.verify(second, key.created_at)) == (None, key)
+
+
+@pytest.mark.parametrize(
+    ("name", "role", "options", "message"),
+    [
+        ("bi", "analyst", {}, "name: 'bi' has a key already \\(active, created .*\\); revoke it"),
+        ("new key", "analyst", {}, "name: 1 to 64 letters, digits"),
+        ("x" * 65, "analyst", {}, "name: 1 to 64"),
+        ("acme", "owner", {}, "role: one of admin, analyst, advertiser, got 'owner'"),
+        ("acme", "advertiser", {"ads": ["a1"]}, "campaigns: .*at least one campaign id"),
+        ("acme", "analyst", {"campaigns": ["c1"]}, "campaigns: only an advertiser key"),
+        ("acme", "admin", {"ads": ["a1"]}, "ads: only an advertiser key"),
+        ("acme", "advertiser", {"campaigns": "c1"}, "campaigns: a sequence of ids, not"),
+        ("acme", "advertiser", {"campaigns": ["c1", " "]}, "campaigns: an id must not be empty"),
+        ("acme", "analyst", {"expires_at": at(0)}, "expires_at: must be in the future"),
+        ("acme", "analyst", {"expires_at": dt.datetime(2099, 1, 1)}, "expires_at: a datetime wi"),
+    ],
+)
+def test_a_key_that_cannot_be_is_refused_naming_the_argument(
+    lake: LakeSettings, name: str, role: str, options: dict[str, object], message: str
+) -> None:
+    create_key(lake, "bi", "analyst")
+    with pytest.raises(KeyStoreError, match=message):
+        create_key(lake, name, role, **options)  # type: ignore[arg-type]
+    assert [k.name for k in read_keys(lake).keys] == ["bi"]
+
+
+def test_revoking_an_unknown_name_is_refused(lake: LakeSettings) -> None:
+    with pytest.raises(KeyStoreError, match="name: no key is named 'ghost'"):
+        revoke_key(lake, "ghost")
+
+
+# The watcher: one stat per call, a reload per commit.
+
+
+def test_the_watcher_reads_again_only_after_a_commit(lake: LakeSettings) -> None:
+    watcher = KeyWatcher(lake)
+    assert not watcher.check_is_remote
+    assert watcher.ring().keys == ()
+    assert watcher.ring().keys == ()  # no table yet, and still none: not read again
+    assert watcher.reloads == 1
+    _, secret = create_key(lake, "bi", "analyst")
+    now = dt.datetime.now(dt.UTC)
+    for _ in range(3):
+        assert watcher.ring().verify(secret, now) is not None
+    assert watcher.reloads == 2
+    revoke_key(lake, "bi")
+    assert watcher.ring().verify(secret, now) is None
+    assert watcher.reloads == 3
+    assert KeyWatcher(lake).ring().keys == watcher.ring().keys  # durable
+
+
+def test_a_watcher_reads_again_past_its_max_age(lake: LakeSettings) -> None:
+    """The log file the stat looks for is cleaned up after LAKE_HISTORY_RETENTION_HOURS: a
+    ring too old is read again whatever the stat says."""
+    create_key(lake, "bi", "analyst")
+    watcher = KeyWatcher(lake, max_age_s=0.05)
+    watcher.ring()
+    watcher.ring()
+    assert watcher.reloads == 1
+    time.sleep(0.06)
+    watcher.ring()
+    assert watcher.reloads == 2
+
+
+# Last uses.
+
+
+def test_last_uses_are_committed_by_close_the_latest_per_key(lake: LakeSettings) -> None:
+    create_key(lake, "a", "analyst", now=at(0))
+    create_key(lake, "b", "admin", now=at(0))
+    recorder = UsageRecorder(lake, flush_s=3600)
+    recorder.touch("a", at(2))
+    recorder.touch("a", at(1))
+    recorder.touch("b", at(3))
+    version = open_delta(API_KEYS.path(lake)).version()
+    recorder.close()
+    assert [(k.name, k.last_used_at) for k in read_keys(lake).keys] == [("a", at(2)), ("b", at(3))]
+    assert open_delta(API_KEYS.path(lake)).version() == version + 1  # one commit
+    record_use(lake, {})  # nothing used: no commit
+    assert open_delta(API_KEYS.path(lake)).version() == version + 1
+
+
+def test_a_failed_flush_keeps_its_uses_for_the_next_one(
+    lake: LakeSettings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_key(lake, "a", "analyst", now=at(0))
+    attempts: list[int] = []
+
+    def store_down_once(lake_: LakeSettings, used: dict[str, dt.datetime]) -> None:
+        attempts.append(len(used))
+        if len(attempts) == 1:
+            raise OSError("store unreachable")
+        record_use(lake_, used)
+
+    monkeypatch.setattr(key_store, "record_use", store_down_once)
+    recorder = UsageRecorder(lake, flush_s=3600)
+    recorder.touch("a", at(1))
+    with caplog.at_level(logging.ERROR, logger="ctr.keys"):
+        recorder.flush()
+    assert "next flush retries" in caplog.text
+    assert named(read_keys(lake), "a").last_used_at is None
+    recorder.touch("a", at(2))
+    recorder.close()
+    assert named(read_keys(lake), "a").last_used_at == at(2)
+
+
+def test_the_background_thread_flushes_every_flush_s(lake: LakeSettings) -> None:
+    create_key(lake, "a", "analyst", now=at(0))
+    recorder = UsageRecorder(lake, flush_s=0.05)
+    try:
+        recorder.touch("a", at(1))
+        deadline = time.monotonic() + 10
+        while named(read_keys(lake), "a").last_used_at is None:
+            assert time.monotonic() < deadline, "no flush within 10 s"
+            time.sleep(0.05)
+    finally:
+        recorder.close()
