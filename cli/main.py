@@ -7,7 +7,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from cli import archive, batch, ingest, kafka, s3, serve, speed, sql, views
+from cli import archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
 
 app = typer.Typer(
     name="ctr",
@@ -28,6 +28,7 @@ app.add_typer(speed.app, name="speed")
 app.command()(serve.serve)
 app.command()(sql.sql)
 app.add_typer(views.app, name="views")
+app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:

@@ -1,17 +1,22 @@
-"""API keys (lake.keys) on real Delta tables: a key verifies until it expires or is revoked,
-only its hash is stored, a revoke reaches a watcher at its next call, last uses are committed
-in the background."""
+"""API keys (lake.keys, `ctr keys`) on real Delta tables: a key verifies until it expires or is
+revoked, only its hash is stored, a revoke by another process reaches a watcher at its next call,
+last uses are committed in the background."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
 from lake import keys as key_store
 from lake.catalog import API_KEYS, MAINTAINED, SERVED
 from lake.keys import (
@@ -31,7 +36,9 @@ from lake.settings import LakeSettings
 from lake.storage import open_delta
 from views.access import Access, Scope
 
+CTR = str(Path(sys.executable).with_name("ctr"))
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
+runner = CliRunner()
 
 
 def at(minutes: float) -> dt.datetime:
@@ -60,6 +67,10 @@ def named(ring: KeyRing, name: str) -> ApiKey:
     found = ring.get(name)
     assert found is not None, name
     return found
+
+
+def env(lake: LakeSettings) -> dict[str, str]:
+    return {"LAKE_ROOT": str(lake.lake_root), "COLUMNS": "200"}
 
 
 # The ring: pure, from rows.
@@ -216,6 +227,26 @@ def test_the_watcher_reads_again_only_after_a_commit(lake: LakeSettings) -> None
     assert KeyWatcher(lake).ring().keys == watcher.ring().keys  # durable
 
 
+def test_a_revoke_by_ctr_keys_in_another_process_reaches_the_watcher_at_its_next_call(
+    lake: LakeSettings,
+) -> None:
+    _, secret = create_key(lake, "bi", "analyst")
+    watcher = KeyWatcher(lake)
+    now = dt.datetime.now(dt.UTC)
+    assert watcher.ring().verify(secret, now) is not None
+    revoked = subprocess.run(
+        [CTR, "keys", "revoke", "bi", "--reason", "leaked"],
+        env={**os.environ, **env(lake)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert revoked.returncode == 0, revoked.stderr
+    assert "the API refuses it from its next request" in revoked.stderr
+    assert watcher.ring().verify(secret, now) is None
+    assert watcher.reloads == 2
+
+
 def test_a_watcher_reads_again_past_its_max_age(lake: LakeSettings) -> None:
     """The log file the stat looks for is cleaned up after LAKE_HISTORY_RETENTION_HOURS: a
     ring too old is read again whatever the stat says."""
@@ -282,3 +313,70 @@ def test_the_background_thread_flushes_every_flush_s(lake: LakeSettings) -> None
             time.sleep(0.05)
     finally:
         recorder.close()
+
+
+# `ctr keys`.
+
+
+def test_ctr_keys_create_prints_the_key_alone_on_the_last_line(lake: LakeSettings) -> None:
+    args = "keys create acme --scope advertiser --campaign c1 --campaign c2 --ad a9 --expires 30d"
+    result = runner.invoke(
+        app,
+        args.split(),
+        env=env(lake),
+    )
+    assert result.exit_code == 0, result.output
+    secret = result.stdout.splitlines()[-1]
+    assert secret == result.stdout.strip()  # the key alone on stdout
+    key = read_keys(lake).verify(secret, dt.datetime.now(dt.UTC))
+    assert key is not None
+    assert key.scope == Scope(("c1", "c2"), ("a9",))
+    assert key.expires_at is not None
+    assert key.expires_at - key.created_at == dt.timedelta(days=30)
+    assert "created key 'acme': advertiser, campaigns c1, c2; ads a9; expires" in result.stderr
+    assert "shown once" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["bi", "--scope", "analyst"], 1, "NAME: 'bi' has a key already"),
+        (["acme", "--scope", "advertiser"], 1, "--campaign: an advertiser's scope needs"),
+        (["acme", "--scope", "analyst", "--campaign", "c1"], 1, "--campaign: only an advertiser"),
+        (["acme", "--scope", "owner"], 2, "'owner' is not one of"),
+        (["acme", "--scope", "admin", "--expires", "soon"], 2, "--expires"),
+        (["acme", "--scope", "admin", "--expires", "2020-01-01"], 1, "--expires: must be in"),
+    ],
+)
+def test_ctr_keys_create_errors_say_which_option(
+    lake: LakeSettings, args: list[str], code: int, message: str
+) -> None:
+    create_key(lake, "bi", "analyst")
+    result = runner.invoke(app, ["keys", "create", *args], env=env(lake))
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert result.stdout == ""
+
+
+def test_ctr_keys_list_shows_active_keys_or_all_never_a_hash(lake: LakeSettings) -> None:
+    hashes = [create_key(lake, name, "analyst")[0].key_hash for name in ("keep", "gone")]
+    revoke_key(lake, "gone")
+    active = runner.invoke(app, ["keys", "list"], env=env(lake))
+    every = runner.invoke(app, ["keys", "list", "--all"], env=env(lake))
+    assert (active.exit_code, every.exit_code) == (0, 0)
+    assert "keep" in active.output
+    assert "gone" not in active.output
+    assert "gone" in every.output
+    assert "revoked" in every.output
+    for output in (active.output, every.output):
+        assert not any(h[:16] in output for h in hashes)
+    missing = runner.invoke(app, ["keys", "revoke", "ghost"], env=env(lake))
+    assert missing.exit_code == 1
+    assert "NAME: no key is named 'ghost'" in missing.output
+
+
+def test_ctr_keys_help_says_what_each_scope_sees() -> None:
+    result = runner.invoke(app, ["keys", "create", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for words in ("--scope", "--campaign", "--expires", "raw events", "/metrics", "shown"):
+        assert words in result.output

@@ -222,6 +222,29 @@ def test_every_table_names_its_writing_processes() -> None:
         assert table.writers, table.name
 
 
+def test_the_api_key_watcher_on_s3_sees_a_revoke_at_its_next_call(
+    s3: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lake.keys on an object store: the per-request check is a round trip (remote), a revoke
+    by `ctr keys revoke` reaches the watcher at its next call."""
+    from lake.keys import KeyWatcher, create_key, read_keys
+
+    env = s3_lake_env(s3, f"keys-{uuid.uuid4().hex[:8]}")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lake = LakeSettings()
+    watcher = KeyWatcher(lake)
+    assert watcher.check_is_remote
+    assert watcher.ring().keys == ()
+    _, secret = create_key(lake, "bi", "analyst")
+    now = dt.datetime.now(dt.UTC)
+    assert watcher.ring().verify(secret, now) is not None
+    assert watcher.ring().keys == read_keys(lake).keys
+    ctr({**os.environ, **env}, "keys", "revoke", "bi")
+    assert watcher.ring().verify(secret, now) is None
+    assert watcher.reloads == 3
+
+
 # -- two writing processes, one table --------------------------------------------------------
 
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)

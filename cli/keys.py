@@ -1,0 +1,194 @@
+"""`ctr keys`: the API's keys — create, list, revoke."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import TYPE_CHECKING, Annotated, Final, NoReturn
+
+import typer
+
+from cli.console import console, fail
+from views.access import Role
+
+if TYPE_CHECKING:
+    from lake.keys import ApiKey, KeyStoreError
+
+SCOPES: Final = (
+    "admin: everything, the raw events (with user ids), rejected payloads and /metrics "
+    "included; analyst: every campaign's views (CTR, coverage, drift, arrivals), no raw events; "
+    "advertiser: only the rows of its campaigns (and of its ads, if any are named)"
+)
+
+app = typer.Typer(
+    help="API keys: who may call the API, and what each key sees. "
+    f"Scopes — {SCOPES}. A key is shown once, when it is created: the lake keeps only its "
+    "SHA-256 (access/keys, which no query can read).",
+    no_args_is_help=True,
+)
+
+Name = Annotated[str, typer.Argument(help="The key's name: 1 to 64 of A-Z a-z 0-9 . _ @ -.")]
+_RELATIVE: Final = re.compile(r"(\d+)([dh])")
+# What each argument of lake.keys is called on this command line.
+_OPTIONS: Final = {
+    "name": "NAME",
+    "role": "--scope",
+    "campaigns": "--campaign",
+    "ads": "--ad",
+    "expires_at": "--expires",
+}
+
+
+@app.command()
+def create(
+    name: Name,
+    scope: Annotated[Role, typer.Option(help=f"What the key sees. {SCOPES}.")],
+    campaign: Annotated[
+        list[str] | None,
+        typer.Option(help="A campaign id an advertiser key sees (repeat for several)."),
+    ] = None,
+    ad: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An ad id: an advertiser key with ads sees only their rows (repeatable)."
+        ),
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            help="When it stops working: in days or hours (30d, 12h) or at an ISO-8601 time "
+            "(UTC unless it says otherwise). Default: never."
+        ),
+    ] = None,
+) -> None:
+    """Create a key for NAME and print it, alone on the last line of stdout (`| tail -1`). It
+    is shown this once: only its SHA-256 is stored. A name has one key at a time: revoke it
+    before creating another."""
+    from lake.keys import KeyStoreError, create_key
+    from lake.settings import LakeSettings
+
+    now = dt.datetime.now(dt.UTC)
+    try:
+        created, key = create_key(
+            LakeSettings(),
+            name,
+            scope,
+            campaigns=campaign or (),
+            ads=ad or (),
+            expires_at=_expiry(expires, now),
+            now=now,
+        )
+    except KeyStoreError as exc:
+        _fail(exc)
+    expiry = (
+        "never expires" if created.expires_at is None else f"expires {_time(created.expires_at)}"
+    )
+    console.print(f"created key {created.name!r}: {_grants(created)}; {expiry}", highlight=False)
+    console.print(
+        "The key is shown once, below; only its SHA-256 is stored, so it cannot be shown again.",
+        highlight=False,
+    )
+    typer.echo(key)
+
+
+@app.command("list")
+def list_keys(
+    every: Annotated[
+        bool, typer.Option("--all", help="Revoked and expired keys too (default: active ones).")
+    ] = False,
+) -> None:
+    """The keys: name, scope, campaigns and ads, when created, expires and last used, status.
+    Never a key or its hash."""
+    from rich.table import Table
+
+    from lake.keys import read_keys
+    from lake.settings import LakeSettings
+
+    now = dt.datetime.now(dt.UTC)
+    keys = [k for k in read_keys(LakeSettings()).keys if every or k.status(now) == "active"]
+    if not keys:
+        console.print(
+            "no keys" if every else "no active keys (--all lists revoked and expired ones)"
+        )
+        return
+    table = Table(
+        "name",
+        "scope",
+        "campaigns / ads",
+        "created",
+        "expires",
+        "last used",
+        "status",
+        caption="times in UTC",
+    )
+    for key in keys:
+        table.add_row(
+            key.name,
+            key.role,
+            _scope_cell(key),
+            f"{key.created_at:%Y-%m-%d %H:%M}",
+            "never" if key.expires_at is None else f"{key.expires_at:%Y-%m-%d %H:%M}",
+            "never" if key.last_used_at is None else f"{key.last_used_at:%Y-%m-%d %H:%M}",
+            key.status(now),
+        )
+    console.print(table)
+
+
+@app.command()
+def revoke(
+    name: Name,
+    reason: Annotated[str, typer.Option(help="Why (recorded with the revoke).")] = "",
+) -> None:
+    """Revoke NAME's key: the API refuses it from its next request on (every API process
+    checks the lake's keys for a new commit on each request)."""
+    from lake.keys import KeyStoreError, revoke_key
+    from lake.settings import LakeSettings
+
+    try:
+        revoked = revoke_key(LakeSettings(), name, reason=reason)
+    except KeyStoreError as exc:
+        _fail(exc)
+    assert revoked.revoked_at is not None
+    console.print(
+        f"revoked key {name!r} at {_time(revoked.revoked_at)}; the API refuses it from its next "
+        "request",
+        highlight=False,
+    )
+
+
+def _expiry(value: str | None, now: dt.datetime) -> dt.datetime | None:
+    from batch_layer.interval import IntervalError, parse_time
+
+    if value is None:
+        return None
+    relative = _RELATIVE.fullmatch(value.strip())
+    if relative:
+        count, unit = int(relative.group(1)), relative.group(2)
+        return now + (dt.timedelta(days=count) if unit == "d" else dt.timedelta(hours=count))
+    try:
+        return parse_time(value, "expires")
+    except IntervalError:
+        raise typer.BadParameter(
+            f"{value!r}: days or hours from now (30d, 12h) or an ISO-8601 time like "
+            "2026-12-31T00:00:00Z",
+            param_hint="--expires",
+        ) from None
+
+
+def _fail(exc: KeyStoreError) -> NoReturn:
+    fail(f"{_OPTIONS.get(exc.parameter, exc.parameter)}: {exc.message}")
+
+
+def _grants(key: ApiKey) -> str:
+    return key.role if key.scope is None else f"{key.role}, {key.scope.describe()}"
+
+
+def _scope_cell(key: ApiKey) -> str:
+    if key.scope is None:
+        return "all"
+    ads = f" (ads {', '.join(key.scope.ads)})" if key.scope.ads else ""
+    return ", ".join(key.scope.campaigns) + ads
+
+
+def _time(moment: dt.datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
