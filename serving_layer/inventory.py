@@ -29,6 +29,7 @@ from lake.coverage.staleness import (
 from lake.registry import Registry
 from serving_layer.reader import SnapshotReader
 from serving_layer.tables import LakeSnapshot, TableSnapshot
+from views.access import Scope
 from views.definitions import Definition, versions
 
 
@@ -90,7 +91,11 @@ class Inventory:
     def __init__(self, reader: SnapshotReader) -> None:
         self.reader = reader
 
-    def views(self, snapshot: LakeSnapshot | None = None) -> list[ViewInfo]:
+    def views(
+        self, snapshot: LakeSnapshot | None = None, scope: Scope | None = None
+    ) -> list[ViewInfo]:
+        """Every view's state; with a ``scope``, its stale intervals count the scope's late
+        events only (the rest is the same for everyone)."""
         snap = snapshot or self.reader.snapshot()
         registry = self.reader.registry(snap)
         view = registry.published("ctr")
@@ -111,7 +116,7 @@ class Inventory:
                     "arrivals": self.table_info(snap[MASTER_ARRIVALS]),
                     "drift": self.table_info(snap[BATCH_DRIFT]),
                 },
-                stale_intervals=tuple(stale_intervals(self.stale_buckets(snap, view))),
+                stale_intervals=tuple(stale_intervals(self.stale_buckets(snap, view, scope))),
                 drift=self.drift(snap, view),
             )
         ]
@@ -137,19 +142,29 @@ class Inventory:
         )
 
     def stale_buckets(
-        self, snapshot: LakeSnapshot | None = None, view: Definition | None = None
+        self,
+        snapshot: LakeSnapshot | None = None,
+        view: Definition | None = None,
+        scope: Scope | None = None,
     ) -> list[StaleBucket]:
         """Covered minutes with arrivals no batch run has counted, oldest first (of ``view``,
-        default the published version)."""
+        default the published version; of ``scope``'s arrivals only, when given)."""
         snap = snapshot or self.reader.snapshot()
         view = view or self.reader.definition(snap)
         stale = self.reader.stale_relation(snap, view)
-        marks = self.reader.marks_relation(snap, view)
+        marks = self.reader.marks_relation(snap, view, scope)
+        params: dict[str, object] = {}
+        if scope is not None:
+            condition, params = scope.sql()
+            stale = f"(SELECT * FROM {stale} WHERE {condition})"
 
         def load(_: str) -> list[StaleBucket]:
             with self.reader.cursor() as cur:
-                rows = cur.execute(stale_buckets_sql(stale, marks=marks)).fetchall()
+                rows = cur.execute(stale_buckets_sql(stale, marks=marks), params).fetchall()
             return stale_buckets(rows)
+
+        if scope is not None:
+            return load("")
 
         batch_version = snap[batch_table(view)].version
         key = f"stale_buckets:{view.key}@{snap[BATCH_COVERAGE].version}:{batch_version}"

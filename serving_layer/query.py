@@ -13,6 +13,7 @@ from typing import Final, Literal, get_args
 
 from lake.coverage.model import in_intervals_sql
 from runtime.times import EARLIEST, LATEST
+from views.access import Scope
 from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
 from views.columns import MEASURES as COUNTS
 
@@ -92,9 +93,12 @@ class CtrQuery:
     filters: tuple[tuple[str, tuple[str, ...]], ...] = ()
     order_by: tuple[OrderKey, ...] = ()
     limit: int = 10_000
+    # An advertiser's campaigns: rows outside it are not read at all (the filters narrow it
+    # further; a filter outside it selects nothing).
+    scope: Scope | None = None
 
     @classmethod
-    def create(
+    def create(  # noqa: PLR0913 - keyword-only parameters of a query
         cls,
         *,
         start: dt.datetime | None,
@@ -104,6 +108,7 @@ class CtrQuery:
         filters: Mapping[str, Sequence[str]] | None = None,
         order_by: Sequence[str] = (),
         limit: int = 10_000,
+        scope: Scope | None = None,
     ) -> CtrQuery:
         """The query, every parameter checked but the deployment's bounds on range and rows,
         which :meth:`QueryLimits.check` applies."""
@@ -117,6 +122,7 @@ class CtrQuery:
             filters=_filters(filters or {}),
             order_by=_order_by(order_by, groups),
             limit=limit,
+            scope=scope,
         )
         if limit < 1:
             raise QueryError("limit", f"must be at least 1, got {limit}")
@@ -174,6 +180,10 @@ def ctr_sql(
             params[f"{name}_{i}"] = value
             placeholders.append(f"${name}_{i}")
         where.append(f"t.{name} IN ({', '.join(placeholders)})")
+    if query.scope is not None:
+        condition, bound = query.scope.sql("t")
+        where.append(condition)
+        params.update(bound)
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in query.group_by)])
     predicate = None
     if intervals is not None:

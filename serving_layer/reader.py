@@ -29,6 +29,7 @@ from lake.settings import LakeSettings
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.relations import RelationCache
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
+from views.access import Scope
 from views.columns import DIMENSIONS, MEASURES
 from views.definitions import Definition, definition
 
@@ -176,13 +177,30 @@ class SnapshotReader:
             snap, view, "stale", partial(stale_sql, attribution=view.attribution)
         )
 
-    def marks_relation(self, snap: LakeSnapshot, view: Definition) -> str | None:
+    def marks_relation(
+        self, snap: LakeSnapshot, view: Definition, scope: Scope | None = None
+    ) -> str | None:
         """For a version with click attribution, the covered minutes that late events in other
         minutes may change (:func:`lake.coverage.staleness.stale_marks_sql`) as a small
         in-memory table, computed once per version of master/arrivals, batch/coverage and the
-        batch table; None without attribution."""
+        batch table; None without attribution.
+
+        With a ``scope``, of the scope's late events only (their clicks are credited to
+        impressions of the same campaign and ad), as a parenthesized SELECT that reads the
+        scope's values from the bound parameters of :meth:`Scope.sql`."""
         if view.attribution is None:
             return None
+        if scope is not None:
+            arrivals = snap[MASTER_ARRIVALS]
+            condition, _ = scope.sql()
+            select = stale_marks_sql(
+                arrivals=f"(SELECT * FROM {self._filtered(arrivals, view)} WHERE {condition})",
+                coverage=self.relations.relation(snap[BATCH_COVERAGE]).name,
+                batch=self.relations.relation(snap[batch_table(view)]).name,
+                view=view.key,
+                attribution=view.attribution,
+            )
+            return f"({select})"
         return self._arrivals_relation(
             snap, view, "marks", partial(stale_marks_sql, attribution=view.attribution)
         )

@@ -63,7 +63,7 @@ class ServingLayer(SnapshotReader):
             covered=self.covered_relation(snapshot, view),
             stale=self.stale_relation(snapshot, view),
             intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
-            marks=self.marks_relation(snapshot, view),
+            marks=self.marks_relation(snapshot, view, query.scope),
         )
 
     def ctr(

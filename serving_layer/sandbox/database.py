@@ -34,7 +34,16 @@ import orjson
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from lake.catalog import SERVED, SERVED_BY_NAME, SPEED_CTR, batch_table
+from lake.catalog import (
+    BATCH_COVERAGE,
+    BATCH_DRIFT,
+    MASTER_EVENTS,
+    MASTER_REJECTED,
+    SERVED,
+    SERVED_BY_NAME,
+    SPEED_CTR,
+    batch_table,
+)
 from lake.coverage.log import runs_from_duckdb
 from lake.coverage.staleness import stale_sql
 from lake.registry import Registry
@@ -42,9 +51,14 @@ from lake.storage import arrow_filesystem, store_path
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
+from views.access import Access
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
+# Raw data: events with user ids, rejected payloads (an admin key's only).
+RAW_VIEWS: Final = frozenset({MASTER_EVENTS.sql_name, MASTER_REJECTED.sql_name})
+# Counted over every campaign, with no campaign to narrow them by (not an advertiser's).
+UNSCOPED_VIEWS: Final = frozenset({BATCH_DRIFT.sql_name})
 VERSION_VIEWS: Final = tuple(
     f"{name}_v{d.version}"
     for d in versions("ctr")
@@ -306,15 +320,42 @@ def _word(sql: str, tokens: Sequence[tuple[int, object]], index: int) -> str:
     return match.group(0).upper() if match else sql[tokens[index][0] : tokens[index][0] + 20]
 
 
+def sandbox_views(access: Access | None = None) -> Mapping[str, str]:
+    """The tables ``access`` may query (SQL name -> table name; None: an admin's): an admin
+    every one of :data:`SANDBOX_VIEWS`, an analyst all but the raw ones, an advertiser neither
+    the raw ones nor those counted over every campaign."""
+    if access is None or access.raw_tables:
+        return SANDBOX_VIEWS
+    hidden = RAW_VIEWS if access.sees_everything else RAW_VIEWS | UNSCOPED_VIEWS
+    return {view: name for view, name in SANDBOX_VIEWS.items() if view not in hidden}
+
+
+def hidden_views(access: Access | None = None) -> frozenset[str]:
+    """The tables of :data:`SANDBOX_VIEWS` that ``access`` may not query."""
+    return frozenset(SANDBOX_VIEWS) - set(sandbox_views(access))
+
+
 def open_sandbox(
-    tables: Mapping[str, TableSnapshot], *, memory_limit_bytes: int, threads: int = 1
+    tables: Mapping[str, TableSnapshot],
+    *,
+    memory_limit_bytes: int,
+    threads: int = 1,
+    access: Access | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A fresh database that can touch no file, with ``tables`` (one per :data:`SANDBOX_VIEWS`
-    entry, by view name) as read-only views plus ``covered`` (the merged covered intervals),
-    ``stale`` (arrivals no batch run has counted yet) and ``ctr`` (the merged view)."""
-    missing = set(SANDBOX_VIEWS) - set(tables)
+    """A fresh database that can touch no file, with ``tables`` (one per entry of
+    :func:`sandbox_views` of ``access``, by view name) as read-only views plus ``covered`` (the
+    merged covered intervals), ``stale`` (arrivals no batch run has counted yet) and ``ctr``
+    (the merged view), and the same per version.
+
+    For an advertiser every table with a ``campaign_id`` holds the scope's rows only, and
+    coverage no row counts, before any view is made of them: the database holds no other row,
+    so no query, function or view of it can reach one. Tables ``access`` may not query are not
+    in the database at all."""
+    allowed = sandbox_views(access)
+    missing = set(allowed) - set(tables)
     if missing:
         raise ValueError(f"'tables' lacks the views {sorted(missing)}")
+    scope = access.scope if access is not None else None
     con = duckdb.connect(
         config={
             "enable_external_access": False,
@@ -328,9 +369,19 @@ def open_sandbox(
     )
     try:
         con.execute("SET TimeZone = 'UTC'")
-        for view in SANDBOX_VIEWS:
+        for view, name in allowed.items():
             rows = con.from_arrow(_dataset(tables[view]))
-            table = SERVED_BY_NAME[SANDBOX_VIEWS[view]]
+            table = SERVED_BY_NAME[name]
+            if scope is not None:
+                if "campaign_id" in table.schema.names:
+                    rows = rows.filter(scope.literal_sql())
+                if table is BATCH_COVERAGE:  # rows written: a count over every campaign
+                    rows = rows.project(
+                        ", ".join(
+                            "NULL::BIGINT AS rows_written" if c == "rows_written" else c
+                            for c in table.schema.names
+                        )
+                    )
             if table.summed_by:  # partial counts (speed/ctr): one row per key
                 rows = rows.aggregate(table.summed_select(), ", ".join(table.summed_by))
             rows.create_view(view)

@@ -44,13 +44,14 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from serving_layer.sandbox.database import (
-    SANDBOX_VIEWS,
     SqlError,
     SqlRefusedError,
     SqlResult,
     check_read_only,
+    sandbox_views,
 )
 from serving_layer.tables import LakeSnapshot, TableSnapshot
+from views.access import Access
 
 _START_TIMEOUT_S: Final = 60.0
 # Clients remembered in back-off at most; past that the longest-quiet ones are forgotten.
@@ -174,8 +175,11 @@ class SqlPool:
         max_bytes: int = 16 * 2**20,
         timeout_s: float = 10.0,
         client: str | None = None,
+        access: Access | None = None,
     ) -> SqlResult:
-        """Run one read-only query over ``snapshot`` in a worker.
+        """Run one read-only query over ``snapshot`` in a worker, over the tables and rows
+        ``access`` may read (None: an admin's; see
+        :func:`~serving_layer.sandbox.database.open_sandbox`).
 
         ``client`` (the caller's address, say) is whom a query that costs its worker backs
         off; ``None``: nobody. Raises :class:`SqlRefusedError` (not a single read-only query,
@@ -195,7 +199,8 @@ class SqlPool:
         except SqlRefusedError:
             self._count("refused")
             raise
-        tables = {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()}
+        # Only the tables it may read reach the worker.
+        tables = {view: snapshot[name] for view, name in sandbox_views(access).items()}
         with self.admission():
             try:
                 worker = self._idle.get(timeout=self.queue_timeout_s)
@@ -216,6 +221,7 @@ class SqlPool:
                     max_bytes=max_bytes,
                     timeout_s=timeout_s,
                     client=client,
+                    access=access,
                 )
             finally:
                 self._idle.put(worker)
@@ -237,7 +243,7 @@ class SqlPool:
             with self._lock:
                 self._admitted -= 1
 
-    def _run(
+    def _run(  # noqa: PLR0913 - keyword-only limits of one query
         self,
         worker: _Worker,
         sql: str,
@@ -247,13 +253,14 @@ class SqlPool:
         max_bytes: int,
         timeout_s: float,
         client: str | None,
+        access: Access | None,
     ) -> SqlResult:
         if worker.queries >= self.max_queries_per_worker:
             worker.stop()
         self._count("queries")
         try:
             kind, payload = worker.ask(
-                (sql, dict(tables), max_rows, max_bytes, timeout_s, self.grace_s),
+                (sql, dict(tables), access, max_rows, max_bytes, timeout_s, self.grace_s),
                 wait_s=timeout_s + self.grace_s,
             )
         except TimeoutError:

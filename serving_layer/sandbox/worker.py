@@ -4,7 +4,8 @@
 Started by :class:`serving_layer.sandbox.pool.SqlPool` with one end of a socket pair as ``FD`` and
 an empty private directory ``WORKDIR`` (the pool removes it once this process has ended). It
 confines itself (see :func:`confine`), says ``"ready"``, then answers one request at a time
-(``(sql, tables, max_rows, max_bytes, timeout_s, grace_s)`` → ``(kind, payload)``) until the
+(``(sql, tables, access, max_rows, max_bytes, timeout_s, grace_s)`` → ``(kind, payload)``)
+until the
 socket closes.
 """
 
@@ -24,9 +25,11 @@ from serving_layer.sandbox.database import (
     SqlRefusedError,
     check_read_only,
     execute,
+    hidden_views,
     open_sandbox,
 )
 from serving_layer.tables import TableSnapshot
+from views.access import Access
 
 if TYPE_CHECKING:
     import duckdb
@@ -48,7 +51,7 @@ def main(argv: list[str]) -> None:
     conn.send("ready")
     while True:
         try:
-            sql, tables, max_rows, max_bytes, timeout_s, grace_s = conn.recv()
+            sql, tables, access, max_rows, max_bytes, timeout_s, grace_s = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return
         _limit_cpu(timeout_s + grace_s, threads)
@@ -56,6 +59,7 @@ def main(argv: list[str]) -> None:
             answer(
                 sql,
                 tables,
+                access=access,
                 max_rows=max_rows,
                 max_bytes=max_bytes,
                 timeout_s=timeout_s,
@@ -66,7 +70,7 @@ def main(argv: list[str]) -> None:
         _release_memory()
 
 
-def answer(
+def answer(  # noqa: PLR0913 - keyword-only limits of one query
     sql: str,
     tables: Mapping[str, TableSnapshot],
     *,
@@ -75,21 +79,36 @@ def answer(
     timeout_s: float,
     memory_bytes: int,
     threads: int,
+    access: Access | None = None,
 ) -> tuple[str, object]:
     """One request's reply: ``("ok", SqlResult)`` or ``(kind, message)`` with kind one of
-    refused, error, timeout, unavailable."""
+    refused, error, timeout, unavailable; over the tables and rows ``access`` may read."""
     try:
         statement = check_read_only(sql)
-        con = _open(tables, memory_bytes, threads)
+        con = _open(tables, memory_bytes, threads, access)
         try:
             result = execute(
                 con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s
             )
         finally:
             con.close()
+    except SqlError as exc:
+        return _failure(_explained(exc, access))
     except Exception as exc:  # an Arrow error on a damaged file, say: an answer, not a crash
         return _failure(exc)
     return "ok", result
+
+
+def _explained(exc: SqlError, access: Access | None) -> SqlError:
+    """``exc``, saying so when the table it did not find is one ``access`` may not read."""
+    for view in sorted(hidden_views(access)):
+        if f"Table with name {view} does not exist" in str(exc):
+            assert access is not None
+            return SqlError(
+                f"the table {view} is not readable with an {access.role} key "
+                f"({access.name!r}); ask an admin for a key with access to it"
+            )
+    return exc
 
 
 class _OpenFailedError(Exception):
@@ -101,10 +120,10 @@ class _OpenFailedError(Exception):
 
 
 def _open(
-    tables: Mapping[str, TableSnapshot], memory_bytes: int, threads: int
+    tables: Mapping[str, TableSnapshot], memory_bytes: int, threads: int, access: Access | None
 ) -> duckdb.DuckDBPyConnection:
     try:
-        return open_sandbox(tables, memory_limit_bytes=memory_bytes, threads=threads)
+        return open_sandbox(tables, memory_limit_bytes=memory_bytes, threads=threads, access=access)
     except MemoryError:
         raise _OpenFailedError(
             "error", "the query ran out of memory (the sandbox's limit) while starting"
