@@ -1,4 +1,5 @@
-"""Dependencies for route signatures: settings, the serving layer, the SQL pool, the token.
+"""Dependencies for route signatures: settings, the serving layer, the SQL pool, the caller's
+access.
 
 All ``async``: they never block, and FastAPI runs a plain ``def`` dependency in its thread pool,
 a thread hop per dependency per request."""
@@ -10,16 +11,18 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.guard import UNAUTHORIZED, token_ok
+from api.guard import UNAUTHORIZED
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
+from views.access import Access
 
 _bearer = HTTPBearer(
     auto_error=False,
-    description="API_TOKEN of the server (/metrics also takes API_METRICS_TOKEN)",
+    description="an API key (`ctr keys create`) or the server's API_TOKEN (/metrics also "
+    "takes API_METRICS_TOKEN)",
 )
 
 
@@ -63,15 +66,24 @@ def authorization(credentials: HTTPAuthorizationCredentials | None) -> str | Non
     return f"Bearer {credentials.credentials}" if credentials is not None else None
 
 
-async def require_token(
-    settings: SettingsDep,
-    credentials: BearerDep,
-) -> None:
-    """401 unless ``Authorization: Bearer <API_TOKEN>`` (:class:`api.guard.RequestGuard`
-    checks it first, before the body is read; this declares it in the OpenAPI document)."""
-    if not token_ok(settings.token, authorization(credentials)):
+async def get_optional_access(request: Request, _: BearerDep) -> Access | None:
+    """Who sent the request, if it carries a live key (:class:`api.guard.RequestGuard` checks
+    it before the body is read)."""
+    access: Access | None = getattr(request.state, "access", None)
+    return access
+
+
+async def require_access(access: Annotated[Access | None, Depends(get_optional_access)]) -> Access:
+    """401 unless the request carries a live key (this declares it in the OpenAPI
+    document)."""
+    if access is None:
         raise HTTPException(
             status_code=status.HTTP_401_UNAUTHORIZED,
             detail=UNAUTHORIZED,
             headers={"WWW-Authenticate": "Bearer"},
         )
+    return access
+
+
+AccessDep = Annotated[Access, Depends(require_access)]
+OptionalAccessDep = Annotated[Access | None, Depends(get_optional_access)]

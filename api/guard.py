@@ -1,42 +1,38 @@
-"""Checks every request passes before any route reads its body: the token, then the size.
+"""Checks every request passes before any route reads its body: the key, then the size.
 
 A pure ASGI middleware, so an unauthenticated request is answered 401 without its body being
 read or parsed (FastAPI reads and validates a body before it runs route dependencies), and an
 authenticated body over ``max_body_bytes`` gets a 413 without being buffered past that size.
+The request's :class:`~views.access.Access` (who sent it, and what it may read) goes into its
+scope's state for the routes (``request.state.access``) and the access log.
 """
 
 from __future__ import annotations
 
-import secrets
 from typing import Final
 
 import orjson
-from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.authn import Authenticator
 
 PROTECTED_PREFIX: Final = "/api/"
 _CHALLENGE: Final = (b"www-authenticate", b"Bearer")
-UNAUTHORIZED: Final = "missing or wrong bearer token: send 'Authorization: Bearer <API_TOKEN>'"
-
-
-def token_ok(expected: SecretStr, authorization: str | None) -> bool:
-    """Whether an ``Authorization`` header value carries the bearer token ``expected``."""
-    if authorization is None:
-        return False
-    scheme, _, credentials = authorization.partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(
-        credentials.strip().encode(), expected.get_secret_value().encode()
-    )
+UNAUTHORIZED: Final = (
+    "missing, wrong, revoked or expired key: send 'Authorization: Bearer <key>' "
+    "(API_TOKEN or a key from `ctr keys create`)"
+)
 
 
 class RequestGuard:
-    """401 for ``/api/`` requests without the token, 413 for bodies over ``max_body_bytes``."""
+    """401 for ``/api/`` requests without a live key, 413 for bodies over ``max_body_bytes``;
+    the access of any request with a live key in ``scope["state"]["access"]``."""
 
-    def __init__(self, app: ASGIApp, *, token: SecretStr, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, max_body_bytes: int) -> None:
         if max_body_bytes < 1:
             raise ValueError(f"'max_body_bytes' must be >= 1, got {max_body_bytes}")
         self.app = app
-        self.token = token
+        self.authenticator = authenticator
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -44,11 +40,16 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope["headers"]}
-        if scope["path"].startswith(PROTECTED_PREFIX):
-            authorization = headers.get(b"authorization")
-            if not token_ok(self.token, authorization.decode("latin-1") if authorization else None):
-                await _error(send, 401, UNAUTHORIZED, [_CHALLENGE])
-                return
+        authorization = headers.get(b"authorization")
+        access = (
+            await self.authenticator.access(authorization.decode("latin-1"))
+            if authorization is not None
+            else None
+        )
+        scope.setdefault("state", {})["access"] = access
+        if access is None and scope["path"].startswith(PROTECTED_PREFIX):
+            await _error(send, 401, UNAUTHORIZED, [_CHALLENGE])
+            return
         declared = headers.get(b"content-length")
         if declared is not None:
             try:

@@ -11,16 +11,18 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from api import errors
-from api.deps import require_token
+from api.authn import Authenticator
+from api.deps import require_access
 from api.guard import RequestGuard
 from api.metrics import LakeCollector, RequestMetrics
 from api.query_gate import QueryGate
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
-from api.routes import ctr, dashboard, docs, health, sql, views
+from api.routes import access, ctr, dashboard, docs, health, sql, views
 from api.security_headers import SecurityHeaders
 from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
+from lake.keys import KeyWatcher, UsageRecorder
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.sandbox.pool import ClientBackoff, SqlPool
@@ -70,9 +72,12 @@ def create_app(
             ),
         )
         app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
+        authenticator.usage = UsageRecorder(lake, flush_s=settings.key_use_flush_s)
         try:
             yield
         finally:
+            authenticator.usage.close()
+            authenticator.usage = None
             app.state.cache.close()
             app.state.sql_pool.close()
             app.state.serving.close()
@@ -87,6 +92,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.settings = settings
+    # API_TOKEN (the bootstrap admin) and the keys of the lake's key store (`ctr keys`).
+    authenticator = Authenticator(settings.token, KeyWatcher(lake))
+    app.state.authenticator = authenticator
     app.state.cache = ResponseCache[Rendered](
         settings.cache_entries,
         max_bytes=int(settings.cache_max_bytes),
@@ -110,8 +118,8 @@ def create_app(
     )
     app.state.registry = registry
     errors.install(app)
-    protected = [Depends(require_token)]
-    for router in (ctr.router, views.router, sql.router):
+    protected = [Depends(require_access)]
+    for router in (ctr.router, views.router, sql.router, access.router):
         app.include_router(router, dependencies=protected)
     app.include_router(health.router)
     app.include_router(dashboard.router)
@@ -119,9 +127,9 @@ def create_app(
     if dashboard.STATIC_DIR.is_dir():
         app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     app.add_middleware(
-        RequestGuard, token=settings.token, max_body_bytes=int(settings.max_body_bytes)
+        RequestGuard, authenticator=authenticator, max_body_bytes=int(settings.max_body_bytes)
     )
-    app.add_middleware(RequestMetrics, registry=registry)
+    app.add_middleware(RequestMetrics, registry=registry, access_log=settings.access_log)
     # Outermost: every answer the app sends, the guard's and the metrics' included.
     app.add_middleware(SecurityHeaders)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,8 +20,12 @@ from serving_layer.inventory import Inventory
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
 from serving_layer.tables import LakeSnapshot
+from views.access import Access
 
 _log = logging.getLogger(__name__)
+# Who asked for what (RequestMetrics): `ctr serve` writes it to stderr.
+_access_log = logging.getLogger("ctr.access")
+_UNPRINTABLE = re.compile(r"[^A-Za-z0-9/._~%:@!$&'()*+,;=-]")
 Metric = GaugeMetricFamily | CounterMetricFamily
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -29,8 +34,9 @@ class RequestMetrics:
     """Pure ASGI middleware (cheaper than BaseHTTPMiddleware) counting requests per route
     template, so ``/api/v1/ctr?…`` is one series whatever its parameters."""
 
-    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry, access_log: bool = True) -> None:
         self.app = app
+        self.access_log = access_log
         self.requests = Counter(
             "ctr_api_requests",
             "HTTP requests by method, route and status",
@@ -68,8 +74,26 @@ class RequestMetrics:
             await self.app(scope, receive, record_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
+            elapsed = time.perf_counter() - started
             self.requests.labels(scope["method"], route, status).inc()
-            self.latency.labels(route).observe(time.perf_counter() - started)
+            self.latency.labels(route).observe(elapsed)
+            if self.access_log and not scope["path"].startswith("/static/"):
+                access: Access | None = scope.get("state", {}).get("access")
+                _access_log.info(
+                    "key=%s role=%s %s %s status=%s ms=%.1f",
+                    access.name if access is not None else "-",
+                    access.role if access is not None else "-",
+                    scope["method"],
+                    route if route != "unmatched" else _printable(scope["path"]),
+                    status,
+                    elapsed * 1000,
+                )
+
+
+def _printable(path: str) -> str:
+    """A path not matched to a route (refused before routing: 401, 413), for the log: no
+    character that could forge a line, at most 120 of them."""
+    return _UNPRINTABLE.sub("?", path[:120])
 
 
 class LakeCollector(Collector):

@@ -146,8 +146,10 @@ class VersionInfoBody(BaseModel):
     where: str | None = Field(description="the events it keeps; null: all")
     state: Literal["not built", "building", "ready", "published", "retired"]
     covered_intervals: list[CoveredIntervalBody]
-    runs: int
-    rows: int = Field(description="rows in the version's batch table")
+    runs: int | None = Field(description="batch runs recorded; null for an advertiser key")
+    rows: int | None = Field(
+        description="rows in the version's batch table; null for an advertiser key"
+    )
 
 
 class ViewInfoBody(BaseModel):
@@ -155,15 +157,34 @@ class ViewInfoBody(BaseModel):
     version: int = Field(description="the published version, which the other fields describe")
     versions: list[VersionInfoBody]
     covered_intervals: list[CoveredIntervalBody]
-    runs: int = Field(description="batch runs recorded in batch/coverage")
+    runs: int | None = Field(
+        description="batch runs recorded in batch/coverage; null for an advertiser key"
+    )
     latest_covered_bucket: dt.datetime | None
     latest_speed_bucket: dt.datetime | None
-    tables: dict[str, TableInfoBody]
-    stale_intervals: list[StaleIntervalBody] = Field(
-        description="covered minutes with events no batch run has counted yet (merged); "
-        "`ctr batch --stale` or the ctr_recompute_stale DAG makes them exact"
+    tables: dict[str, TableInfoBody] = Field(
+        description="the tables' versions, rows and files; empty for an advertiser key"
     )
-    drift: DriftBody
+    stale_intervals: list[StaleIntervalBody] = Field(
+        description="covered minutes with events no batch run has counted yet (merged; for "
+        "an advertiser key, its campaigns' events); `ctr batch --stale` or the "
+        "ctr_recompute_stale DAG makes them exact"
+    )
+    drift: DriftBody | None = Field(
+        description="counted over every campaign: null for an advertiser key"
+    )
+
+
+class AccessResponse(BaseModel):
+    name: str = Field(description="the key's name (API_TOKEN for the server's token)")
+    scope: Literal["admin", "analyst", "advertiser"]
+    campaigns: list[str] | None = Field(
+        description="an advertiser key's campaigns (every answer holds their rows only); "
+        "null: every campaign"
+    )
+    ads: list[str] | None = Field(description="an advertiser key's ads; null: every ad")
+    raw_tables: bool = Field(description="whether SQL may read events and rejected")
+    metrics: bool = Field(description="whether /metrics answers it")
 
 
 class ViewsResponse(BaseModel):

@@ -25,12 +25,14 @@ class Rendered:
         return Response(self.body, media_type=self.media_type, headers=dict(self.headers))
 
 
-def freshness_json(freshness: Freshness) -> dict[str, object]:
+def freshness_json(freshness: Freshness, *, scoped: bool = False) -> dict[str, object]:
+    """``scoped``: for an advertiser key, without the stream's lag (a count of every
+    campaign's records)."""
     return {
         "latest_covered_bucket": freshness.latest_covered_bucket,
         "latest_speed_bucket": freshness.latest_speed_bucket,
         "speed_updated_at": freshness.speed_updated_at,
         "speed_watermark": freshness.speed_watermark,
-        "speed_lag_records": freshness.speed_lag_records,
+        "speed_lag_records": None if scoped else freshness.speed_lag_records,
         "versions": freshness.versions,
     }

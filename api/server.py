@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import uvicorn
@@ -36,6 +37,8 @@ def server_config(
 ) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: the edge protocol with ``settings``' limits (its
     refusals counted in ``app``'s /metrics), keep-alive, no server header."""
+    if settings.access_log:
+        log_access_to_stderr()
     edge = EdgeState(edge_limits(settings))
     registry = getattr(app.state, "registry", None)
     if registry is not None:
@@ -49,6 +52,17 @@ def server_config(
         server_header=False,
         log_level=log_level,
     )
+
+
+def log_access_to_stderr() -> None:
+    """The access log's lines (logger ``ctr.access``) on stderr, once per process."""
+    log = logging.getLogger("ctr.access")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s access %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 class EdgeCollector(Collector):

@@ -9,7 +9,8 @@ MIN_TOKEN_LENGTH = 16
 
 
 class ApiSettings(BaseSettings):
-    """``API_TOKEN`` is required: the server refuses to start without one (no open default)."""
+    """``API_TOKEN`` is required: the server refuses to start without one (no open default).
+    It is the bootstrap admin key; the others come from the key store (`ctr keys`)."""
 
     model_config = SettingsConfigDict(env_prefix="API_", extra="ignore")
 
@@ -42,8 +43,14 @@ class ApiSettings(BaseSettings):
     # /metrics reads the dead-letter topic's depth from Kafka at most every dlq_refresh_s.
     dlq_refresh_s: float = Field(default=10.0, ge=0)
     kafka_timeout_s: float = Field(default=1.0, gt=0)
-    # /metrics answers this bearer token (or API_TOKEN); unset: API_TOKEN only.
+    # /metrics answers this bearer token (or API_TOKEN and admin keys); unset: those only.
     metrics_token: SecretStr | None = None
+    # When each key was last used (`ctr keys list`) is written to the key store at most this
+    # often (one small commit per API process).
+    key_use_flush_s: float = Field(default=60.0, gt=0)
+    # A line per request on stderr (logger ctr.access): the key's name (never the key), its
+    # role, the method, route and status.
+    access_log: bool = True
 
     # -- the edge (api/edge.py): checked before a request is parsed --------------------------
     # The request line plus headers in bytes (431), headers (431), the request line (414).

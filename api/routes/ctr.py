@@ -12,7 +12,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.deps import CacheDep, ClientDep, ServingDep, SettingsDep
+from api.deps import AccessDep, CacheDep, ClientDep, ServingDep, SettingsDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, Format, FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
@@ -79,6 +79,7 @@ async def get_ctr(
     settings: SettingsDep,
     cache: CacheDep,
     client: ClientDep,
+    access: AccessDep,
     start: Annotated[
         dt.datetime | None,
         Query(
@@ -155,6 +156,9 @@ async def get_ctr(
             filters={name: v for name, v in values.items() if v},
             order_by=_split(order_by),
             limit=min(DEFAULT_LIMIT, settings.max_rows) if limit is None else limit,
+            # An advertiser's key reads its campaigns' rows only: the filters narrow them,
+            # totals and top-N are computed over them.
+            scope=access.scope,
         )
         limits = QueryLimits(dt.timedelta(days=settings.max_range_days), settings.max_rows)
         query = limits.check(query)
@@ -315,7 +319,7 @@ def render_json(result: CtrResult) -> bytes:
                 "order_by": [str(k) for k in query.order_by],
                 "limit": query.limit,
             },
-            "freshness": freshness_json(result.freshness),
+            "freshness": freshness_json(result.freshness, scoped=query.scope is not None),
         },
         option=orjson.OPT_UTC_Z,
     )

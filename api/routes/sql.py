@@ -13,7 +13,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.deps import ClientDep, ServingDep, SettingsDep, SqlPoolDep
+from api.deps import AccessDep, ClientDep, ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
@@ -68,6 +68,7 @@ async def post_sql(
     settings: SettingsDep,
     pool: SqlPoolDep,
     client: ClientDep,
+    access: AccessDep,
     format: FormatParam = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
@@ -89,8 +90,10 @@ async def post_sql(
         max_rows=body.max_rows or settings.sql_max_rows,
         max_bytes=int(settings.sql_max_bytes),
         timeout_s=settings.sql_timeout_s,
-        # Whom a query that costs its worker backs off (everyone holds the same token).
+        # Whom a query that costs its worker backs off.
         client=client,
+        # The tables and rows the key may read: an advertiser's database holds no other row.
+        access=access,
     )
     try:
         # Threads of its own: queries waiting for a worker never hold the threads that

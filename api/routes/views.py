@@ -6,7 +6,7 @@ import dataclasses
 
 from fastapi import APIRouter
 
-from api.deps import ServingDep
+from api.deps import AccessDep, ServingDep
 from api.models import (
     CoveredIntervalBody,
     DriftBody,
@@ -30,8 +30,12 @@ router = APIRouter(prefix="/api/v1", tags=["views"])
     responses={401: {"model": ErrorResponse}},
     summary="Views: covered and stale intervals, drift, latest speed bucket, rows, versions",
 )
-def get_views(serving: ServingDep) -> ViewsResponse:
+def get_views(serving: ServingDep, access: AccessDep) -> ViewsResponse:
+    """An advertiser key gets what holds for every campaign alike (versions, covered
+    intervals, the latest buckets) and its own campaigns' stale intervals; no count over other
+    campaigns: no rows, runs, table sizes or drift."""
     snapshot = serving.snapshot()
+    everything = access.sees_everything
     views = [
         ViewInfoBody(
             name=view.name,
@@ -45,20 +49,21 @@ def get_views(serving: ServingDep) -> ViewsResponse:
                     covered_intervals=[
                         CoveredIntervalBody(start=i.start, end=i.end) for i in v.covered_intervals
                     ],
-                    runs=v.runs,
-                    rows=v.rows,
+                    runs=v.runs if everything else None,
+                    rows=v.rows if everything else None,
                 )
                 for v in view.versions
             ],
             covered_intervals=[
                 CoveredIntervalBody(start=i.start, end=i.end) for i in view.covered_intervals
             ],
-            runs=view.runs,
+            runs=view.runs if everything else None,
             latest_covered_bucket=view.latest_covered_bucket,
             latest_speed_bucket=view.latest_speed_bucket,
             tables={
                 role: TableInfoBody(table=t.table, version=t.version, rows=t.rows, files=t.files)
                 for role, t in view.tables.items()
+                if everything
             },
             stale_intervals=[
                 StaleIntervalBody(
@@ -66,9 +71,11 @@ def get_views(serving: ServingDep) -> ViewsResponse:
                 )
                 for i in view.stale_intervals
             ],
-            drift=DriftBody(**dataclasses.asdict(view.drift)),
+            drift=DriftBody(**dataclasses.asdict(view.drift)) if everything else None,
         )
-        for view in Inventory(serving).views(snapshot)
+        for view in Inventory(serving).views(snapshot, access.scope)
     ]
-    freshness = FreshnessBody.model_validate(freshness_json(serving.freshness(snapshot)))
+    freshness = FreshnessBody.model_validate(
+        freshness_json(serving.freshness(snapshot), scoped=not everything)
+    )
     return ViewsResponse(views=views, freshness=freshness)
