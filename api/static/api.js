@@ -80,7 +80,7 @@ async function get(path, params, accept) {
     window.clearTimeout(timer);
   }
   if (response.status === 401) {
-    throw new AuthError("the API refused the token (401 Unauthorized)");
+    throw new AuthError("the API refused the key (401 Unauthorized: unknown, revoked or expired)");
   }
   if (!response.ok) {
     throw new ApiError(`${path} answered ${response.status}: ${await errorDetail(response)}`);

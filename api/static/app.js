@@ -34,6 +34,7 @@ import { visibleText } from "./visible.js";
 
 const CTR_PATH = "api/v1/ctr";
 const VIEWS_PATH = "api/v1/views";
+const ACCESS_PATH = "api/v1/access";
 const REFRESH_SECONDS = 5;
 const RANGE_KEY = "ctr-lambda.range";
 const SUGGESTION_TTL_MS = 60_000;
@@ -137,7 +138,8 @@ const table = new DataTable({
 async function fetchAll(window_) {
   const q = queries(state.selection, window_, MIN_COMPARE);
   const dimensions = Object.keys(q.breakdowns);
-  const [views, series, totals, tableAnswer, compare, ...breakdowns] = await Promise.all([
+  const [access, views, series, totals, tableAnswer, compare, ...breakdowns] = await Promise.all([
+    getJson(ACCESS_PATH, {}),
     getJson(VIEWS_PATH, {}),
     getJson(CTR_PATH, q.series),
     getJson(CTR_PATH, q.totals),
@@ -146,6 +148,7 @@ async function fetchAll(window_) {
     ...dimensions.map((d) => getJson(CTR_PATH, q.breakdowns[d])),
   ]);
   return {
+    access,
     series,
     totals,
     table: tableAnswer,
@@ -158,7 +161,7 @@ async function fetchAll(window_) {
 async function refresh() {
   if (state.inFlight) return;
   if (!storedToken()) {
-    askForToken("The API needs a token.");
+    askForToken("The API needs a key.");
     return;
   }
   state.inFlight = true;
@@ -175,7 +178,7 @@ async function refresh() {
     if (generation !== state.generation) return;
     if (err instanceof AuthError) {
       forgetToken();
-      askForToken(`${err.message}: enter a valid token.`);
+      askForToken(`${err.message}: enter a valid key.`);
     } else {
       showError(err);
     }
@@ -213,7 +216,17 @@ function show(window_, answer) {
   table.render(answer.table, TABLE_LIMIT);
   renderFreshness(state.freshness, Date.now());
   renderStale(state.ctrView?.stale_intervals ?? []);
+  // An advertiser's key gets no drift (it is counted over every campaign): no panel at all.
+  $("drift").hidden = Boolean(state.ctrView) && state.ctrView.drift === null;
   renderDrift(state.ctrView?.drift ?? null);
+  renderIdentity(answer.access);
+}
+
+function renderIdentity(access) {
+  const scope = access.campaigns
+    ? `${access.scope}: ${access.campaigns.join(", ")}${access.ads ? ` (ads ${access.ads.join(", ")})` : ""}`
+    : access.scope;
+  $("key-identity").textContent = `key ${access.name} · ${scope}`;
 }
 
 function schedule() {
@@ -243,7 +256,7 @@ function showError(err) {
 function askForToken(reason) {
   document.body.dataset.state = "token";
   $("token-reason").textContent = reason;
-  showErrorText(`No usable API token: ${reason}`);
+  showErrorText(`No usable API key: ${reason}`);
   const dialog = $("token-dialog");
   if (!dialog.open) dialog.showModal();
   $("token-input").focus();
@@ -496,7 +509,7 @@ function wire() {
   $("auto-refresh").addEventListener("change", () => (state.inFlight ? null : schedule()));
   $("refresh-now").addEventListener("click", () => refresh());
   $("copy-link").addEventListener("click", () => copyLink());
-  $("change-token").addEventListener("click", () => askForToken("Enter the API token."));
+  $("change-token").addEventListener("click", () => askForToken("Enter an API key."));
   $("token-form").addEventListener("submit", () => {
     storeToken($("token-input").value);
     $("token-input").value = "";
