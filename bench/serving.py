@@ -54,6 +54,7 @@ from bench.serving_mix import (
     wrk_script,
 )
 from infra.broker import free_port
+from lake.keys import create_key
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
 from serving_layer.tables import SCHEMAS
@@ -70,6 +71,8 @@ CLIENTS = 32
 DURATION_S = 30.0
 RESULTS = Path("bench/results")
 TOKEN = "bench-token-0123456789abcdef"
+# An advertiser's campaigns (of the 20 in the lake) for the runs with its key.
+ADVERTISER_CAMPAIGNS: Final = ("cmp-003", "cmp-007", "cmp-011")
 AUTH: Final = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -288,7 +291,9 @@ WRK_THREADS: Final = 2
 WRK_TIMEOUT_S: Final = 30.0
 
 
-def _wrk(url: str, duration_s: float, clients: int, paths: Sequence[str]) -> dict[str, float]:
+def _wrk(
+    url: str, duration_s: float, clients: int, paths: Sequence[str], token: str = TOKEN
+) -> dict[str, float]:
     """The load from wrk (C, HdrHistogram percentiles): ``clients`` keep-alive connections on
     :data:`WRK_THREADS` threads sending requests back to back: the one path, or several in turn
     (a Lua script, :func:`bench.serving_mix.wrk_script`). Costs the shared two cores far less
@@ -302,7 +307,7 @@ def _wrk(url: str, duration_s: float, clients: int, paths: Sequence[str]) -> dic
         done = subprocess.run(
             ["wrk", f"-t{WRK_THREADS}", f"-c{clients}", f"-d{duration_s:.0f}s", "--latency",
              "--timeout", f"{WRK_TIMEOUT_S:.0f}s",
-             "-H", f"Authorization: Bearer {TOKEN}", *target],
+             "-H", f"Authorization: Bearer {token}", *target],
             capture_output=True, text=True, check=True, timeout=duration_s + 60,
         )  # fmt: skip
     out = done.stdout
@@ -331,7 +336,7 @@ def _wrk(url: str, duration_s: float, clients: int, paths: Sequence[str]) -> dic
 
 
 async def _load(
-    url: str, duration_s: float, clients: int, paths: Sequence[str]
+    url: str, duration_s: float, clients: int, paths: Sequence[str], token: str = TOKEN
 ) -> tuple[list[float], int]:
     """``clients`` keep-alive connections sending ``paths`` in turn back to back, each from its
     own offset (an equal share apart), so that with several paths concurrent requests differ.
@@ -346,7 +351,7 @@ async def _load(
     target = urlsplit(url)
     requests = [
         f"GET {path} HTTP/1.1\r\nHost: {target.netloc}\r\n"
-        f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        f"Authorization: Bearer {token}\r\n\r\n".encode()
         for path in paths
     ]
     latencies: list[float] = []
@@ -496,15 +501,17 @@ def _wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float =
         time.sleep(0.2)
 
 
-def _api_load(url: str, duration_s: float, paths: Sequence[str]) -> tuple[str, dict[str, float]]:
-    """(load generator, its figures) for ``paths`` sent in turn: wrk if installed, else the
-    Python client."""
+def _api_load(
+    url: str, duration_s: float, paths: Sequence[str], token: str = TOKEN
+) -> tuple[str, dict[str, float]]:
+    """(load generator, its figures) for ``paths`` sent in turn with the bearer ``token``: wrk
+    if installed, else the Python client."""
     import asyncio
 
     if shutil.which("wrk"):
-        return "wrk", _wrk(url, duration_s, CLIENTS, paths)
+        return "wrk", _wrk(url, duration_s, CLIENTS, paths, token)
     print("bench serving: no wrk (make bench installs it); a Python client")
-    latencies, errors = asyncio.run(_load(url, duration_s, CLIENTS, paths))
+    latencies, errors = asyncio.run(_load(url, duration_s, CLIENTS, paths, token))
     return "python asyncio", {
         **_percentiles(latencies),
         "requests_per_s": len(latencies) / duration_s,
@@ -538,6 +545,9 @@ class _ApiRuns:
     single: dict[str, float]
     mix: dict[str, float]
     speed_commits: int
+    # The same two runs with an advertiser's key (ADVERTISER_CAMPAIGNS).
+    advertiser_single: dict[str, float]
+    advertiser_mix: dict[str, float]
 
 
 def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _ApiRuns:
@@ -580,6 +590,19 @@ def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _
         _, mix = _api_load(url, duration, mix_paths)
         after = _cache_metrics(httpx.get(f"{url}/metrics", headers=AUTH).text)
         mix.update(_cache_delta(before, after))
+        # The same, with an advertiser's key: each answer computed over its campaigns only.
+        _, key = create_key(lake, "bench-advertiser", "advertiser", campaigns=ADVERTISER_CAMPAIGNS)
+        asyncio.run(_load(url, 2.0, CLIENTS, [dashboard_path()], key))  # warm-up
+        print(f"bench serving: an advertiser's key, {CLIENTS} clients ...", flush=True)
+        _, advertiser_single = _api_load(url, duration, [dashboard_path()], key)
+        scoped = httpx.get(f"{url}/api/v1/ctr", params=dashboard_params(),
+                           headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip
+        if {r["campaign_id"] for r in scoped["rows"]} != set(ADVERTISER_CAMPAIGNS):
+            raise RuntimeError(f"the advertiser's answer is not its scope's: {scoped}")
+        before = _cache_metrics(httpx.get(f"{url}/metrics", headers=AUTH).text)
+        _, advertiser_mix = _api_load(url, duration, mix_paths, key)
+        after = _cache_metrics(httpx.get(f"{url}/metrics", headers=AUTH).text)
+        advertiser_mix.update(_cache_delta(before, after))
         writer.stop.set()
         writer.join()
     finally:
@@ -587,7 +610,7 @@ def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _
         server.terminate()
         server.wait(timeout=30)
     single["speed_commits_during_run"] = writer.commits
-    return _ApiRuns(load_generator, single, mix, writer.commits)
+    return _ApiRuns(load_generator, single, mix, writer.commits, advertiser_single, advertiser_mix)
 
 
 def main(events: int | None = None) -> dict[str, object]:
@@ -636,6 +659,14 @@ def main(events: int | None = None) -> dict[str, object]:
         "distinct_mix": distinct_mix,
         "arrival_rows": arrival_rows,
         "staleness": staleness,
+        "advertiser": {
+            "campaigns": list(ADVERTISER_CAMPAIGNS),
+            "api": runs.advertiser_single,
+            "mix": runs.advertiser_mix,
+            "p50_vs_admin": runs.advertiser_single["p50_ms"] / api["p50_ms"],
+            "p99_vs_admin": runs.advertiser_single["p99_ms"] / api["p99_ms"],
+            "mix_p99_vs_admin": runs.advertiser_mix["p99_ms"] / mix_api["p99_ms"],
+        },
         "goal": "api p99 <= 50 ms and <= 2x the floor; mix p99 <= 2x the mix floor",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
@@ -664,9 +695,24 @@ def main(events: int | None = None) -> dict[str, object]:
         f"staleness, one client: the query {staleness['query_without_stale_ms']:.1f} ms without "
         f"the stale branch, {staleness['query_with_stale_ms']:.1f} ms with it "
         f"(ratio {staleness['ratio']:.2f}; {staleness['stale_rows']:,} stale rows); the stale "
-        f"table {staleness['stale_table_ms']:.1f} ms per master/arrivals or coverage version"
+        f"table {staleness['stale_table_ms']:.1f} ms per master/arrivals or coverage version\n"
+        f"{_advertiser_line(runs, api, mix_api)}"
     )
     return result
+
+
+def _advertiser_line(runs: _ApiRuns, api: Mapping[str, float], mix_api: Mapping[str, float]) -> str:
+    mine, mix = runs.advertiser_single, runs.advertiser_mix
+    return (
+        f"advertiser key ({len(ADVERTISER_CAMPAIGNS)} of 20 campaigns), same run: dashboard "
+        f"p50 {mine['p50_ms']:.1f} ms, p99 {mine['p99_ms']:.1f} ms, "
+        f"{mine['requests_per_s']:,.0f} req/s, {mine['errors']:.0f} errors (admin: "
+        f"p50 {api['p50_ms']:.1f}, p99 {api['p99_ms']:.1f} ms, {api['requests_per_s']:,.0f} "
+        f"req/s); mix p50 {mix['p50_ms']:.1f} ms, p99 {mix['p99_ms']:.1f} ms, "
+        f"{mix['requests_per_s']:,.0f} req/s, cache hit rate {mix['cache_hit_rate']:.1%} "
+        f"(admin: p50 {mix_api['p50_ms']:.1f}, p99 {mix_api['p99_ms']:.1f} ms, "
+        f"{mix_api['requests_per_s']:,.0f} req/s)"
+    )
 
 
 def _mix_shape(mix: Sequence[CtrQuery]) -> dict[str, dict[str, int]]:
