@@ -201,6 +201,12 @@ EOF
 
   # 5. drift: how far the speed layer was from the exact counts (also on the dashboard)
   ctr sql "SELECT bucket_start, speed_impressions, batch_impressions, speed_clicks, batch_clicks FROM drift ORDER BY bucket_start DESC LIMIT 10"
+
+  # 6. an advertiser's key: its campaigns only, on every route and on the dashboard
+  KEY=\$(ctr keys create acme --scope advertiser --campaign cmp-001 --campaign cmp-002 --expires 30d)
+  curl -s -H "Authorization: Bearer \$KEY" '$API/api/v1/ctr?granularity=all&group_by=campaign_id'
+  echo "$API/#token=\$KEY"              # the dashboard as acme sees it
+  ctr keys list; ctr keys revoke acme   # refused from the next request on
 EOF
 }
 
