@@ -486,6 +486,43 @@ def _mix_floor(
     }
 
 
+def _scope_cost(lake: LakeSettings, mix: Sequence[CtrQuery]) -> dict[str, float]:
+    """The mix's SQL in-process over one snapshot, one client, each query as the admin asks it
+    and as the advertiser does (its scope added), interleaved so both see the same state."""
+    import dataclasses
+
+    from serving_layer.service import ServingLayer
+    from views.access import Scope
+
+    scope = Scope.create(ADVERTISER_CAMPAIGNS)
+    serving = ServingLayer(lake, refresh_s=3600)
+    snap = serving.snapshot()
+    view = serving.definition(snap)
+    times: dict[str, list[float]] = {"admin": [], "advertiser": []}
+    rows: dict[str, int] = {"admin": 0, "advertiser": 0}
+    with serving.cursor() as cur:
+        for query in mix:
+            for who, asked in (
+                ("admin", query),
+                ("advertiser", dataclasses.replace(query, scope=scope)),
+            ):
+                sql, params = serving.ctr_statement(asked, snap, view)
+                started = time.perf_counter()
+                rows[who] += len(cur.execute(sql, params).fetchall())
+                times[who].append(time.perf_counter() - started)
+    serving.close()
+    admin, advertiser = (statistics.median(times[w]) * 1000 for w in ("admin", "advertiser"))
+    return {
+        "admin_median_ms": admin,
+        "advertiser_median_ms": advertiser,
+        "admin_p99_ms": _percentiles(times["admin"])["p99_ms"],
+        "advertiser_p99_ms": _percentiles(times["advertiser"])["p99_ms"],
+        "median_ratio": advertiser / admin,
+        "admin_rows": rows["admin"],
+        "advertiser_rows": rows["advertiser"],
+    }
+
+
 def _wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     import httpx
 
@@ -548,6 +585,7 @@ class _ApiRuns:
     # The same two runs with an advertiser's key (ADVERTISER_CAMPAIGNS).
     advertiser_single: dict[str, float]
     advertiser_mix: dict[str, float]
+    admin_mix_after: dict[str, float]
 
 
 def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _ApiRuns:
@@ -603,6 +641,10 @@ def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _
         _, advertiser_mix = _api_load(url, duration, mix_paths, key)
         after = _cache_metrics(httpx.get(f"{url}/metrics", headers=AUTH).text)
         advertiser_mix.update(_cache_delta(before, after))
+        # The admin's mix once more: the lake grew meanwhile (a speed commit a second), so the
+        # advertiser's runs are bracketed by two of the admin's.
+        print("bench serving: the admin's mix again ...", flush=True)
+        _, admin_mix_after = _api_load(url, duration, mix_paths)
         writer.stop.set()
         writer.join()
     finally:
@@ -610,7 +652,15 @@ def _run_api(lake: LakeSettings, duration: float, mix_paths: Sequence[str]) -> _
         server.terminate()
         server.wait(timeout=30)
     single["speed_commits_during_run"] = writer.commits
-    return _ApiRuns(load_generator, single, mix, writer.commits, advertiser_single, advertiser_mix)
+    return _ApiRuns(
+        load_generator,
+        single,
+        mix,
+        writer.commits,
+        advertiser_single,
+        advertiser_mix,
+        admin_mix_after,
+    )
 
 
 def main(events: int | None = None) -> dict[str, object]:
@@ -631,6 +681,9 @@ def main(events: int | None = None) -> dict[str, object]:
         mix_floor = _mix_floor(lake, mix, duration, CLIENTS)
         print("bench serving: the cost of the stale-arrivals branch, one client ...", flush=True)
         staleness = _staleness_cost(lake)
+        key_check = _key_check_cost(lake)
+        print("bench serving: the mix with and without a scope, one client ...", flush=True)
+        scope_cost = _scope_cost(lake, mix)
     api, mix_api = runs.single, runs.mix
     mix_ratio = mix_api["p99_ms"] / mix_floor["p99_ms"]
     distinct_mix: dict[str, object] = {
@@ -666,6 +719,9 @@ def main(events: int | None = None) -> dict[str, object]:
             "p50_vs_admin": runs.advertiser_single["p50_ms"] / api["p50_ms"],
             "p99_vs_admin": runs.advertiser_single["p99_ms"] / api["p99_ms"],
             "mix_p99_vs_admin": runs.advertiser_mix["p99_ms"] / mix_api["p99_ms"],
+            "admin_mix_after": runs.admin_mix_after,
+            "key_check": key_check,
+            "scope_in_process": scope_cost,
         },
         "goal": "api p99 <= 50 ms and <= 2x the floor; mix p99 <= 2x the mix floor",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -696,13 +752,21 @@ def main(events: int | None = None) -> dict[str, object]:
         f"the stale branch, {staleness['query_with_stale_ms']:.1f} ms with it "
         f"(ratio {staleness['ratio']:.2f}; {staleness['stale_rows']:,} stale rows); the stale "
         f"table {staleness['stale_table_ms']:.1f} ms per master/arrivals or coverage version\n"
-        f"{_advertiser_line(runs, api, mix_api)}"
+        f"{_advertiser_line(runs, api, mix_api)}\n"
+        f"per request, in process: a key's check {key_check['key_check_us']:.1f} us (a stat of "
+        f"the key table's next log file, the hash, the lookup), API_TOKEN's "
+        f"{key_check['api_token_check_us']:.2f} us\n"
+        f"the mix in process, one client, interleaved: median {scope_cost['admin_median_ms']:.1f}"
+        f" ms as the admin asks it, {scope_cost['advertiser_median_ms']:.1f} ms with the "
+        f"advertiser's scope (ratio {scope_cost['median_ratio']:.2f}; p99 "
+        f"{scope_cost['admin_p99_ms']:.1f} vs {scope_cost['advertiser_p99_ms']:.1f} ms; rows "
+        f"{scope_cost['admin_rows']:,} vs {scope_cost['advertiser_rows']:,})"
     )
     return result
 
 
 def _advertiser_line(runs: _ApiRuns, api: Mapping[str, float], mix_api: Mapping[str, float]) -> str:
-    mine, mix = runs.advertiser_single, runs.advertiser_mix
+    mine, mix, after = runs.advertiser_single, runs.advertiser_mix, runs.admin_mix_after
     return (
         f"advertiser key ({len(ADVERTISER_CAMPAIGNS)} of 20 campaigns), same run: dashboard "
         f"p50 {mine['p50_ms']:.1f} ms, p99 {mine['p99_ms']:.1f} ms, "
@@ -710,9 +774,32 @@ def _advertiser_line(runs: _ApiRuns, api: Mapping[str, float], mix_api: Mapping[
         f"p50 {api['p50_ms']:.1f}, p99 {api['p99_ms']:.1f} ms, {api['requests_per_s']:,.0f} "
         f"req/s); mix p50 {mix['p50_ms']:.1f} ms, p99 {mix['p99_ms']:.1f} ms, "
         f"{mix['requests_per_s']:,.0f} req/s, cache hit rate {mix['cache_hit_rate']:.1%} "
-        f"(admin: p50 {mix_api['p50_ms']:.1f}, p99 {mix_api['p99_ms']:.1f} ms, "
-        f"{mix_api['requests_per_s']:,.0f} req/s)"
+        f"(admin before: p50 {mix_api['p50_ms']:.1f}, p99 {mix_api['p99_ms']:.1f} ms, "
+        f"{mix_api['requests_per_s']:,.0f} req/s; after: p50 {after['p50_ms']:.1f}, "
+        f"p99 {after['p99_ms']:.1f} ms, {after['requests_per_s']:,.0f} req/s)"
     )
+
+
+def _key_check_cost(lake: LakeSettings, repeats: int = 20_000) -> dict[str, float]:
+    """What a request with a key pays before any route runs, in process: the store's check
+    for a new commit (one stat) and the key's hash and lookup, against API_TOKEN's compare."""
+    import secrets
+
+    from lake.keys import KeyWatcher
+
+    watcher = KeyWatcher(lake)
+    _, key = create_key(lake, "bench-key-check", "advertiser", campaigns=ADVERTISER_CAMPAIGNS)
+    now = dt.datetime.now(dt.UTC)
+    assert watcher.ring().verify(key, now) is not None
+    started = time.perf_counter()
+    for _ in range(repeats):
+        watcher.ring().verify(key, now)
+    key_us = (time.perf_counter() - started) / repeats * 1e6
+    started = time.perf_counter()
+    for _ in range(repeats):
+        secrets.compare_digest(key.encode(), TOKEN.encode())
+    token_us = (time.perf_counter() - started) / repeats * 1e6
+    return {"key_check_us": key_us, "api_token_check_us": token_us, "reloads": watcher.reloads}
 
 
 def _mix_shape(mix: Sequence[CtrQuery]) -> dict[str, dict[str, int]]:
