@@ -216,22 +216,21 @@ def build_sandbox_lake(root: Path) -> LakeSettings:
     cover(lake, "run-a", minute(0), minute(1))
     write_speed(lake, [ctr_row(minute(0), 99, 9), ctr_row(minute(1), 30, 3)])
     write(lake, "master/events", [event(0), event(1)])
-    write(
-        lake,
-        "master/rejected",
-        [
-            {
-                "value": b"{",
-                "key": None,
-                "reason": "record: not JSON",
-                "kafka_topic": "ad-events",
-                "kafka_partition": 0,
-                "kafka_offset": 5,
-                "kafka_timestamp": minute(0),
-            }
-        ],
-    )
+    write(lake, "master/rejected", [rejected(5)])
     return lake
+
+
+def rejected(offset: int, reason: str = "record: not JSON") -> dict[str, object]:
+    """A master/rejected row: an unreadable record at ``offset``."""
+    return {
+        "value": b"{",
+        "key": None,
+        "reason": reason,
+        "kafka_topic": "ad-events",
+        "kafka_partition": 0,
+        "kafka_offset": offset,
+        "kafka_timestamp": minute(0),
+    }
 
 
 def lake_digest(lake: LakeSettings) -> dict[str, str]:

@@ -29,6 +29,7 @@ from tests.lake_writer import (
     ctr_row,
     event,
     minute,
+    rejected,
     write,
     write_arrivals,
     write_batch,
@@ -100,21 +101,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
         ],
     )
     write(lake, "master/events", [event(0), event(1)])
-    write(
-        lake,
-        "master/rejected",
-        [
-            {
-                "value": b"{",
-                "key": None,
-                "reason": "record: not JSON",
-                "kafka_topic": "ad-events",
-                "kafka_partition": 0,
-                "kafka_offset": 5,
-                "kafka_timestamp": minute(0),
-            }
-        ],
-    )
+    write(lake, "master/rejected", [rejected(5)])
     write_status(lake, offsets_behind=12)
     return lake
 
