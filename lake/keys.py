@@ -222,6 +222,35 @@ def record_use(lake: LakeSettings, used: Mapping[str, dt.datetime]) -> None:
     )
 
 
+def fold_uses(lake: LakeSettings) -> int:
+    """Drop the ``used`` events a later one of the same key supersedes (each API process
+    records one a minute per key in use, which would grow the table, and each reload, without
+    bound), in one commit that writes the table again; returns how many were dropped (0: no
+    commit). Run by the maintenance DAG before it compacts the table. A create or revoke
+    committed meanwhile is kept (tests/test_keys.py)."""
+    from deltalake import write_deltalake
+
+    path = API_KEYS.path(lake)
+    if not is_delta(path):
+        return 0
+    table = open_delta(path)
+    rows = table.to_pyarrow_table().to_pylist()
+    unique, used = [], set()
+    for row in sorted(rows, key=lambda r: _utc(r["at"]), reverse=True):
+        if row["event"] == "used":
+            if row["name"] in used:
+                continue  # superseded by the newer use kept before it
+            used.add(row["name"])
+        unique.append(row)
+    dropped = len(rows) - len(unique)
+    if dropped:
+        data = pa.Table.from_pylist(unique, schema=API_KEYS.schema)
+        # Through the table as read: the overwrite removes the files of that version only, so
+        # a revoke committed since (a file of its own) stays.
+        write_deltalake(table, data, mode="overwrite")
+    return dropped
+
+
 @dataclass(frozen=True)
 class _Loaded:
     version: int  # -1: no table yet

@@ -1,6 +1,7 @@
 """Keeping the lake small and fast, through delta-rs: compaction (OPTIMIZE) and VACUUM of
 the batch tables (the streaming jobs maintain their own:
-:meth:`lake.append_table.AppendTable.maintain`)."""
+:meth:`lake.append_table.AppendTable.maintain`), and the key store's superseded last uses
+dropped (:func:`lake.keys.fold_uses`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lake.catalog import API_KEYS
+from lake.keys import fold_uses
 from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
 from lake.storage import ensure_properties, is_delta, open_delta
@@ -38,6 +41,10 @@ def compact_and_vacuum(
         return None
     if retention_hours is not None and retention_hours != int(retention_hours):
         raise ValueError(f"retention_hours must be whole hours, got {retention_hours}")
+    if table == API_KEYS.name:
+        folded = fold_uses(lake)
+        if folded:
+            log.info("%s: %d superseded last-use events dropped", table, folded)
     delta = open_delta(path)
     if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
         ensure_properties(delta, lake.retention(table))

@@ -26,6 +26,7 @@ from lake.keys import (
     KeyWatcher,
     UsageRecorder,
     create_key,
+    fold_uses,
     hash_key,
     read_keys,
     record_use,
@@ -145,6 +146,55 @@ def test_the_maintenance_dag_compacts_the_keys_and_a_watcher_keeps_them(
     assert watcher.reloads == 2  # the compaction is a commit: read again, the same keys
     now = dt.datetime.now(dt.UTC)
     assert all(watcher.ring().verify(s, now) is not None for s in issued)
+
+
+def test_maintenance_keeps_only_each_keys_newest_use(lake: LakeSettings) -> None:
+    _, secret = create_key(lake, "busy", "analyst")
+    create_key(lake, "idle", "analyst")
+    start = dt.datetime(2026, 11, 27, 9, 0, tzinfo=dt.UTC)
+    for minute in range(5):  # an API process's flushes, a minute apart
+        record_use(lake, {"busy": start + dt.timedelta(minutes=minute)})
+    before = read_keys(lake)
+    report = compact_and_vacuum(lake, API_KEYS.name, retention_hours=0)
+    assert report is not None
+    events = open_delta(API_KEYS.path(lake)).to_pyarrow_table()
+    assert sorted(zip(events["name"].to_pylist(), events["event"].to_pylist(), strict=True)) == [
+        ("busy", "created"),
+        ("busy", "used"),
+        ("idle", "created"),
+    ]
+    after = read_keys(lake)
+    assert after.keys == before.keys
+    assert after.get("busy").last_used_at == start + dt.timedelta(minutes=4)  # type: ignore[union-attr]
+    assert after.verify(secret, dt.datetime.now(dt.UTC)) is not None
+    # Nothing superseded: no commit.
+    version = open_delta(API_KEYS.path(lake)).version()
+    assert fold_uses(lake) == 0
+    assert open_delta(API_KEYS.path(lake)).version() == version
+
+
+def test_a_revoke_committed_while_uses_are_folded_stays(
+    lake: LakeSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, secret = create_key(lake, "leaver", "advertiser", campaigns=["c1"])
+    record_use(lake, {"leaver": dt.datetime(2026, 11, 27, 9, 0, tzinfo=dt.UTC)})
+    record_use(lake, {"leaver": dt.datetime(2026, 11, 27, 9, 1, tzinfo=dt.UTC)})
+    read = key_store.open_delta  # type: ignore[attr-defined]
+
+    revoked: list[bool] = []
+
+    def read_then_revoke(path: str, **kwargs: object) -> object:
+        table = read(path, **kwargs)  # type: ignore[arg-type]
+        if not revoked:  # another process, between the fold's read and its commit
+            revoked.append(True)
+            revoke_key(lake, "leaver")
+        return table
+
+    monkeypatch.setattr(key_store, "open_delta", read_then_revoke)
+    assert fold_uses(lake) == 1
+    monkeypatch.undo()
+    assert read_keys(lake).verify(secret, dt.datetime.now(dt.UTC)) is None
+    assert read_keys(lake).get("leaver").status(dt.datetime.now(dt.UTC)) == "revoked"  # type: ignore[union-attr]
 
 
 def test_a_created_key_verifies_and_only_its_hash_is_stored(lake: LakeSettings) -> None:
