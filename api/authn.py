@@ -50,12 +50,10 @@ class Authenticator:
         self.usage: UsageRecorder | None = None
 
     async def access(self, authorization: str | None) -> Access | None:
-        credentials = bearer(authorization)
-        if credentials is None:
-            return None
-        if secrets.compare_digest(credentials.encode(), self.token.get_secret_value().encode()):
+        if token_ok(self.token, authorization):
             return BOOTSTRAP
-        if self.watcher is None:
+        credentials = bearer(authorization)
+        if credentials is None or self.watcher is None:
             return None
         if self.watcher.check_is_remote:
             # A round trip to the object store: not on the event loop.

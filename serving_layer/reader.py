@@ -191,12 +191,12 @@ class SnapshotReader:
         if view.attribution is None:
             return None
         if scope is not None:
-            arrivals = snap[MASTER_ARRIVALS]
+            arrivals, coverage, batch = self._staleness_inputs(snap, view)
             condition, _ = scope.sql()
             select = stale_marks_sql(
-                arrivals=f"(SELECT * FROM {self._filtered(arrivals, view)} WHERE {condition})",
-                coverage=self.relations.relation(snap[BATCH_COVERAGE]).name,
-                batch=self.relations.relation(snap[batch_table(view)]).name,
+                arrivals=f"(SELECT * FROM {arrivals} WHERE {condition})",
+                coverage=coverage,
+                batch=batch,
                 view=view.key,
                 attribution=view.attribution,
             )
@@ -293,6 +293,15 @@ class SnapshotReader:
             table, f"{'keyed:' if per_key else ''}served:{view.key}", create
         )
 
+    def _staleness_inputs(self, snap: LakeSnapshot, view: Definition) -> tuple[str, str, str]:
+        """The relations a rule of :mod:`lake.coverage.staleness` reads for ``view``: the
+        arrivals it counts, batch/coverage, and its batch table."""
+        return (
+            self._filtered(snap[MASTER_ARRIVALS], view),
+            self.relations.relation(snap[BATCH_COVERAGE]).name,
+            self.relations.relation(snap[batch_table(view)]).name,
+        )
+
     def _arrivals_relation(
         self, snap: LakeSnapshot, view: Definition, kind: str, select: Callable[..., str]
     ) -> str:
@@ -301,9 +310,7 @@ class SnapshotReader:
         ``kind``, computed once per version of the three tables."""
         arrivals, coverage = snap[MASTER_ARRIVALS], snap[BATCH_COVERAGE]
         batch = snap[batch_table(view)]
-        coverage_name = self.relations.relation(coverage).name
-        batch_name = self.relations.relation(batch).name
-        source = self._filtered(arrivals, view)
+        source, coverage_name, batch_name = self._staleness_inputs(snap, view)
 
         def create(name: str) -> str:
             table = f"{kind}_{name}_{coverage_name}_{batch_name}"

@@ -8,6 +8,7 @@ import csv
 import datetime as dt
 import io
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -319,8 +320,8 @@ def test_an_advertisers_sandbox_names_and_counts_no_other_campaign(
         assert response.status_code == 200, (query, response.text)
         text = response.text
         for other in ("c2", "c3", "c4", "a1", "events", "rejected", "drift"):
-            if other in ("events",) and query.startswith("WITH"):
-                continue
+            if other == "events" and query.startswith("WITH"):
+                continue  # the query's own CTE
             assert f'"{other}"' not in text, (query, other)
             assert f"'{other}'" not in text, (query, other)
     coverage = _sql(base_url, key, "SELECT rows_written FROM coverage").json()["rows"]
@@ -432,8 +433,6 @@ def _named_key(lake: LakeSettings, prefix: str, campaigns: tuple[str, ...]) -> t
 
 
 def _cli_env(lake: LakeSettings) -> dict[str, str]:
-    import os
-
     return {
         **os.environ,
         "LAKE_ROOT": str(lake.lake_root),

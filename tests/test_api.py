@@ -21,6 +21,7 @@ from tests.lake_writer import (
     cover,
     ctr_row,
     minute,
+    rejected,
     write,
     write_batch,
     write_speed,
@@ -56,15 +57,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
         lake,
         "master/rejected",
         [
-            {
-                "value": b"{",
-                "key": None,
-                "reason": reason,
-                "kafka_topic": "ad-events",
-                "kafka_partition": 0,
-                "kafka_offset": offset,
-                "kafka_timestamp": minute(0),
-            }
+            rejected(offset, reason)
             for offset, reason in enumerate(
                 ["record: not JSON", "country: 'XX' is not ISO 3166-1", "record: no value"]
             )

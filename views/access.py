@@ -79,18 +79,6 @@ class Scope:
             conditions.append(f"{prefix}{column} IN ({', '.join(names)})")
         return " AND ".join(conditions), params
 
-    def literal_sql(self) -> str:
-        """The condition with the ids as quoted SQL string literals (for a view definition,
-        which cannot bind parameters)."""
-
-        def quoted(values: tuple[str, ...]) -> str:
-            return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
-
-        condition = f"campaign_id IN ({quoted(self.campaigns)})"
-        if self.ads:
-            condition += f" AND ad_id IN ({quoted(self.ads)})"
-        return condition
-
     def describe(self) -> str:
         text = "campaigns " + ", ".join(self.campaigns)
         return text + (f"; ads {', '.join(self.ads)}" if self.ads else "")

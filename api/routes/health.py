@@ -43,18 +43,19 @@ async def metrics(
     scraper = settings.metrics_token is not None and token_ok(
         settings.metrics_token, authorization(credentials)
     )
-    if not scraper and access is None:
-        raise HTTPException(
-            status_code=status.HTTP_401_UNAUTHORIZED,
-            detail="/metrics needs a bearer token: API_METRICS_TOKEN (a scrape-only token; "
-            "Prometheus: authorization: {credentials: ...}), API_TOKEN or an admin key",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not scraper and access is not None and access.role != "admin":
-        raise HTTPException(
-            status_code=status.HTTP_403_FORBIDDEN,
-            detail=f"/metrics is for admin keys (and API_METRICS_TOKEN); {access.name!r} is an "
-            f"{access.role} key",
-        )
+    if not scraper:
+        if access is None:
+            raise HTTPException(
+                status_code=status.HTTP_401_UNAUTHORIZED,
+                detail="/metrics needs a bearer token: API_METRICS_TOKEN (a scrape-only token; "
+                "Prometheus: authorization: {credentials: ...}), API_TOKEN or an admin key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if access.role != "admin":
+            raise HTTPException(
+                status_code=status.HTTP_403_FORBIDDEN,
+                detail=f"/metrics is for admin keys (and API_METRICS_TOKEN); {access.name!r} is "
+                f"an {access.role} key",
+            )
     body = await run_in_threadpool(generate_latest, request.app.state.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -51,7 +51,7 @@ from lake.storage import arrow_filesystem, store_path
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
-from views.access import Access
+from views.access import Access, Scope
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
@@ -374,7 +374,7 @@ def open_sandbox(
             table = SERVED_BY_NAME[name]
             if scope is not None:
                 if "campaign_id" in table.schema.names:
-                    rows = rows.filter(scope.literal_sql())
+                    rows = rows.filter(_in_scope(scope))
                 if table is BATCH_COVERAGE:  # rows written: a count over every campaign
                     rows = rows.project(
                         ", ".join(
@@ -392,6 +392,18 @@ def open_sandbox(
         con.close()
         raise
     return con
+
+
+def _in_scope(scope: Scope) -> duckdb.Expression:
+    """The rows of ``scope`` as a DuckDB expression (its ids constants, never SQL text)."""
+    condition = duckdb.ColumnExpression("campaign_id").isin(
+        *(duckdb.ConstantExpression(c) for c in scope.campaigns)
+    )
+    if scope.ads:
+        condition = condition & duckdb.ColumnExpression("ad_id").isin(
+            *(duckdb.ConstantExpression(a) for a in scope.ads)
+        )
+    return condition
 
 
 def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:

@@ -5,8 +5,7 @@ Started by :class:`serving_layer.sandbox.pool.SqlPool` with one end of a socket 
 an empty private directory ``WORKDIR`` (the pool removes it once this process has ended). It
 confines itself (see :func:`confine`), says ``"ready"``, then answers one request at a time
 (``(sql, tables, access, max_rows, max_bytes, timeout_s, grace_s)`` → ``(kind, payload)``)
-until the
-socket closes.
+until the socket closes.
 """
 
 from __future__ import annotations
