@@ -151,7 +151,7 @@ def test_the_maintenance_dag_compacts_the_keys_and_a_watcher_keeps_them(
 def test_maintenance_keeps_only_each_keys_newest_use(lake: LakeSettings) -> None:
     _, secret = create_key(lake, "busy", "analyst")
     create_key(lake, "idle", "analyst")
-    start = dt.datetime(2026, 11, 27, 9, 0, tzinfo=dt.UTC)
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)  # after the keys' creation
     for minute in range(5):  # an API process's flushes, a minute apart
         record_use(lake, {"busy": start + dt.timedelta(minutes=minute)})
     before = read_keys(lake)
@@ -177,8 +177,9 @@ def test_a_revoke_committed_while_uses_are_folded_stays(
     lake: LakeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, secret = create_key(lake, "leaver", "advertiser", campaigns=["c1"])
-    record_use(lake, {"leaver": dt.datetime(2026, 11, 27, 9, 0, tzinfo=dt.UTC)})
-    record_use(lake, {"leaver": dt.datetime(2026, 11, 27, 9, 1, tzinfo=dt.UTC)})
+    used = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)  # after the key's creation
+    record_use(lake, {"leaver": used})
+    record_use(lake, {"leaver": used + dt.timedelta(minutes=1)})
     read = key_store.open_delta  # type: ignore[attr-defined]
 
     revoked: list[bool] = []
