@@ -75,6 +75,30 @@ class CtrRowBody(BaseModel):
         "and are not yet recomputed (counted as archived, duplicates included); 0 when exact"
     )
     run_ids: list[str] = Field(description="the batch runs whose rows the bucket holds")
+    reach: int | None = Field(
+        description="distinct users with an impression in the row (its bucket, group and "
+        "filters): exact when reach_exact, else the sketch's estimate (reach_low..reach_high); "
+        "null where rows written before reach was measured are included"
+    )
+    reach_low: int | None = Field(
+        description="lower bound of reach: reach when exact; for an estimate two standard "
+        "errors below it (about 95 %); for a stale row the batch layer's exact count"
+    )
+    reach_high: int | None = Field(
+        description="upper bound of reach: reach when exact; for an estimate two standard "
+        "errors above it; for a stale row the exact count plus one user per late event"
+    )
+    reach_exact: bool = Field(
+        description="true when every minute of the row is covered by a batch run with no late "
+        "event since (source batch): reach and clicking_users are then exact distinct counts"
+    )
+    frequency: float | None = Field(
+        description="impressions per user reached (impressions / reach); null without reach"
+    )
+    clicking_users: int | None = Field(
+        description="distinct users with a click event in the row (every click, attributed or "
+        "not): exact when reach_exact, else an estimate"
+    )
 
 
 class CtrQueryEcho(BaseModel):

@@ -149,9 +149,11 @@ def compute_view(
         events = events.where(definition.where)
     deduplicated = deduplicate(events, partitions)
     if window is None:
-        view = deduplicated.transform(ctr)
+        view = ctr(deduplicated, reach=True)
     else:
-        view = attributed_ctr(deduplicated, window).where(interval.sql_predicate("bucket_start"))
+        view = attributed_ctr(deduplicated, window, reach=True).where(
+            interval.sql_predicate("bucket_start")
+        )
     return view.withColumn("run_id", F.lit(run_id)), version, run_id
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
-from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES, USER_LISTS
 from views.definitions import DEFINITIONS, Definition
 
 if TYPE_CHECKING:
@@ -27,6 +27,12 @@ TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _CTR_KEY: Final = [("bucket_start", TIMESTAMP), *((d, pa.string()) for d in DIMENSIONS)]
 _MEASURES: Final = [("impressions", pa.int64()), ("clicks", pa.int64())]
 _ATTRIBUTION: Final = [(name, pa.int64()) for name in ATTRIBUTION_MEASURES]
+# Who the rows reached (views.ctr.reach_columns), last: a table written before them gets them
+# appended, null in its older rows (reach not measured there).
+_SKETCHES: Final = [(name, pa.binary()) for name in SKETCHES]
+_REACH: Final = [*((name, pa.list_(pa.string())) for name in USER_LISTS), *_SKETCHES]
+# The SQL function that unions a list of sketches (views.sketches.register registers it).
+SKETCH_UNION: Final = "sketch_union"
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,8 @@ class Table:
             if name in self.summed_by
             else f"CAST(sum({name}) AS BIGINT) AS {name}"
             if pa.types.is_integer(self.schema.field(name).type)
+            else f"{SKETCH_UNION}(list({name})) AS {name}"
+            if pa.types.is_binary(self.schema.field(name).type)
             else f"max({name}) AS {name}"
             for name in self.schema.names
         )
@@ -91,13 +99,13 @@ _BATCH_WRITERS: Final = (
 )
 BATCH_CTR: Final = Table(
     "batch/ctr",
-    pa.schema([*_CTR_KEY, *_MEASURES, ("run_id", pa.string())]),
+    pa.schema([*_CTR_KEY, *_MEASURES, ("run_id", pa.string()), *_REACH]),
     "ctr_batch",
     writers=_BATCH_WRITERS,
 )
 # The batch rows of a version with click attribution (views.ctr.attributed_ctr).
 ATTRIBUTED_SCHEMA: Final = pa.schema(
-    [*_CTR_KEY, *_MEASURES, *_ATTRIBUTION, ("run_id", pa.string())]
+    [*_CTR_KEY, *_MEASURES, *_ATTRIBUTION, ("run_id", pa.string()), *_REACH]
 )
 BATCH_COVERAGE: Final = Table(
     "batch/coverage",
@@ -130,6 +138,7 @@ SPEED_CTR: Final = Table(
             ("orphan_clicks", pa.int64()),
             ("repeat_clicks", pa.int64()),
             ("updated_at", TIMESTAMP),
+            *_SKETCHES,
         ]
     ),
     "ctr_speed",

@@ -172,44 +172,16 @@ def ctr_sql(
     for a version without attribution), ctr, stale_events, run_ids. One row more than
     ``query.limit``, so the caller can tell a truncated answer.
     """
-    params: dict[str, object] = {"start": query.start, "end": query.end}
-    where = ["t.bucket_start >= $start", "t.bucket_start < $end"]
-    for name, values in query.filters:
-        placeholders = []
-        for i, value in enumerate(values):
-            params[f"{name}_{i}"] = value
-            placeholders.append(f"${name}_{i}")
-        where.append(f"t.{name} IN ({', '.join(placeholders)})")
-    if query.scope is not None:
-        condition, bound = query.scope.sql("t")
-        where.append(condition)
-        params.update(bound)
+    params: dict[str, object] = {}
+    where = _narrowing(query, params)
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in query.group_by)])
-    predicate = None
-    if intervals is not None:
-        if len(intervals) > MAX_PREDICATE_INTERVALS:
-            raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
-        bounds = []
-        for i, (start, end) in enumerate(intervals):
-            params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
-            bounds.append((f"$cov_start_{i}", f"$cov_end_{i}"))
-        predicate = in_intervals_sql("t.bucket_start", bounds)
     merged = _merge_rule(
         _Sides(batch, speed, covered, stale),
         columns=columns,
         where=where,
-        predicate=predicate,
+        predicate=_covered_predicate(intervals, params),
     )
-    # Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
-    # multiples of their length, and integer division is far cheaper than date_trunc on a
-    # TIMESTAMPTZ (which goes through the ICU calendar for every row). ``all`` is one bucket
-    # starting at the range's start.
-    if query.granularity == "all":
-        params["start_us"] = int(query.start.timestamp()) * 1_000_000  # whole minutes
-        bucket = "$start_us::BIGINT"
-    else:
-        params["step_us"] = query.step // dt.timedelta(microseconds=1)
-        bucket = "(epoch_us(bucket_start) // $step_us) * $step_us"
+    bucket = _bucket(query, params)
     groups = ["bucket_us", *query.group_by]
     ordered = {k.column for k in query.order_by}
     order = [
@@ -254,6 +226,57 @@ def ctr_sql(
         GROUP BY ALL
         ORDER BY {", ".join(order)}
         LIMIT $limit
+    """
+    return sql, params
+
+
+def reach_sql(
+    query: CtrQuery,
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+) -> tuple[str, dict[str, object]]:
+    """SQL and bound parameters of who ``query``'s rows reached: per bucket and group (the
+    rows of :func:`ctr_sql`, keyed the same: ``bucket_us`` and the group_by dimensions), by
+    the same merge rule over the same relations, but ``batch`` and ``speed`` as stored (with
+    the :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES` each has;
+    ``speed`` already narrowed to the version's events).
+
+    Columns: bucket_us, the group_by dimensions, ``users`` and ``clickers`` (the exact
+    distinct counts of the batch rows' lists: exact for the bucket when every row is a batch
+    row with lists), ``listed`` (every row a batch row with lists), ``reach_sketches`` and
+    ``clicker_sketches`` (every row's sketch, to union), ``unsketched`` (rows with events but
+    no sketch: written before reach was measured).
+    """
+    params: dict[str, object] = {}
+    where = _narrowing(query, params)
+    groups = "".join(f", t.{d}" for d in query.group_by)
+    sides = _Sides(batch, speed, covered)
+    merged = _merge_rule(
+        sides,
+        columns=f"t.bucket_start{groups}",
+        where=where,
+        predicate=_covered_predicate(intervals, params),
+        extra=_REACH_COLUMNS,
+    )
+    bucket = _bucket(query, params)
+    grouped = ", ".join(["bucket_us", *query.group_by])
+    sql = f"""
+        SELECT {bucket} AS bucket_us{"".join(f", {d}" for d in query.group_by)},
+               len(list_distinct(flatten(list(users) FILTER (WHERE users IS NOT NULL))))
+                   AS users,
+               len(list_distinct(flatten(list(clickers) FILTER (WHERE clickers IS NOT NULL))))
+                   AS clickers,
+               bool_and(users IS NOT NULL) AS listed,
+               list(reach_sketch) FILTER (WHERE reach_sketch IS NOT NULL) AS reach_sketches,
+               list(clicker_sketch) FILTER (WHERE clicker_sketch IS NOT NULL)
+                   AS clicker_sketches,
+               count(*) FILTER (
+                   WHERE reach_sketch IS NULL AND (impressions > 0 OR clicks > 0)
+               ) AS unsketched
+        FROM ({merged}) GROUP BY {grouped}
     """
     return sql, params
 
@@ -334,6 +357,62 @@ def side_rows_sql(
     )
 
 
+def _narrowing(query: CtrQuery, params: dict[str, object]) -> list[str]:
+    """The conditions on a side's rows (alias ``t``) that select ``query``'s range, filters
+    and scope, their values added to ``params``."""
+    params.update(start=query.start, end=query.end)
+    where = ["t.bucket_start >= $start", "t.bucket_start < $end"]
+    for name, values in query.filters:
+        placeholders = []
+        for i, value in enumerate(values):
+            params[f"{name}_{i}"] = value
+            placeholders.append(f"${name}_{i}")
+        where.append(f"t.{name} IN ({', '.join(placeholders)})")
+    if query.scope is not None:
+        condition, bound = query.scope.sql("t")
+        where.append(condition)
+        params.update(bound)
+    return where
+
+
+def _covered_predicate(
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None, params: dict[str, object]
+) -> str | None:
+    """The covered ``intervals`` as a range predicate on ``t.bucket_start`` (their bounds
+    added to ``params``); None without them (the merge rule then joins the covered table)."""
+    if intervals is None:
+        return None
+    if len(intervals) > MAX_PREDICATE_INTERVALS:
+        raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
+    bounds = []
+    for i, (start, end) in enumerate(intervals):
+        params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
+        bounds.append((f"$cov_start_{i}", f"$cov_end_{i}"))
+    return in_intervals_sql("t.bucket_start", bounds)
+
+
+def _bucket(query: CtrQuery, params: dict[str, object]) -> str:
+    """The SQL of a row's bucket start (``bucket_start``) in ``query``'s granularity.
+
+    Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
+    multiples of their length, and integer division is far cheaper than date_trunc on a
+    TIMESTAMPTZ (which goes through the ICU calendar for every row). ``all`` is one bucket
+    starting at the range's start."""
+    if query.granularity == "all":
+        params["start_us"] = int(query.start.timestamp()) * 1_000_000  # whole minutes
+        return "$start_us::BIGINT"
+    params["step_us"] = query.step // dt.timedelta(microseconds=1)
+    return "(epoch_us(bucket_start) // $step_us) * $step_us"
+
+
+# What reach_sql reads of each side's rows besides the key: a speed row has no user lists.
+_REACH_COLUMNS: Final = {
+    "batch": "t.impressions, t.clicks, t.users, t.clickers, t.reach_sketch, t.clicker_sketch",
+    "speed": "t.impressions, t.clicks, NULL::VARCHAR[] AS users, NULL::VARCHAR[] AS clickers, "
+    "t.reach_sketch, t.clicker_sketch",
+}
+
+
 @dataclass(frozen=True)
 class _Sides:
     """The relations the merge rule reads (trusted names)."""
@@ -351,6 +430,7 @@ def _merge_rule(
     where: Sequence[str] = (),
     predicate: str | None = None,
     source: bool = False,
+    extra: Mapping[str, str] | None = None,
 ) -> str:
     """The serving rule, written once: per minute bucket, covered by a batch run → the batch
     rows plus the bucket's arrivals no run has counted yet, else the speed rows.
@@ -362,7 +442,8 @@ def _merge_rule(
     (:func:`lake.coverage.in_intervals_sql`), which DuckDB pushes into the Parquet scan instead
     of joining. ``where`` narrows every side; ``source`` adds a column saying which side a row
     came from. Every row has the five counts of :data:`views.columns.MEASURES` and says how
-    many of its events are uncounted arrivals (``stale_events``).
+    many of its events are uncounted arrivals (``stale_events``). ``extra`` replaces the counts
+    by other columns, per side (``batch``, ``speed``: select lists over ``t``).
     """
     batch, speed, covered, stale = sides.batch, sides.speed, sides.covered, sides.stale
     narrow = "".join(f" AND {condition}" for condition in where)
@@ -370,6 +451,9 @@ def _merge_rule(
     from_speed = ", 'speed' AS source" if source else ""
     measures = ", ".join(f"t.{m}" for m in COUNTS)
     counted = f"{measures}, 0::BIGINT AS stale_events"
+    counted_batch = counted_speed = counted
+    if extra is not None:
+        counted_batch, counted_speed = extra["batch"], extra["speed"]
     late = ""
     if stale is not None:
         from_late = ", 'late' AS source" if source else ""
@@ -381,18 +465,18 @@ def _merge_rule(
         """
     if predicate is not None:
         return f"""
-            SELECT {columns}, {counted}{from_batch}, t.run_id
+            SELECT {columns}, {counted_batch}{from_batch}, t.run_id
             FROM {batch} t WHERE {predicate}{narrow}
             UNION ALL
-            SELECT {columns}, {counted}{from_speed}, NULL::VARCHAR AS run_id
+            SELECT {columns}, {counted_speed}{from_speed}, NULL::VARCHAR AS run_id
             FROM {speed} t WHERE NOT {predicate}{narrow}{late}
         """
     return f"""
-        SELECT {columns}, {counted}{from_batch}, t.run_id
+        SELECT {columns}, {counted_batch}{from_batch}, t.run_id
         FROM {batch} t ASOF JOIN {covered} c ON t.bucket_start >= c.interval_start
         WHERE t.bucket_start < c.interval_end{narrow}
         UNION ALL
-        SELECT {columns}, {counted}{from_speed}, NULL::VARCHAR AS run_id
+        SELECT {columns}, {counted_speed}{from_speed}, NULL::VARCHAR AS run_id
         FROM {speed} t ASOF LEFT JOIN {covered} c ON t.bucket_start >= c.interval_start
         WHERE (c.interval_end IS NULL OR t.bucket_start >= c.interval_end){narrow}{late}
     """

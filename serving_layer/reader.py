@@ -30,7 +30,7 @@ from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.relations import RelationCache
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
 from views.access import Scope
-from views.columns import DIMENSIONS, MEASURES
+from views.columns import DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
 from views.definitions import Definition, definition
 
 
@@ -292,6 +292,25 @@ class SnapshotReader:
         return self.relations.derived(
             table, f"{'keyed:' if per_key else ''}served:{view.key}", create
         )
+
+    def reach_relation(self, table: TableSnapshot, where: str | None) -> str:
+        """``table``'s rows as :func:`serving_layer.query.reach_sql` reads them: the key, the
+        counts, :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES` (null
+        where the table has not got them: written before reach was measured), narrowed by
+        ``where`` (a version's trusted predicate)."""
+        base = self.relations.relation(table).name
+        columns = self._columns(table)
+        types = {
+            **dict.fromkeys(USER_LISTS, "VARCHAR[]"),
+            **dict.fromkeys(SKETCHES, "BLOB"),
+            "run_id": "VARCHAR",  # batch rows'
+        }
+        reach = ", ".join(
+            name if name in columns else f"NULL::{kind} AS {name}" for name, kind in types.items()
+        )
+        narrow = f" WHERE {where}" if where else ""
+        key = ", ".join(["bucket_start", *DIMENSIONS])
+        return f"(SELECT {key}, impressions, clicks, {reach} FROM {base}{narrow})"
 
     def _staleness_inputs(self, snap: LakeSnapshot, view: Definition) -> tuple[str, str, str]:
         """The relations a rule of :mod:`lake.coverage.staleness` reads for ``view``: the

@@ -16,6 +16,7 @@ from lake.catalog import BATCH_COVERAGE, SERVED
 from lake.storage import duckdb_object_store
 from runtime.object_store import ObjectStoreSettings
 from serving_layer.tables import TableSnapshot
+from views import sketches
 
 _HIVE_TYPES: Final = {
     pa.date32(): "DATE",
@@ -128,6 +129,7 @@ class RelationCache:
             # them with the store's secret.
             duckdb_object_store(self._db)
         self._db.execute("SET parquet_metadata_cache = true")
+        sketches.register(self._db)  # sketch_union, sketch_estimate (lake.catalog.rows_sql)
         self._lock = threading.Lock()
         self._derive_lock = threading.RLock()  # a computation may derive another value
         self._relations: dict[tuple[str, int | None], Relation] = {}

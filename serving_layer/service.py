@@ -14,7 +14,8 @@ from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, SPEED_CTR, VIEW_REGIST
 from lake.coverage.model import Source, source_of
 from runtime.times import from_micros
 from serving_layer.freshness import Freshness
-from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql
+from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql, reach_sql
+from serving_layer.reach import NOT_MEASURED, Reach, reach_of
 from serving_layer.reader import SnapshotReader
 from serving_layer.tables import LakeSnapshot
 from serving_layer.wilson import wilson_interval
@@ -37,6 +38,7 @@ class CtrRow:
     covered_fraction: float  # of the bucket's minutes in the query's range
     stale_events: int
     run_ids: tuple[str, ...]
+    reach: Reach = NOT_MEASURED  # distinct users (serving_layer.reach)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class ServingLayer(SnapshotReader):
         fetched = self.fetch_all(sql, params)
         truncated = len(fetched) > query.limit
         groups = query.group_by
+        reached = self.reach(query, snap, view)
         # Grouped answers repeat each bucket once per group: its start and coverage once.
         buckets: dict[int, tuple[dt.datetime, float]] = {}
         rows = []
@@ -94,6 +97,8 @@ class ServingLayer(SnapshotReader):
             source = source_of(fraction)
             if stale_events and source == "batch":
                 source = "stale"
+            key = tuple(record[: 1 + len(groups)])
+            reach = reach_of(reached.get(key), source, impressions, int(stale_events or 0))
             rows.append(
                 CtrRow(
                     bucket_start=bucket,
@@ -110,9 +115,28 @@ class ServingLayer(SnapshotReader):
                     covered_fraction=fraction,
                     stale_events=int(stale_events or 0),
                     run_ids=tuple(run_ids or ()),
+                    reach=reach,
                 )
             )
         return CtrResult(query, rows, truncated, self.freshness(snap, view), view)
+
+    def reach(
+        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
+    ) -> dict[tuple[object, ...], tuple[object, ...]]:
+        """Who ``query``'s rows reached (:func:`serving_layer.query.reach_sql`'s rows), by
+        (bucket_us, *group values); empty when the tables have no reach columns yet."""
+        batch = self.reach_relation(snapshot[batch_table(view)], None)
+        speed = self.reach_relation(snapshot[SPEED_CTR], view.where)
+        within = self.coverage(snapshot, view).within(query.start, query.end)
+        sql, params = reach_sql(
+            query,
+            batch=batch,
+            speed=speed,
+            covered=self.covered_relation(snapshot, view),
+            intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
+        )
+        width = 1 + len(query.group_by)
+        return {tuple(r[:width]): tuple(r[width:]) for r in self.fetch_all(sql, params)}
 
     def freshness(
         self, snapshot: LakeSnapshot | None = None, view: Definition | None = None

@@ -67,7 +67,7 @@ from runtime.times import EPOCH
 from speed_layer.attribution import MEASURES, Attribution
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import KEY, SpeedTable, sum_per_key, total
-from views.columns import DIMENSIONS
+from views.columns import DIMENSIONS, SKETCHES
 from views.ctr import ctr_arrow
 from views.definitions import versions
 
@@ -118,7 +118,7 @@ def build_query(
             F.count(F.when(F.col("reason").isNotNull(), 1)).alias("invalid"),
         )
         .where(F.col("reason").isNull())
-        .select("event_time", "event_type", "impression_id", *DIMENSIONS)
+        .select("event_time", "event_type", "impression_id", *DIMENSIONS, "user_id")
         .withWatermark("event_time", settings.watermark)
     )
     stream = (
@@ -186,7 +186,7 @@ class BatchWriter:
         # rows: a Spark aggregation's shuffle cost more than the rows' transfer).
         events = attribution_events(batch).toArrow()
         clock.lap("events")
-        view = ctr_arrow(events)
+        view = ctr_arrow(events, reach=True)
         clock.lap("view")
         stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
         on_time, late = split_late(view, metadata.watermark_ms)
@@ -277,26 +277,33 @@ def attribution_events(batch: DataFrame) -> DataFrame:
         "event_time",
         F.unix_millis("event_time").alias("event_ms"),
         *DIMENSIONS,
+        "user_id",  # reach (views.ctr.ctr_arrow's sketches)
     )
 
 
 def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
     """``speed/ctr``'s counts of a micro-batch: the view's rows of open buckets (no
     attribution measures: zero) and the attribution's increments (no impressions or clicks:
-    zero), one row per key."""
+    zero; no sketches: null), one row per key, with the view's sketches if it has them."""
     types = {f.name: f.type for f in SPEED_CTR.schema}
-    columns = [*KEY, "impressions", "clicks", *MEASURES]
+    sketched = [name for name in SKETCHES if name in view.column_names]
+    columns = [*KEY, "impressions", "clicks", *MEASURES, *sketched]
 
     def complete(rows: pa.Table) -> pa.Table:
         zeros = pa.array(np.zeros(rows.num_rows, np.int64))
-        return pa.table(
-            {c: rows[c].cast(types[c]) if c in rows.column_names else zeros for c in columns}
-        )
+        nulls = pa.nulls(rows.num_rows, pa.binary())
+
+        def column(c: str) -> pa.Array | pa.ChunkedArray:
+            if c in rows.column_names:
+                return rows[c].cast(types[c])
+            return nulls if c in sketched else zeros
+
+        return pa.table({c: column(c) for c in columns})
 
     if increments.num_rows == 0:
         return complete(view)
     both = pa.concat_tables([complete(view), complete(increments)])
-    return sum_per_key(both, columns[len(KEY) :])
+    return sum_per_key(both, columns[len(KEY) : len(columns) - len(sketched)])
 
 
 def closed_before(watermark_ms: int) -> dt.datetime:

@@ -48,7 +48,8 @@ from lake.append_table import AppendTable, add_action
 from lake.coverage.model import Coverage, delta_rs_timestamp, in_intervals_sql
 from lake.data_files import write_files
 from lake.retention import retention_properties
-from views.columns import DIMENSIONS
+from views.columns import DIMENSIONS, SKETCHES
+from views.sketches import union_sketch
 
 log = logging.getLogger("ctr.speed")
 
@@ -260,14 +261,34 @@ def _per_period(
 
 def sum_per_key(rows: pa.Table, counts: Sequence[str] = COUNTS) -> pa.Table:
     """One row per (bucket, dimensions): the ``counts`` summed (null where every row has
-    null: not measured), the latest ``updated_at`` if the rows have one."""
+    null: not measured), the latest ``updated_at`` if the rows have one, and the union of the
+    rows' :data:`views.columns.SKETCHES` if they have them (null where every row has null)."""
     aggregates = [(name, "sum") for name in counts]
     names = [*KEY, *counts]
     if "updated_at" in rows.column_names:
         aggregates.append(("updated_at", "max"))
         names.append("updated_at")
+    sketched = [name for name in SKETCHES if name in rows.column_names]
+    aggregates += [(name, "list") for name in sketched]
+    names += sketched
     summed = rows.group_by(list(KEY), use_threads=False).aggregate(aggregates)
-    return summed.rename_columns(names)
+    summed = summed.rename_columns(names)
+    for name in sketched:
+        summed = summed.set_column(
+            summed.schema.get_field_index(name), name, _unions(summed.column(name))
+        )
+    return summed
+
+
+def _unions(lists: pa.ChunkedArray) -> pa.Array:
+    """Each list of sketches as one: itself when it is the only one, null when all are."""
+    merged = []
+    for group in lists.to_pylist():
+        present = [s for s in group if s is not None]
+        merged.append(
+            None if not present else present[0] if len(present) == 1 else union_sketch(present)
+        )
+    return pa.array(merged, pa.binary())
 
 
 def total(rows: pa.Table, column: str) -> int:

@@ -7,6 +7,7 @@ import datetime as dt
 
 from pyspark.sql import SparkSession
 
+from events.model import Event
 from events.records import EVENTS_SCHEMA
 from lake.catalog import MASTER_EVENTS
 from lake.frames import commit_frame
@@ -45,3 +46,25 @@ def archive(spark: SparkSession, lake: LakeSettings, rows: list[dict[str, object
         from_arrow_schema(EVENTS_SCHEMA),
     )
     commit_frame(frame, MASTER_EVENTS.path(lake), EVENTS_SCHEMA, partition_by=["event_date"])
+
+
+def archived(e: Event, offset: int) -> dict[str, object]:
+    """The ``master/events`` row of a generated event archived at Kafka ``offset``."""
+    when = dt.datetime.fromtimestamp(e.event_time / 1000, dt.UTC)
+    return {
+        "event_id": e.event_id,
+        "event_type": e.event_type,
+        "event_time": when,
+        "impression_id": e.impression_id,
+        "ad_id": e.ad_id,
+        "campaign_id": e.campaign_id,
+        "site_id": e.site_id,
+        "country": e.country,
+        "device_type": e.device_type,
+        "user_id": e.user_id,
+        "schema_version": 1,
+        "event_date": when.date(),
+        "kafka_partition": 0,
+        "kafka_offset": offset,
+        "ingest_time": when + dt.timedelta(seconds=1),
+    }

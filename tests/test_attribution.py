@@ -21,7 +21,7 @@ from lake.catalog import MASTER_EVENTS
 from lake.coverage.staleness import read_stale
 from lake.registry import read_registry, start_new_lake
 from lake.settings import LakeSettings
-from tests.events_helper import archive, event
+from tests.events_helper import archive, archived, event
 from views.definitions import definition
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -159,7 +159,7 @@ def test_batch_equals_the_ground_truth_of_a_generated_stream(
         if record.event is not None:
             sent.append((record.event, offset))
     distinct = list({e.event_id: e for e, _ in reversed(sent)}.values())
-    archive(spark, lake, [_archived(e, offset) for e, offset in sent])
+    archive(spark, lake, [archived(e, offset) for e, offset in sent])
     for n in (0, 1):
         run(spark, hour(n), lake=lake, definition=V3)
     lo, hi = T0.timestamp() * 1000, (T0.timestamp() + 7200) * 1000
@@ -184,27 +184,6 @@ def test_batch_equals_the_ground_truth_of_a_generated_stream(
     totals = [sum(v[i] for v in truth.values()) for i in range(5)]
     assert all(totals), f"the stream must hold every kind of click: {totals}"
     assert all(v[1] <= v[0] for v in got.values())
-
-
-def _archived(e: Event, offset: int) -> dict[str, object]:
-    when = dt.datetime.fromtimestamp(e.event_time / 1000, dt.UTC)
-    return {
-        "event_id": e.event_id,
-        "event_type": e.event_type,
-        "event_time": when,
-        "impression_id": e.impression_id,
-        "ad_id": e.ad_id,
-        "campaign_id": e.campaign_id,
-        "site_id": e.site_id,
-        "country": e.country,
-        "device_type": e.device_type,
-        "user_id": e.user_id,
-        "schema_version": 1,
-        "event_date": when.date(),
-        "kafka_partition": 0,
-        "kafka_offset": offset,
-        "ingest_time": when + dt.timedelta(seconds=1),
-    }
 
 
 @pytest.mark.parametrize("window", [dt.timedelta(minutes=1), dt.timedelta(hours=1)])

@@ -31,7 +31,8 @@ from tests import faults
 from tests.consume import read_topic
 from tests.wire_events import send
 from tests.wire_events import wire_event as event
-from views.columns import DIMENSIONS
+from views import sketches
+from views.columns import DIMENSIONS, SKETCHES
 from views.ctr import ctr as the_view
 from views.ctr import ctr_arrow as the_view_in_arrow
 
@@ -172,22 +173,32 @@ def test_speed_and_batch_layers_share_the_one_view_definition(
             "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
             "event_type": ["impression", "click", "impression", "click", "click", "impression"],
             **{d: [f"{d}-{i % 2}" for i in range(len(times))] for d in DIMENSIONS},
+            "user_id": ["u1", "u1", "u2", None, "u2", "u3"],
         }
     )
-    in_spark = spark.createDataFrame(events.to_pandas()).transform(the_view).toArrow()
-    on_driver = the_view_in_arrow(events)
+    in_spark = the_view(spark.createDataFrame(events.to_pandas()), reach=True).toArrow()
+    on_driver = the_view_in_arrow(events, reach=True)
 
     def rows(table: pa.Table) -> list[tuple[object, ...]]:
         names = ["bucket_start", *DIMENSIONS, "impressions", "clicks"]
-        return sorted(tuple(r[n] for n in names) for r in table.to_pylist())
+        return sorted(
+            (
+                *(r[n] for n in names),
+                *(round(sketches.union([r[s]]).value, 6) for s in SKETCHES),
+            )
+            for r in table.to_pylist()
+        )
 
     assert rows(in_spark) == rows(on_driver)
     assert len(rows(on_driver)) == 5
+    # Minute 0: u1's and u2's impressions (dimensions -0), u1's click (-1); minute 1: u2's
+    # click (-0), and a click without a user, who is no user (-1).
+    assert [r[-2:] for r in rows(on_driver)[:4]] == [(2.0, 0.0), (0.0, 1.0), (0.0, 1.0), (0.0, 0.0)]
 
     # speed/ctr holds what the view function returns: a view that adds 100 to every click
     # count shows in it, which no aggregation of the speed job's own would.
-    def marked_view(events: pa.Table) -> pa.Table:
-        view = the_view_in_arrow(events)
+    def marked_view(events: pa.Table, *, reach: bool = False) -> pa.Table:
+        view = the_view_in_arrow(events, reach=reach)
         return view.set_column(
             view.schema.get_field_index("clicks"),
             "clicks",

@@ -15,3 +15,9 @@ ATTRIBUTION_MEASURES: Final = ("raw_clicks", "orphan_clicks", "repeat_clicks")
 # Every version's row fields: a version without attribution has raw_clicks = clicks and no
 # orphan or repeat counts (null).
 MEASURES: Final = ("impressions", "clicks", *ATTRIBUTION_MEASURES)
+# Who a row reached, for reach and frequency (views.sketches): the batch layer writes the
+# distinct users exactly (sorted lists; user ids, so only admins read them in the SQL sandbox)
+# and as sketches, the speed layer sketches only. ``users``/``reach_sketch``: users with an
+# impression in the row; ``clickers``/``clicker_sketch``: users with a click event.
+USER_LISTS: Final = ("users", "clickers")
+SKETCHES: Final = ("reach_sketch", "clicker_sketch")

@@ -6,16 +6,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from views.columns import DIMENSIONS
+from views import sketches
+from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
 
 if TYPE_CHECKING:
     import datetime as dt
 
 
-def ctr(events: DataFrame) -> DataFrame:
+def ctr(events: DataFrame, *, reach: bool = False) -> DataFrame:
     """Count impressions and clicks per one-minute event-time bucket and dimensions.
 
     Used as ``events.transform(ctr)`` by the batch job (on deduplicated events) and by the
@@ -28,11 +29,15 @@ def ctr(events: DataFrame) -> DataFrame:
         Columns ``event_time`` (timestamp), ``event_type`` ("impression" | "click") and the
         dimensions ``campaign_id``, ``ad_id``, ``site_id``, ``country``, ``device_type``.
 
+    reach
+        Also who the row reached (:func:`reach_columns`; the events need ``user_id``).
+
     Returns
     -------
     DataFrame
         ``bucket_start`` (timestamp, start of the minute), the five dimensions, ``impressions``
-        and ``clicks`` (long): one row per bucket and dimension combination that had events.
+        and ``clicks`` (long): one row per bucket and dimension combination that had events;
+        with ``reach``, :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES`.
 
     Examples
     --------
@@ -40,17 +45,39 @@ def ctr(events: DataFrame) -> DataFrame:
     (10:00, …, impressions=2, clicks=0) and (10:01, …, impressions=0, clicks=1).
     """
     window = F.window("event_time", "1 minute")
+    extra = reach_columns() if reach else {}
     return (
         events.groupBy(window, *DIMENSIONS)
         .agg(
             F.count(F.when(F.col("event_type") == "impression", 1)).alias("impressions"),
             F.count(F.when(F.col("event_type") == "click", 1)).alias("clicks"),
+            *(value.alias(name) for name, value in extra.items()),
         )
-        .select(F.col("window.start").alias("bucket_start"), *DIMENSIONS, "impressions", "clicks")
+        .select(
+            F.col("window.start").alias("bucket_start"),
+            *DIMENSIONS,
+            "impressions",
+            "clicks",
+            *extra,
+        )
     )
 
 
-def attributed_ctr(events: DataFrame, window: dt.timedelta) -> DataFrame:
+def reach_columns() -> dict[str, Column]:
+    """The aggregates of who a group of events reached (:mod:`views.sketches`), by column name
+    (:data:`views.columns.USER_LISTS`, then :data:`views.columns.SKETCHES`): the distinct
+    ``user_id`` of its impressions and of its clicks, as sorted lists (exact) and as HLL
+    sketches in the format :mod:`views.sketches` reads (``hll_sketch_agg``; null ids are not
+    users)."""
+    kind, user = F.col("event_type"), F.col("user_id")
+    seen = F.when(kind == "impression", user)
+    clicked = F.when(kind == "click", user)
+    lists = (F.array_sort(F.collect_set(seen)), F.array_sort(F.collect_set(clicked)))
+    sketched = (F.hll_sketch_agg(seen, sketches.LG_K), F.hll_sketch_agg(clicked, sketches.LG_K))
+    return dict(zip((*USER_LISTS, *SKETCHES), (*lists, *sketched), strict=True))
+
+
+def attributed_ctr(events: DataFrame, window: dt.timedelta, *, reach: bool = False) -> DataFrame:
     """Version 3's counts: clicks credited to their impression (``events.transform(…)`` on
     deduplicated events, in the batch layer).
 
@@ -111,40 +138,57 @@ def attributed_ctr(events: DataFrame, window: dt.timedelta) -> DataFrame:
         "orphan_clicks": (click & ~F.col("_credited")).cast("long"),
         "repeat_clicks": F.when(takes, F.col("_n") - 1).otherwise(0).cast("long"),
     }
+    extra = reach_columns() if reach else {}
     return (
         marked.select(
             F.date_trunc("minute", time).alias("bucket_start"),
             *DIMENSIONS,
             *(value.alias(name) for name, value in counts.items()),
+            *(["event_type", "user_id"] if reach else []),
         )
         .groupBy("bucket_start", *DIMENSIONS)
-        .agg(*(F.sum(name).cast("long").alias(name) for name in counts))
+        .agg(
+            *(F.sum(name).cast("long").alias(name) for name in counts),
+            *(value.alias(name) for name, value in extra.items()),
+        )
     )
 
 
-def ctr_arrow(events: pa.Table) -> pa.Table:
+def ctr_arrow(events: pa.Table, *, reach: bool = False) -> pa.Table:
     """:func:`ctr` of events already in Arrow (in a Python task): the same rows (columns
     ``bucket_start``, the dimensions, ``impressions``, ``clicks``; any row order) without a
     Spark job. The archiver's tasks count their arrivals with it; a test holds the two
-    definitions equal on the same events.
+    definitions equal on the same events. ``reach`` (the speed layer): also
+    :data:`views.columns.SKETCHES`, the sketches of :func:`reach_columns` built in Python
+    (the events need ``user_id``).
     """
     names = ["bucket_start", *DIMENSIONS]
     kind = events.column("event_type")
-    counts = pa.table(
-        {
-            "bucket_start": pc.floor_temporal(events.column("event_time"), unit="minute"),
-            **{name: events.column(name) for name in DIMENSIONS},
-            "impressions": _ones_where(pc.equal(kind, "impression")),
-            "clicks": _ones_where(pc.equal(kind, "click")),
-        }
-    )
+    impression, click = pc.equal(kind, "impression"), pc.equal(kind, "click")
+    columns = {
+        "bucket_start": pc.floor_temporal(events.column("event_time"), unit="minute"),
+        **{name: events.column(name) for name in DIMENSIONS},
+        "impressions": _ones_where(impression),
+        "clicks": _ones_where(click),
+    }
+    aggregates = [("impressions", "sum"), ("clicks", "sum")]
+    if reach:
+        user, null = events.column("user_id"), pa.nulls(events.num_rows, pa.string())
+        columns["seen"] = pc.if_else(impression, user, null)
+        columns["clicked"] = pc.if_else(click, user, null)
+        aggregates += [("seen", "distinct"), ("clicked", "distinct")]
     # One thread: it runs in Spark tasks, one per core already (Arrow's pool added a quarter
     # to the CPU time for the same wall time).
-    grouped = counts.group_by(names, use_threads=False)
-    summed = grouped.aggregate([("impressions", "sum"), ("clicks", "sum")])
-    return summed.rename_columns([*names, "impressions", "clicks"]).select(
-        [*names, "impressions", "clicks"]
-    )
+    grouped = pa.table(columns).group_by(names, use_threads=False).aggregate(aggregates)
+    counted = [*names, "impressions", "clicks"]
+    if not reach:
+        return grouped.rename_columns(counted).select(counted)
+    grouped = grouped.rename_columns([*counted, *SKETCHES])
+    for name in SKETCHES:
+        users = grouped.column(name).to_pylist()
+        sketched = pa.array([sketches.sketch(u) for u in users], pa.binary())
+        grouped = grouped.set_column(grouped.schema.get_field_index(name), name, sketched)
+    return grouped.select([*counted, *SKETCHES])
 
 
 def _ones_where(condition: pa.ChunkedArray) -> pa.ChunkedArray:

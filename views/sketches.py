@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import datasketches as ds
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import duckdb
 
 LG_K: Final = 12
 STD_DEVS: Final = 2
@@ -62,3 +66,27 @@ def union_sketch(sketches: Iterable[bytes | None]) -> bytes:
         if data is not None:
             merged.update(ds.hll_sketch.deserialize(data))
     return bytes(merged.get_result(ds.tgt_hll_type.HLL_8).serialize_updatable())
+
+
+def register(con: duckdb.DuckDBPyConnection) -> None:
+    """Give ``con`` (DuckDB) the SQL functions of sketches: ``sketch_union(BLOB[]) -> BLOB``
+    (:func:`union_sketch`; ``list(reach_sketch)`` of any rows) and ``sketch_estimate(BLOB)
+    -> DOUBLE`` (distinct users of a sketch; null: null). DuckDB has no HLL sketch of its own
+    that reads these."""
+    import duckdb
+    from duckdb.func import ARROW
+
+    blob = duckdb.sqltype("BLOB")
+
+    def unions(lists: pa.Array) -> pa.Array:
+        return pa.array(
+            [None if s is None else union_sketch(s) for s in lists.to_pylist()], pa.binary()
+        )
+
+    def estimates(blobs: pa.Array) -> pa.Array:
+        return pa.array(
+            [None if s is None else union([s]).value for s in blobs.to_pylist()], pa.float64()
+        )
+
+    con.create_function("sketch_union", unions, [duckdb.list_type(blob)], blob, type=ARROW)
+    con.create_function("sketch_estimate", estimates, [blob], duckdb.sqltype("DOUBLE"), type=ARROW)

@@ -22,6 +22,7 @@ from api.response_cache import ResponseCache
 from api.times import as_utc
 from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
+from serving_layer.reach import Reach
 from serving_layer.service import CtrResult
 from serving_layer.tables import AsOfError, LakeSnapshot
 from views.columns import DIMENSIONS
@@ -34,6 +35,17 @@ _COMMON: Final = frozenset(
     {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of", "version", "format"}
 )
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
+# Who each row reached (serving_layer.reach), after its counts and provenance.
+REACH_COLUMNS: Final = (
+    "reach",
+    "reach_low",
+    "reach_high",
+    "reach_exact",
+    "frequency",
+    "clicking_users",
+)
+
+
 MEASURE_COLUMNS: Final = (
     "impressions",
     "clicks",
@@ -47,6 +59,7 @@ MEASURE_COLUMNS: Final = (
     "covered_fraction",
     "stale_events",
     "run_ids",
+    *REACH_COLUMNS,
 )
 CSV_HEADERS: Final = {
     "Ctr-Truncated": "true when more rows matched than 'limit'",
@@ -56,9 +69,10 @@ CSV_HEADERS: Final = {
 }
 _CSV_EXAMPLE: Final = (
     "bucket_start,country,impressions,clicks,raw_clicks,orphan_clicks,repeat_clicks,ctr,"
-    "ctr_ci_low,ctr_ci_high,source,covered_fraction,stale_events,run_ids\r\n"
+    "ctr_ci_low,ctr_ci_high,source,covered_fraction,stale_events,run_ids,reach,reach_low,"
+    "reach_high,reach_exact,frequency,clicking_users\r\n"
     "2026-11-22T10:00:00Z,US,1200,31,31,,,0.025833333333333333,0.01825,0.03647,mixed,0.5,0,"
-    "ctr-20261122T0900-20261122T1030-v42\r\n"
+    "ctr-20261122T0900-20261122T1030-v42,1067,1033,1102,false,1.1246485473289597,30\r\n"
 )
 
 
@@ -240,6 +254,18 @@ async def _computed(
     return await asyncio.wrap_future(future)
 
 
+def reach_values(reach: Reach) -> tuple[object, ...]:
+    """A row's :data:`REACH_COLUMNS`."""
+    return (
+        reach.reach,
+        reach.low,
+        reach.high,
+        reach.exact,
+        reach.frequency,
+        reach.clicking_users,
+    )
+
+
 def render(result: CtrResult, output: Format = "json") -> Rendered:
     """The answer in ``output``'s format."""
     return render_csv(result) if output == "csv" else Rendered(render_json(result))
@@ -265,6 +291,7 @@ def render_csv(result: CtrResult) -> Rendered:
             row.covered_fraction,
             row.stale_events,
             " ".join(row.run_ids),
+            *reach_values(row.reach),
         ]
         for row in result.rows
     )
@@ -304,6 +331,7 @@ def render_json(result: CtrResult) -> bytes:
             stale_events=row.stale_events,
             run_ids=list(row.run_ids),
         )
+        item.update(zip(REACH_COLUMNS, reach_values(row.reach), strict=True))
         rows.append(item)
     return orjson.dumps(
         {

@@ -51,7 +51,9 @@ from lake.storage import arrow_filesystem, store_path
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
+from views import sketches
 from views.access import Access, Scope
+from views.columns import USER_LISTS
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
@@ -159,6 +161,7 @@ json_group_array json_group_object json_keys json_merge_patch json_object json_q
 json_structure json_transform json_transform_strict json_type json_valid json_value row_to_json
 to_json
 """,
+    "sketches": "sketch_union sketch_estimate",  # views.sketches.register
     "other": """
 enum_code enum_first enum_last enum_range enum_range_boundary gen_random_uuid hash nullif
 typeof union_extract union_tag union_value uuid uuid_extract_timestamp uuid_extract_version
@@ -369,9 +372,14 @@ def open_sandbox(
     )
     try:
         con.execute("SET TimeZone = 'UTC'")
+        sketches.register(con)
+        users_hidden = access is not None and not access.raw_tables
         for view, name in allowed.items():
             rows = con.from_arrow(_dataset(tables[view]))
             table = SERVED_BY_NAME[name]
+            if users_hidden and set(USER_LISTS) & set(rows.columns):
+                # User ids: raw data, for admins only (reach comes with the sketches).
+                rows = rows.project(", ".join(c for c in rows.columns if c not in USER_LISTS))
             if scope is not None:
                 if "campaign_id" in table.schema.names:
                     rows = rows.filter(_in_scope(scope))
