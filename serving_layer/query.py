@@ -14,7 +14,7 @@ from typing import Final, Literal, get_args
 from lake.coverage.model import in_intervals_sql
 from runtime.times import EARLIEST, LATEST
 from views.access import Scope
-from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES
 from views.columns import MEASURES as COUNTS
 
 # ``all``: one bucket spanning the query's range (a total per group, Druid's "granularity: all").
@@ -288,6 +288,7 @@ def merged_sql(
     covered: str,
     stale: str | None = None,
     dimensions: Sequence[str] = DIMENSIONS,
+    sketched: bool = False,
 ) -> str:
     """The merge rule at minute grain, as one SELECT (also the sandbox's ``ctr`` view).
 
@@ -297,12 +298,21 @@ def merged_sql(
     ('batch' | 'late' | 'speed'), run_id. The sides are those of :func:`ctr_sql`.
     ``covered`` must hold disjoint intervals, so the as-of join finds the one that could hold a
     bucket. ``dimensions`` come from :data:`views.DIMENSIONS`, never from a request.
+    ``sketched``: the rows' :data:`views.columns.SKETCHES` too, after the counts (the sides
+    must have them; late arrivals have none: null), to union (``sketch_union``).
     """
     unknown = set(dimensions) - set(DIMENSIONS)
     if unknown:
         raise ValueError(f"'dimensions' must be among {DIMENSIONS}, got {sorted(unknown)}")
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in dimensions)])
-    return _merge_rule(_Sides(batch, speed, covered, stale), columns=columns, source=True)
+    extra = None
+    if sketched:
+        counted = ", ".join(f"t.{m}" for m in COUNTS) + ", 0::BIGINT AS stale_events"
+        sketch = ", ".join(f"t.{s}" for s in SKETCHES)
+        extra = {"batch": f"{counted}, {sketch}", "speed": f"{counted}, {sketch}"}
+    return _merge_rule(
+        _Sides(batch, speed, covered, stale), columns=columns, source=True, extra=extra
+    )
 
 
 def side_rows_sql(
@@ -457,9 +467,10 @@ def _merge_rule(
     late = ""
     if stale is not None:
         from_late = ", 'late' AS source" if source else ""
+        unsketched = "".join(f", NULL::BLOB AS {s}" for s in SKETCHES if s in counted_batch)
         late = f"""
             UNION ALL
-            SELECT {columns}, {measures}, t.stale_events{from_late},
+            SELECT {columns}, {measures}, t.stale_events{unsketched}{from_late},
                    NULL::VARCHAR AS run_id
             FROM {stale} t WHERE true{narrow}
         """

@@ -23,10 +23,13 @@ from lake.catalog import SPEED_CTR
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
 from serving_layer.reach import NOT_MEASURED, Reach, reach_of
+from serving_layer.sandbox.database import SqlError
+from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import CtrRow, ServingLayer
 from speed_layer.tables import SpeedTable
 from tests.events_helper import archive, archived
 from views import sketches
+from views.access import Access
 from views.columns import DIMENSIONS
 from views.ctr import ctr_arrow
 from views.definitions import definition
@@ -255,3 +258,36 @@ def test_a_stale_bucket_is_bounded_by_its_late_events() -> None:
     assert reach_of(found, "batch", 100, 0) == Reach(40, 40, 40, True, 5, 2.5)
     # Late events in a covered bucket without batch rows: no users counted, up to one each.
     assert reach_of(None, "stale", 2, 2) == Reach(0, 0, 2, False, 0, None)
+
+
+def test_the_sql_sandbox_unions_the_sketches_and_hides_user_ids_from_analysts(
+    served: tuple[ServingLayer, list[Event]],
+) -> None:
+    layer, events = served
+    snapshot = layer.snapshot()
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
+    try:
+        # The merged view's sketches (batch rows where covered, speed rows elsewhere), unioned
+        # per campaign: the API's estimate for the same range.
+        sql = (
+            "SELECT campaign_id, sketch_estimate(sketch_union(list(reach_sketch))) AS reach "
+            "FROM ctr WHERE bucket_start >= TIMESTAMPTZ '2026-11-22 11:30:00+00' "
+            "AND bucket_start < TIMESTAMPTZ '2026-11-22 13:00:00+00' GROUP BY ALL ORDER BY 1"
+        )
+        estimated = {c: r for c, r in pool.run(sql, snapshot).rows}
+        api = query(layer, start=at(1.5), end=at(3), granularity="all", group_by=["campaign_id"])
+        assert {c: round(r) for c, r in estimated.items()} == {
+            r.dimensions["campaign_id"]: r.reach.reach for r in api
+        }
+        # The exact lists: an admin's; an analyst's database has no user ids at all.
+        exact = "SELECT count(DISTINCT u) FROM (SELECT unnest(users) AS u FROM ctr_batch)"
+        covered = truth(events, at(0), at(2), lambda e: ())[()]
+        assert pool.run(exact, snapshot).rows == [[covered]]
+        analyst = Access("team", "analyst")
+        with pytest.raises(SqlError, match="users"):
+            pool.run(exact, snapshot, access=analyst)
+        described = pool.run("DESCRIBE ctr_batch", snapshot, access=analyst).rows
+        assert "reach_sketch" in [r[0] for r in described]
+        assert "users" not in [r[0] for r in described]
+    finally:
+        pool.close()

@@ -53,7 +53,7 @@ from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
 from views import sketches
 from views.access import Access, Scope
-from views.columns import USER_LISTS
+from views.columns import SKETCHES, USER_LISTS
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
@@ -434,13 +434,17 @@ def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
             attribution=attribution,
             speed=True,
             where=view.where,
-            keep=("updated_at",),
+            keep=("updated_at", *SKETCHES),
         )
         con.execute(f"CREATE VIEW speed_v{n} AS {speed}")
         con.execute(f"CREATE VIEW arrivals_v{n} AS SELECT * FROM arrivals{where}")
         table = batch_table(view)
         batch = side_rows_sql(
-            table.sql_name, columns=table.schema.names, attribution=attribution, speed=False
+            table.sql_name,
+            columns=table.schema.names,
+            attribution=attribution,
+            speed=False,
+            keep=SKETCHES,
         )
         con.execute(
             f"CREATE VIEW stale_v{n} AS "
@@ -459,6 +463,7 @@ def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
                 speed=f"speed_v{n}",
                 covered=f"covered_v{n}",
                 stale=f"stale_v{n}",
+                sketched=True,
             )
         )
     for name in ("covered", "stale", "ctr"):
