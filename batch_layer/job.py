@@ -31,6 +31,7 @@ from lake.registry import Registry, read_registry
 from lake.settings import LakeSettings
 from lake.storage import is_delta, open_delta
 from runtime.connectors import is_commit_conflict, read_delta
+from views.columns import SKETCHES, USER_LISTS
 from views.ctr import attributed_ctr, ctr
 from views.definitions import Definition
 
@@ -123,11 +124,14 @@ def compute_view(
     definition: Definition,
     run_id: str | None = None,
     replay: Replay | None = None,
+    reach: bool = True,
 ) -> tuple[DataFrame, int, str]:
     """The exact rows of ``definition`` for ``interval`` from master/events at its current
     version (or from a ``replay``): (rows with ``run_id``, the master/events version they
     hold, the run id). Same interval, definition and input version -> same run id, so a rerun
-    writes identical rows."""
+    writes identical rows. ``reach``: with who each row reached
+    (:func:`views.ctr.reach_columns`; without, those columns are null: the benchmark's
+    comparison)."""
     from pyspark.sql import functions as F
 
     path = replay.events if replay else MASTER_EVENTS.path(lake)
@@ -143,16 +147,22 @@ def compute_view(
     # the window before it: the events of the interval widened by the window on both sides are
     # read, and the rows of the interval kept.
     window = definition.attribution
-    reach = interval if window is None else Interval(interval.start - window, interval.end + window)
-    events, partitions = interval_events(spark, path, table, reach)
+    read = interval if window is None else Interval(interval.start - window, interval.end + window)
+    events, partitions = interval_events(spark, path, table, read)
     if definition.where:
         events = events.where(definition.where)
     deduplicated = deduplicate(events, partitions)
     if window is None:
-        view = ctr(deduplicated, reach=True)
+        view = ctr(deduplicated, reach=reach)
     else:
-        view = attributed_ctr(deduplicated, window, reach=True).where(
+        view = attributed_ctr(deduplicated, window, reach=reach).where(
             interval.sql_predicate("bucket_start")
+        )
+    if not reach:
+        view = view.select(
+            "*",
+            *(F.lit(None).cast("array<string>").alias(name) for name in USER_LISTS),
+            *(F.lit(None).cast("binary").alias(name) for name in SKETCHES),
         )
     return view.withColumn("run_id", F.lit(run_id)), version, run_id
 
@@ -196,16 +206,20 @@ class BatchJob:
         definition: Definition | None = None,
         run_id: str | None = None,
         replay: Replay | None = None,
+        reach: bool = True,
     ) -> BatchRun:
         """Recompute the batch rows of ``definition`` (default: the published version of
         ``ctr``) for ``interval`` and record the coverage (and the drift of the minutes it
-        covers for the first time); a commit conflict with a concurrent run retries."""
+        covers for the first time); a commit conflict with a concurrent run retries.
+        ``reach=False`` leaves reach unmeasured (the benchmark's comparison)."""
         if replay is None:
             _require_events(self.lake)
         definition = definition or self.registry.published(VIEW)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                return self._run_once(interval, definition, run_id=run_id, replay=replay)
+                return self._run_once(
+                    interval, definition, run_id=run_id, replay=replay, reach=reach
+                )
             except Exception as exc:
                 if not is_commit_conflict(exc) or attempt == COMMIT_ATTEMPTS:
                     raise
@@ -219,12 +233,19 @@ class BatchJob:
         *,
         run_id: str | None,
         replay: Replay | None,
+        reach: bool = True,
     ) -> BatchRun:
         from pyspark.sql import functions as F
 
         spark, lake, on_step = self.spark, self.lake, self.on_step
         view, version, run_id = compute_view(
-            spark, interval, lake=lake, definition=definition, run_id=run_id, replay=replay
+            spark,
+            interval,
+            lake=lake,
+            definition=definition,
+            run_id=run_id,
+            replay=replay,
+            reach=reach,
         )
         target = batch_table(definition)
         source = "the replayed log" if replay else f"master/events v{version}"
@@ -286,7 +307,7 @@ class BatchJob:
             )
 
 
-def run(
+def run(  # noqa: PLR0913 - keyword-only options of one run
     spark: SparkSession,
     interval: Interval,
     *,
@@ -295,10 +316,11 @@ def run(
     run_id: str | None = None,
     on_step: Callable[[str], None] = lambda step: None,
     replay: Replay | None = None,
+    reach: bool = True,
 ) -> BatchRun:
     """One run of :class:`BatchJob`, the registry read now."""
     job = BatchJob(spark, lake, on_step=on_step)
-    return job.run(interval, definition=definition, run_id=run_id, replay=replay)
+    return job.run(interval, definition=definition, run_id=run_id, replay=replay, reach=reach)
 
 
 def _now() -> dt.datetime:

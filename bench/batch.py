@@ -134,17 +134,19 @@ def _spark_run(
     interval: Interval,
     attempt: int,
     version: Definition = V1,
+    *,
+    reach: bool = True,
 ) -> tuple[float, BatchRun, dict[str, float]]:
     """The batch job over ``interval``: (seconds, its run, seconds per step)."""
     print(
-        f"bench batch: batch job (Spark) over the day, version {version.version} (run {attempt})"
-        " ...",
+        f"bench batch: batch job (Spark) over the day, version {version.version}"
+        f"{'' if reach else ', without reach'} (run {attempt}) ...",
         flush=True,
     )
     started = time.perf_counter()
     steps: list[tuple[float, str]] = []
     result = run(
-        spark, interval, lake=lake, definition=version,
+        spark, interval, lake=lake, definition=version, reach=reach,
         on_step=lambda step: steps.append((time.perf_counter(), step)),
     )  # fmt: skip
     seconds = time.perf_counter() - started
@@ -186,6 +188,28 @@ def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> 
         frame.write.format("noop").mode("overwrite").save()
         seconds[name] = round(time.perf_counter() - started, 1)
     return seconds
+
+
+def _stored_bytes(path: str) -> dict[str, int]:
+    """Compressed bytes of the table's current files (its Parquet footers): in all, in the
+    user lists, in the sketches and in the other columns."""
+    import pyarrow.parquet as pq
+
+    from views.columns import SKETCHES, USER_LISTS
+
+    sizes = {"total": 0, "users": 0, "sketches": 0, "rest": 0}
+    table = DeltaTable(path)
+    for file in table.file_uris():
+        metadata = pq.ParquetFile(file).metadata
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            for column in range(row_group.num_columns):
+                chunk = row_group.column(column)
+                name = chunk.path_in_schema.split(".")[0]
+                kind = "users" if name in USER_LISTS else "sketches" if name in SKETCHES else "rest"
+                sizes[kind] += chunk.total_compressed_size
+                sizes["total"] += chunk.total_compressed_size
+    return sizes
 
 
 def _key(seed: np.ndarray, salt: int) -> np.ndarray:
@@ -235,6 +259,12 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     ratio = spark_seconds / duck_seconds
     first_ratio = runs[0][0] / ducks[0]
     parts = _view_parts(spark, lake, interval)
+    # Reach: what the user lists and sketches cost in time (version 1 without them, twice, in
+    # the same process) and in storage (the day's files, per column, with and without).
+    stored = _stored_bytes(lake.table("batch/ctr"))
+    unreached = [_spark_run(spark, lake, interval, attempt, reach=False) for attempt in (1, 2)]
+    plain_seconds = min(r[0] for r in unreached)
+    stored_plain = _stored_bytes(lake.table("batch/ctr"))
     # Click attribution: version 3 over the same day, twice; its better run next to version 1's.
     attributed = [_spark_run(spark, lake, interval, attempt, V3) for attempt in (1, 2)]
     v3_seconds = min(r[0] for r in attributed)
@@ -262,6 +292,12 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         "attributed_over_plain": round(v3_seconds / spark_seconds, 2),
         "attributed_totals": v3_totals,
         "view_parts_seconds": parts,
+        "without_reach_seconds": round(plain_seconds, 2),
+        "without_reach_runs_seconds": [round(r[0], 2) for r in unreached],
+        "reach_over_plain": round(spark_seconds / plain_seconds, 2),
+        "without_reach_ratio": round(plain_seconds / duck_seconds, 2),
+        "stored_bytes": stored,
+        "stored_bytes_without_reach": stored_plain,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
     }
     print(
@@ -276,6 +312,19 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         f"{', '.join(f'{r[0]:.1f}' for r in attributed)} s) against version 1's "
         f"{spark_seconds:.1f} s: x{v3_seconds / spark_seconds:.2f}; "
         + ", ".join(f"{k} {v:,}" for k, v in v3_totals.items())
+    )
+    print(
+        "bench batch: reach (user lists and sketches per row) costs "
+        f"x{spark_seconds / plain_seconds:.2f}: {spark_seconds:.1f} s with, "
+        f"{plain_seconds:.1f} s without (the better of "
+        f"{', '.join(f'{r[0]:.1f}' for r in unreached)} s); without it the ratio to DuckDB is "
+        f"{plain_seconds / duck_seconds:.2f}"
+    )
+    mib = 2**20
+    print(
+        f"bench batch: batch/ctr for the day: {stored['total'] / mib:.1f} MiB with reach "
+        f"(user lists {stored['users'] / mib:.1f} MiB, sketches {stored['sketches'] / mib:.1f} MiB,"
+        f" the rest {stored['rest'] / mib:.1f} MiB), {stored_plain['total'] / mib:.1f} MiB without"
     )
     print("bench batch: the view's parts, each run alone to completion (nothing written):")
     for part, seconds in parts.items():

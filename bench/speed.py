@@ -516,7 +516,8 @@ def _table_files(table: str) -> dict[str, int]:
 def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     """The view's Spark job on VIEW_RECORDS records of the topic, taken apart: the Kafka read
     alone, + parsing and validation, + the view (as a Spark aggregation to Arrow, and as the
-    job computes it: the events to Arrow, the view on the driver); then the view's rows written to a
+    job computes it: the events to Arrow, the view on the driver, with reach's sketches; and the
+    view on the driver alone, with and without them); then the view's rows written to a
     scratch speed table both ways measured: a delta-spark append with txnAppId/txnVersion (the
     cheapest delta-spark commit) and the job's delta-rs append. Median of 5 rounds, ms."""
     import pyarrow as pa
@@ -551,8 +552,10 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
         return valid().select("event_time", "event_type", *DIMENSIONS).transform(ctr).toArrow()
 
     def view() -> pa.Table:  # the job's: the events to the driver, the view of them there
-        return ctr_arrow(attribution_events(valid()).toArrow())
+        return ctr_arrow(attribution_events(valid()).toArrow(), reach=True)
 
+    # The view on the driver alone, with and without reach's sketches (the job's since reach).
+    events = attribution_events(valid()).toArrow()
     rows = with_attribution(view(), INCREMENTS_SCHEMA.empty_table())
     rows = rows.append_column(
         "updated_at", pa.array([time.time_ns() // 1000] * rows.num_rows, pa.timestamp("us", "UTC"))
@@ -567,6 +570,8 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
         "read_and_parse": lambda: valid().agg(F.count(F.lit(1))).collect(),
         "read_parse_spark_view": spark_view,
         "read_parse_view": view,
+        "driver_view_without_reach": lambda: ctr_arrow(events),
+        "driver_view_with_reach": lambda: ctr_arrow(events, reach=True),
         "delta_spark_append": lambda: (
             spark.createDataFrame(rows)
             .write.format("delta")

@@ -207,6 +207,11 @@ EOF
   curl -s -H "Authorization: Bearer \$KEY" '$API/api/v1/ctr?granularity=all&group_by=campaign_id'
   echo "$API/#token=\$KEY"              # the dashboard as acme sees it
   ctr keys list; ctr keys revoke acme   # refused from the next request on
+
+  # 7. reach and frequency: distinct users per campaign over each hour, exact where the batch
+  #    layer covers the hour (reach_exact), else a sketch estimate with reach_low..reach_high
+  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=hour&group_by=campaign_id&campaign_id=cmp-001' \\
+       | python3 -c 'import json,sys; [print(r["bucket_start"], r["source"], r["reach"], r["reach_exact"], r["reach_low"], r["reach_high"], round(r["frequency"] or 0, 2)) for r in json.load(sys.stdin)["rows"]]'
 EOF
 }
 
