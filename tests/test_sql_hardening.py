@@ -27,6 +27,7 @@ from serving_layer.sandbox.database import (
 from serving_layer.sandbox.pool import ClientBackoff, SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
+from views import sketches
 
 # 1 GB in one string: twice the pool's memory, DuckDB's "Out of Memory Error" in a moment.
 OUT_OF_MEMORY = "SELECT length(repeat('x', 1000000000))"
@@ -160,6 +161,7 @@ def test_the_library_an_analyst_needs_is_allowed(sql: str) -> None:
 
 def test_every_allowed_name_is_a_duckdb_function() -> None:
     con = duckdb.connect(config={"enable_external_access": False})
+    sketches.register(con)  # the sandbox's own functions (open_sandbox registers them)
     try:
         rows = con.execute(
             "SELECT function_name, function_type, schema_name FROM duckdb_functions()"
