@@ -5,6 +5,10 @@ Batch rows and a finished run cover the first 30 minutes, speed rows the last 30
 minutes they overlap are covered, so the page must show the batch numbers there). Every minute
 has one row per key of :data:`KEYS`; speed counts differ from batch counts, so a wrong merge
 shows.
+
+Reach: :class:`Lake` writes the catalog's user list and sketch columns null, as rows the layers
+wrote before reach was measured; :class:`ReachLake` writes who every row reached
+(:func:`users`); :class:`UnmeasuredLake` writes tables without those columns at all.
 """
 
 from __future__ import annotations
@@ -102,15 +106,20 @@ class Lake:
 
     def write(self) -> None:
         run_id = "run-dashboard-test"
-        lake_writer.write_batch(self.settings, run_id, rows(self.batch_minutes, "batch"))
+        self.write_rows(run_id)
         lake_writer.cover(self.settings, run_id, self.batch_minutes[0], self.covered_end)
-        lake_writer.write_speed(self.settings, rows(self.speed_minutes, "speed"))
         lake_writer.write_status(
             self.settings,
             updated_at=dt.datetime.now(dt.UTC).isoformat(),
             watermark=(self.now - 2 * MINUTE).isoformat(),
             offsets_behind=1234,
         )
+
+    def write_rows(self, run_id: str) -> None:
+        """The batch rows (of run ``run_id``) and the speed rows, with the catalog's columns:
+        user lists and sketches null (reach not measured)."""
+        lake_writer.write_batch(self.settings, run_id, rows(self.batch_minutes, "batch"))
+        lake_writer.write_speed(self.settings, rows(self.speed_minutes, "speed"))
 
     def minutes(self) -> list[tuple[dt.datetime, str]]:
         """Every minute with data and the layer the page must show it from."""
@@ -150,6 +159,83 @@ class Lake:
 
     def expected_ctr(self, dimension: str, keep: Keep = everything) -> dict[str, float]:
         return {v: c / i for v, (i, c) in self.totals(dimension, keep).items()}
+
+
+# The users of the reach lake: each row's are a run of this pool that moves on with the minute,
+# so rows share users with their neighbours and with the other keys (reach does not add up).
+USER_POOL: Final = 2_000
+
+
+def users(minute: int, key: int, layer: str) -> list[str]:
+    """The distinct users with an impression in one row (``minute``: minutes since the epoch),
+    sorted; fewer than its impressions (users see several)."""
+    n = 20 + (minute % 60) % 17 + 6 * key + (1 if layer == "speed" else 0)
+    first = (13 * minute + 150 * key) % USER_POOL
+    return sorted(f"u{(first + j) % USER_POOL:04d}" for j in range(n))
+
+
+def clickers(minute: int, key: int, layer: str) -> list[str]:
+    """The distinct users with a click in one row: as many of its users as it has clicks."""
+    return users(minute, key, layer)[: counts(minute, key, layer)[1]]
+
+
+class ReachLake(Lake):
+    """The same minutes and counts, with who every row reached: the batch rows' user lists and
+    sketches, the speed rows' sketches (:func:`tests.lake_writer.reached`)."""
+
+    def write_rows(self, run_id: str) -> None:
+        lake_writer.write_batch(self.settings, run_id, self.reached(self.batch_minutes, "batch"))
+        lake_writer.write_speed(self.settings, self.reached(self.speed_minutes, "speed"))
+
+    @staticmethod
+    def reached(buckets: list[dt.datetime], layer: str) -> list[dict[str, object]]:
+        out = []
+        for row in rows(buckets, layer):
+            bucket = row["bucket_start"]
+            assert isinstance(bucket, dt.datetime)
+            minute = int(bucket.timestamp() // 60)
+            key = [k[0] for k in KEYS].index(str(row["campaign_id"]))
+            out.append(
+                lake_writer.reached(
+                    row,
+                    users(minute, key, layer),
+                    clickers(minute, key, layer),
+                    lists=layer == "batch",
+                )
+            )
+        return out
+
+    def expected_users(
+        self, start: dt.datetime, end: dt.datetime, keep: Keep = everything
+    ) -> set[str]:
+        """The distinct users of the kept keys in the minutes of [start, end), each minute from
+        the layer the page shows it from."""
+        found: set[str] = set()
+        for bucket, layer in self.minutes():
+            if start <= bucket < end:
+                minute = int(bucket.timestamp() // 60)
+                for k, key in enumerate(KEYS):
+                    if keep(key):
+                        found.update(users(minute, k, layer))
+        return found
+
+
+class UnmeasuredLake(Lake):
+    """The same rows in tables written before reach was measured: no user list or sketch
+    columns at all."""
+
+    def write_rows(self, run_id: str) -> None:
+        lake_writer.write_batch(
+            self.settings,
+            run_id,
+            rows(self.batch_minutes, "batch"),
+            schema=lake_writer.pre_reach_schema("batch/ctr"),
+        )
+        lake_writer.write_speed(
+            self.settings,
+            rows(self.speed_minutes, "speed"),
+            schema=lake_writer.pre_reach_schema("speed/ctr"),
+        )
 
 
 def attribution(minute: int, key: int, layer: str) -> tuple[int, int]:

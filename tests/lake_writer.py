@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -15,7 +15,8 @@ from deltalake import write_deltalake
 
 from lake.settings import LakeSettings
 from serving_layer.tables import SCHEMAS
-from views.columns import DIMENSIONS
+from views import sketches
+from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
 
 SPEED_ATTRIBUTION: Final = ("attributed_clicks", "orphan_clicks", "repeat_clicks")
 
@@ -71,12 +72,47 @@ def write(
     write_deltalake(lake.table(table), data, mode="append", partition_by=partition_by)
 
 
-def write_batch(lake: LakeSettings, run_id: str, rows: Sequence[dict[str, object]]) -> None:
-    write(lake, "batch/ctr", rows, run_id=run_id)
+def write_batch(
+    lake: LakeSettings,
+    run_id: str,
+    rows: Sequence[dict[str, object]],
+    *,
+    schema: pa.Schema | None = None,
+) -> None:
+    write(lake, "batch/ctr", rows, schema=schema, run_id=run_id)
 
 
-def write_speed(lake: LakeSettings, rows: Sequence[dict[str, object]]) -> None:
-    write(lake, "speed/ctr", rows, updated_at=T0)
+def write_speed(
+    lake: LakeSettings, rows: Sequence[dict[str, object]], *, schema: pa.Schema | None = None
+) -> None:
+    write(lake, "speed/ctr", rows, schema=schema, updated_at=T0)
+
+
+def reached(
+    row: dict[str, object],
+    users: Iterable[str],
+    clickers: Iterable[str] = (),
+    *,
+    lists: bool = True,
+) -> dict[str, object]:
+    """``row`` with who it reached, as the layers write it: ``users`` (with an impression) and
+    ``clickers`` (with a click) as sorted distinct lists (the batch layer's; ``lists=False``
+    for a speed row, which has none) and as sketches (``reach_sketch``, ``clicker_sketch``:
+    both layers')."""
+    distinct, clicking = sorted(set(users)), sorted(set(clickers))
+    out = {
+        **row,
+        "reach_sketch": sketches.sketch(distinct),
+        "clicker_sketch": sketches.sketch(clicking),
+    }
+    if lists:
+        out.update(zip(USER_LISTS, (distinct, clicking), strict=True))
+    return out
+
+
+def pre_reach_schema(table: str) -> pa.Schema:
+    """``table``'s schema as written before reach was measured: no user lists, no sketches."""
+    return pa.schema([f for f in SCHEMAS[table] if f.name not in (*USER_LISTS, *SKETCHES)])
 
 
 # speed/ctr as the speed job wrote it before it counted click attribution.
