@@ -1,6 +1,8 @@
 // The CTR dashboard: what the analyst selected (range, filters, comparison, table) lives in the
 // URL; each refresh asks /api/v1/ctr for every part of the page under that selection, draws the
 // charts, the totals and the table, shows what /api/v1/views says of stale buckets and drift.
+// Totals, reach included, are the API's one row for the whole range (granularity=all): distinct
+// users do not add up over buckets, so nothing on the page sums rows into a total.
 // `document.body.dataset.state` tells where it is: loading | ready | error | token.
 
 import {
@@ -17,6 +19,7 @@ import { BreakdownChart, SeriesCharts, SOURCE_LABEL } from "./charts.js";
 import { renderDrift, renderStale } from "./exactness.js";
 import { ValuePicker } from "./filters.js";
 import { comparedValues, queries, suggestionParams, TABLE_LIMIT } from "./queries.js";
+import { frequencyText, reachBounds, reachKind, reachText } from "./reach.js";
 import {
   DIMENSION_LABEL,
   DIMENSIONS,
@@ -334,7 +337,21 @@ function renderTotals() {
   $("total-exact").textContent =
     exact === null ? "–" : `${(100 * exact).toFixed(exact > 0 && exact < 1 ? 1 : 0)} % of the range`;
   $("table-scope").textContent = scopeText();
+  renderReach(row);
   renderAttribution(row);
+}
+
+/** Reach and frequency over the range, from the same granularity=all row: "1,234" and "exact",
+ * or "≈1,234" and its bounds; "–" and "not measured" where rows written before reach was
+ * counted are included. */
+function renderReach(row) {
+  const kind = row ? reachKind(row) : null;
+  // No row: no traffic in the range, so no user reached.
+  $("total-reach").textContent = row ? reachText(row) : "0";
+  $("total-reach-note").textContent = kind === "estimated" ? reachBounds(row) : (kind ?? "");
+  $("total-reach-note").title = kind === "estimated" ? "bounds of the estimate (about 95 %)" : "";
+  $("total-frequency").textContent = frequencyText(row);
+  $("total-frequency-note").textContent = frequencyText(row) === "–" ? "" : "impressions per user";
 }
 
 /** A version with click attribution: its raw, orphan and repeat clicks; orphan clicks as a

@@ -3,6 +3,7 @@
 // row, not just those shown), sortable from the column headers, downloadable as CSV.
 
 import { SOURCE_LABEL } from "./charts.js";
+import { frequencyText, reachDetail, reachText } from "./reach.js";
 import { DIMENSION_LABEL, DIMENSIONS, sortableColumns } from "./state.js";
 import { visibleText } from "./visible.js";
 
@@ -51,6 +52,9 @@ function columns(table, withAttribution) {
       text: (r) => (r.ctr_ci_low === null ? "–" : `${pct(r.ctr_ci_low)} – ${pct(r.ctr_ci_high)}`),
       numeric: true,
     },
+    // Each row's own distinct users (never summed: the API counts them per row).
+    { key: "reach", label: "Reach", text: reachText, title: reachDetail, numeric: true },
+    { key: "frequency", label: "Frequency", text: frequencyText, numeric: true },
     { key: "covered_fraction", label: "Exact", text: (r) => share(r.covered_fraction), numeric: true },
     {
       key: "source",
@@ -145,6 +149,7 @@ export class DataTable {
       for (const col of cols) {
         const td = tr.insertCell();
         td.textContent = col.text(row);
+        if (col.title) td.title = col.title(row);
         if (col.numeric) td.className = "num";
       }
     }
