@@ -477,5 +477,5 @@ def test_every_control_is_reachable_by_keyboard_and_the_page_fits_a_phone(
     widths = page.evaluate(
         "[...document.querySelectorAll('canvas')].map((c) => c.getBoundingClientRect().right)"
     )
-    assert len(widths) == 5
+    assert len(widths) == 6
     assert max(widths) <= 390

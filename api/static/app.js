@@ -79,7 +79,7 @@ function bucketSeries(window_, rows) {
 }
 
 const charts = {
-  series: new SeriesCharts($("chart-ctr"), $("chart-volume")),
+  series: new SeriesCharts($("chart-ctr"), $("chart-volume"), $("chart-reach")),
   campaign_id: new BreakdownChart($("chart-campaign"), "campaign_id", (v) => toggleFilter("campaign_id", v)),
   country: new BreakdownChart($("chart-country"), "country", (v) => toggleFilter("country", v)),
   device_type: new BreakdownChart($("chart-device"), "device_type", (v) => toggleFilter("device_type", v)),
@@ -313,6 +313,19 @@ function renderSummary() {
   }
   if (state.truncated) text += " · the API truncated an answer (row limit)";
   $("ctr-summary").textContent = text;
+  renderReachSummary();
+}
+
+/** How the reach of the buckets was counted: exact, estimated, not measured. */
+function renderReachSummary() {
+  const counts = { exact: 0, estimated: 0, "not measured": 0 };
+  for (const { row } of state.series) if (row) counts[reachKind(row)] += 1;
+  const parts = Object.entries(counts)
+    .filter(([, n]) => n > 0)
+    .map(([how, n]) => `${n} ${how}`);
+  $("reach-summary").textContent = parts.length
+    ? `· ${state.view.granularity} buckets: ${parts.join(", ")} · users do not add up across buckets`
+    : "· no data in this range";
 }
 
 /** What the numbers cover, in words: the range and the filters. */

@@ -1,7 +1,10 @@
 // Chart.js charts of the dashboard, with provenance drawn into every mark:
 // exact (batch) solid, approximate (speed) dashed lines and hatched bars, mixed dotted and pale,
 // stale (exact plus late events not yet recomputed) dash-dotted, dotted bars, triangle points.
+// The reach line follows its own exactness (reach.js): solid where the batch layer counted the
+// distinct users, dashed with hollow points and a band of bounds where a sketch estimated them.
 
+import { frequencyText, reachDetail, reachSource, reachText } from "./reach.js";
 import { visibleText } from "./visible.js";
 
 const Chart = window.Chart;
@@ -9,6 +12,7 @@ const Chart = window.Chart;
 const BLUE = "#4c78a8";
 const ORANGE = "#f58518";
 const TEAL = "#2a7f62";
+const PURPLE = "#b279a2";
 
 // A segment between two buckets takes the less exact of their sources. Stale sits between
 // batch and mixed: every minute is covered and exact but for its few late events (added as
@@ -222,12 +226,36 @@ function ctrAxisMax(lines) {
 }
 
 /**
+ * The datasets of the reach line: distinct users per bucket, drawn with the provenance of
+ * `sourceOf` (reach.js' reachSource: solid and filled where exact, dashed and hollow where
+ * estimated), and the bounds of the estimates as a band between two invisible lines (no width
+ * where exact).
+ */
+function reachDatasets(sourceOf) {
+  return [
+    { role: "reach", label: "reach (distinct users)", data: [], ...provenanceLine(PURPLE, sourceOf) },
+    { role: "reach-low", label: "_reach_low", data: [], pointRadius: 0, borderWidth: 0, spanGaps: false },
+    {
+      role: "reach-high",
+      label: "bounds of the estimates",
+      data: [],
+      pointRadius: 0,
+      borderWidth: 0,
+      backgroundColor: withAlpha(PURPLE, 0.18),
+      fill: "-1",
+      spanGaps: false,
+    },
+  ];
+}
+
+/**
  * The time-series charts: CTR with its 95 % interval (one line, or one per compared value),
- * and impressions (bars) with clicks. A series is one entry per bucket of the range:
- * `{t, row}` with `row` null where there is no data.
+ * impressions (bars) with clicks, and reach (distinct users) with the bounds of its estimates.
+ * A series is one entry per bucket of the range: `{t, row}` with `row` null where there is no
+ * data.
  */
 export class SeriesCharts {
-  constructor(ctrCanvas, volumeCanvas) {
+  constructor(ctrCanvas, volumeCanvas, reachCanvas) {
     this.series = [];
     this.lines = [];
     const sourceOf = (i) => this.series[i]?.row?.source;
@@ -322,11 +350,39 @@ export class SeriesCharts {
         },
       },
     });
+    this.reach = new Chart(reachCanvas, {
+      type: "line",
+      data: { datasets: reachDatasets((i) => reachSource(this.series[i]?.row)) },
+      options: {
+        ...baseOptions(),
+        scales: {
+          x: { type: "linear" },
+          y: { beginAtZero: true, title: { display: true, text: "distinct users" } },
+        },
+        plugins: {
+          ...baseOptions().plugins,
+          tooltip: {
+            filter: (item) => item.dataset.role === "reach" && item.raw.y !== null,
+            callbacks: {
+              title: (items) => formatTime(items[0].parsed.x),
+              label: (item) => {
+                const row = this.series[item.dataIndex].row;
+                return [
+                  `reach ${reachText(row)} · frequency ${frequencyText(row)}`,
+                  `${int(row.impressions)} impressions, ${int(row.clicking_users ?? 0)} users clicked`,
+                  reachDetail(row),
+                ];
+              },
+            },
+          },
+        },
+      },
+    });
   }
 
   /**
-   * `series`: the (filtered) traffic per bucket, for the volume chart and, without `compared`,
-   * the CTR line; `compared`: [{label, series}] lines to draw on the CTR chart instead.
+   * `series`: the (filtered) traffic per bucket, for the volume and reach charts and, without
+   * `compared`, the CTR line; `compared`: [{label, series}] lines to draw on the CTR chart instead.
    */
   update(view, series, compared = null) {
     this.series = series;
@@ -337,13 +393,19 @@ export class SeriesCharts {
     this.ctr.data.datasets = this.lines.flatMap((line, i) => ctrDatasets(line, i, many));
     this.ctr.options.scales.y.max = ctrAxisMax(this.lines);
     const at = (value) => series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
-    for (const chart of [this.ctr, this.volume]) {
+    for (const chart of [this.ctr, this.volume, this.reach]) {
       chart.options.scales.x = timeAxis(view);
     }
     this.volume.data.datasets[0].data = at((r) => r.clicks);
     this.volume.data.datasets[1].data = at((r) => r.impressions);
+    // Null reach (not measured): no point, no band.
+    const reach = this.reach.data.datasets;
+    reach[0].data = at((r) => r.reach ?? null);
+    reach[1].data = at((r) => r.reach_low ?? null);
+    reach[2].data = at((r) => r.reach_high ?? null);
     this.ctr.update("none");
     this.volume.update("none");
+    this.reach.update("none");
   }
 }
 

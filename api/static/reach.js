@@ -33,6 +33,17 @@ export function frequencyText(row) {
   return f === null || f === undefined ? "–" : f.toFixed(2);
 }
 
+/**
+ * The provenance to draw a row's reach with (charts.js' sources): exact as batch, a stale
+ * bucket's bounded count as stale, a mixed bucket's estimate as mixed, any other estimate as
+ * speed (approximate).
+ */
+export function reachSource(row) {
+  if (!measured(row)) return undefined;
+  if (row.reach_exact) return "batch";
+  return row.source === "stale" || row.source === "mixed" ? row.source : "speed";
+}
+
 /** A row's reach in words, for a tooltip. */
 export function reachDetail(row) {
   if (!measured(row)) return "reach not measured (rows written before reach was counted)";
