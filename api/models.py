@@ -76,28 +76,34 @@ class CtrRowBody(BaseModel):
     )
     run_ids: list[str] = Field(description="the batch runs whose rows the bucket holds")
     reach: int | None = Field(
-        description="distinct users with an impression in the row (its bucket, group and "
-        "filters): exact when reach_exact, else the sketch's estimate (reach_low..reach_high); "
-        "null where rows written before reach was measured are included"
+        None,
+        description="with reach=true (the reach fields are absent otherwise): distinct users "
+        "with an impression in the row (its bucket, group and filters): exact when "
+        "reach_exact, else the sketch's estimate (reach_low..reach_high); null where rows "
+        "written before reach was measured are included",
     )
     reach_low: int | None = Field(
+        None,
         description="lower bound of reach: reach when exact; for an estimate two standard "
-        "errors below it (about 95 %); for a stale row the batch layer's exact count"
+        "errors below it (about 95 %); for a stale row the batch layer's exact count",
     )
     reach_high: int | None = Field(
+        None,
         description="upper bound of reach: reach when exact; for an estimate two standard "
-        "errors above it; for a stale row the exact count plus one user per late event"
+        "errors above it; for a stale row the exact count plus one user per late event",
     )
-    reach_exact: bool = Field(
+    reach_exact: bool | None = Field(
+        None,
         description="true when every minute of the row is covered by a batch run with no late "
-        "event since (source batch): reach and clicking_users are then exact distinct counts"
+        "event since (source batch): reach and clicking_users are then exact distinct counts",
     )
     frequency: float | None = Field(
-        description="impressions per user reached (impressions / reach); null without reach"
+        None, description="impressions per user reached (impressions / reach); null without reach"
     )
     clicking_users: int | None = Field(
+        None,
         description="distinct users with a click event in the row (every click, attributed or "
-        "not): exact when reach_exact, else an estimate"
+        "not): exact when reach_exact, else an estimate",
     )
 
 

@@ -110,6 +110,32 @@ def minute_rows(
     return pa.table(columns)
 
 
+USERS = 1_000_000  # the lake's audience: each impression's user drawn from it
+
+
+def with_reach(table: pa.Table, seed: int, *, lists: bool) -> pa.Table:
+    """``table``'s rows with who they reached, as the layers write it: a user per impression
+    and per click drawn from :data:`USERS` (so rows share users), as sketches, and as sorted
+    distinct lists when ``lists`` (batch rows)."""
+    from views import sketches
+    from views.columns import SKETCHES, USER_LISTS
+
+    rng = np.random.default_rng(seed)
+    for counts, list_name, sketch_name in zip(
+        ("impressions", "clicks"), USER_LISTS, SKETCHES, strict=True
+    ):
+        n = table[counts].to_numpy()
+        offsets = np.concatenate([[0], np.cumsum(n)])
+        users = np.char.add("user-", rng.integers(0, USERS, int(offsets[-1])).astype(str))
+        per_row = [np.unique(users[offsets[i] : offsets[i + 1]]).tolist() for i in range(len(n))]
+        table = table.append_column(
+            sketch_name, pa.array([sketches.sketch(u) for u in per_row], pa.binary())
+        )
+        if lists:
+            table = table.append_column(list_name, pa.array(per_row, pa.list_(pa.string())))
+    return table
+
+
 def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
     """batch/ctr hour by hour with coverage for the first COVERED_HOURS, speed/ctr for the
     last hour covered (not pruned yet) and the uncovered rest, in 1-minute commits' worth of
@@ -120,9 +146,14 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
     for hour in range(COVERED_HOURS):
         at = start + dt.timedelta(hours=hour)
         run_id = f"run-{hour:02d}"
-        table = minute_rows(at, 60, dims, seed=hour)
+        table = with_reach(minute_rows(at, 60, dims, seed=hour), seed=hour, lists=True)
         table = table.append_column("run_id", pa.array([run_id] * len(table)))
-        write_deltalake(lake.table("batch/ctr"), table.cast(SCHEMAS["batch/ctr"]), mode="append")
+        batch_schema = SCHEMAS["batch/ctr"]
+        write_deltalake(
+            lake.table("batch/ctr"),
+            table.select(batch_schema.names).cast(batch_schema),
+            mode="append",
+        )
         coverage = pa.Table.from_pylist(
             [
                 {
@@ -142,6 +173,7 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
     speed_start = start + dt.timedelta(hours=COVERED_HOURS - 1)
     for chunk in range(0, (HOURS - COVERED_HOURS + 1) * 60, 10):
         table = minute_rows(speed_start + dt.timedelta(minutes=chunk), 10, dims, seed=1000 + chunk)
+        table = with_reach(table, seed=1000 + chunk, lists=False)
         table = table.append_column(
             "updated_at", pa.array([end] * len(table), pa.timestamp("us", tz="UTC"))
         )
@@ -277,6 +309,7 @@ class SpeedWriter(threading.Thread):
             table = minute_rows(
                 END + dt.timedelta(minutes=self.commits), 1, dims, seed=self.commits
             )
+            table = with_reach(table, seed=self.commits, lists=False)
             table = table.append_column(
                 "updated_at", pa.array([END] * len(table), pa.timestamp("us", tz="UTC"))
             )

@@ -67,7 +67,7 @@ def reach_of(
         max(value, math.ceil(estimate.high)),
         False,
         round(clicking_estimate.value),
-        _per_user(impressions, estimate.value),
+        _per_user(impressions, value),  # the reach reported: impressions / reach, as shown
     )
 
 

@@ -80,7 +80,7 @@ class ServingLayer(SnapshotReader):
         fetched = self.fetch_all(sql, params)
         truncated = len(fetched) > query.limit
         groups = query.group_by
-        reached = self.reach(query, snap, view)
+        reached = self.reach(query, snap, view) if query.reach else None
         # Grouped answers repeat each bucket once per group: its start and coverage once.
         buckets: dict[int, tuple[dt.datetime, float]] = {}
         rows = []
@@ -97,8 +97,10 @@ class ServingLayer(SnapshotReader):
             source = source_of(fraction)
             if stale_events and source == "batch":
                 source = "stale"
-            key = tuple(record[: 1 + len(groups)])
-            reach = reach_of(reached.get(key), source, impressions, int(stale_events or 0))
+            reach = NOT_MEASURED
+            if reached is not None:
+                key = tuple(record[: 1 + len(groups)])
+                reach = reach_of(reached.get(key), source, impressions, int(stale_events or 0))
             rows.append(
                 CtrRow(
                     bucket_start=bucket,
@@ -123,12 +125,13 @@ class ServingLayer(SnapshotReader):
     def reach(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
     ) -> dict[tuple[object, ...], tuple[object, ...]]:
-        """Who ``query``'s rows reached (:func:`serving_layer.query.reach_sql`'s rows), by
-        (bucket_us, *group values); empty when the tables have no reach columns yet."""
+        """Who ``query``'s rows reached (:func:`serving_layer.query.reach_sql`), by
+        (bucket_us, *group values): (users, clickers, listed, reach_sketches,
+        clicker_sketches, unsketched)."""
         batch = self.reach_relation(snapshot[batch_table(view)], None)
         speed = self.reach_relation(snapshot[SPEED_CTR], view.where)
         within = self.coverage(snapshot, view).within(query.start, query.end)
-        sql, params = reach_sql(
+        sketched, counted, params = reach_sql(
             query,
             batch=batch,
             speed=speed,
@@ -136,7 +139,11 @@ class ServingLayer(SnapshotReader):
             intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
         )
         width = 1 + len(query.group_by)
-        return {tuple(r[:width]): tuple(r[width:]) for r in self.fetch_all(sql, params)}
+        counts = {tuple(r[:width]): r[width:] for r in self.fetch_all(counted, params)}
+        return {
+            tuple(r[:width]): (*counts.get(tuple(r[:width]), (0, 0)), *r[width:])
+            for r in self.fetch_all(sketched, params)
+        }
 
     def freshness(
         self, snapshot: LakeSnapshot | None = None, view: Definition | None = None

@@ -288,7 +288,7 @@ def _table_params(page: Page, **table: str) -> dict[str, str]:
         "[ctrDashboard.state.view.start, ctrDashboard.state.view.end]"
         ".map((ms) => new Date(ms).toISOString().slice(0, 16) + 'Z')"
     )
-    return {"start": start, "end": end, "limit": "1000", **table}
+    return {"start": start, "end": end, "limit": "1000", "reach": "true", **table}
 
 
 def _downloaded(directory: Path, timeout: float = 20) -> Path:

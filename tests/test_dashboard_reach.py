@@ -115,7 +115,9 @@ def api(dashboard_url: str) -> Iterator[httpx.Client]:
 
 def _all_row(api: httpx.Client, params: dict[str, Any]) -> dict[str, Any]:
     """The API's one row for the whole range (granularity=all) of ``params``."""
-    rows = api.get("/api/v1/ctr", params={**params, "granularity": "all"}).json()["rows"]
+    rows = api.get("/api/v1/ctr", params={**params, "granularity": "all", "reach": "true"}).json()[
+        "rows"
+    ]
     assert len(rows) == 1
     row: dict[str, Any] = rows[0]
     return row
@@ -145,9 +147,9 @@ def test_the_reach_total_is_the_ranges_own_row_and_estimated_with_speed_rows(
     assert shown["reach"] == f"≈{total['reach']:,}"
     assert shown["note"] == f"{total['reach_low']:,}–{total['reach_high']:,}"
     assert shown["frequency"] == _fixed2(total["frequency"])
-    # The API's frequency divides by the unrounded estimate: the shown reach's is within a cent.
+    # The API's frequency is impressions per reach as reported (rounded to two decimals here).
     assert float(shown["frequency"]) == pytest.approx(
-        total["impressions"] / total["reach"], abs=0.011
+        total["impressions"] / total["reach"], abs=0.005001
     )
     assert shown["summary"] == (
         "· minute buckets: 30 exact, 21 estimated · users do not add up across buckets"

@@ -7,14 +7,19 @@ DuckDB. The speed layer's rows are written with its own view function
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
+import httpx
 import pyarrow as pa
 import pytest
+from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
+from api.settings import ApiSettings
 from batch_layer.interval import Interval
 from batch_layer.job import run
 from events.model import Event
@@ -27,6 +32,7 @@ from serving_layer.sandbox.database import SqlError
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import CtrRow, ServingLayer
 from speed_layer.tables import SpeedTable
+from tests.api_server import running_api
 from tests.events_helper import archive, archived
 from views import sketches
 from views.access import Access
@@ -130,7 +136,7 @@ def hour_of(e: Event) -> dt.datetime:
 
 
 def query(layer: ServingLayer, version: int | None = None, **params: object) -> list[CtrRow]:
-    return layer.ctr(CtrQuery.create(**params), version=version).rows  # type: ignore[arg-type]
+    return layer.ctr(CtrQuery.create(**params, reach=True), version=version).rows  # type: ignore[arg-type]
 
 
 def within_error(row: CtrRow, expected: int) -> bool:
@@ -291,3 +297,61 @@ def test_the_sql_sandbox_unions_the_sketches_and_hides_user_ids_from_analysts(
         assert "users" not in [r[0] for r in described]
     finally:
         pool.close()
+
+
+def test_the_api_answers_reach_when_asked_in_json_and_csv(
+    served: tuple[ServingLayer, list[Event]],
+) -> None:
+    layer, events = served
+    token = "reach-token-0123456789"
+    settings = ApiSettings(token=SecretStr(token), refresh_s=0, cache_stale_s=0)
+    params = {
+        "start": at(0).isoformat(),
+        "end": at(3).isoformat(),
+        "granularity": "hour",
+        "group_by": "campaign_id",
+    }
+    with (
+        running_api(settings, layer.lake) as url,
+        httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as client,
+    ):
+        plain = client.get("/api/v1/ctr", params=params).json()["rows"]
+        assert plain
+        assert "reach" not in plain[0]  # not asked for: not computed
+        rows = client.get("/api/v1/ctr", params={**params, "reach": "true"}).json()["rows"]
+        expected = truth(events, at(0), at(3), lambda e: (hour_of(e), e.campaign_id))
+        for row in rows:
+            key = (dt.datetime.fromisoformat(row["bucket_start"]), row["campaign_id"])
+            assert row["reach_exact"] == (row["source"] == "batch")
+            if row["reach_exact"]:
+                assert row["reach"] == expected[key]
+                assert row["reach_low"] == row["reach"] == row["reach_high"]
+            else:
+                assert abs(row["reach"] - expected[key]) <= TOLERANCE * expected[key] + 1
+                assert row["reach_low"] <= row["reach"] <= row["reach_high"]
+            assert row["frequency"] == pytest.approx(row["impressions"] / row["reach"], rel=0.03)
+        assert {r["reach_exact"] for r in rows} == {True, False}
+        answer = client.get("/api/v1/ctr", params={**params, "reach": "true", "format": "csv"})
+        header, *lines = list(csv.reader(io.StringIO(answer.text, newline="")))
+        assert header[-6:] == [
+            "reach",
+            "reach_low",
+            "reach_high",
+            "reach_exact",
+            "frequency",
+            "clicking_users",
+        ]
+        assert [line[-6:-2] for line in lines] == [
+            [
+                str(r["reach"]),
+                str(r["reach_low"]),
+                str(r["reach_high"]),
+                str(r["reach_exact"]).lower(),
+            ]
+            for r in rows
+        ]
+        bad = client.get("/api/v1/ctr", params={**params, "reach": "maybe"})
+        assert bad.status_code == 400
+        assert "reach" in bad.text

@@ -32,10 +32,21 @@ router = APIRouter(prefix="/api/v1", tags=["ctr"])
 
 DEFAULT_LIMIT: Final = 10_000
 _COMMON: Final = frozenset(
-    {"start", "end", "granularity", "group_by", "order_by", "limit", "as_of", "version", "format"}
+    {
+        "start",
+        "end",
+        "granularity",
+        "group_by",
+        "order_by",
+        "limit",
+        "as_of",
+        "version",
+        "format",
+        "reach",
+    }
 )
 Filter = Annotated[list[str] | None, Query(description="keep rows with this value (repeatable)")]
-# Who each row reached (serving_layer.reach), after its counts and provenance.
+# Who each row reached (serving_layer.reach), after its counts and provenance, with reach=true.
 REACH_COLUMNS: Final = (
     "reach",
     "reach_low",
@@ -59,7 +70,6 @@ MEASURE_COLUMNS: Final = (
     "covered_fraction",
     "stale_events",
     "run_ids",
-    *REACH_COLUMNS,
 )
 CSV_HEADERS: Final = {
     "Ctr-Truncated": "true when more rows matched than 'limit'",
@@ -149,6 +159,15 @@ async def get_ctr(
             "default: the published one. An unpublished version can be queried as a preview",
         ),
     ] = None,
+    reach: Annotated[
+        bool,
+        Query(
+            description="also reach, frequency and clicking_users per row (distinct users: "
+            "exact where the batch layer covers the row, else a sketch estimate with bounds). "
+            "A distinct count over the range's users: costs far more than the counts on long "
+            "ranges, so asked for"
+        ),
+    ] = False,
     format: FormatParam = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
@@ -173,6 +192,7 @@ async def get_ctr(
             # An advertiser's key reads its campaigns' rows only: the filters narrow them,
             # totals and top-N are computed over them.
             scope=access.scope,
+            reach=reach,
         )
         limits = QueryLimits(dt.timedelta(days=settings.max_range_days), settings.max_rows)
         query = limits.check(query)
@@ -275,6 +295,7 @@ def render_csv(result: CtrResult) -> Rendered:
     """A header row (bucket_start, the grouped dimensions, the measures and provenance) and a
     line per row; run_ids space-separated; the answer's other fields as headers."""
     groups = result.query.group_by
+    reached = result.query.reach
     lines = (
         [
             row.bucket_start,
@@ -291,7 +312,7 @@ def render_csv(result: CtrResult) -> Rendered:
             row.covered_fraction,
             row.stale_events,
             " ".join(row.run_ids),
-            *reach_values(row.reach),
+            *(reach_values(row.reach) if reached else ()),
         ]
         for row in result.rows
     )
@@ -303,7 +324,10 @@ def render_csv(result: CtrResult) -> Rendered:
         "Ctr-Latest-Speed-Bucket": str(csv_cell(freshness.latest_speed_bucket)),
     }
     return Rendered(
-        csv_text(["bucket_start", *groups, *MEASURE_COLUMNS], lines).encode(),
+        csv_text(
+            ["bucket_start", *groups, *MEASURE_COLUMNS, *(REACH_COLUMNS if reached else ())],
+            lines,
+        ).encode(),
         CSV_MEDIA_TYPE,
         tuple(headers.items()),
     )
@@ -331,7 +355,8 @@ def render_json(result: CtrResult) -> bytes:
             stale_events=row.stale_events,
             run_ids=list(row.run_ids),
         )
-        item.update(zip(REACH_COLUMNS, reach_values(row.reach), strict=True))
+        if query.reach:
+            item.update(zip(REACH_COLUMNS, reach_values(row.reach), strict=True))
         rows.append(item)
     return orjson.dumps(
         {

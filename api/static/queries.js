@@ -24,8 +24,10 @@ export function queries(selection, window_, minCompare) {
   const compared = comparedValues(selection, minCompare);
   const table = selection.table;
   return {
-    series: { ...base, granularity: window_.granularity },
-    totals: { ...base, granularity: "all" },
+    // Reach is a distinct count over the range's users, asked for where it is shown: the
+    // series (the reach chart), the totals and the table.
+    series: { ...base, granularity: window_.granularity, reach: true },
+    totals: { ...base, granularity: "all", reach: true },
     breakdowns: Object.fromEntries(
       ["campaign_id", "country", "device_type"].map((d) => [
         d,
@@ -45,6 +47,7 @@ export function queries(selection, window_, minCompare) {
       group_by: table.groupBy.join(","),
       order_by: table.sort,
       limit: TABLE_LIMIT,
+      reach: true,
     },
   };
 }
