@@ -147,8 +147,10 @@ def compute_view(
     # the window before it: the events of the interval widened by the window on both sides are
     # read, and the rows of the interval kept.
     window = definition.attribution
-    read = interval if window is None else Interval(interval.start - window, interval.end + window)
-    events, partitions = interval_events(spark, path, table, read)
+    widened = (
+        interval if window is None else Interval(interval.start - window, interval.end + window)
+    )
+    events, partitions = interval_events(spark, path, table, widened)
     if definition.where:
         events = events.where(definition.where)
     deduplicated = deduplicate(events, partitions)

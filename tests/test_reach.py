@@ -282,7 +282,7 @@ def test_the_sql_sandbox_unions_the_sketches_and_hides_user_ids_from_analysts(
         )
         estimated = {c: r for c, r in pool.run(sql, snapshot).rows}
         api = query(layer, start=at(1.5), end=at(3), granularity="all", group_by=["campaign_id"])
-        assert {c: round(r) for c, r in estimated.items()} == {
+        assert {c: round(float(r)) for c, r in estimated.items()} == {  # type: ignore[arg-type]
             r.dimensions["campaign_id"]: r.reach.reach for r in api
         }
         # The exact lists: an admin's; an analyst's database has no user ids at all.
