@@ -556,6 +556,52 @@ def _scope_cost(lake: LakeSettings, mix: Sequence[CtrQuery]) -> dict[str, float]
     }
 
 
+# The dashboard's queries that ask for reach, over the lake's day (the range's end is END).
+REACH_QUERIES: Final = {
+    "the day per hour (the dashboard's series)": {"granularity": "hour", "hours": 24},
+    "the day's total (the dashboard's totals)": {"granularity": "all", "hours": 24},
+    "the day per hour and campaign": {
+        "granularity": "hour",
+        "hours": 24,
+        "group_by": "campaign_id",
+    },
+    "the last hour per minute (speed rows: estimates)": {"granularity": "minute", "hours": 1},
+    "6 hours per minute and country": {"granularity": "minute", "hours": 6, "group_by": "country"},
+}
+
+
+def _reach_cost(lake: LakeSettings, repeats: int = 3) -> dict[str, dict[str, float]]:
+    """Each of REACH_QUERIES in-process over one snapshot, one client, without reach and with
+    it (reach=true: the distinct counts of the batch rows' user lists and the sketches'
+    unions), interleaved; the better of ``repeats`` runs each, ms."""
+    import dataclasses
+
+    from serving_layer.service import ServingLayer
+
+    serving = ServingLayer(lake, refresh_s=3600)
+    snap = serving.snapshot()
+    costs = {}
+    for name, shape in REACH_QUERIES.items():
+        query = CtrQuery.create(
+            start=END - dt.timedelta(hours=int(shape["hours"])),
+            end=END,
+            granularity=str(shape["granularity"]),
+            group_by=[str(shape["group_by"])] if "group_by" in shape else [],
+        )
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(repeats):
+            for reach in (False, True):
+                started = time.perf_counter()
+                serving.ctr(dataclasses.replace(query, reach=reach), snap)
+                times[reach].append(time.perf_counter() - started)
+        costs[name] = {
+            "without_ms": min(times[False]) * 1000,
+            "with_ms": min(times[True]) * 1000,
+        }
+    serving.close()
+    return costs
+
+
 def _wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     import httpx
 
@@ -717,6 +763,8 @@ def main(events: int | None = None) -> dict[str, object]:
         key_check = _key_check_cost(lake)
         print("bench serving: the mix with and without a scope, one client ...", flush=True)
         scope_cost = _scope_cost(lake, mix)
+        print("bench serving: reach, the dashboard's queries with and without it ...", flush=True)
+        reach_cost = _reach_cost(lake)
     api, mix_api = runs.single, runs.mix
     mix_ratio = mix_api["p99_ms"] / mix_floor["p99_ms"]
     distinct_mix: dict[str, object] = {
@@ -756,6 +804,7 @@ def main(events: int | None = None) -> dict[str, object]:
             "key_check": key_check,
             "scope_in_process": scope_cost,
         },
+        "reach_in_process": reach_cost,
         "goal": "api p99 <= 50 ms and <= 2x the floor; mix p99 <= 2x the mix floor",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
@@ -795,6 +844,12 @@ def main(events: int | None = None) -> dict[str, object]:
         f"{scope_cost['admin_p99_ms']:.1f} vs {scope_cost['advertiser_p99_ms']:.1f} ms; rows "
         f"{scope_cost['admin_rows']:,} vs {scope_cost['advertiser_rows']:,})"
     )
+    print("reach=true, in process, one client (the better of 3; without -> with):")
+    for name, cost in reach_cost.items():
+        print(
+            f"  {name}: {cost['without_ms']:.0f} -> {cost['with_ms']:.0f} ms "
+            f"(x{cost['with_ms'] / cost['without_ms']:.0f})"
+        )
     return result
 
 

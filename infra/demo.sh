@@ -210,7 +210,7 @@ EOF
 
   # 7. reach and frequency: distinct users per campaign over each hour, exact where the batch
   #    layer covers the hour (reach_exact), else a sketch estimate with reach_low..reach_high
-  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=hour&group_by=campaign_id&campaign_id=cmp-001' \\
+  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=hour&group_by=campaign_id&campaign_id=cmp-001&reach=true' \\
        | python3 -c 'import json,sys; [print(r["bucket_start"], r["source"], r["reach"], r["reach_exact"], r["reach_low"], r["reach_high"], round(r["frequency"] or 0, 2)) for r in json.load(sys.stdin)["rows"]]'
 EOF
 }
