@@ -557,7 +557,7 @@ def _scope_cost(lake: LakeSettings, mix: Sequence[CtrQuery]) -> dict[str, float]
 
 
 # The dashboard's queries that ask for reach, over the lake's day (the range's end is END).
-REACH_QUERIES: Final = {
+REACH_QUERIES: Final[Mapping[str, Mapping[str, str | int]]] = {
     "the day per hour (the dashboard's series)": {"granularity": "hour", "hours": 24},
     "the day's total (the dashboard's totals)": {"granularity": "all", "hours": 24},
     "the day per hour and campaign": {
