@@ -222,11 +222,12 @@ def test_a_replayed_speed_batch_is_appended_once(spark: SparkSession, lake: Lake
     at = dt.datetime(2026, 11, 22, 10, 0, 30, tzinfo=dt.UTC)
     events = spark.createDataFrame(
         [
-            (at, "impression", "i-1", *("x" for _ in DIMENSIONS)),
-            (at, "click", "i-1", *("x" for _ in DIMENSIONS)),
+            (at, "impression", "i-1", *("x" for _ in DIMENSIONS), "u-1"),
+            (at, "click", "i-1", *("x" for _ in DIMENSIONS), "u-1"),
         ],
         "event_time timestamp, event_type string, impression_id string, "
-        + ", ".join(f"{d} string" for d in DIMENSIONS),
+        + ", ".join(f"{d} string" for d in DIMENSIONS)
+        + ", user_id string",
     )
     write = BatchWriter(lake, str(checkpoint), SpeedSettings())
     write(events, 0)
