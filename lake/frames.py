@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lake.storage import delta_options, is_delta, open_delta
+from lake.storage import delta_options, ensure_columns, is_delta, open_delta
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
 
@@ -55,7 +54,7 @@ def commit_frame(
     )
     creating = table is None
     if table is not None:
-        _add_missing_columns(table, schema)
+        ensure_columns(table, schema)
     partitions = (list(partition_by) or None) if creating else None
     configuration = (dict(properties or {}) or None) if creating else None
     options = delta_options(path) if creating else None
@@ -71,14 +70,3 @@ def commit_frame(
             configuration=configuration, storage_options=options, commit_properties=commit,
         )  # fmt: skip
     return True
-
-
-def _add_missing_columns(table: DeltaTable, schema: pa.Schema) -> None:
-    """Give ``table`` the columns of ``schema`` it lacks (a table created before they were
-    added to the catalog), nullable: its older rows read null there."""
-    from deltalake.schema import Field
-
-    present = set(table.schema().to_arrow().names)
-    missing = [f for f in schema if f.name not in present]
-    if missing:
-        table.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])

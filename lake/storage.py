@@ -25,6 +25,7 @@ from runtime.object_store import ObjectStoreSettings, is_object_store
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
     import pyarrow.fs as pafs
     from deltalake import DeltaTable
 
@@ -141,6 +142,18 @@ def ensure_properties(table: DeltaTable, wanted: Mapping[str, str]) -> None:
     missing = {k: v for k, v in wanted.items() if current.get(k) != v}
     if missing:
         table.alter.set_table_properties(missing)
+
+
+def ensure_columns(table: DeltaTable, schema: pa.Schema) -> list[str]:
+    """Add the columns of ``schema`` that ``table`` lacks (a table created before they were
+    added to the catalog), nullable: its older rows read null there. Returns their names."""
+    from deltalake.schema import Field
+
+    present = set(table.schema().to_arrow().names)
+    missing = [f for f in schema if f.name not in present]
+    if missing:
+        table.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
+    return [f.name for f in missing]
 
 
 def is_delta(location: str) -> bool:

@@ -317,9 +317,15 @@ def merged_sql(
     columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in dimensions)])
     extra = None
     if sketched:
-        counted = ", ".join(f"t.{m}" for m in COUNTS) + ", 0::BIGINT AS stale_events"
+        measures = ", ".join(f"t.{m}" for m in COUNTS)
         sketch = ", ".join(f"t.{s}" for s in SKETCHES)
-        extra = {"batch": f"{counted}, {sketch}", "speed": f"{counted}, {sketch}"}
+        counted = f"{measures}, 0::BIGINT AS stale_events, {sketch}"
+        unsketched = ", ".join(f"NULL::BLOB AS {s}" for s in SKETCHES)
+        extra = {
+            "batch": counted,
+            "speed": counted,
+            "late": f"{measures}, t.stale_events, {unsketched}",
+        }
     return _merge_rule(
         _Sides(batch, speed, covered, stale), columns=columns, source=True, extra=extra
     )
@@ -462,8 +468,9 @@ def _merge_rule(
     (:func:`lake.coverage.in_intervals_sql`), which DuckDB pushes into the Parquet scan instead
     of joining. ``where`` narrows every side; ``source`` adds a column saying which side a row
     came from. Every row has the five counts of :data:`views.columns.MEASURES` and says how
-    many of its events are uncounted arrivals (``stale_events``). ``extra`` replaces the counts
-    by other columns, per side (``batch``, ``speed``: select lists over ``t``).
+    many of its events are uncounted arrivals (``stale_events``). ``extra`` replaces those
+    columns by others, per side (``batch``, ``speed``, ``late``: select lists over ``t``; a side
+    not named keeps them).
     """
     batch, speed, covered, stale = sides.batch, sides.speed, sides.covered, sides.stale
     narrow = "".join(f" AND {condition}" for condition in where)
@@ -471,16 +478,17 @@ def _merge_rule(
     from_speed = ", 'speed' AS source" if source else ""
     measures = ", ".join(f"t.{m}" for m in COUNTS)
     counted = f"{measures}, 0::BIGINT AS stale_events"
-    counted_batch = counted_speed = counted
-    if extra is not None:
-        counted_batch, counted_speed = extra["batch"], extra["speed"]
+    counted_late = f"{measures}, t.stale_events"
+    extra = extra or {}
+    counted_batch = extra.get("batch", counted)
+    counted_speed = extra.get("speed", counted)
+    counted_late = extra.get("late", counted_late)
     late = ""
     if stale is not None:
         from_late = ", 'late' AS source" if source else ""
-        unsketched = "".join(f", NULL::BLOB AS {s}" for s in SKETCHES if s in counted_batch)
         late = f"""
             UNION ALL
-            SELECT {columns}, {measures}, t.stale_events{unsketched}{from_late},
+            SELECT {columns}, {counted_late}{from_late},
                    NULL::VARCHAR AS run_id
             FROM {stale} t WHERE true{narrow}
         """

@@ -58,13 +58,12 @@ class ServingLayer(SnapshotReader):
     ) -> tuple[str, dict[str, object]]:
         """The SQL and bound parameters that answer ``query`` for ``view`` over ``snapshot``
         (:func:`serving_layer.query.ctr_sql` over the snapshot's relations)."""
-        within = self.coverage(snapshot, view).within(query.start, query.end)
         return ctr_sql(
             query,
             **self.sides(snapshot, view),
             covered=self.covered_relation(snapshot, view),
             stale=self.stale_relation(snapshot, view),
-            intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
+            intervals=self._covered_within(query, snapshot, view),
             marks=self.marks_relation(snapshot, view, query.scope),
         )
 
@@ -130,13 +129,12 @@ class ServingLayer(SnapshotReader):
         clicker_sketches, unsketched)."""
         batch = self.reach_relation(snapshot[batch_table(view)], None)
         speed = self.reach_relation(snapshot[SPEED_CTR], view.where)
-        within = self.coverage(snapshot, view).within(query.start, query.end)
         sketched, counted, params = reach_sql(
             query,
             batch=batch,
             speed=speed,
             covered=self.covered_relation(snapshot, view),
-            intervals=within if len(within) <= MAX_PREDICATE_INTERVALS else None,
+            intervals=self._covered_within(query, snapshot, view),
         )
         width = 1 + len(query.group_by)
         counts = {tuple(r[:width]): r[width:] for r in self.fetch_all(counted, params)}
@@ -144,6 +142,14 @@ class ServingLayer(SnapshotReader):
             tuple(r[:width]): (*counts.get(tuple(r[:width]), (0, 0)), *r[width:])
             for r in self.fetch_all(sketched, params)
         }
+
+    def _covered_within(
+        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
+    ) -> list[tuple[dt.datetime, dt.datetime]] | None:
+        """The covered intervals in ``query``'s range as a range predicate's bounds, or None
+        when there are too many (the merge rule then joins the covered table)."""
+        within = self.coverage(snapshot, view).within(query.start, query.end)
+        return within if len(within) <= MAX_PREDICATE_INTERVALS else None
 
     def freshness(
         self, snapshot: LakeSnapshot | None = None, view: Definition | None = None

@@ -287,7 +287,8 @@ def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
     zero; no sketches: null), one row per key, with the view's sketches if it has them."""
     types = {f.name: f.type for f in SPEED_CTR.schema}
     sketched = [name for name in SKETCHES if name in view.column_names]
-    columns = [*KEY, "impressions", "clicks", *MEASURES, *sketched]
+    counts = ["impressions", "clicks", *MEASURES]
+    columns = [*KEY, *counts, *sketched]
 
     def complete(rows: pa.Table) -> pa.Table:
         zeros = pa.array(np.zeros(rows.num_rows, np.int64))
@@ -303,7 +304,7 @@ def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
     if increments.num_rows == 0:
         return complete(view)
     both = pa.concat_tables([complete(view), complete(increments)])
-    return sum_per_key(both, columns[len(KEY) : len(columns) - len(sketched)])
+    return sum_per_key(both, counts)
 
 
 def closed_before(watermark_ms: int) -> dt.datetime:

@@ -41,13 +41,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.schema import Field
 from deltalake.transaction import AddAction, RemoveAction
 
 from lake.append_table import AppendTable, add_action
 from lake.coverage.model import Coverage, delta_rs_timestamp, in_intervals_sql
 from lake.data_files import write_files
 from lake.retention import retention_properties
+from lake.storage import ensure_columns
 from views.columns import DIMENSIONS, SKETCHES
 from views.sketches import union_sketch
 
@@ -90,11 +90,9 @@ class SpeedTable(AppendTable):
         """On opening the table: its properties, and the columns of ``schema`` it lacks (a
         table written before they were added), nullable."""
         super()._ensure_properties(table)
-        present = set(table.schema().to_arrow().names)
-        missing = [f for f in self.schema if f.name not in present]
-        if missing:
-            table.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
-            log.info("%s: columns added: %s", self.path, ", ".join(f.name for f in missing))
+        added = ensure_columns(table, self.schema)
+        if added:
+            log.info("%s: columns added: %s", self.path, ", ".join(added))
 
     def rolled_up_before(self) -> dt.datetime | None:
         """Where the last roll-up ended (from its commit), None if none is in the recent log."""

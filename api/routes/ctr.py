@@ -55,8 +55,6 @@ REACH_COLUMNS: Final = (
     "frequency",
     "clicking_users",
 )
-
-
 MEASURE_COLUMNS: Final = (
     "impressions",
     "clicks",
