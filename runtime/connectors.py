@@ -2,8 +2,9 @@
 
 Spark's ``kafka`` source and delta-spark's ``delta`` format (their jars are on every session's
 classpath: see ``runtime.spark``). Options a job needs are named here once: the client
-configuration for a secured cluster, time travel. Spark reads the lake; its results are committed
-by delta-rs (``lake.frames``), whose conflicts :func:`is_commit_conflict` recognises.
+configuration and credentials of a secured cluster, time travel. Spark reads the lake; its
+results are committed by delta-rs (``lake.frames``), whose conflicts :func:`is_commit_conflict`
+recognises.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ if TYPE_CHECKING:
 
 
 def kafka_options(kafka: KafkaSettings, topics: Sequence[str]) -> dict[str, str]:
-    """Spark kafka-source options for these settings (client config as ``kafka.*``)."""
-    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": ",".join(topics)}
-    options.update({f"kafka.{k}": str(v) for k, v in kafka.client_config.items()})
-    return options
+    """Spark kafka-source options for these settings: the cluster, its security settings and
+    credentials (:meth:`KafkaSettings.spark_options`), and the topics."""
+    return {**kafka.spark_options(), "subscribe": ",".join(topics)}
 
 
 def read_kafka(

@@ -71,6 +71,9 @@ def connector_conf() -> dict[str, str]:
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # speed/ctr keeps an hour of history; Delta refuses a VACUUM under 7 days without this.
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        # Options whose values plans, logs and the UI show as *********(redacted): Spark's own
+        # (URLs) and a secured Kafka cluster's (kafka.sasl.jaas.config holds the password).
+        "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token",
     }
     for name, value in DELTA_TABLE_DEFAULTS.items():
         conf[f"spark.databricks.delta.properties.defaults.{name}"] = value
