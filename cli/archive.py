@@ -6,7 +6,13 @@ from typing import Annotated
 
 import typer
 
-from cli.console import StreamDisplay, console, log_lines_unless_a_terminal, run_streaming_job
+from cli.console import (
+    StreamDisplay,
+    check_kafka_login,
+    console,
+    log_lines_unless_a_terminal,
+    run_streaming_job,
+)
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -42,6 +48,7 @@ def archive(
         f"archiving {kafka.topic} from {kafka.bootstrap_servers} into {events} and {rejected} "
         f"(checkpoint {lake.checkpoint(settings.checkpoint_name)})"
     )
+    check_kafka_login(kafka)
     from runtime.spark import spark_session
 
     log_lines_unless_a_terminal()

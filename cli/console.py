@@ -41,6 +41,18 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def check_kafka_login(kafka: KafkaSettings) -> None:
+    """End the command with the cause if the cluster refuses these settings' login (wrong or
+    missing credentials): a Spark job would otherwise retry for minutes saying only that the
+    broker disconnected. No broker at all is left to the job's own retries."""
+    from runtime.topics import KafkaAuthenticationError, check_login
+
+    try:
+        check_login(kafka)
+    except KafkaAuthenticationError as exc:
+        fail(str(exc))
+
+
 class RateColumn(ProgressColumn):
     """Live rate of the task, e.g. ``12,345 events/s``."""
 

@@ -51,6 +51,19 @@ def up(
             "one off from the others and the clients. Needs root and iproute2.",
         ),
     ] = False,
+    auth: Annotated[
+        str | None,
+        typer.Option(
+            "--auth",
+            metavar="none|scram|scram-sha-512",
+            help="Authentication on the brokers' listener. scram (SCRAM-SHA-256) or "
+            "scram-sha-512: SASL_PLAINTEXT, SCRAM logins only (the brokers' own too), for a "
+            "client user whose random password is generated once into RUN_DIR/kafka/"
+            "credentials.json (owner-only); RUN_DIR/kafka/client.env holds the clients' "
+            "KAFKA_* settings (source it). Fixed when the cluster's data is formatted. "
+            "Default: KAFKA_LOCAL_AUTH, else what RUN_DIR/kafka holds, else none.",
+        ),
+    ] = None,
 ) -> None:
     """Start the local Kafka cluster (if KAFKA_BOOTSTRAP_SERVERS is local) and create the
     topics. Its log directories live under RUN_DIR/kafka: records and offsets survive
@@ -66,8 +79,12 @@ def up(
         fail("--netns: the isolated cluster has 3 brokers (--brokers 3 or no --brokers)")
     if _local(kafka):
         try:
+            settings = BrokerSettings() if auth is None else BrokerSettings(local_auth=auth)
+        except ValueError as exc:
+            raise typer.BadParameter(_first_error(exc), param_hint="--auth") from None
+        try:
             cluster = LocalKafka(
-                kafka, BrokerSettings(), brokers=brokers, network=BrokerNetwork() if netns else None
+                kafka, settings, brokers=brokers, network=BrokerNetwork() if netns else None
             )
         except BrokerError as exc:
             fail(str(exc))
@@ -86,9 +103,15 @@ def up(
                 f"broker: {len(layout.brokers)} broker(s) at {state.bootstrap_servers}: {nodes}; "
                 f"logs and data under {cluster.settings.kafka_dir}"
             )
-            if len(layout.brokers) > 1 or state.bootstrap_servers != kafka.bootstrap_servers:
+            if layout.auth is not None:
+                console.print(
+                    f"        clients log in with SASL/{layout.auth} as "
+                    f"{cluster.kafka.sasl_username!r}: source {cluster.client_env_file} (their "
+                    "KAFKA_* settings, the password included; owner-only)"
+                )
+            elif len(layout.brokers) > 1 or state.bootstrap_servers != kafka.bootstrap_servers:
                 console.print(f"        clients: KAFKA_BOOTSTRAP_SERVERS={state.bootstrap_servers}")
-            kafka = kafka.model_copy(update={"bootstrap_servers": state.bootstrap_servers})
+            kafka = cluster.client_settings(layout)
         else:
             console.print(f"broker: already answering on {kafka.bootstrap_servers} (not ours)")
     else:
@@ -156,7 +179,30 @@ def partition(
 @app.command("create-topics")
 def create_topics() -> None:
     """Create the event and dead-letter topics if missing (idempotent)."""
-    _create_topics(KafkaSettings())
+    kafka = KafkaSettings()
+    _create_topics(_local_cluster_client(kafka) or kafka)
+
+
+def _local_cluster_client(kafka: KafkaSettings) -> KafkaSettings | None:
+    """For the local cluster under RUN_DIR/kafka, the settings of its clients (its addresses,
+    its client user's credentials when it requires logins); None if there is none."""
+    from infra.broker import BrokerError, LocalKafka
+
+    if not _local(kafka):
+        return None
+    cluster = LocalKafka(kafka, BrokerSettings())
+    try:
+        layout = cluster.existing_layout()
+        return None if layout is None else cluster.client_settings(layout)
+    except BrokerError as exc:
+        fail(str(exc))
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return str(errors()[0].get("msg", exc))
+    return str(exc)
 
 
 def _create_topics(kafka: KafkaSettings) -> None:
@@ -184,10 +230,11 @@ def status() -> None:
         cluster = LocalKafka(kafka, BrokerSettings())
         try:
             layout = cluster.existing_layout()
+            if layout is not None:
+                kafka = cluster.client_settings(layout)
         except BrokerError:
             layout = None
         if layout is not None:
-            kafka = kafka.model_copy(update={"bootstrap_servers": layout.bootstrap_servers})
             node = layout.controller
             controller = (
                 f"controller: node {node.node_id} at {node.host}:{node.controller_port} "

@@ -9,6 +9,7 @@ import typer
 
 from cli.console import (
     StreamDisplay,
+    check_kafka_login,
     console,
     fail,
     log_lines_unless_a_terminal,
@@ -64,6 +65,7 @@ def speed(
         f"{lake.table('speed/ctr')} (watermark {settings.watermark}, trigger "
         f"{settings.trigger_seconds:g} s, checkpoint {lake.checkpoint(settings.checkpoint_name)})"
     )
+    check_kafka_login(kafka)
     from runtime.spark import spark_session
 
     log_lines_unless_a_terminal()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.console import console, fail, progress_bar
+from cli.console import check_kafka_login, console, fail, progress_bar
 
 if TYPE_CHECKING:
     from lake.settings import LakeSettings
@@ -150,6 +150,8 @@ def _build_from_kafka(lake: LakeSettings, target: Definition) -> None:
     from runtime.spark_settings import SparkSettings
     from workflows.build import replay_and_build
 
+    kafka = KafkaSettings()
+    check_kafka_login(kafka)
     spark = spark_session(SparkSettings())
     console.print(f"{target.key}: replaying the event topic from its earliest offset ...")
     with progress_bar("hours", total_known=True) as bar:
@@ -158,7 +160,7 @@ def _build_from_kafka(lake: LakeSettings, target: Definition) -> None:
             plan, _ = replay_and_build(
                 spark,
                 lake,
-                KafkaSettings(),
+                kafka,
                 target,
                 on_plan=lambda plan: bar.update(
                     task, description="building", total=len(plan.intervals)

@@ -14,6 +14,9 @@ from Maven Central (``infra/kafka/pom.xml``), one JVM per node:
 configuration, log (``server.log``), pid file and log directory (``data/``) under
 ``RUN_DIR/kafka/node-N``. The data survives ``stop``: the next ``start`` serves every record
 and every committed offset again.
+
+With ``KAFKA_LOCAL_AUTH=scram`` (``ctr kafka up --auth scram``) the brokers' listener requires
+SASL/SCRAM logins, the brokers' own included; see :mod:`infra.broker_auth` for the credentials.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ from typing import Final
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ClusterMetadata
 
+from infra.broker_auth import (
+    SASL_LISTENER,
+    Credentials,
+    CredentialsError,
+    load_credentials,
+    load_or_create_credentials,
+    write_client_env,
+    write_private,
+)
 from infra.broker_settings import BrokerSettings
 from infra.netns import BrokerNetwork, NetnsError
 from runtime.jars import INFRA, JarsMissingError, jar_dir
@@ -94,10 +106,16 @@ class Layout:
     cluster_id: str
     nodes: tuple[Node, ...]
     network: BrokerNetwork | None = None  # the brokers' namespaces, if isolated
+    auth: str | None = None  # the SCRAM mechanism the brokers' listener requires, if any
 
     @classmethod
     def create_isolated(
-        cls, network: BrokerNetwork, broker_port: int, controller_port: int
+        cls,
+        network: BrokerNetwork,
+        broker_port: int,
+        controller_port: int,
+        *,
+        auth: str | None = None,
     ) -> Layout:
         """A controller on the bridge (the machine's namespace) and a broker per namespace,
         each on its own address and the same port."""
@@ -106,17 +124,19 @@ class Layout:
             Node(i, "broker", network.host(i), broker_port, None, network.namespace(i))
             for i in range(1, network.brokers + 1)
         ]
-        return cls(new_cluster_id(), tuple(nodes), network)
+        return cls(new_cluster_id(), tuple(nodes), network, auth)
 
     @classmethod
-    def create(cls, host: str, broker_ports: list[int], controller_port: int) -> Layout:
+    def create(
+        cls, host: str, broker_ports: list[int], controller_port: int, *, auth: str | None = None
+    ) -> Layout:
         cluster_id = new_cluster_id()
         if len(broker_ports) == 1:
             nodes = [Node(1, "broker,controller", host, broker_ports[0], controller_port)]
         else:
             nodes = [Node(CONTROLLER_ID, "controller", host, None, controller_port)]
             nodes += [Node(i, "broker", host, p, None) for i, p in enumerate(broker_ports, 1)]
-        return cls(cluster_id, tuple(nodes))
+        return cls(cluster_id, tuple(nodes), auth=auth)
 
     @property
     def brokers(self) -> list[Node]:
@@ -143,13 +163,16 @@ class Layout:
         }
         if self.network is not None:
             raw["network"] = asdict(self.network)
+        if self.auth is not None:
+            raw["auth"] = self.auth
         return json.dumps(raw)
 
     @classmethod
     def from_json(cls, text: str) -> Layout:
         raw = json.loads(text)
         network = BrokerNetwork(**raw["network"]) if raw.get("network") else None
-        return cls(raw["cluster_id"], tuple(Node(**n) for n in raw["nodes"]), network)
+        nodes = tuple(Node(**n) for n in raw["nodes"])
+        return cls(raw["cluster_id"], nodes, network, raw.get("auth"))
 
 
 @dataclass(frozen=True)
@@ -175,6 +198,8 @@ class LocalKafka:
         network: BrokerNetwork | None = None,
     ) -> None:
         self._layout_file = settings.kafka_dir / "cluster.json"
+        self.credentials_file = settings.kafka_dir / "credentials.json"
+        self.client_env_file = settings.kafka_dir / "client.env"
         if network is None:  # an isolated cluster started before keeps its namespaces
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 network = Layout.from_json(self._layout_file.read_text()).network
@@ -222,17 +247,52 @@ class LocalKafka:
                     f"not {self.brokers}: `ctr kafka down --delete-data` first (its records go), "
                     "or use another RUN_DIR"
                 )
+            self._check_auth(existing)
             return existing
+        auth = None if self.settings.local_auth in (None, "none") else self.settings.local_auth
         if self.network is not None:
             controller = self.settings.controller_port or self.port + 100
-            return Layout.create_isolated(self.network, self.port, controller)
+            return Layout.create_isolated(self.network, self.port, controller, auth=auth)
         count = self.brokers or 1
         if len(self.kafka.servers) == count:
             ports = [int(s.rpartition(":")[2]) for s in self.kafka.servers]
         else:
             ports = [self.port + i for i in range(count)]
         controller = self.settings.controller_port or ports[0] + 100
-        return Layout.create(self.host, ports, controller)
+        return Layout.create(self.host, ports, controller, auth=auth)
+
+    def _check_auth(self, layout: Layout) -> None:
+        """The authentication asked for (``local_auth``) is the one the cluster has."""
+        asked = self.settings.local_auth
+        if asked is None or asked == (layout.auth or "none"):
+            return
+        has = f"requires {layout.auth} logins" if layout.auth else "has no authentication"
+        wants = asked
+        raise BrokerError(
+            f"the cluster under {self.settings.kafka_dir} {has}, not {wants} "
+            "(KAFKA_LOCAL_AUTH / --auth): its SCRAM users are fixed when its data is formatted; "
+            "`ctr kafka down --delete-data` first (its records go), or use another RUN_DIR"
+        )
+
+    def credentials(self, layout: Layout | None = None) -> Credentials | None:
+        """The SCRAM users of the cluster (None without authentication)."""
+        layout = layout or self.existing_layout()
+        if layout is None or layout.auth is None:
+            return None
+        try:
+            return load_credentials(self.credentials_file)
+        except CredentialsError as exc:
+            raise BrokerError(str(exc)) from None
+
+    def client_settings(self, layout: Layout | None = None) -> KafkaSettings:
+        """Settings for the cluster's clients: its brokers' addresses and, with authentication
+        on, its client user's credentials (``self.kafka`` as it is if nothing is recorded)."""
+        layout = layout or self.existing_layout()
+        if layout is None:
+            return self.kafka
+        kafka = self.kafka.model_copy(update={"bootstrap_servers": layout.bootstrap_servers})
+        credentials = self.credentials(layout)
+        return credentials.client_settings(kafka) if credentials else kafka
 
     def node_dir(self, node: Node) -> Path:
         return self.settings.kafka_dir / f"node-{node.node_id}"
@@ -260,6 +320,9 @@ class LocalKafka:
         """Start every node not running yet (or only those of ``nodes``) and wait until every
         running broker answers."""
         layout = self.layout()
+        credentials = self._credentials_for_start(layout)
+        if credentials is not None:  # from now on this object's clients log in
+            self.kafka = credentials.client_settings(self.kafka)
         current = {n.node_id: self._running_pid(n) for n in layout.nodes}
         missing = [
             n
@@ -283,27 +346,33 @@ class LocalKafka:
                 layout.network.create()
             except NetnsError as exc:
                 raise BrokerError(str(exc)) from None
-        for node in missing:
-            if node.netns is not None:
-                continue  # its own namespace: nothing else listens there
-            for port in (node.broker_port, node.controller_port):
-                if port is not None and port_in_use(node.host, port):
-                    raise BrokerError(
-                        f"port {port} on {node.host}, needed by Kafka node {node.node_id}, is "
-                        f"taken by another process (ss -ltnp 'sport = :{port}' shows which); "
-                        "stop it, or choose other ports with KAFKA_BOOTSTRAP_SERVERS / "
-                        "KAFKA_CONTROLLER_PORT"
-                    )
+        _check_ports(missing)
         self.settings.kafka_dir.mkdir(parents=True, exist_ok=True)
         self._layout_file.write_text(layout.to_json())
+        if credentials is not None:
+            write_client_env(self.client_env_file, self.client_settings(layout))
         for node in missing:
-            self._write_config(layout, node)
+            self._write_config(layout, node, credentials)
         with ThreadPoolExecutor(len(missing)) as pool:
-            list(pool.map(lambda n: self._format(layout, n, java, classpath), missing))
+            list(pool.map(lambda n: self._format(layout, n, java, classpath, credentials), missing))
         for node in missing:
             current[node.node_id] = self._spawn(layout, node, java, classpath)
         self.wait_ready(layout, self._expected(layout, current))
         return ClusterState(layout.bootstrap_servers, current, started_by_us=True)
+
+    def _credentials_for_start(self, layout: Layout) -> Credentials | None:
+        """The cluster's credentials: those recorded, or for a cluster not formatted yet, new
+        ones (kept in ``credentials.json``, owner-only, with the cluster's directory)."""
+        if layout.auth is None:
+            return None
+        if self.existing_layout() is not None:
+            return self.credentials(layout)
+        self.settings.kafka_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.kafka_dir.chmod(0o700)
+        try:
+            return load_or_create_credentials(self.credentials_file, layout.auth)
+        except CredentialsError as exc:
+            raise BrokerError(str(exc)) from None
 
     @staticmethod
     def _expected(layout: Layout, pids: dict[int, int | None]) -> set[int]:
@@ -312,16 +381,27 @@ class LocalKafka:
     def _foreign_kafka(self, layout: Layout) -> ClusterState | None:
         """Something (a Kafka we did not start) already answers on the bootstrap address."""
         with contextlib.suppress(KafkaUnavailableError):
-            _metadata(self.kafka.bootstrap_servers, timeout_s=0.5)
+            _metadata(self.kafka, timeout_s=0.5)
             return ClusterState(self.kafka.bootstrap_servers, {}, started_by_us=False)
         return None
 
-    def _write_config(self, layout: Layout, node: Node) -> None:
+    def _write_config(self, layout: Layout, node: Node, credentials: Credentials | None) -> None:
         directory = self.node_dir(node)
         (directory / "data").mkdir(parents=True, exist_ok=True)
-        (directory / "server.properties").write_text(node_properties(layout, node, directory))
+        config = node_properties(layout, node, directory, credentials)
+        if credentials is None:
+            (directory / "server.properties").write_text(config)
+        else:  # it holds the brokers' password
+            write_private(directory / "server.properties", config)
 
-    def _format(self, layout: Layout, node: Node, java: str, classpath: str) -> None:
+    def _format(
+        self,
+        layout: Layout,
+        node: Node,
+        java: str,
+        classpath: str,
+        credentials: Credentials | None,
+    ) -> None:
         data = self.node_dir(node) / "data"
         meta = data / "meta.properties"
         if meta.exists():
@@ -343,23 +423,34 @@ class LocalKafka:
                 "or not Kafka's; move it away, or `ctr kafka down --delete-data` to start an "
                 "empty cluster"
             )
-        done = subprocess.run(
-            [
-                java,
-                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                "-cp",
-                classpath,
-                STORAGE_TOOL,
-                "format",
-                f"--cluster-id={layout.cluster_id}",
-                "--config",
-                str(self.node_dir(node) / "server.properties"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
+        arguments = [
+            "-cp",
+            classpath,
+            STORAGE_TOOL,
+            "format",
+            f"--cluster-id={layout.cluster_id}",
+            "--config",
+            str(self.node_dir(node) / "server.properties"),
+        ]
+        # The SCRAM users' passwords go through an owner-only argument file (java @file), not
+        # the command line, which every local user can read in /proc.
+        argfile = self.node_dir(node) / ".format-arguments"
+        if credentials is not None:
+            write_private(
+                argfile,
+                "".join(_argfile_line(a) for a in [*arguments, *credentials.scram_arguments()]),
+            )
+            arguments = [f"@{argfile}"]
+        try:
+            done = subprocess.run(
+                [java, f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", *arguments],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+        finally:
+            argfile.unlink(missing_ok=True)
         if done.returncode != 0:
             raise BrokerError(
                 f"formatting the log directory of Kafka node {node.node_id} failed: "
@@ -417,7 +508,7 @@ class LocalKafka:
                         f"(log: {self.log_file(node)})"
                     )
             try:
-                brokers = set(_metadata(layout.bootstrap_servers, timeout_s=1.0).brokers)
+                brokers = set(_metadata(self.client_settings(layout), timeout_s=1.0).brokers)
                 if wanted <= brokers:
                     return
                 last = f"brokers {sorted(brokers)} of {sorted(wanted)} registered"
@@ -475,14 +566,33 @@ class LocalKafka:
             _wait_gone([pid], timeout_s)
 
 
-def node_properties(layout: Layout, node: Node, directory: Path) -> str:
-    """The node's server.properties."""
+def _check_ports(nodes: list[Node]) -> None:
+    """:class:`BrokerError` naming the port if another process listens on one of ``nodes``'."""
+    for node in nodes:
+        if node.netns is not None:
+            continue  # its own namespace: nothing else listens there
+        for port in (node.broker_port, node.controller_port):
+            if port is not None and port_in_use(node.host, port):
+                raise BrokerError(
+                    f"port {port} on {node.host}, needed by Kafka node {node.node_id}, is "
+                    f"taken by another process (ss -ltnp 'sport = :{port}' shows which); "
+                    "stop it, or choose other ports with KAFKA_BOOTSTRAP_SERVERS / "
+                    "KAFKA_CONTROLLER_PORT"
+                )
+
+
+def node_properties(
+    layout: Layout, node: Node, directory: Path, credentials: Credentials | None = None
+) -> str:
+    """The node's server.properties: with ``credentials``, a SASL_PLAINTEXT listener that
+    takes SCRAM logins only, which the brokers also use between themselves."""
     replicas = min(3, len(layout.brokers))
     controller = layout.controller
     voters = f"{controller.node_id}@{controller.host}:{controller.controller_port}"
+    listener = "PLAINTEXT" if credentials is None else SASL_LISTENER
     listeners = []
     if node.broker_port is not None:
-        listeners.append(f"PLAINTEXT://{node.host}:{node.broker_port}")
+        listeners.append(f"{listener}://{node.host}:{node.broker_port}")
     if "controller" in node.roles:
         listeners.append(f"CONTROLLER://{node.host}:{node.controller_port}")
     lines = {
@@ -491,7 +601,7 @@ def node_properties(layout: Layout, node: Node, directory: Path) -> str:
         "controller.quorum.voters": voters,
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"{listener}:{listener},CONTROLLER:PLAINTEXT",
         "log.dirs": directory / "data",
         "num.partitions": 1,
         "offsets.topic.replication.factor": replicas,
@@ -512,9 +622,26 @@ def node_properties(layout: Layout, node: Node, directory: Path) -> str:
         "log.retention.check.interval.ms": 60000,
     }
     if node.is_broker:
-        lines["advertised.listeners"] = f"PLAINTEXT://{node.host}:{node.broker_port}"
-        lines["inter.broker.listener.name"] = "PLAINTEXT"
+        lines["advertised.listeners"] = f"{listener}://{node.host}:{node.broker_port}"
+        lines["inter.broker.listener.name"] = listener
+        if credentials is not None:
+            mechanism = credentials.mechanism
+            lines["sasl.enabled.mechanisms"] = mechanism
+            lines["sasl.mechanism.inter.broker.protocol"] = mechanism
+            jaas = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+            lines[jaas] = _properties_value(credentials.broker_jaas())
     return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+def _properties_value(value: str) -> str:
+    """``value`` as a Java properties file reads it back (backslashes are escapes there)."""
+    return value.replace("\\", "\\\\")
+
+
+def _argfile_line(argument: str) -> str:
+    """One argument of a java @argfile: quoted, with backslashes and quotes escaped."""
+    escaped = argument.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"\n'
 
 
 def check_java(java: str) -> str:
@@ -560,29 +687,31 @@ def free_port() -> int:
 
 @contextmanager
 def scratch_cluster(
-    run_dir: Path, *, brokers: int = 1, topic: str = "ad-events"
+    run_dir: Path, *, brokers: int = 1, topic: str = "ad-events", auth: str = "none"
 ) -> Iterator[tuple[KafkaSettings, LocalKafka]]:
-    """A local cluster of its own on free ports (tests, benchmarks), deleted afterwards."""
+    """A local cluster of its own on free ports (tests, benchmarks), deleted afterwards; with
+    ``auth`` (``scram``, ...) the settings yielded carry its client user's credentials."""
     ports = [free_port() for _ in range(brokers)]
     kafka = KafkaSettings(bootstrap_servers=",".join(f"127.0.0.1:{p}" for p in ports), topic=topic)
-    settings = BrokerSettings(run_dir=run_dir, controller_port=free_port())
+    settings = BrokerSettings(run_dir=run_dir, controller_port=free_port(), local_auth=auth)
     cluster = LocalKafka(kafka, settings, brokers=brokers)
     cluster.start()
     try:
-        yield kafka, cluster
+        yield cluster.kafka, cluster
     finally:
         cluster.stop(timeout_s=15, delete_data=True)
 
 
 @contextmanager
-def scratch_broker(run_dir: Path, topic: str = "ad-events") -> Iterator[KafkaSettings]:
+def scratch_broker(
+    run_dir: Path, topic: str = "ad-events", *, auth: str = "none"
+) -> Iterator[KafkaSettings]:
     """One local broker of its own on free ports (tests, benchmarks), deleted afterwards."""
-    with scratch_cluster(run_dir, topic=topic) as (kafka, _):
+    with scratch_cluster(run_dir, topic=topic, auth=auth) as (kafka, _):
         yield kafka
 
 
-def _metadata(bootstrap_servers: str, *, timeout_s: float) -> ClusterMetadata:
-    settings = KafkaSettings(bootstrap_servers=bootstrap_servers)
+def _metadata(settings: KafkaSettings, *, timeout_s: float) -> ClusterMetadata:
     admin = admin_client(settings, **{"socket.connection.setup.timeout.ms": 1000})
     try:
         return admin.list_topics(timeout=timeout_s)

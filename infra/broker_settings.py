@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -25,6 +25,21 @@ class BrokerSettings(BaseSettings):
         default=None, ge=1, le=65535, validation_alias="KAFKA_CONTROLLER_PORT"
     )
     java_home: Path | None = Field(default=None, validation_alias="JAVA_HOME")
+    # Authentication on the brokers' listener: "none", or SCRAM ("scram" is SCRAM-SHA-256).
+    # Unset: what the cluster under kafka_dir was formatted with, else none.
+    # Normalised to "none", "SCRAM-SHA-256" or "SCRAM-SHA-512".
+    local_auth: str | None = Field(
+        default=None, validation_alias=AliasChoices("KAFKA_LOCAL_AUTH", "local_auth")
+    )
+
+    @field_validator("local_auth", mode="before")
+    @classmethod
+    def _auth(cls, value: object) -> object:
+        if not isinstance(value, str) or not value.strip():
+            return value or None
+        from infra.broker_auth import auth_mechanism
+
+        return auth_mechanism(value) or "none"
 
     @property
     def kafka_dir(self) -> Path:

@@ -17,6 +17,8 @@ _TRANSIENT: Final = frozenset(
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # A leader just elected (a restart, a failover) until its high watermark caught up.
+        KafkaError.OFFSET_NOT_AVAILABLE,
         KafkaError._TIMED_OUT,
     }
 )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
@@ -16,21 +18,51 @@ class KafkaUnavailableError(RuntimeError):
     """No broker answered a metadata request in time."""
 
 
+class KafkaAuthenticationError(KafkaUnavailableError):
+    """The cluster refused the client's login, or closes the connections of a client that sends
+    no credentials; the message says which settings to set."""
+
+
+CREDENTIAL_SETTINGS = (
+    "KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT (or SASL_SSL), KAFKA_SASL_MECHANISM, "
+    "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+)
+
+
 def admin_client(settings: KafkaSettings, **overrides: Any) -> AdminClient:
     return AdminClient(settings.client(**overrides))
 
 
 def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMetadata:
-    """Return the cluster metadata once a broker answers; raise after ``timeout_s``."""
-    admin = admin_client(settings, **{"socket.connection.setup.timeout.ms": 1000})
+    """Return the cluster metadata once a broker answers; raise after ``timeout_s``
+    (:class:`KafkaAuthenticationError` at once when a broker refuses the login)."""
+    refused: list[KafkaError] = []
+    admin = admin_client(
+        settings,
+        error_cb=lambda error: (
+            refused.append(error) if error.code() == KafkaError._AUTHENTICATION else None
+        ),
+        **{"socket.connection.setup.timeout.ms": 1000},
+    )
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
+    probed = False
     while True:
         remaining = deadline - time.monotonic()
         try:
             return admin.list_topics(timeout=max(0.2, min(remaining, 2.0)))
         except KafkaException as exc:
             last_error = exc
+        admin.poll(0)  # serves the error callback
+        if refused:
+            raise KafkaAuthenticationError(
+                f"Kafka at {settings.bootstrap_servers} refused the login "
+                f"({settings.describe_auth()}): {refused[-1].str()}; check "
+                "KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SASL_MECHANISM"
+            )
+        if not probed:
+            probed = True
+            _raise_if_credentials_missing(settings)
         if time.monotonic() >= deadline:
             raise KafkaUnavailableError(
                 f"no Kafka broker answered at {settings.bootstrap_servers} within "
@@ -38,6 +70,85 @@ def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMet
                 "or set KAFKA_BOOTSTRAP_SERVERS"
             )
         time.sleep(0.2)
+
+
+def check_login(settings: KafkaSettings, *, timeout_s: float = 10.0) -> None:
+    """Fail fast, naming the settings to fix, if the cluster refuses these settings' login
+    (:class:`KafkaAuthenticationError`); quiet when it answers, and when no broker answers at
+    all (the caller's own retries wait for a broker that is still starting)."""
+    try:
+        wait_for_cluster(settings, timeout_s=timeout_s)
+    except KafkaAuthenticationError:
+        raise
+    except KafkaUnavailableError:
+        return
+
+
+def _raise_if_credentials_missing(settings: KafkaSettings) -> None:
+    """A client that sends no credentials to a broker whose listener wants a SASL login (the
+    broker closes its connection at the first request, which looks like a network failure)."""
+    if settings.uses_sasl:
+        return
+    for server in settings.servers:
+        mechanisms = sasl_mechanisms(server)
+        if mechanisms:
+            raise KafkaAuthenticationError(
+                f"the Kafka broker at {server} requires a SASL login ({', '.join(mechanisms)}) "
+                f"and this client sends none (KAFKA_SECURITY_PROTOCOL="
+                f"{settings.describe_auth()}): set {CREDENTIAL_SETTINGS} (for the local "
+                "cluster of `ctr kafka up --auth scram`: source RUN_DIR/kafka/client.env)"
+            )
+
+
+_SASL_HANDSHAKE: Final = 17  # api key; version 1 (KIP-152), answered before any login
+_CLIENT_ID: Final = b"ctr-lambda-probe"
+
+
+def sasl_mechanisms(server: str, *, timeout_s: float = 2.0) -> list[str] | None:
+    """The SASL mechanisms the listener at ``server`` (host:port) enables, asked with a
+    SaslHandshake request, which a SASL listener answers before any login; None if it does
+    not speak SASL (a PLAINTEXT listener answers with an error and no mechanisms; TLS or no
+    listener: no answer)."""
+    host, _, port = server.rpartition(":")
+    request = struct.pack(">hhih", _SASL_HANDSHAKE, 1, 1, len(_CLIENT_ID)) + _CLIENT_ID
+    request += struct.pack(">h", len(b"PLAIN")) + b"PLAIN"
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(struct.pack(">i", len(request)) + request)
+            response = _read_response(sock)
+    except (OSError, ValueError, struct.error):
+        return None
+    if response is None:
+        return None
+    # correlation id (int32), error code (int16), mechanisms: int32 count, int16-length strings
+    _, _, count = struct.unpack_from(">ihi", response)
+    mechanisms, offset = [], 10
+    for _ in range(max(count, 0)):
+        (length,) = struct.unpack_from(">h", response, offset)
+        mechanisms.append(response[offset + 2 : offset + 2 + length].decode())
+        offset += 2 + length
+    return mechanisms or None
+
+
+def _read_response(sock: socket.socket) -> bytes | None:
+    header = _read_exactly(sock, 4)
+    if header is None:
+        return None
+    (size,) = struct.unpack(">i", header)
+    if not 10 <= size <= 65536:
+        return None
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
 
 
 @dataclass(frozen=True)

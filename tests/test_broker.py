@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from infra.broker import BrokerError, LocalKafka, free_port
 from infra.broker_settings import BrokerSettings
+from infra.broker_watch import dead_nodes
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import KafkaUnavailableError, ensure_topics, wait_for_cluster
 from tests.consume import read_topic
@@ -205,3 +208,108 @@ def test_kafka_down_with_a_remote_cluster_stops_nothing(tmp_path: Path) -> None:
     done = ctr_kafka(env, "down")
     assert "is not local; nothing to stop" in done.stderr
     assert not (tmp_path / "kafka").exists()
+
+
+# -- SASL/SCRAM ---------------------------------------------------------------------------------
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_scram_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
+    tmp_path: Path,
+) -> None:
+    ports = [free_port() for _ in range(3)]
+    kafka = KafkaSettings(bootstrap_servers=",".join(f"127.0.0.1:{p}" for p in ports))
+    settings = BrokerSettings(run_dir=tmp_path, controller_port=free_port(), local_auth="scram")
+    cluster = LocalKafka(kafka, settings, brokers=3)
+    try:
+        first = cluster.start()
+        layout = cluster.layout()
+        assert layout.auth == "SCRAM-SHA-256"
+        kafka_dir = settings.kafka_dir
+        credentials = json.loads((kafka_dir / "credentials.json").read_text())
+        password = credentials["client"]["password"]
+        assert mode(kafka_dir) == 0o700
+        for private in [kafka_dir / "credentials.json", kafka_dir / "client.env"]:
+            assert mode(private) == 0o600
+        for node in layout.nodes:
+            properties = cluster.node_dir(node) / "server.properties"
+            assert mode(properties) == 0o600
+            assert not (cluster.node_dir(node) / ".format-arguments").exists()
+            pid = first.pids[node.node_id]
+            assert password.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        # Brokers replicate to each other over the SCRAM listener: acks=all with 3 replicas.
+        assert cluster.kafka.sasl_username == "ctr"
+        ensure_topics(cluster.kafka)
+        producer = Producer(cluster.kafka.client(acks="all"))
+        for n in range(100):
+            producer.produce(cluster.kafka.topic, value=b"r%d" % n)
+        assert producer.flush(60) == 0
+
+        # The broker watch's view: settings from an environment without credentials.
+        watch = LocalKafka(KafkaSettings(bootstrap_servers=kafka.bootstrap_servers),
+                           BrokerSettings(run_dir=tmp_path))  # fmt: skip
+        cluster.kill(2)
+        assert dead_nodes(watch) == [2]
+        watch.start(nodes=[2])
+        assert dead_nodes(watch) == []
+        assert watch.client_settings().sasl_username == "ctr"
+
+        assert cluster.stop() is True
+        again = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path))
+        again.start()
+        kept = json.loads((kafka_dir / "credentials.json").read_text())
+        assert kept["client"]["password"] == password
+        records = read_topic(again.kafka, again.kafka.topic)
+        assert sorted(r.value for r in records) == sorted(b"r%d" % n for n in range(100))
+
+        plain = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path, local_auth="none"))
+        with pytest.raises(BrokerError, match="requires SCRAM-SHA-256 logins, not none"):
+            plain.start()
+    finally:
+        cluster.stop(timeout_s=15, delete_data=True)
+
+
+def test_kafka_up_with_auth_writes_the_clients_settings(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
+        KAFKA_CONTROLLER_PORT=str(free_port()),
+        RUN_DIR=str(tmp_path),
+        COLUMNS="200",
+    )
+    bad = ctr_kafka(env, "up", "--auth", "kerberos")
+    assert bad.returncode == 2
+    assert "none, scram" in bad.stderr
+    up = ctr_kafka(env, "up", "--auth", "scram")
+    try:
+        assert up.returncode == 0, up.stderr
+        client_env = tmp_path / "kafka" / "client.env"
+        assert f"source {client_env}" in " ".join(up.stderr.split())
+        password = json.loads((tmp_path / "kafka" / "credentials.json").read_text())
+        assert password["client"]["password"] not in up.stdout + up.stderr
+        assert "topic ad-events: created (6 partitions)" in up.stderr
+        # ctr kafka status/create-topics log in to the local cluster by themselves
+        status = ctr_kafka(env, "status")
+        assert status.returncode == 0, status.stderr
+        assert "│ ad-events" in status.stdout
+        exports = dict(
+            word.split("=", 1)
+            for line in client_env.read_text().splitlines()
+            if line.startswith("export ")
+            for word in shlex.split(line)[1:]
+        )
+        assert exports["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
+        assert exports["KAFKA_SASL_PASSWORD"] == password["client"]["password"]
+        produce = [CTR, "produce", "--events", "10"]
+        sent = subprocess.run(produce, env={**env, **exports}, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        refused = subprocess.run(produce, env=env, capture_output=True, text=True,
+                                 timeout=120, check=False)  # fmt: skip
+        assert refused.returncode == 1
+        assert "requires a SASL login (SCRAM-SHA-256)" in " ".join(refused.stderr.split())
+    finally:
+        ctr_kafka(env, "down", "--delete-data")

@@ -1,0 +1,174 @@
+"""SASL/SCRAM on the local cluster: its credentials, generated once and kept owner-only.
+
+With authentication on (``ctr kafka up --auth scram``, ``KAFKA_LOCAL_AUTH=scram``), the
+brokers' listener speaks SASL_PLAINTEXT and accepts only SCRAM logins. Two users are created
+when the log directories are formatted (``kafka-storage format --add-scram``, KIP-900): one the
+brokers log in with to each other, one for the platform's clients. Their random passwords are
+in ``RUN_DIR/kafka/credentials.json`` (mode 600), reused by every later start of the same
+cluster's data: SCRAM credentials live in the cluster's metadata, not in its configuration.
+``RUN_DIR/kafka/client.env`` (mode 600) holds the clients' settings as ``export`` lines for a
+shell (``source`` it). The KRaft controller's listener stays PLAINTEXT on its own address
+(SCRAM cannot authenticate controllers: their credentials are in the metadata they serve).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from pydantic import SecretStr
+
+from runtime.kafka_settings import KafkaSettings
+
+BROKER_USER: Final = "ctr-broker"
+CLIENT_USER: Final = "ctr"
+MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# The listener clients and brokers use when authentication is on.
+SASL_LISTENER: Final = "SASL_PLAINTEXT"
+SCRAM_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+class CredentialsError(RuntimeError):
+    """The credentials file is missing, unreadable or damaged; the message names the fix."""
+
+
+def auth_mechanism(value: str | None) -> str | None:
+    """``none``/``scram``/``scram-sha-256``/``scram-sha-512`` (any case) as the SCRAM mechanism
+    it means, None for no authentication; ValueError for anything else."""
+    if value is None:
+        return None
+    name = value.strip().upper()
+    if name in ("", "NONE", "PLAINTEXT"):
+        return None
+    if name == "SCRAM":
+        return MECHANISMS[0]
+    if name in MECHANISMS:
+        return name
+    raise ValueError(f"{value!r}: none, scram (SCRAM-SHA-256), scram-sha-256 or scram-sha-512")
+
+
+@dataclass(frozen=True)
+class User:
+    username: str
+    password: str
+
+    def __repr__(self) -> str:  # never the password
+        return f"User({self.username!r}, password=***)"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The local cluster's SCRAM mechanism and its two users."""
+
+    mechanism: str
+    broker: User
+    client: User
+
+    @classmethod
+    def generate(cls, mechanism: str) -> Credentials:
+        # URL-safe characters only: nothing to quote in server.properties, in JAAS or in
+        # kafka-storage's [name=…,password=…] syntax.
+        return cls(
+            mechanism,
+            User(BROKER_USER, secrets.token_urlsafe(32)),
+            User(CLIENT_USER, secrets.token_urlsafe(32)),
+        )
+
+    def scram_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments that put both users in the cluster's metadata."""
+        return [
+            argument
+            for user in (self.broker, self.client)
+            for argument in (
+                "--add-scram",
+                f"{self.mechanism}=[name={user.username},password={user.password}]",
+            )
+        ]
+
+    def broker_jaas(self) -> str:
+        """What a broker logs in to the other brokers with (its listener's JAAS line)."""
+        return (
+            f'{SCRAM_MODULE} required username="{self.broker.username}" '
+            f'password="{self.broker.password}";'
+        )
+
+    def client_settings(self, kafka: KafkaSettings) -> KafkaSettings:
+        """``kafka`` logging in as the cluster's client user."""
+        return kafka.model_copy(
+            update={
+                "security_protocol": SASL_LISTENER,
+                "sasl_mechanism": self.mechanism,
+                "sasl_username": self.client.username,
+                "sasl_password": SecretStr(self.client.password),
+            }
+        )
+
+
+def load_credentials(path: Path) -> Credentials:
+    """The credentials of ``path``; :class:`CredentialsError` naming the fix if unreadable."""
+    try:
+        raw = json.loads(path.read_text())
+        return Credentials(raw["mechanism"], User(**raw["broker"]), User(**raw["client"]))
+    except FileNotFoundError:
+        raise CredentialsError(
+            f"{path} is missing, but this cluster was formatted with SCRAM credentials (they "
+            "live in its metadata): without the file no client can log in; `ctr kafka down "
+            "--delete-data` starts an empty cluster with new ones"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CredentialsError(
+            f"{path} is damaged or unreadable ({type(exc).__name__}); `ctr kafka down "
+            "--delete-data` starts an empty cluster with new credentials"
+        ) from None
+
+
+def load_or_create_credentials(path: Path, mechanism: str) -> Credentials:
+    """The credentials of ``path``, or new ones written there (mode 600) if it does not
+    exist yet."""
+    if path.exists():
+        found = load_credentials(path)
+        if found.mechanism != mechanism:
+            raise CredentialsError(
+                f"{path} holds {found.mechanism} credentials, not {mechanism}: the cluster was "
+                "formatted with those"
+            )
+        return found
+    created = Credentials.generate(mechanism)
+    raw = {
+        "mechanism": mechanism,
+        "broker": asdict(created.broker),
+        "client": asdict(created.client),
+    }
+    write_private(path, json.dumps(raw, indent=2) + "\n")
+    return created
+
+
+def write_client_env(path: Path, kafka: KafkaSettings) -> None:
+    """``export`` lines of ``kafka``'s connection (credentials included) for a shell, mode 600."""
+    exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in kafka.environ().items())
+    write_private(
+        path,
+        "# the local Kafka cluster's client settings (source this file); owner-only: it holds "
+        "the password\n"
+        f"export {exports}\n",
+    )
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only, from the first byte on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
+        os.chmod(temporary, 0o600)  # an existing file keeps its mode through O_CREAT
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
