@@ -7,6 +7,7 @@ DuckDB. The speed layer's rows are written with its own view function
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime as dt
 import io
@@ -35,7 +36,7 @@ from speed_layer.tables import SpeedTable
 from tests.api_server import running_api
 from tests.events_helper import archive, archived
 from views import sketches
-from views.access import Access
+from views.access import Access, Scope
 from views.columns import DIMENSIONS
 from views.ctr import ctr_arrow
 from views.definitions import definition
@@ -355,3 +356,119 @@ def test_the_api_answers_reach_when_asked_in_json_and_csv(
         bad = client.get("/api/v1/ctr", params={**params, "reach": "maybe"})
         assert bad.status_code == 400
         assert "reach" in bad.text
+
+
+# -- issue 55: no user-level data below admin --------------------------------------------------
+
+
+def coupon(user_id: str) -> bytes:
+    """The 4 bytes a sketch in its small modes holds for ``user_id``: what an attacker computes
+    for every id of a guessed id space (the hash is public: DataSketches' MurmurHash3)."""
+    one = sketches.sketch([user_id])
+    return one[8:12]  # LIST mode: an 8-byte preamble, then the coupons
+
+
+def blob_of(cell: object) -> bytes:
+    """A BLOB as the sandbox's JSON gives it: UTF-8 text, else base64 marked ``base64:``."""
+    assert isinstance(cell, str)
+    if cell.startswith("base64:"):
+        return base64.b64decode(cell.removeprefix("base64:"))
+    return cell.encode()
+
+
+def recovered(blob: bytes, dictionary: dict[bytes, str]) -> set[str]:
+    """The dictionary attack of issue 55: read a sketch's coupons (LIST and SET modes keep
+    4-byte coupons at 4-byte offsets after their 8- or 12-byte preamble) and look them up.
+    Bytes that are no HLL sketch (DataSketches' preamble: serial version 1, family 7) hold no
+    coupon to read."""
+    if len(blob) < 8 or blob[1] != 1 or blob[2] != 7:
+        return set()
+    words = {blob[i : i + 4] for i in range(8, len(blob) - 3, 4)}
+    return {dictionary[w] for w in words if w in dictionary}
+
+
+@pytest.fixture(scope="module")
+def dictionary() -> dict[bytes, str]:
+    """Coupons of the traffic's whole id space and as many ids more (the probe guessed
+    user-0000000…user-0199999)."""
+    return {coupon(f"user-{n:07d}"): f"user-{n:07d}" for n in range(8_000)}
+
+
+SKETCH_PROBES = (
+    "SELECT reach_sketch, clicker_sketch FROM ctr_batch_v3",
+    "SELECT reach_sketch, clicker_sketch FROM ctr_speed",
+    "SELECT reach_sketch, clicker_sketch FROM ctr",
+    "SELECT reach_sketch, clicker_sketch FROM speed_v3",
+    "SELECT reach_sketch, clicker_sketch FROM ctr_v1",
+    "SELECT sketch_union(list(reach_sketch)), sketch_union(list(clicker_sketch)) FROM ctr_v3 "
+    "GROUP BY campaign_id",
+)
+
+
+def test_the_dictionary_attack_recovers_every_user_of_an_admins_sketches(
+    served: tuple[ServingLayer, list[Event]], dictionary: dict[bytes, str]
+) -> None:
+    """The attack works (so the test below can fail): an admin's raw sketch of a small row
+    gives back exactly the row's users."""
+    layer, _ = served
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
+    try:
+        rows = pool.run(
+            "SELECT reach_sketch, users FROM ctr_batch_v3 WHERE len(users) BETWEEN 2 AND 40 "
+            "ORDER BY bucket_start, campaign_id, ad_id, site_id, country, device_type LIMIT 5",
+            layer.snapshot(),
+        ).rows
+    finally:
+        pool.close()
+    assert len(rows) == 5
+    for blob, users in rows:
+        assert isinstance(users, list)
+        assert recovered(blob_of(blob), dictionary) == set(users)
+
+
+@pytest.mark.parametrize(
+    "access",
+    [Access("team", "analyst"), Access("acme", "advertiser", Scope.create(["cmp-001"]))],
+    ids=["analyst", "advertiser"],
+)
+def test_sketches_below_admin_are_sealed_and_give_up_no_user(
+    served: tuple[ServingLayer, list[Event]], dictionary: dict[bytes, str], access: Access
+) -> None:
+    layer, _ = served
+    snapshot = layer.snapshot()
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
+    try:
+        blobs = [
+            blob_of(cell)
+            for sql in SKETCH_PROBES
+            for row in pool.run(sql, snapshot, access=access).rows
+            for cell in row
+            if isinstance(cell, str)
+        ]
+        assert len(blobs) > 100
+        assert all(recovered(blob, dictionary) == set() for blob in blobs)
+        assert all(blob.startswith(sketches.SketchSeal.MAGIC) for blob in blobs)
+        # No stable pseudonyms either: the same row's sketch reads differently every time.
+        again = "SELECT reach_sketch FROM ctr_batch_v3 ORDER BY ALL LIMIT 3"
+        first, second = (pool.run(again, snapshot, access=access).rows for _ in range(2))
+        assert [r[0] for r in first] != [r[0] for r in second]
+        # A sketch the reader made (of guessed ids, to test membership by union) is refused.
+        forged = sketches.sketch(["user-0000001"]).hex()
+        for probe in (
+            f"SELECT sketch_estimate(from_hex('{forged}'))",
+            "SELECT sketch_estimate(sketch_union(list(reach_sketch) || "
+            f"[from_hex('{forged}')])) FROM ctr_batch_v3",
+        ):
+            with pytest.raises(SqlError, match="not a sketch of this query's views"):
+                pool.run(probe, snapshot, access=access)
+        # Sealed sketches still union, server-side, to the admin's estimate.
+        reach = (
+            "SELECT campaign_id, round(sketch_estimate(sketch_union(list(reach_sketch)))) "
+            "FROM ctr GROUP BY ALL ORDER BY ALL"
+        )
+        sealed = pool.run(reach, snapshot, access=access).rows
+        raw = pool.run(reach, snapshot).rows
+        assert sealed
+        assert sealed == [r for r in raw if access.scope is None or r[0] == "cmp-001"]
+    finally:
+        pool.close()

@@ -12,12 +12,17 @@ write one and the serving layer unions what both wrote. A full sketch is 4,136 b
 
 from __future__ import annotations
 
+import itertools
+import os
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import datasketches as ds
 import pyarrow as pa
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 if TYPE_CHECKING:
     import duckdb
@@ -60,10 +65,12 @@ def estimate(sketch: ds.hll_sketch) -> Estimate:
 
 
 def _union(sketches: Iterable[bytes | None]) -> ds.hll_sketch:
+    """The union of ``sketches``, the same whatever their order: an HLL union's estimator
+    state depends on the order it was given its sketches (the SQL sandbox's ``list()`` of a
+    parallel aggregate has none), so they are unioned in the order of their bytes."""
     merged = ds.hll_union(LG_K)
-    for data in sketches:
-        if data is not None:
-            merged.update(ds.hll_sketch.deserialize(data))
+    for data in sorted(s for s in sketches if s is not None):
+        merged.update(ds.hll_sketch.deserialize(data))
     return merged.get_result(ds.tgt_hll_type.HLL_8)
 
 
@@ -72,25 +79,85 @@ def union_sketch(sketches: Iterable[bytes | None]) -> bytes:
     return bytes(_union(sketches).serialize_updatable())
 
 
-def register(con: duckdb.DuckDBPyConnection) -> None:
+class SealError(ValueError):
+    """A value given as a sealed sketch that is not one of this database's."""
+
+
+class SketchSeal:
+    """Sketches for readers who may not see users (analyst and advertiser keys).
+
+    A sketch in its small modes (LIST, SET: up to a few hundred users, most rows) holds each
+    user's 32-bit hash coupon as is, so whoever reads the bytes can match them against the
+    hashes of guessed ids, and the coupons follow a user across rows and campaigns. A sealed
+    sketch is the sketch encrypted and authenticated (AES-GCM, a fresh nonce per value) with a
+    key that lives in one database only (the SQL sandbox opens one per query): its bytes say
+    nothing but their length, no two reads of a sketch are alike, and a sketch made by the
+    reader (from guessed ids, say) is refused instead of being unioned with the real ones.
+    :func:`register` then gives the database the sealed forms of the sketch functions:
+    ``sketch_union`` unions sealed sketches into a sealed one, ``sketch_estimate`` returns only
+    a number."""
+
+    MAGIC: Final = b"ctr-sealed-sketch:"
+
+    def __init__(self) -> None:
+        self._aead = AESGCM(AESGCM.generate_key(bit_length=128))
+        # 96-bit nonces: 4 random bytes and a counter, never repeated within a key's life.
+        self._prefix = os.urandom(4)
+        self._counter = itertools.count()
+        # The SQL name the database's views call to seal their rows' sketches: not on the SQL
+        # sandbox's allow-list, and unguessable besides (one per database).
+        self.function = f"seal_{secrets.token_hex(8)}"
+
+    def seal(self, sketch: bytes) -> bytes:
+        nonce = self._prefix + next(self._counter).to_bytes(8, "big")
+        return self.MAGIC + nonce + self._aead.encrypt(nonce, sketch, None)
+
+    def open(self, sealed: bytes) -> bytes:
+        """The sketch ``sealed`` holds; :class:`SealError` unless this seal sealed it."""
+        start = len(self.MAGIC)
+        if not sealed.startswith(self.MAGIC) or len(sealed) < start + 12 + 16:
+            raise SealError(_NOT_SEALED)
+        try:
+            return self._aead.decrypt(sealed[start : start + 12], sealed[start + 12 :], None)
+        except InvalidTag:
+            raise SealError(_NOT_SEALED) from None
+
+
+_NOT_SEALED: Final = (
+    "not a sketch of this query's views: with an analyst or advertiser key the sketch columns "
+    "are sealed (they hold no user hashes), and only the views' own sketches can be unioned "
+    "(sketch_union) and estimated (sketch_estimate)"
+)
+
+
+def register(con: duckdb.DuckDBPyConnection, seal: SketchSeal | None = None) -> None:
     """Give ``con`` (DuckDB) the SQL functions of sketches: ``sketch_union(BLOB[]) -> BLOB``
     (:func:`union_sketch`; ``list(reach_sketch)`` of any rows) and ``sketch_estimate(BLOB)
     -> DOUBLE`` (distinct users of a sketch; null: null). DuckDB has no HLL sketch of its own
-    that reads these."""
+    that reads these.
+
+    With ``seal``, both take sealed sketches only (:class:`SketchSeal`; ``sketch_union``
+    returns one), and ``seal.function(BLOB) -> BLOB`` seals a sketch (for the views)."""
     import duckdb
     from duckdb.func import ARROW
 
     blob = duckdb.sqltype("BLOB")
+    opened = (lambda s: s) if seal is None else seal.open
+    sealed = (lambda s: s) if seal is None else seal.seal
 
     def unions(lists: pa.Array) -> pa.Array:
         return pa.array(
-            [None if s is None else union_sketch(s) for s in lists.to_pylist()], pa.binary()
+            [
+                None if s is None else sealed(union_sketch(opened(x) for x in s if x is not None))
+                for s in lists.to_pylist()
+            ],
+            pa.binary(),
         )
 
     def estimates(blobs: pa.Array) -> pa.Array:
         return pa.array(
             [
-                None if s is None else ds.hll_sketch.deserialize(s).get_estimate()
+                None if s is None else ds.hll_sketch.deserialize(opened(s)).get_estimate()
                 for s in blobs.to_pylist()
             ],
             pa.float64(),
@@ -98,3 +165,11 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
 
     con.create_function("sketch_union", unions, [duckdb.list_type(blob)], blob, type=ARROW)
     con.create_function("sketch_estimate", estimates, [blob], duckdb.sqltype("DOUBLE"), type=ARROW)
+    if seal is not None:
+
+        def seals(blobs: pa.Array) -> pa.Array:
+            return pa.array(
+                [None if s is None else seal.seal(s) for s in blobs.to_pylist()], pa.binary()
+            )
+
+        con.create_function(seal.function, seals, [blob], blob, type=ARROW)

@@ -11,10 +11,20 @@ Read-only by construction, in two independent layers:
    functions) must be on an allow-list: the SQL library an analyst needs
    (:data:`ALLOWED_FUNCTIONS`, table functions :data:`ALLOWED_TABLE_FUNCTIONS`), not DuckDB's
    scans of Python objects by address, file readers, catalog, settings or ``query()``.
+   Every table it names must be one of the views the key may read (:func:`view_names`) or
+   a CTE of its own in scope: not DuckDB's catalog (``information_schema``, ``pg_catalog``,
+   ``duckdb_tables``…), not a file path.
 2. **The database.** A fresh in-memory DuckDB with external access off from its first moment and
    no allowed paths: it cannot open, create or write any file. The lake's tables reach it as
    Arrow datasets over one snapshot's Parquet files, which Arrow opens for reading only.
    Python replacement scans are off and the configuration is locked.
+
+Files rewritten by delta-rs (``DELETE``, ``OPTIMIZE``: the platform's own clean-ups among them)
+record Arrow's ``string_view`` and ``binary_view`` types, which Arrow's dataset scanner cannot
+filter ("Function 'equal' has no kernel matching input types (string, string_view)", and no
+``array_filter`` kernel for them). Those files (``view_files``: found from their footers when a
+query first fails on one, and remembered by the worker) are read with their own types and no
+filter pushed into Arrow (DuckDB filters their rows); the others keep DuckDB's filter pushdown.
 
 The worker processes that run these databases add OS limits (see :mod:`serving_layer.sandbox.pool`).
 """
@@ -25,7 +35,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -33,6 +43,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from lake.catalog import (
     BATCH_COVERAGE,
@@ -214,8 +225,18 @@ class SqlResult:
         return self.truncated_by is not None
 
 
-def check_read_only(sql: str) -> str:
-    """The statement to run for ``sql``, or :class:`SqlRefusedError` saying why not.
+class TableRefusedError(SqlRefusedError):
+    """The query reads ``table``, which is not one of the views the key may query."""
+
+    def __init__(self, message: str, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+def check_read_only(sql: str, access: Access | None = None) -> str:
+    """The statement to run for ``sql``, or :class:`SqlRefusedError` saying why not: it must
+    be one read-only query that calls allowed functions only and reads only the views
+    ``access`` may query (:func:`view_names`; None: an admin's) and its own CTEs.
 
     Raises :class:`SqlError` when DuckDB cannot parse it.
     """
@@ -235,15 +256,17 @@ def check_read_only(sql: str) -> str:
                     "statement; EXPLAIN <query> shows the plan"
                 )
             inner = sql[tokens[1][0] :]
-            _require_query(parser, inner)
+            _require_query(parser, inner, access)
             return f"EXPLAIN {inner}"
-        _require_query(parser, sql)
+        _require_query(parser, sql, access)
         return sql
     finally:
         parser.close()
 
 
-def _require_query(parser: duckdb.DuckDBPyConnection, sql: str) -> None:
+def _require_query(
+    parser: duckdb.DuckDBPyConnection, sql: str, access: Access | None = None
+) -> None:
     statements = _statements(parser, sql)
     tokens = duckdb.tokenize(sql)
     keyword = _word(sql, tokens, 0) if tokens else ""
@@ -264,6 +287,9 @@ def _require_query(parser: duckdb.DuckDBPyConnection, sql: str) -> None:
         raise SqlRefusedError(f"{keyword} statements are not allowed: {_ALLOWED}")
     for name, table in called_functions(tree):
         _require_allowed(name, table=table)
+    readable = frozenset(view_names(access))
+    for ref in table_references(tree):
+        _require_readable(ref, readable, access)
 
 
 def called_functions(tree: object) -> Iterator[tuple[str, bool]]:
@@ -289,6 +315,95 @@ def called_functions(tree: object) -> Iterator[tuple[str, bool]]:
             yield name, table
         is_ref = node.get("type") == "TABLE_FUNCTION"
         stack.extend((value, is_ref and key == "function") for key, value in node.items())
+
+
+@dataclass(frozen=True)
+class TableReference:
+    """A table a query names: ``schema`` and ``catalog`` as written (empty: none), and whether
+    a CTE of the query by that name is in scope (``cte``)."""
+
+    name: str
+    schema: str = ""
+    catalog: str = ""
+    cte: bool = False
+
+    @property
+    def written(self) -> str:
+        return ".".join(part for part in (self.catalog, self.schema, self.name) if part)
+
+
+_PATH_LIKE: Final = re.compile(r"[/\\.*?:]")
+# SHOW TABLES and SHOW ALL TABLES (DESCRIBE with no table): the database's own views only.
+_TABLE_LISTINGS: Final = frozenset({'"tables"', "__show_tables_expanded"})
+
+
+def table_references(tree: object) -> Iterator[TableReference]:
+    """Every table a ``json_serialize_sql`` tree reads by name, with the CTEs in scope where
+    it is named: a WITH clause's names are seen by its query and, in order, by the CTEs
+    written after each (DuckDB resolves a name used before its CTE in the catalog); a
+    recursive CTE sees itself. ``SHOW <name>`` (no query) is a reference to ``<name>``."""
+    stack: list[tuple[object, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, scope = stack.pop()
+        if isinstance(node, list):
+            stack.extend((child, scope) for child in node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        if kind == "BASE_TABLE":
+            name = str(node.get("table_name", ""))
+            yield TableReference(
+                name,
+                str(node.get("schema_name") or ""),
+                str(node.get("catalog_name") or ""),
+                cte=name.lower() in scope,
+            )
+        elif kind == "SHOW_REF" and node.get("query") is None:
+            name = str(node.get("table_name", ""))
+            if name not in _TABLE_LISTINGS:
+                yield TableReference(name.strip('"'), str(node.get("schema_name") or ""))
+        elif kind == "RECURSIVE_CTE_NODE":
+            scope = scope | {str(node.get("cte_name", "")).lower()}
+        ctes = node.get("cte_map")
+        if isinstance(ctes, dict) and ctes.get("map"):
+            seen = set(scope)
+            for entry in ctes["map"]:
+                stack.append((entry.get("value"), frozenset(seen)))
+                seen.add(str(entry.get("key", "")).lower())
+            scope = frozenset(seen)
+        stack.extend((value, scope) for key, value in node.items() if key != "cte_map")
+
+
+def view_names(access: Access | None = None) -> tuple[str, ...]:
+    """The views a query of ``access`` (None: an admin's) may read: its tables of
+    :func:`sandbox_views`, the merged views and their versions."""
+    return (*sandbox_views(access), "covered", "stale", "ctr", *VERSION_VIEWS)
+
+
+def _require_readable(ref: TableReference, readable: frozenset[str], access: Access | None) -> None:
+    if ref.schema or ref.catalog:
+        raise TableRefusedError(
+            f"the table {ref.written} is not allowed: a query reads the views by their names "
+            f"alone ({', '.join(sorted(readable))}), or its own CTEs",
+            ref.written,
+        )
+    name = ref.name.lower()
+    if ref.cte or name in readable:
+        return
+    if name in SANDBOX_VIEWS and access is not None:
+        raise TableRefusedError(
+            f"the table {ref.name} is not readable with an {access.role} key "
+            f"({access.name!r}); ask an admin for a key with access to it",
+            ref.name,
+        )
+    files = " (the sandbox reads no files)" if _PATH_LIKE.search(ref.name) else ""
+    raise TableRefusedError(
+        f"the table {ref.name} is not allowed{files}: a query reads the views "
+        + ", ".join(sorted(readable))
+        + " and its own CTEs (SHOW TABLES lists the views)",
+        ref.name,
+    )
 
 
 def _require_allowed(name: str, *, table: bool) -> None:
@@ -344,6 +459,7 @@ def open_sandbox(
     memory_limit_bytes: int,
     threads: int = 1,
     access: Access | None = None,
+    view_files: Collection[str] = frozenset(),
 ) -> duckdb.DuckDBPyConnection:
     """A fresh database that can touch no file, with ``tables`` (one per entry of
     :func:`sandbox_views` of ``access``, by view name) as read-only views plus ``covered`` (the
@@ -372,14 +488,16 @@ def open_sandbox(
     )
     try:
         con.execute("SET TimeZone = 'UTC'")
-        sketches.register(con)
         users_hidden = access is not None and not access.raw_tables
+        # User-level data is an admin's: below admin, sketches are sealed (they hold every
+        # user's hash in their small modes) and can only be unioned and estimated.
+        seal = sketches.SketchSeal() if users_hidden else None
+        sketches.register(con, seal)
         for view, name in allowed.items():
-            rows = con.from_arrow(_dataset(tables[view]))
+            rows = _rows(con, tables[view], view_files)
             table = SERVED_BY_NAME[name]
-            if users_hidden and set(USER_LISTS) & set(rows.columns):
-                # User ids: raw data, for admins only (reach comes with the sketches).
-                rows = rows.project(", ".join(c for c in rows.columns if c not in USER_LISTS))
+            if seal is not None:
+                rows = _without_users(rows, seal)
             if scope is not None:
                 if "campaign_id" in table.schema.names:
                     rows = rows.filter(_in_scope(scope))
@@ -400,6 +518,21 @@ def open_sandbox(
         con.close()
         raise
     return con
+
+
+def _without_users(
+    rows: duckdb.DuckDBPyRelation, seal: sketches.SketchSeal
+) -> duckdb.DuckDBPyRelation:
+    """``rows`` without user ids (the lists: raw data, an admin's) and with sealed sketches."""
+    if not (set(USER_LISTS) | set(SKETCHES)) & set(rows.columns):
+        return rows
+    return rows.project(
+        ", ".join(
+            f"{seal.function}({c}) AS {c}" if c in SKETCHES else c
+            for c in rows.columns
+            if c not in USER_LISTS
+        )
+    )
 
 
 def _in_scope(scope: Scope) -> duckdb.Expression:
@@ -470,31 +603,101 @@ def _create_version_views(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_v{published.version}")
 
 
-def _dataset(table: TableSnapshot) -> ds.Dataset | pa.Table:
-    """The table's files as an Arrow dataset (partition values from the paths, as Delta writes
+def _rows(
+    con: duckdb.DuckDBPyConnection, table: TableSnapshot, view_files: Collection[str]
+) -> duckdb.DuckDBPyRelation:
+    """The table's files as Arrow datasets (partition values from the paths, as Delta writes
     them), or an empty table of its schema; columns of the catalog's schema that the table
-    lacks (written before they were added) are null."""
+    lacks (written before they were added) are null. The files of ``view_files`` are read
+    with Arrow's view types, behind a LIMIT that no filter is pushed through."""
     schema = table.schema
     for column in SERVED_BY_NAME[table.name].schema:
         if column.name not in schema.names:
             schema = schema.append(column)
     if not table.files:
-        return schema.empty_table()
+        return con.from_arrow(schema.empty_table())
+    plain = [f for f in table.files if f not in view_files]
+    viewed = [f for f in table.files if f in view_files]
+    parts = []
+    if plain:
+        parts.append(con.from_arrow(_dataset(table, plain, schema)))
+    if viewed:
+        typed = view_typed(schema, keep=table.partition_columns)
+        # DuckDB pushes no filter through a LIMIT: Arrow only projects these files' columns.
+        parts.append(con.from_arrow(_dataset(table, viewed, typed)).limit(_NO_LIMIT))
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.union(part)  # the same columns in the same order (UNION ALL)
+    return rows
+
+
+# More rows than any table holds: a LIMIT that limits nothing, a barrier to filter pushdown.
+_NO_LIMIT: Final = 2**63 - 1
+# The error a filter on a view-typed column gets from Arrow's scanner.
+VIEW_TYPE_ERROR: Final = re.compile(r"has no kernel matching input types \([^)]*_view")
+
+
+def _dataset(table: TableSnapshot, files: Sequence[str], schema: pa.Schema) -> ds.Dataset:
     filesystem, root = arrow_filesystem(table.path)
-    paths = [store_path(f) for f in table.files]
     partitioning = None
     if table.partition_columns:
         partitioning = ds.partitioning(
             pa.schema([table.schema.field(c) for c in table.partition_columns]), flavor="hive"
         )
     return ds.dataset(
-        paths,
+        [store_path(f) for f in files],
         schema=schema,
         format="parquet",
         filesystem=filesystem,
         partitioning=partitioning,
         partition_base_dir=root,
     )
+
+
+def view_typed_files(tables: Iterable[TableSnapshot], known: Mapping[str, bool]) -> dict[str, bool]:
+    """Whether each file of ``tables`` not in ``known`` records a view type (its footer, read
+    with Arrow): the files :func:`open_sandbox` must read without filter pushdown."""
+    found: dict[str, bool] = {}
+    for table in tables:
+        unknown = [f for f in table.files if f not in known and f not in found]
+        if not unknown:
+            continue
+        filesystem, _ = arrow_filesystem(table.path)
+        for path in unknown:
+            physical = pq.read_schema(store_path(path), filesystem=filesystem)
+            found[path] = any(_view_type(f.type) == f.type and _has_view(f.type) for f in physical)
+    return found
+
+
+def view_typed(schema: pa.Schema, *, keep: Sequence[str] = ()) -> pa.Schema:
+    """``schema`` with its strings and binaries (nested ones too) as Arrow's view types, but for
+    the columns in ``keep`` (partition values, typed from the paths)."""
+    return pa.schema(
+        [f if f.name in keep else f.with_type(_view_type(f.type)) for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+def _view_type(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pa.string_view()
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return pa.binary_view()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return pa.list_(kind.value_field.with_type(_view_type(kind.value_type)))
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_view_type(f.type)) for f in kind])
+    return kind
+
+
+def _has_view(kind: pa.DataType) -> bool:
+    if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_view(kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_has_view(f.type) for f in kind)
+    return False
 
 
 def execute(

@@ -15,17 +15,21 @@ import ctypes
 import os
 import resource
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Collection, Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
 from serving_layer.sandbox.database import (
+    VIEW_TYPE_ERROR,
     SqlError,
     SqlRefusedError,
+    SqlResult,
     check_read_only,
     execute,
     hidden_views,
     open_sandbox,
+    view_typed_files,
 )
 from serving_layer.tables import TableSnapshot
 from views.access import Access
@@ -82,20 +86,59 @@ def answer(  # noqa: PLR0913 - keyword-only limits of one query
 ) -> tuple[str, object]:
     """One request's reply: ``("ok", SqlResult)`` or ``(kind, message)`` with kind one of
     refused, error, timeout, unavailable; over the tables and rows ``access`` may read."""
+    started = time.monotonic()
     try:
-        statement = check_read_only(sql)
-        con = _open(tables, memory_bytes, threads, access)
+        statement = check_read_only(sql, access)
         try:
-            result = execute(
-                con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s
+            result = _execute(
+                statement, tables, access, timeout_s, (max_rows, max_bytes, memory_bytes, threads)
             )
-        finally:
-            con.close()
+        except SqlError as exc:
+            if not VIEW_TYPE_ERROR.search(str(exc)) or not _learn_view_files(tables):
+                raise
+            # A file delta-rs rewrote: again, reading such files without filter pushdown.
+            left_s = max(timeout_s - (time.monotonic() - started), 0.001)
+            result = _execute(
+                statement, tables, access, left_s, (max_rows, max_bytes, memory_bytes, threads)
+            )
     except SqlError as exc:
         return _failure(_explained(exc, access))
     except Exception as exc:  # an Arrow error on a damaged file, say: an answer, not a crash
         return _failure(exc)
     return "ok", result
+
+
+# Files of the lake (immutable, their names unique) and whether they record Arrow view types;
+# at most this many remembered (then forgotten, oldest first, and read again when needed).
+_VIEW_FILES: dict[str, bool] = {}
+_VIEWED: set[str] = set()
+_MAX_KNOWN_FILES: Final = 200_000
+
+
+def _execute(
+    statement: str,
+    tables: Mapping[str, TableSnapshot],
+    access: Access | None,
+    timeout_s: float,
+    limits: tuple[int, int, int, int],
+) -> SqlResult:
+    max_rows, max_bytes, memory_bytes, threads = limits
+    con = _open(tables, memory_bytes, threads, access, _VIEWED)
+    try:
+        return execute(con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s)
+    finally:
+        con.close()
+
+
+def _learn_view_files(tables: Mapping[str, TableSnapshot]) -> bool:
+    """Read the footers of the files not seen yet; whether any of them records view types."""
+    found = view_typed_files(tables.values(), _VIEW_FILES)
+    _VIEW_FILES.update(found)
+    _VIEWED.update(f for f, viewed in found.items() if viewed)
+    while len(_VIEW_FILES) > _MAX_KNOWN_FILES:
+        _VIEWED.discard(next(iter(_VIEW_FILES)))
+        del _VIEW_FILES[next(iter(_VIEW_FILES))]
+    return any(found.values())
 
 
 def _explained(exc: SqlError, access: Access | None) -> SqlError:
@@ -119,10 +162,20 @@ class _OpenFailedError(Exception):
 
 
 def _open(
-    tables: Mapping[str, TableSnapshot], memory_bytes: int, threads: int, access: Access | None
+    tables: Mapping[str, TableSnapshot],
+    memory_bytes: int,
+    threads: int,
+    access: Access | None,
+    view_files: Collection[str],
 ) -> duckdb.DuckDBPyConnection:
     try:
-        return open_sandbox(tables, memory_limit_bytes=memory_bytes, threads=threads, access=access)
+        return open_sandbox(
+            tables,
+            memory_limit_bytes=memory_bytes,
+            threads=threads,
+            access=access,
+            view_files=view_files,
+        )
     except MemoryError:
         raise _OpenFailedError(
             "error", "the query ran out of memory (the sandbox's limit) while starting"
