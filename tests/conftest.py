@@ -1,6 +1,6 @@
-"""One Kafka broker per test session: a local Apache Kafka broker on free ports, or the cluster
-named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its own. One SparkSession per test
-session. The dashboard tests' lake, API server and browser page."""
+"""One Kafka broker per test session: a local Apache Kafka broker on free ports that requires
+SASL/SCRAM logins, or the cluster named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its
+own. One SparkSession per test session. The dashboard tests' lake, API server and browser page."""
 
 from __future__ import annotations
 
@@ -32,11 +32,13 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield KafkaSettings(bootstrap_servers=external)
+    """The session's broker. Local: with SASL/SCRAM required, so that every test's clients
+    prove they log in with the credentials of their settings. External: KAFKA_BOOTSTRAP_SERVERS
+    and its KAFKA_SECURITY_PROTOCOL / KAFKA_SASL_* settings."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        yield KafkaSettings()
         return
-    with scratch_broker(tmp_path_factory.mktemp("run")) as settings:
+    with scratch_broker(tmp_path_factory.mktemp("run"), auth="scram") as settings:
         yield settings
 
 
@@ -54,8 +56,8 @@ def topics(kafka: KafkaSettings) -> Iterator[KafkaSettings]:
 def kafka_env(topics: KafkaSettings, tmp_path: Path) -> dict[str, str]:
     """Environment for a `ctr` subprocess that talks to this test's topics."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
+    env.update(topics.environ())  # the cluster and its credentials
     env.update(
-        KAFKA_BOOTSTRAP_SERVERS=topics.bootstrap_servers,
         KAFKA_TOPIC=topics.topic,
         KAFKA_DLQ_TOPIC=topics.dlq_topic,
         RUN_DIR=str(tmp_path / "run"),

@@ -227,9 +227,7 @@ def test_produce_command_writes_ground_truth(kafka_env: dict[str, str], tmp_path
     assert "sent 3,000 records" in done.stderr
     assert "0 failed" in done.stderr
     counts = read_csv(truth)
-    settings = KafkaSettings(
-        bootstrap_servers=kafka_env["KAFKA_BOOTSTRAP_SERVERS"], topic=kafka_env["KAFKA_TOPIC"]
-    )
+    settings = KafkaSettings.from_environ(kafka_env)
     assert sum(i + c for i, c in counts.values()) == len(read_topic(settings, settings.topic))
 
 
@@ -242,11 +240,7 @@ def test_produce_fails_fast_when_the_broker_is_unreachable(tmp_path: Path) -> No
 
 
 def test_produce_fails_clearly_when_the_topic_is_missing(kafka: KafkaSettings) -> None:
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-        "KAFKA_TOPIC": "no-such-topic",
-    }
+    env = {**os.environ, **kafka.environ(), "KAFKA_TOPIC": "no-such-topic"}
     done = ctr_produce(env, ["--events", "10"])
     assert done.returncode != 0
     assert "no-such-topic" in done.stderr
@@ -254,9 +248,7 @@ def test_produce_fails_clearly_when_the_topic_is_missing(kafka: KafkaSettings) -
 
 
 def test_sigterm_stops_produce_cleanly_and_loses_nothing(kafka_env: dict[str, str]) -> None:
-    settings = KafkaSettings(
-        bootstrap_servers=kafka_env["KAFKA_BOOTSTRAP_SERVERS"], topic=kafka_env["KAFKA_TOPIC"]
-    )
+    settings = KafkaSettings.from_environ(kafka_env)
     with subprocess.Popen(
         [CTR, "produce", "--rate", "2000", "--seed", "2"],
         env=kafka_env,
