@@ -54,8 +54,13 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 async def get_client(request: Request) -> str:
-    """Whom per-client limits count: the peer's address (behind a reverse proxy, the proxy)."""
-    return request.client.host if request.client is not None else "unknown"
+    """Whom per-client limits count (the CTR and SQL gates' shares, the SQL back-off): the key
+    a request carries (by name: two keys on one address are two clients, one key on many
+    addresses one), else the peer's address (behind a reverse proxy, the proxy)."""
+    access: Access | None = getattr(request.state, "access", None)
+    if access is not None:
+        return f"key:{access.name}"
+    return f"address:{request.client.host if request.client is not None else 'unknown'}"
 
 
 ClientDep = Annotated[str, Depends(get_client)]

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from api import errors
 from api.authn import Authenticator
 from api.deps import require_access
+from api.errors import ParameterError
 from api.guard import RequestGuard
 from api.metrics import LakeCollector, RequestMetrics
 from api.query_gate import QueryGate
@@ -25,6 +26,7 @@ from api.topic_depth import TopicDepth
 from lake.keys import KeyWatcher, UsageRecorder
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
+from serving_layer.reader import QueryLimitError
 from serving_layer.sandbox.pool import ClientBackoff, SqlPool
 from serving_layer.service import ServingLayer
 
@@ -51,12 +53,21 @@ def create_app(
         app.state.serving.snapshots.subscribe(
             lambda snapshot: app.state.cache.refresh_ahead(snapshot.key, snapshot)
         )
+        # Places per key: one key's heavy queries leave places for the others.
         app.state.ctr_gate = QueryGate(
             workers=settings.ctr_workers,
-            per_client=settings.per_client_workers,
+            per_client=settings.ctr_per_key,
             queue=settings.ctr_queue,
             queue_timeout_s=settings.ctr_queue_timeout_s,
             what="CTR queries",
+        )
+        app.state.sql_gate = QueryGate(
+            workers=settings.sql_workers,
+            per_client=settings.sql_per_key,
+            queue=settings.sql_queue,
+            queue_timeout_s=settings.sql_queue_timeout_s,
+            what="SQL queries",
+            setting="API_SQL",
         )
         # Answers are computed on threads of their own, as many as may run at once.
         app.state.ctr_limiter = CapacityLimiter(settings.ctr_workers)
@@ -69,6 +80,7 @@ def create_app(
             backoff=ClientBackoff(
                 first_s=min(settings.sql_backoff_s, settings.sql_max_backoff_s),
                 max_s=settings.sql_max_backoff_s,
+                forgive_s=settings.sql_forgive_s,
             ),
         )
         app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
@@ -99,6 +111,9 @@ def create_app(
         settings.cache_entries,
         max_bytes=int(settings.cache_max_bytes),
         max_stale_s=settings.cache_stale_s,
+        # Over the byte cap, the time limit or the memory limit: asking again costs nothing.
+        refusal_s=settings.ctr_refusal_s,
+        refused=lambda error: isinstance(error, ParameterError | QueryLimitError),
     )
     registry = CollectorRegistry()
     dead_letters = TopicDepth(
@@ -114,6 +129,7 @@ def create_app(
             dead_letters,
             lambda: app.state.sql_pool,
             lambda: app.state.ctr_gate,
+            sql_gate=lambda: app.state.sql_gate,
         )
     )
     app.state.registry = registry

@@ -109,12 +109,15 @@ class LakeCollector(Collector):
         dead_letters: TopicDepth | None = None,
         sql_pool: Callable[[], SqlPool] | None = None,
         ctr_gate: Callable[[], QueryGate] | None = None,
+        *,
+        sql_gate: Callable[[], QueryGate] | None = None,
     ):
         self._serving = serving
         self._cache = cache
         self._dead_letters = dead_letters
         self._sql_pool = sql_pool
         self._ctr_gate = ctr_gate
+        self._sql_gate = sql_gate
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         errors = GaugeMetricFamily(
@@ -290,9 +293,13 @@ class LakeCollector(Collector):
     def _sql(self) -> Iterator[Metric]:
         assert self._sql_pool is not None
         stats = self._sql_pool().stats()
+        # Queries wait at the API's gate (a place in their key's share) and then for a worker.
+        gate = self._sql_gate().stats() if self._sql_gate is not None else None
+        waiting = stats.waiting + (gate.waiting if gate is not None else 0)
+        busy = stats.rejected_busy + (gate.rejected_busy if gate is not None else 0)
         yield GaugeMetricFamily("ctr_sql_workers", "SQL worker processes", stats.workers)
         yield GaugeMetricFamily("ctr_sql_workers_busy", "SQL workers running a query", stats.busy)
-        yield GaugeMetricFamily("ctr_sql_queued", "SQL queries waiting for a worker", stats.waiting)
+        yield GaugeMetricFamily("ctr_sql_queued", "SQL queries waiting for a worker", waiting)
         outcomes = CounterMetricFamily(
             "ctr_sql_queries", "SQL queries by outcome", labels=["outcome"]
         )
@@ -301,7 +308,7 @@ class LakeCollector(Collector):
             ("refused", stats.refused),
             ("failed", stats.failed),
             ("time_limit", stats.timed_out),
-            ("busy", stats.rejected_busy),
+            ("busy", busy),
             ("backed_off", stats.backed_off),
         ):
             outcomes.add_metric([outcome], count)

@@ -12,10 +12,15 @@ read in the last ``ahead_s`` seconds are recomputed at once, in the same backgro
 (cheapest first, within ``ahead_budget_s`` of their last computing time per snapshot), so a
 dashboard that polls gets the new snapshot's answer on its next request instead of the one
 after.
+
+Refusals are answers too: an answer that could not be given (over the byte cap, stopped at the
+time limit) is remembered for the snapshot it was computed on and, for ``refusal_s``, for later
+ones — the lake only grows meanwhile — so asking again costs nothing (:meth:`peek` raises it).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 import time
@@ -26,6 +31,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T", bound=Sized)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    version: Hashable
+    error: BaseException
+    at: float
 
 
 @dataclass(frozen=True)
@@ -40,7 +52,7 @@ class _Entry(Generic[T]):
 class ResponseCache(Generic[T]):
     """Answers of type ``T`` (rendered bodies) per key and snapshot version."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only settings, each with a default
         self,
         entries: int,
         *,
@@ -48,6 +60,9 @@ class ResponseCache(Generic[T]):
         max_stale_s: float = 0.0,
         ahead_s: float = 10.0,
         ahead_budget_s: float = 0.25,
+        refusal_s: float = 0.0,
+        refused: Callable[[BaseException], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if entries < 0:
             raise ValueError(f"'entries' must be >= 0, got {entries}")
@@ -60,6 +75,14 @@ class ResponseCache(Generic[T]):
         self.max_stale_s = max_stale_s
         self.ahead_s = ahead_s
         self.ahead_budget_s = ahead_budget_s
+        if refusal_s < 0:
+            raise ValueError(f"'refusal_s' must be >= 0, got {refusal_s}")
+        self.refusal_s = refusal_s
+        # Which errors of a computation are refusals to remember (None: none).
+        self._refused = refused
+        self._clock = clock
+        self.refusal_hits = 0
+        self._refusals: OrderedDict[Hashable, _Refusal] = OrderedDict()
         self.bytes = 0
         self.hits = 0
         self.stale_hits = 0
@@ -92,12 +115,34 @@ class ResponseCache(Generic[T]):
         if self.entries == 0:
             return None
         with self._lock:
+            self._raise_refusal(key, version)
             if ahead is not None:
-                self._ahead[key] = (ahead, time.monotonic())
+                self._ahead[key] = (ahead, self._clock())
                 self._ahead.move_to_end(key)
                 while len(self._ahead) > self.entries:
                     self._ahead.popitem(last=False)
             return self._cached(key, version, compute)
+
+    def _raise_refusal(self, key: Hashable, version: Hashable) -> None:
+        """Under the lock: raise the refusal remembered for ``key`` if it holds at ``version``."""
+        refusal = self._refusals.get(key)
+        if refusal is None:
+            return
+        if refusal.version != version and self._clock() - refusal.at > self.refusal_s:
+            del self._refusals[key]
+            return
+        self.refusal_hits += 1
+        # A copy: raising the one instance again would grow its traceback with every request.
+        raise copy.copy(refusal.error).with_traceback(None)
+
+    def _remember_refusal(self, key: Hashable, version: Hashable, error: BaseException) -> None:
+        """Under the lock: keep ``error`` as ``key``'s answer at ``version`` if it is a refusal."""
+        if self._refused is None or not self._refused(error):
+            return
+        self._refusals[key] = _Refusal(version, error, self._clock())
+        self._refusals.move_to_end(key)
+        while len(self._refusals) > self.entries:
+            self._refusals.popitem(last=False)
 
     def refresh_ahead(self, version: Hashable, snapshot: object) -> int:
         """Start recomputing, for ``snapshot`` (identified by ``version``), the answers read in
@@ -105,7 +150,7 @@ class ResponseCache(Generic[T]):
         last computing times add up to at most ``ahead_budget_s``. Returns how many started."""
         started = 0
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             recent = []
             for key, (ahead, read_at) in list(self._ahead.items()):
                 if now - read_at > self.ahead_s:
@@ -186,7 +231,7 @@ class ResponseCache(Generic[T]):
         if entry.version == version:
             self.hits += 1
             return entry.body
-        if time.monotonic() - entry.computed_at > self.max_stale_s:
+        if self._clock() - entry.computed_at > self.max_stale_s:
             return None
         self.stale_hits += 1
         if (key, version) not in self._pending:
@@ -198,15 +243,16 @@ class ResponseCache(Generic[T]):
     def _fill(
         self, key: Hashable, version: Hashable, compute: Callable[[], T], future: Future[T]
     ) -> None:
-        began = time.monotonic()
+        began = self._clock()
         try:
             body = compute()
         except BaseException as exc:
             with self._lock:
                 del self._pending[(key, version)]
+                self._remember_refusal(key, version, exc)
             future.set_exception(exc)
             return
-        cost = time.monotonic() - began
+        cost = self._clock() - began
         size = len(body)
         with self._lock:
             del self._pending[(key, version)]
@@ -216,7 +262,7 @@ class ResponseCache(Generic[T]):
                     self.bytes -= current.size
                     del self._data[key]
                 if size <= self.max_bytes // 8:
-                    self._data[key] = _Entry(version, body, time.monotonic(), size, cost)
+                    self._data[key] = _Entry(version, body, self._clock(), size, cost)
                     self.bytes += size
                 while len(self._data) > self.entries or self.bytes > self.max_bytes:
                     _, evicted = self._data.popitem(last=False)

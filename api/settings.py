@@ -27,12 +27,17 @@ class ApiSettings(BaseSettings):
     # JSON bytes of rows per SQL answer; the rest is cut off and the answer says so.
     sql_max_bytes: ByteSize = Field(default=ByteSize(16 * 2**20), ge=1024)
     sql_workers: int = Field(default=2, ge=1, le=64)
+    # Of the workers, one key's queries hold at most sql_workers_per_key (default: one fewer
+    # than sql_workers, so another key always finds one) and wait for at most as many more.
+    sql_workers_per_key: int | None = Field(default=None, ge=1)
     sql_queue: int = Field(default=4, ge=0)
     sql_queue_timeout_s: float = Field(default=30.0, gt=0)
-    # A client whose SQL query cost a worker (crashed, killed at the time limit, out of memory)
-    # gets 429 for sql_backoff_s, doubling with each such query up to sql_max_backoff_s.
+    # A key whose SQL queries cost workers (stopped at the time limit: a strike; crashed, killed
+    # or out of memory: two) gets 429 for sql_backoff_s after its first strike, doubling with
+    # each strike up to sql_max_backoff_s; a strike is forgiven per sql_forgive_s without one.
     sql_backoff_s: float = Field(default=1.0, gt=0)
     sql_max_backoff_s: float = Field(default=60.0, gt=0)
+    sql_forgive_s: float = Field(default=60.0, gt=0)
     # Request bodies larger than this get a 413 (after the token check, before parsing).
     max_body_bytes: ByteSize = Field(default=ByteSize(2**20), ge=1024)
     # How often the lake's snapshot is refreshed while requests come (each refresh lists every
@@ -68,11 +73,11 @@ class ApiSettings(BaseSettings):
     keep_alive_s: float = Field(default=5.0, gt=0)
 
     # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
-    # Answers computed at once, of which one client may hold ctr_workers_per_client (default:
-    # one fewer than ctr_workers, so one client never holds them all); up to ctr_queue more
-    # wait, at most ctr_queue_timeout_s (then 429).
+    # Answers computed at once, of which one key may hold ctr_workers_per_key (default: half of
+    # ctr_workers, so one key never holds them all) and have as many more waiting; up to
+    # ctr_queue wait in all, each at most ctr_queue_timeout_s (then 429).
     ctr_workers: int = Field(default=4, ge=1, le=64)
-    ctr_workers_per_client: int | None = Field(default=None, ge=1)
+    ctr_workers_per_key: int | None = Field(default=None, ge=1)
     ctr_queue: int = Field(default=64, ge=0)
     ctr_queue_timeout_s: float = Field(default=10.0, gt=0)
     # A query running longer is stopped (400).
@@ -87,12 +92,20 @@ class ApiSettings(BaseSettings):
     # The response cache's bytes; an answer over an eighth of it is not cached.
     cache_max_bytes: ByteSize = Field(default=ByteSize(64 * 2**20), ge=0)
 
+    # A refused answer (over ctr_max_bytes, stopped at ctr_timeout_s or the memory limit) is
+    # remembered for the snapshot it was computed on and, this many seconds, for later ones
+    # (the lake only grows meanwhile): asking again costs nothing. 0: the snapshot's only.
+    ctr_refusal_s: float = Field(default=60.0, ge=0)
+
     @property
-    def per_client_workers(self) -> int:
-        """``ctr_workers_per_client``, by default one fewer than ``ctr_workers`` (at least 1)."""
-        if self.ctr_workers_per_client is not None:
-            return min(self.ctr_workers_per_client, self.ctr_workers)
-        return max(1, self.ctr_workers - 1)
+    def ctr_per_key(self) -> int:
+        """``ctr_workers_per_key``, by default half of ``ctr_workers`` (at least 1)."""
+        return _share(self.ctr_workers_per_key, self.ctr_workers, max(1, self.ctr_workers // 2))
+
+    @property
+    def sql_per_key(self) -> int:
+        """``sql_workers_per_key``, by default one fewer than ``sql_workers`` (at least 1)."""
+        return _share(self.sql_workers_per_key, self.sql_workers, max(1, self.sql_workers - 1))
 
     @field_validator("token", "metrics_token")
     @classmethod
@@ -107,3 +120,7 @@ class ApiSettings(BaseSettings):
                 "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         return SecretStr(secret)
+
+
+def _share(setting: int | None, workers: int, default: int) -> int:
+    return default if setting is None else min(setting, workers)

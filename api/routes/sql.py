@@ -17,6 +17,7 @@ from api.deps import AccessDep, ClientDep, ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
+from api.query_gate import QueryGate
 from api.times import as_utc
 from serving_layer.csv_rows import csv_text
 from serving_layer.sandbox.database import (
@@ -53,9 +54,10 @@ _HEADER_SAFE: Final = "".join(c for c in string.punctuation + " " if c not in ",
         413: {"model": ErrorResponse, "description": "body over API_MAX_BODY_BYTES"},
         429: {
             "model": ErrorResponse,
-            "description": "every SQL worker busy and the queue full, or this client backed "
-            "off (a recent query of its crashed its worker, ran out of memory or was killed at "
-            "the time limit): retry after Retry-After seconds",
+            "description": "every SQL worker busy and the queue full, this key's share of the "
+            "workers taken (API_SQL_WORKERS_PER_KEY), or this key backed off (recent queries "
+            "of its were stopped at the time limit, crashed their worker or ran out of "
+            "memory): retry after Retry-After seconds",
         },
         503: {"model": ErrorResponse, "description": "the sandbox could not be set up"},
     },
@@ -95,11 +97,16 @@ async def post_sql(
         # The tables and rows the key may read: an advertiser's database holds no other row.
         access=access,
     )
+    # A backed-off key is refused before it queues; then a place among the key's share of the
+    # workers (one key never holds them all, nor fills the queue), then a worker.
+    pool.check_backoff(client)
+    gate: QueryGate = request.app.state.sql_gate
     try:
-        # Threads of its own: queries waiting for a worker never hold the threads that
-        # /api/v1/ctr and /healthz need.
-        limiter: CapacityLimiter = request.app.state.sql_limiter
-        result = await to_thread.run_sync(run, limiter=limiter)
+        async with gate.place(client):
+            # Threads of its own: queries waiting for a worker never hold the threads that
+            # /api/v1/ctr and /healthz need.
+            limiter: CapacityLimiter = request.app.state.sql_limiter
+            result = await to_thread.run_sync(run, limiter=limiter)
     except SqlRefusedError as exc:
         raise ParameterError("sql", f"refused: {exc}") from None
     except SqlError as exc:

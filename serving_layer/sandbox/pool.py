@@ -18,11 +18,15 @@ and replaced. At most ``workers`` queries run at once and ``queue`` more wait; b
 :class:`SqlBusyError`.
 
 Statements are checked (:func:`serving_layer.sandbox.check_read_only`: one read-only query,
-allowed functions only) before a worker sees them. A query that costs its worker (the process
-died, was killed at the time limit, or ran out of memory and is replaced) backs off the
-client that sent it: its next queries get :class:`SqlBusyError` at once, without a worker, for
-a pause that doubles with each such query (:class:`ClientBackoff`); a query that succeeds ends
-the back-off. Other clients are not affected.
+allowed functions and the key's views only) before a worker sees them. A query that costs its
+worker backs off the client that sent it (:class:`ClientBackoff`): its next queries get
+:class:`SqlBusyError` at once, without a worker, for a pause that doubles with each strike.
+A query stopped at the time limit is a strike; one that cost its worker process (killed at the
+hard limit, crashed, out of memory: a new interpreter must start) two. A query that succeeds
+ends nothing: strikes are forgiven one per ``forgive_s`` without a new one, so a cheap query
+between two costly ones does not reset the pause. Other clients are not affected. The API
+names a client by its key (:func:`api.deps.get_client`), and gives each key a share of the
+workers (:class:`api.query_gate.QueryGate`) before a query reaches the pool.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -98,28 +102,44 @@ class PoolStats:
 
 @dataclass(frozen=True)
 class ClientBackoff:
-    """How long a client whose query cost a worker waits: ``first_s``, doubling with each
-    such query in a row, at most ``max_s``."""
+    """How long a client whose queries cost workers waits: ``first_s`` after its first
+    strike, doubling with each strike it still has, at most ``max_s``; a strike is forgiven
+    per ``forgive_s`` without a new one (success forgives nothing)."""
 
     first_s: float = 1.0
     max_s: float = 60.0
+    forgive_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.first_s <= self.max_s:
             raise ValueError(
                 f"'first_s' must be > 0 and at most 'max_s' ({self.max_s:g}), got {self.first_s:g}"
             )
+        if self.forgive_s <= 0:
+            raise ValueError(f"'forgive_s' must be > 0, got {self.forgive_s:g}")
 
     def pause_s(self, strikes: int) -> float:
-        """The pause after ``strikes`` (>= 1) costly queries in a row."""
+        """The pause after a strike that leaves ``strikes`` (>= 1)."""
         return min(self.first_s * 2.0 ** min(strikes - 1, 64), self.max_s)
+
+    def remaining(self, strikes: int, quiet_s: float) -> int:
+        """The strikes left of ``strikes`` after ``quiet_s`` seconds without a new one."""
+        return max(0, strikes - int(quiet_s // self.forgive_s))
+
+
+# Strikes per costly query: stopped at the time limit (DuckDB's interrupt), or its worker lost
+# (killed at the hard limit, crashed, out of memory: a fresh interpreter must start).
+STOPPED_STRIKES: Final = 1
+WORKER_LOST_STRIKES: Final = 2
 
 
 @dataclass
 class _Backoff:
-    """A client whose queries cost workers: ``strikes`` in a row, refused until ``until``."""
+    """A client whose queries cost workers: ``strikes`` as of ``struck_at``, refused until
+    ``until``."""
 
     strikes: int
+    struck_at: float
     until: float
 
 
@@ -137,6 +157,7 @@ class SqlPool:
         grace_s: float = 2.0,
         max_queries_per_worker: int = 500,
         backoff: ClientBackoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if workers < 1:
             raise ValueError(f"'workers' must be >= 1, got {workers}")
@@ -154,6 +175,7 @@ class SqlPool:
         self.grace_s = grace_s
         self.max_queries_per_worker = max_queries_per_worker
         self.backoff = backoff or ClientBackoff()
+        self._clock = clock
         self._backoff: dict[str, _Backoff] = {}
         self._all = [_Worker(memory_bytes, threads) for _ in range(workers)]
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
@@ -193,9 +215,9 @@ class SqlPool:
             raise ValueError(f"'max_bytes' must be >= 1, got {max_bytes}")
         if timeout_s <= 0:
             raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
-        self._check_backoff(client)
+        self.check_backoff(client)
         try:
-            statement = check_read_only(sql)
+            statement = check_read_only(sql, access)
         except SqlRefusedError:
             self._count("refused")
             raise
@@ -267,14 +289,13 @@ class SqlPool:
             self._count("timed_out")
             raise SqlError(
                 f"the query was stopped at the time limit of {timeout_s:g} s"
-                + self._back_off(client)
+                + self._back_off(client, WORKER_LOST_STRIKES)
             ) from None
         except _WorkerDiedError as exc:
             self._count("failed")
-            raise SqlError(str(exc) + self._back_off(client)) from None
+            raise SqlError(str(exc) + self._back_off(client, WORKER_LOST_STRIKES)) from None
         if kind == "ok":
             assert isinstance(payload, SqlResult)
-            self._forgive(client)
             return payload
         message = str(payload)
         if kind == "refused":
@@ -284,18 +305,20 @@ class SqlPool:
             raise SandboxUnavailableError(message)
         if kind == "timeout":
             self._count("timed_out")
+            message += self._back_off(client, STOPPED_STRIKES)
         else:
             self._count("failed")
         if "Out of Memory" in message:
             # Its address space may be fragmented now: the next query gets a fresh process.
             worker.stop()
-            message += self._back_off(client)
+            message += self._back_off(client, WORKER_LOST_STRIKES)
         raise SqlError(message)
 
-    def _check_backoff(self, client: str | None) -> None:
+    def check_backoff(self, client: str | None) -> None:
+        """:class:`SqlBusyError` while ``client`` is backed off (None: never)."""
         if client is None:
             return
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             backoff = self._backoff.get(client)
             if backoff is None or backoff.until <= now:
@@ -303,32 +326,40 @@ class SqlPool:
             self._counts["backed_off"] += 1
         wait_s = backoff.until - now
         raise SqlBusyError(
-            f"a recent query from this client cost a SQL worker (it crashed, ran out of memory "
-            f"or was killed at the time limit): its queries are refused for {wait_s:.1f} s more "
-            f"(the pause doubles with each such query, up to {self.backoff.max_s:g} s; a query "
-            "that succeeds ends it)",
+            f"recent queries with this key cost SQL workers (stopped at the time limit, "
+            f"crashed or ran out of memory): its queries are refused for {wait_s:.1f} s more "
+            f"(the pause doubles with each such query, up to {self.backoff.max_s:g} s, and "
+            f"shrinks by half for each {self.backoff.forgive_s:g} s without one)",
             retry_after_s=max(1, math.ceil(wait_s)),
         )
 
-    def _back_off(self, client: str | None) -> str:
-        """Back ``client`` off after its query cost a worker; what to add to its error."""
+    def strikes(self, client: str) -> int:
+        """The strikes ``client`` has now (0: not backed off)."""
+        with self._lock:
+            backoff = self._backoff.get(client)
+            if backoff is None:
+                return 0
+            return self.backoff.remaining(backoff.strikes, self._clock() - backoff.struck_at)
+
+    def _back_off(self, client: str | None, strikes: int) -> str:
+        """Back ``client`` off after its query cost ``strikes``; what to add to its error."""
         if client is None:
             return ""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
-            backoff = self._backoff.pop(client, None) or _Backoff(0, now)
-            backoff.strikes += 1
-            pause_s = self.backoff.pause_s(backoff.strikes)
-            backoff.until = now + pause_s
-            self._backoff[client] = backoff  # last: the dict is ordered by the latest strike
+            backoff = self._backoff.pop(client, None)
+            left = (
+                0
+                if backoff is None
+                else self.backoff.remaining(backoff.strikes, now - backoff.struck_at)
+            )
+            total = left + strikes
+            pause_s = self.backoff.pause_s(total)
+            # Last: the dict is ordered by the latest strike.
+            self._backoff[client] = _Backoff(total, now, now + pause_s)
             while len(self._backoff) > _MAX_BACKOFF_CLIENTS:
                 del self._backoff[next(iter(self._backoff))]
-        return f"; this client's queries are refused for the next {pause_s:g} s"
-
-    def _forgive(self, client: str | None) -> None:
-        if client is not None:
-            with self._lock:
-                self._backoff.pop(client, None)
+        return f"; this key's queries are refused for the next {pause_s:g} s"
 
     def stats(self) -> PoolStats:
         with self._lock:
