@@ -36,6 +36,7 @@ _OPTIONS: Final = {
     "campaigns": "--campaign",
     "ads": "--ad",
     "expires_at": "--expires",
+    "allow_unknown": "--allow-unknown",
 }
 
 
@@ -60,10 +61,20 @@ def create(
             "(UTC unless it says otherwise). Default: never."
         ),
     ] = None,
+    allow_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown",
+            help="Accept campaign and ad ids the lake's views have no rows of in the last 30 "
+            "days (a campaign that has not started yet). Default: such ids are refused, so a "
+            "typo does not make a key that sees nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Create a key for NAME and print it, alone on the last line of stdout (`| tail -1`). It
     is shown this once: only its SHA-256 is stored. A name has one key at a time: revoke it
-    before creating another."""
+    before creating another. An advertiser's ids are kept exactly as given (spaces too), as
+    the events carry them."""
     from lake.keys import KeyStoreError, create_key
     from lake.settings import LakeSettings
 
@@ -77,6 +88,7 @@ def create(
             ads=ad or (),
             expires_at=_expiry(expires, now),
             now=now,
+            allow_unknown=allow_unknown,
         )
     except KeyStoreError as exc:
         _fail(exc)

@@ -395,6 +395,15 @@ def _member(value: object, allowed: frozenset[str]) -> bool:
     return isinstance(value, str) and value in allowed
 
 
+def id_problem(value: object, name: str, limit: int = MAX_ID_CHARS) -> str | None:
+    """Why ``value`` is not an id the event contract allows in field ``name`` (None: it is):
+    a string of 1 to ``limit`` characters with no invisible or reordering character. Spaces
+    are allowed and significant."""
+    reasons: list[str] = []
+    _check_string(value, name, limit, reasons)
+    return reasons[0] if reasons else None
+
+
 def _check_string(value: object, name: str, limit: int, reasons: list[str]) -> None:
     if not isinstance(value, str):
         reasons.append(f"{name}: must be a string, got {_json_type(value)}")

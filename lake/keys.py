@@ -31,6 +31,7 @@ from typing import Final, Literal, cast
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from events.model import id_problem
 from lake.catalog import API_KEYS
 from lake.settings import LakeSettings
 from lake.storage import arrow_filesystem, delta_options, is_delta, open_delta
@@ -136,7 +137,7 @@ def read_keys(lake: LakeSettings) -> KeyRing:
     return _read(API_KEYS.path(lake))[1]
 
 
-def create_key(
+def create_key(  # noqa: PLR0913 - keyword-only options, each with a default
     lake: LakeSettings,
     name: str,
     role: str,
@@ -145,12 +146,19 @@ def create_key(
     ads: Iterable[str] = (),
     expires_at: dt.datetime | None = None,
     now: dt.datetime | None = None,
+    allow_unknown: bool = False,
 ) -> tuple[ApiKey, str]:
     """A new key for ``name`` (one commit): what it grants, and the key itself, which is not
     stored (its SHA-256 is) and cannot be shown again. Refused while ``name`` has a key that
-    was not revoked, expired or not."""
+    was not revoked, expired or not.
+
+    An advertiser's ids must be ids the event contract allows, kept exactly as given (spaces
+    are part of an id), and, unless ``allow_unknown`` (a campaign that has not started yet),
+    ids the lake's views have had rows of recently (:func:`lake.scope_ids.unseen_ids`)."""
     now = _now(now)
     access = _access(name, role, campaigns, ads)
+    if access.scope is not None and not allow_unknown:
+        _require_seen(lake, access.scope, now)
     if expires_at is not None:
         expires_at = _aware(expires_at, "expires_at")
         if expires_at <= now:
@@ -393,12 +401,42 @@ def _access(name: str, role: str, campaigns: Iterable[str], ads: Iterable[str]) 
             f"only an advertiser key is limited to campaigns or ads; an {role} key reads every "
             "campaign",
         )
+    for argument, values, field in (("campaigns", campaigns, "campaign_id"), ("ads", ads, "ad_id")):
+        for value in values:
+            problem = id_problem(value, field)
+            if problem is not None:
+                raise KeyStoreError(argument, f"{_short(value)}: {problem.partition(': ')[2]}")
     try:
         scope = Scope.create(campaigns, ads) if role == "advertiser" else None
         return Access(name, cast(Role, role), scope)
     except ScopeError as exc:
         argument = {"campaign": "campaigns", "ad": "ads"}.get(exc.parameter, "role")
         raise KeyStoreError(argument, exc.message) from None
+
+
+def _require_seen(lake: LakeSettings, scope: Scope, now: dt.datetime) -> None:
+    from lake.scope_ids import unseen_ids
+
+    unseen = unseen_ids(lake, scope.campaigns, scope.ads, now=now)
+    if not unseen:
+        return
+    argument, ids, what = (
+        ("campaigns", unseen.campaigns, "campaign")
+        if unseen.campaigns
+        else ("ads", unseen.ads, "ad of the key's campaigns")
+    )
+    raise KeyStoreError(
+        argument,
+        f"no {what} {', '.join(_short(i) for i in ids)} in the views' rows of the last "
+        f"{unseen.days} days: ids are matched exactly (case and spaces included); for a "
+        "campaign that has not started yet, create the key with --allow-unknown",
+    )
+
+
+def _short(value: object) -> str:
+    """``value`` for an error message: repr'd, at most 80 characters of it."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}… ({len(str(value)):,} characters)"
 
 
 def _created(row: Mapping[str, object]) -> ApiKey:

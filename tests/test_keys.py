@@ -35,6 +35,7 @@ from lake.keys import (
 from lake.maintenance import compact_and_vacuum
 from lake.settings import LakeSettings
 from lake.storage import open_delta
+from tests.lake_writer import ctr_row, write_speed
 from views.access import Access, Scope
 
 CTR = str(Path(sys.executable).with_name("ctr"))
@@ -68,6 +69,21 @@ def named(ring: KeyRing, name: str) -> ApiKey:
     found = ring.get(name)
     assert found is not None, name
     return found
+
+
+@pytest.fixture
+def lake(lake: LakeSettings) -> LakeSettings:
+    """A lake whose views have rows of campaigns c1 to c3 (ads a1, a2, a9) this minute: the
+    ids the keys here name exist."""
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    write_speed(
+        lake,
+        [
+            ctr_row(now, 5, 1, campaign=campaign, ad=ad)
+            for campaign, ad in (("c1", "a1"), ("c2", "a2"), ("c2", "a9"), ("c3", "a1"))
+        ],
+    )
+    return lake
 
 
 def env(lake: LakeSettings) -> dict[str, str]:
@@ -239,7 +255,7 @@ def test_revoke_expiry_and_a_new_key_for_the_name(lake: LakeSettings) -> None:
         ("acme", "analyst", {"campaigns": ["c1"]}, "campaigns: only an advertiser key"),
         ("acme", "admin", {"ads": ["a1"]}, "ads: only an advertiser key"),
         ("acme", "advertiser", {"campaigns": "c1"}, "campaigns: a sequence of ids, not"),
-        ("acme", "advertiser", {"campaigns": ["c1", " "]}, "campaigns: an id must not be empty"),
+        ("acme", "advertiser", {"campaigns": ["c1", ""]}, "campaigns: '': must not be empty"),
         ("acme", "analyst", {"expires_at": at(0)}, "expires_at: must be in the future"),
         ("acme", "analyst", {"expires_at": dt.datetime(2099, 1, 1)}, "expires_at: a datetime wi"),
     ],
@@ -431,3 +447,64 @@ def test_ctr_keys_help_says_what_each_scope_sees() -> None:
     assert result.exit_code == 0
     for words in ("--scope", "--campaign", "--expires", "raw events", "/metrics", "shown"):
         assert words in result.output
+
+
+# Issue 55: scopes of ids that exist, kept exactly as the events carry them.
+
+
+def test_a_scope_names_campaigns_and_ads_the_lake_has(lake: LakeSettings) -> None:
+    with pytest.raises(KeyStoreError, match=r"campaigns: no campaign 'c7' in the views' rows of"):
+        create_key(lake, "acme", "advertiser", campaigns=["c1", "c7"])
+    with pytest.raises(KeyStoreError, match=r"--allow-unknown"):
+        create_key(lake, "acme", "advertiser", campaigns=["cmp-001"])
+    # An ad of another campaign is not the scope's.
+    with pytest.raises(KeyStoreError, match=r"ads: no ad of the key's campaigns 'a2'"):
+        create_key(lake, "acme", "advertiser", campaigns=["c1"], ads=["a1", "a2"])
+    created, _ = create_key(lake, "acme", "advertiser", campaigns=["c2"], ads=["a2", "a9"])
+    assert created.scope == Scope(("c2",), ("a2", "a9"))
+    # A campaign that has not started yet: said so explicitly.
+    later, _ = create_key(lake, "launch", "advertiser", campaigns=["c7"], allow_unknown=True)
+    assert later.scope == Scope(("c7",))
+
+
+def test_scope_ids_are_kept_exactly_as_the_events_carry_them(lake: LakeSettings) -> None:
+    """Before, spaces were stripped: ' c1' became c1, a campaign the events never name."""
+    with pytest.raises(KeyStoreError, match=r"no campaign ' c1' in"):
+        create_key(lake, "acme", "advertiser", campaigns=[" c1"])
+    spaced, _ = create_key(lake, "acme", "advertiser", campaigns=[" c1 "], allow_unknown=True)
+    assert spaced.scope == Scope((" c1 ",))
+    assert read_keys(lake).keys[0].scope == Scope((" c1 ",))
+
+
+@pytest.mark.parametrize(
+    ("campaign", "message"),
+    [
+        ("c" * 100_000, r"'cccc.*… \(100,000 characters\): 100000 characters exceeds the limit"),
+        ("c1\u200b", r"'c1\\u200b': contains U\+200B ZERO WIDTH SPACE"),
+        ("c1\u202e", r"'c1\\u202e': contains U\+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("c1\n", r"'c1\\n': contains U\+000A"),
+    ],
+    ids=["100000-characters", "zero-width", "bidi-override", "newline"],
+)
+def test_a_scope_id_the_event_contract_refuses_is_refused(
+    lake: LakeSettings, campaign: str, message: str
+) -> None:
+    with pytest.raises(KeyStoreError, match=f"campaigns: {message}"):
+        create_key(lake, "acme", "advertiser", campaigns=[campaign], allow_unknown=True)
+    assert read_keys(lake).keys == ()
+
+
+def test_ctr_keys_create_refuses_unknown_campaigns_unless_told(lake: LakeSettings) -> None:
+    refused = runner.invoke(
+        app, ["keys", "create", "acme", "--scope", "advertiser", "--campaign", "c9"], env=env(lake)
+    )
+    assert refused.exit_code == 1
+    assert "--campaign: no campaign 'c9' in the views' rows of the last 30 days" in refused.stderr
+    assert "--allow-unknown" in refused.stderr
+    allowed = runner.invoke(
+        app,
+        ["keys", "create", "acme", "--scope", "advertiser", "--campaign", "c9", "--allow-unknown"],
+        env=env(lake),
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert read_keys(lake).get("acme") is not None

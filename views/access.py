@@ -44,7 +44,8 @@ class Scope:
     def create(cls, campaigns: Iterable[str], ads: Iterable[str] = ()) -> Scope:
         pinned = {}
         for name, values in (("campaign", campaigns), ("ad", ads)):
-            unique = tuple(sorted({v.strip() for v in values}))
+            # Ids as the events carry them: spaces are part of an id, never stripped.
+            unique = tuple(sorted(set(values)))
             if any(not v for v in unique):
                 raise ScopeError(name, "an id must not be empty")
             if len(unique) > MAX_SCOPE_VALUES:
