@@ -273,6 +273,11 @@ class LakeCollector(Collector):
             "answers from the previous snapshot while the new one is computed",
             cache.stale_hits,
         )
+        yield CounterMetricFamily(
+            "ctr_api_cache_refusals",
+            "refused answers (over a limit) given again from memory, not computed again",
+            cache.refusal_hits,
+        )
         yield GaugeMetricFamily("ctr_api_cache_bytes", "bytes of cached answers", cache.bytes)
 
     def _gate(self) -> Iterator[Metric]:

@@ -4,9 +4,9 @@ holding every place.
 At most ``workers`` computations run at once, of them at most ``per_client`` for one client (the
 API's clients are its keys), so one client's heavy queries leave a place for everyone else's;
 up to ``queue`` more requests wait (first come, first served among those whose client has a
-free place), each at most ``queue_timeout_s``, of them at most ``per_client`` of one client, so
-one client cannot fill the queue either. Beyond that :class:`GateBusyError` (a 429). The gate
-lives on the event loop: acquiring it never holds a thread.
+free place), each at most ``queue_timeout_s``, of them at most half of ``queue`` (at least one)
+of one client, so one client cannot fill the queue either. Beyond that :class:`GateBusyError`
+(a 429). The gate lives on the event loop: acquiring it never holds a thread.
 """
 
 from __future__ import annotations
@@ -88,6 +88,11 @@ class QueryGate:
             rejected_busy=self._rejected,
         )
 
+    @property
+    def waiting_per_client(self) -> int:
+        """Requests of one client that may wait at once: half the queue, at least one."""
+        return max(1, self.queue // 2)
+
     def _waiting(self, client: str) -> int:
         return sum(1 for waiter, _ in self._waiters if waiter == client)
 
@@ -97,12 +102,12 @@ class QueryGate:
         )
 
     async def _acquire(self, client: str) -> None:
-        if not self._can_run(client) and self._waiting(client) >= self.per_client:
+        if not self._can_run(client) and self._waiting(client) >= self.waiting_per_client:
             self._rejected += 1
             raise GateBusyError(
-                f"this key has {self._running[client]} {self._what} running and "
-                f"{self._waiting(client)} waiting, its share ({self._setting}_WORKERS_PER_KEY); "
-                "try again when one has answered",
+                f"this key has {self._running[client]} {self._what} running, its share "
+                f"({self._setting}_WORKERS_PER_KEY), and {self._waiting(client)} waiting, half "
+                f"of {self._setting}_QUEUE; try again when one has answered",
                 retry_after_s=1,
             )
         if len(self._waiters) >= self.queue and not self._can_run(client):

@@ -20,7 +20,6 @@ ones — the lake only grows meanwhile — so asking again costs nothing (:meth:
 
 from __future__ import annotations
 
-import copy
 import functools
 import threading
 import time
@@ -132,8 +131,8 @@ class ResponseCache(Generic[T]):
             del self._refusals[key]
             return
         self.refusal_hits += 1
-        # A copy: raising the one instance again would grow its traceback with every request.
-        raise copy.copy(refusal.error).with_traceback(None)
+        # Its traceback reset: raising the one instance again would grow it with every request.
+        raise refusal.error.with_traceback(None)
 
     def _remember_refusal(self, key: Hashable, version: Hashable, error: BaseException) -> None:
         """Under the lock: keep ``error`` as ``key``'s answer at ``version`` if it is a refusal."""

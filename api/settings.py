@@ -28,7 +28,7 @@ class ApiSettings(BaseSettings):
     sql_max_bytes: ByteSize = Field(default=ByteSize(16 * 2**20), ge=1024)
     sql_workers: int = Field(default=2, ge=1, le=64)
     # Of the workers, one key's queries hold at most sql_workers_per_key (default: one fewer
-    # than sql_workers, so another key always finds one) and wait for at most as many more.
+    # than sql_workers, so another key always finds one); of the queue, half.
     sql_workers_per_key: int | None = Field(default=None, ge=1)
     sql_queue: int = Field(default=4, ge=0)
     sql_queue_timeout_s: float = Field(default=30.0, gt=0)
@@ -74,8 +74,8 @@ class ApiSettings(BaseSettings):
 
     # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
     # Answers computed at once, of which one key may hold ctr_workers_per_key (default: half of
-    # ctr_workers, so one key never holds them all) and have as many more waiting; up to
-    # ctr_queue wait in all, each at most ctr_queue_timeout_s (then 429).
+    # ctr_workers, so one key never holds them all); up to ctr_queue wait, half of them at most
+    # one key's, each at most ctr_queue_timeout_s (then 429).
     ctr_workers: int = Field(default=4, ge=1, le=64)
     ctr_workers_per_key: int | None = Field(default=None, ge=1)
     ctr_queue: int = Field(default=64, ge=0)

@@ -199,3 +199,47 @@ def test_refresh_ahead_spends_at_most_its_budget_cheapest_first() -> None:
     wait_for(cache, "cheap", 2, b"cheap")
     # The costly one is served stale (within max_stale_s) and recomputed when read.
     assert cache.peek("dear", 2, lambda: b"dear@2") == b"dear@1"
+
+
+class TooLargeError(ValueError):
+    """A refusal of the kind the CTR route remembers."""
+
+
+def test_a_refusal_holds_for_its_snapshot_and_a_while_after() -> None:
+    now = [100.0]
+    cache = ResponseCache[bytes](
+        8,
+        refusal_s=60.0,
+        refused=lambda error: isinstance(error, TooLargeError),
+        clock=lambda: now[0],
+    )
+    calls = 0
+
+    def refused() -> bytes:
+        nonlocal calls
+        calls += 1
+        raise TooLargeError("over the byte cap")
+
+    with pytest.raises(TooLargeError):
+        cache.get("q", 1, refused)
+    for version in (1, 2, 3):  # its snapshot, and later ones within refusal_s
+        with pytest.raises(TooLargeError, match="over the byte cap"):
+            cache.peek("q", version, refused)
+    assert (calls, cache.refusal_hits) == (1, 3)
+    now[0] += 61.0
+    with pytest.raises(TooLargeError):
+        cache.peek("q", 1, refused)  # its own snapshot's answer does not change
+    assert cache.peek("q", 4, refused) is None  # a minute later: forgotten, computed again
+    assert calls == 1
+
+
+def test_other_errors_are_not_remembered() -> None:
+    cache = ResponseCache[bytes](8, refusal_s=60.0, refused=lambda e: isinstance(e, TooLargeError))
+
+    def broken() -> bytes:
+        raise RuntimeError("the lake is unreadable")
+
+    with pytest.raises(RuntimeError):
+        cache.get("q", 1, broken)
+    assert cache.peek("q", 1, broken) is None
+    assert cache.get("q", 1, lambda: b"fine") == b"fine"

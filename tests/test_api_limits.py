@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ByteSize, SecretStr
 from starlette.types import Message, Receive, Scope, Send
 
@@ -75,6 +76,14 @@ def client(lake: LakeSettings) -> Iterator[httpx.Client]:
     yield from _serve(lake)
 
 
+def metric(client: httpx.Client, name: str) -> float | None:
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    return None
+
+
 def _heavy(n: int) -> dict[str, str]:
     """The heavy query, made distinct by ``n`` (no two share a cached answer)."""
     return {**HEAVY, "end": minute(600 - n).isoformat()}
@@ -120,6 +129,18 @@ def test_an_answer_over_the_size_limit_is_refused(lake: LakeSettings) -> None:
         assert "API_CTR_MAX_BYTES" in answer.json()["detail"]
         small = client.get("/api/v1/ctr", params={**_heavy(2), "limit": "3"})
         assert small.status_code == 200
+
+
+def test_a_refused_answer_is_remembered_not_computed_again(lake: LakeSettings) -> None:
+    """Issue 55: an answer over API_CTR_MAX_BYTES took 4.5 s of work on every request."""
+    for client in _serve(lake, ctr_max_bytes=ByteSize(4096)):
+        misses = metric(client, "ctr_api_cache_misses_total") or 0
+        answers = [client.get("/api/v1/ctr", params=_heavy(3)) for _ in range(5)]
+        assert {a.status_code for a in answers} == {400}
+        assert len({a.json()["detail"] for a in answers}) == 1
+        # Computed once: the four others were the remembered refusal.
+        assert metric(client, "ctr_api_cache_misses_total") == misses + 1
+        assert metric(client, "ctr_api_cache_refusals_total") == 4
 
 
 def test_csv_cells_are_not_formulas(client: httpx.Client) -> None:

@@ -112,3 +112,26 @@ def test_a_client_that_goes_away_gives_its_place_back() -> None:
 def test_bad_arguments(arguments: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _gate(**arguments)
+
+
+def test_one_client_fills_half_the_queue_at_most() -> None:
+    """Issue 55: one key's waiting queries left no place in the queue for another key's."""
+
+    async def scenario() -> None:
+        gate, log = _gate(workers=1, per_client=1, queue=4), list[str]()
+        release = asyncio.Event()
+        held = [asyncio.create_task(_hold(gate, "attacker", release, log)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        assert (gate.stats().running, gate.stats().waiting) == (1, 2)
+        with pytest.raises(GateBusyError, match="this key has 1 queries running"):
+            async with gate.place("attacker"):
+                pass
+        # Another client still finds a place in the queue, and is served in its turn.
+        other = asyncio.create_task(_hold(gate, "analyst", release, log))
+        await asyncio.sleep(0.01)
+        assert gate.stats().waiting == 3
+        release.set()
+        await asyncio.gather(*held, other)
+        assert log.count("analyst") == 1
+
+    asyncio.run(scenario())
