@@ -33,8 +33,26 @@ app.add_typer(keys.app, name="keys")
 
 def main() -> None:
     try:
+        _private_files()
         app()
     except ValidationError as exc:
         # A bad environment variable: say which, without a traceback.
         print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def _private_files() -> None:
+    """Owner-only files from here on (:mod:`runtime.private`): the umask, and the run directory
+    and the local lake's roots (a bad lake setting is the command's to report)."""
+    import os
+    from pathlib import Path
+
+    from lake.settings import LakeSettings
+    from runtime.private import owner_only, umask_setting
+
+    try:
+        lake = LakeSettings()
+        roots: list[str | Path | None] = [lake.lake_root, lake.checkpoint_root]
+    except ValidationError:
+        roots = []
+    owner_only([os.environ.get("RUN_DIR"), *roots], umask_setting())

@@ -16,8 +16,11 @@
 # need no server: the API server reads every task's log from the log folder the tasks write
 # (while a task runs, its log view also notes "Could not read served logs").
 set -euo pipefail
+# Owner-only files (runtime/private.py): Airflow's database and logs, what the tasks write.
+umask "${CTR_UMASK:-077}"
 cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
+chmod go-rwx "$RUN_DIR"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
 case "${AIRFLOW_DB:-}" in
     "" | sqlite) ;;
@@ -66,6 +69,8 @@ mkdir -p "$AIRFLOW_HOME"
 echo "airflow: database $database, executor $AIRFLOW__CORE__EXECUTOR"
 "$AIRFLOW" db migrate > "$RUN_DIR/airflow-migrate.log" 2>&1 || {
     echo "airflow: db migrate failed, see $RUN_DIR/airflow-migrate.log" >&2; exit 1; }
+# airflow.cfg itself on loopback (not only this script's AIRFLOW__API__HOST), owner-only.
+.venv/bin/python -m infra.airflow_config "$AIRFLOW_HOME"
 # The components in one process group (airflow-down.sh signals it), their output in one log,
 # each line prefixed with the component's name as standalone does. A component that exits or
 # dies (a crash, SIGKILL) is started again after 5 s: this loop is Airflow's supervision in the

@@ -6,6 +6,8 @@
 # Jobs reach it with SPARK_MASTER=spark://127.0.0.1:7077 (Airflow: the spark_default connection).
 # Any standalone, YARN or Kubernetes cluster does the same by configuration (README).
 set -euo pipefail
+# Owner-only files (runtime/private.py): what the master, the worker and the executors write.
+umask "${CTR_UMASK:-077}"
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"

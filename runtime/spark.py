@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from runtime.jars import jars
 from runtime.object_store import ObjectStoreSettings, spark_conf
+from runtime.private import umask_setting
 from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ def connector_conf() -> dict[str, str]:
         # Options whose values plans, logs and the UI show as *********(redacted): Spark's own
         # (URLs) and a secured Kafka cluster's (kafka.sasl.jaas.config holds the password).
         "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token",
+        # Hadoop sets the permissions of what it writes itself (data files, checkpoints), from
+        # this setting, not from the process's umask (runtime.private).
+        "spark.hadoop.fs.permissions.umask-mode": f"{umask_setting():03o}",
     }
     for name, value in DELTA_TABLE_DEFAULTS.items():
         conf[f"spark.databricks.delta.properties.defaults.{name}"] = value

@@ -1,0 +1,54 @@
+"""Files of the platform that only their owner reads: the lake holds every raw event (user ids
+included) past every API scope, and the run directory holds the broker's data, credentials and
+Airflow's database.
+
+At each entry point (``ctr``, and the shell scripts of ``infra/`` with ``umask 077``) the
+process's umask becomes owner-only (``CTR_UMASK``, default ``077``) before anything is
+created, so whatever it and its children create (delta-rs's files, the broker's logs, Spark's
+through Hadoop's ``fs.permissions.umask-mode``, which :mod:`runtime.spark` sets to the same)
+is owner-only; and the roots that already exist (a lake or run directory made before) are made
+owner-only too, so no other local user can enter them whatever the modes inside.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+DEFAULT_UMASK: Final = 0o077
+
+
+def umask_setting(environ: os._Environ[str] | dict[str, str] | None = None) -> int:
+    """``CTR_UMASK`` (octal, e.g. ``077`` or ``027``), default ``077``."""
+    text = (os.environ if environ is None else environ).get("CTR_UMASK", "").strip()
+    if not text:
+        return DEFAULT_UMASK
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise ValueError(f"CTR_UMASK must be an octal umask like 077, got {text!r}") from None
+    if not 0 <= value <= 0o777:
+        raise ValueError(f"CTR_UMASK must be an octal umask like 077, got {text!r}")
+    return value
+
+
+def owner_only(roots: Iterable[str | Path | None], mask: int = DEFAULT_UMASK) -> None:
+    """Set the process's umask to ``mask`` and take the permissions ``mask`` denies away from
+    each local directory of ``roots`` that exists (object-store URIs and None are skipped)."""
+    os.umask(mask)
+    for root in roots:
+        if root is None or "://" in str(root):
+            continue
+        path = Path(root)
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if path.is_dir() and mode & mask:
+            try:
+                path.chmod(mode & ~mask)
+            except PermissionError:  # another user's directory: theirs to set
+                continue
