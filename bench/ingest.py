@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -194,13 +195,47 @@ def _time_project(
 def _time_kcat(kcat: str, kafka: KafkaSettings, lines: Path, settings: ProducerSettings) -> float:
     options = {**settings.client_overrides(), "delivery.report.only.error": None}
     command = [kcat, "-P", "-b", kafka.bootstrap_servers, "-t", kafka.topic, "-K", "\t", "-l"]
+    security = kafka.security_config()
+    if security:  # a secured cluster: its login in a file of kcat's (-F), owner-only
+        properties = lines.with_name("kcat.properties")
+        descriptor = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.writelines(f"{name}={value}\n" for name, value in security.items())
+        command[1:1] = ["-F", str(properties)]
+    environment = _kcat_environment(kcat, security, lines.parent)
     for name, value in options.items():
         if value is not None:
             command += ["-X", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
     command.append(str(lines))
     started = time.perf_counter()
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, env=environment)
     return time.perf_counter() - started
+
+
+def _kcat_environment(kcat: str, security: dict[str, Any], work: Path) -> dict[str, str] | None:
+    """kcat's environment: for a SCRAM login, librdkafka 2.6.1 or newer. Older ones (Debian
+    12's kcat links 2.0.2) repeat the client nonce in their final SCRAM message, which Kafka 4
+    refuses as invalid credentials (confluentinc/librdkafka#4895): kcat then runs on the
+    librdkafka of the confluent-kafka wheel (LD_LIBRARY_PATH)."""
+    if not str(security.get("sasl.mechanism", "")).upper().startswith("SCRAM"):
+        return None
+    version = subprocess.run([kcat, "-V"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", version)
+    if match is None or tuple(map(int, match.groups())) >= (2, 6, 1):
+        return None
+    libraries = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
+    bundled = sorted(libraries.glob("librdkafka*.so*"))
+    if not bundled:
+        raise SystemExit(
+            f"bench ingest: {kcat} links a librdkafka older than 2.6.1, which cannot log in "
+            "to Kafka 4 with SCRAM, and the confluent-kafka wheel has none to lend it"
+        )
+    directory = work / "kcat-lib"
+    directory.mkdir(exist_ok=True)
+    link = directory / "librdkafka.so.1"
+    link.unlink(missing_ok=True)
+    link.symlink_to(bundled[0])
+    return {**os.environ, "LD_LIBRARY_PATH": str(directory)}
 
 
 def _cpu_seconds(cluster: LocalKafka) -> dict[str, float]:

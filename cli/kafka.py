@@ -60,8 +60,9 @@ def up(
             "scram-sha-512: SASL_PLAINTEXT, SCRAM logins only (the brokers' own too), for a "
             "client user whose random password is generated once into RUN_DIR/kafka/"
             "credentials.json (owner-only); RUN_DIR/kafka/client.env holds the clients' "
-            "KAFKA_* settings (source it). Fixed when the cluster's data is formatted. "
-            "Default: KAFKA_LOCAL_AUTH, else what RUN_DIR/kafka holds, else none.",
+            "KAFKA_* settings (source it). A cluster that has none gets its users when first "
+            "started with --auth (it must be stopped; its data stays); --auth none turns logins "
+            "off again. Default: KAFKA_LOCAL_AUTH, else what RUN_DIR/kafka holds, else none.",
         ),
     ] = None,
 ) -> None:

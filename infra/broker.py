@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -40,7 +41,13 @@ from pathlib import Path
 from typing import Final
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import ClusterMetadata
+from confluent_kafka.admin import (
+    ClusterMetadata,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialUpsertion,
+)
 
 from infra.broker_auth import (
     SASL_LISTENER,
@@ -49,6 +56,7 @@ from infra.broker_auth import (
     load_credentials,
     load_or_create_credentials,
     write_client_env,
+    write_client_properties,
     write_private,
 )
 from infra.broker_settings import BrokerSettings
@@ -262,17 +270,54 @@ class LocalKafka:
         return Layout.create(self.host, ports, controller, auth=auth)
 
     def _check_auth(self, layout: Layout) -> None:
-        """The authentication asked for (``local_auth``) is the one the cluster has."""
+        """The authentication asked for (``local_auth``) is the cluster's, or one it can be
+        switched to (:meth:`_switch_auth`): none and SCRAM either way, not one SCRAM mechanism
+        for the other."""
         asked = self.settings.local_auth
-        if asked is None or asked == (layout.auth or "none"):
+        if asked in (None, "none") or layout.auth in (None, asked):
             return
-        has = f"requires {layout.auth} logins" if layout.auth else "has no authentication"
-        wants = asked
         raise BrokerError(
-            f"the cluster under {self.settings.kafka_dir} {has}, not {wants} "
-            "(KAFKA_LOCAL_AUTH / --auth): its SCRAM users are fixed when its data is formatted; "
+            f"the cluster under {self.settings.kafka_dir} requires {layout.auth} logins, not "
+            f"{asked} (KAFKA_LOCAL_AUTH / --auth): its users were created for {layout.auth}; "
             "`ctr kafka down --delete-data` first (its records go), or use another RUN_DIR"
         )
+
+    def _wanted_auth(self, layout: Layout) -> str | None:
+        """The mechanism the cluster should require from this start on (None: no logins)."""
+        asked = self.settings.local_auth
+        if asked is None:
+            return layout.auth
+        return None if asked == "none" else asked
+
+    def _switch_auth(self, layout: Layout, wanted: str | None) -> Layout:
+        """The stopped cluster ``layout``, switched to require ``wanted`` logins (or none) from
+        its next start. Adding SCRAM to a cluster formatted without it: it is started once as it
+        was, on its own addresses, its users are created through the Admin API (into the
+        metadata log, which every restart replays), and it is stopped again."""
+        running = [n.node_id for n in layout.nodes if self._running_pid(n) is not None]
+        if running:
+            has = f"requires {layout.auth} logins" if layout.auth else "has no authentication"
+            raise BrokerError(
+                f"the running cluster under {self.settings.kafka_dir} {has}; to switch it to "
+                f"{wanted or 'none'}, stop it first (`ctr kafka down`: its data stays)"
+            )
+        if wanted is not None:
+            as_it_was = LocalKafka(
+                self.kafka.model_copy(update=_NO_LOGIN),
+                self.settings.model_copy(update={"local_auth": "none"}),
+                network=layout.network,
+            )
+            as_it_was.start()
+            try:
+                credentials = load_or_create_credentials(self.credentials_file, wanted)
+                _create_users(as_it_was.client_settings(layout), credentials)
+            except CredentialsError as exc:
+                raise BrokerError(str(exc)) from None
+            finally:
+                as_it_was.stop()
+        switched = dataclasses.replace(layout, auth=wanted)
+        self._layout_file.write_text(switched.to_json())
+        return switched
 
     def credentials(self, layout: Layout | None = None) -> Credentials | None:
         """The SCRAM users of the cluster (None without authentication)."""
@@ -320,6 +365,9 @@ class LocalKafka:
         """Start every node not running yet (or only those of ``nodes``) and wait until every
         running broker answers."""
         layout = self.layout()
+        wanted = self._wanted_auth(layout)
+        if wanted != layout.auth:
+            layout = self._switch_auth(layout, wanted)
         credentials = self._credentials_for_start(layout)
         if credentials is not None:  # from now on this object's clients log in
             self.kafka = credentials.client_settings(self.kafka)
@@ -350,7 +398,9 @@ class LocalKafka:
         self.settings.kafka_dir.mkdir(parents=True, exist_ok=True)
         self._layout_file.write_text(layout.to_json())
         if credentials is not None:
-            write_client_env(self.client_env_file, self.client_settings(layout))
+            clients = self.client_settings(layout)
+            write_client_env(self.client_env_file, clients)
+            write_client_properties(self.settings.kafka_dir / "client.properties", clients)
         for node in missing:
             self._write_config(layout, node, credentials)
         with ThreadPoolExecutor(len(missing)) as pool:
@@ -709,6 +759,33 @@ def scratch_broker(
     """One local broker of its own on free ports (tests, benchmarks), deleted afterwards."""
     with scratch_cluster(run_dir, topic=topic, auth=auth) as (kafka, _):
         yield kafka
+
+
+_NO_LOGIN: Final = {
+    "security_protocol": "PLAINTEXT",
+    "sasl_username": None,
+    "sasl_password": None,
+}
+
+
+def _create_users(kafka: KafkaSettings, credentials: Credentials) -> None:
+    """The SCRAM users of ``credentials``, created through the Admin API of a running cluster."""
+    mechanism = {
+        "SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+        "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512,
+    }[credentials.mechanism]
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(
+            user.username, ScramCredentialInfo(mechanism, 8192), user.password.encode()
+        )
+        for user in (credentials.broker, credentials.client)
+    ]
+    admin = admin_client(kafka)
+    try:
+        for future in admin.alter_user_scram_credentials(upserts).values():
+            future.result(timeout=60)
+    except KafkaException as exc:
+        raise BrokerError(f"creating the cluster's SCRAM users failed: {exc}") from None
 
 
 def _metadata(settings: KafkaSettings, *, timeout_s: float) -> ClusterMetadata:

@@ -2,12 +2,15 @@
 
 With authentication on (``ctr kafka up --auth scram``, ``KAFKA_LOCAL_AUTH=scram``), the
 brokers' listener speaks SASL_PLAINTEXT and accepts only SCRAM logins. Two users are created
-when the log directories are formatted (``kafka-storage format --add-scram``, KIP-900): one the
-brokers log in with to each other, one for the platform's clients. Their random passwords are
-in ``RUN_DIR/kafka/credentials.json`` (mode 600), reused by every later start of the same
-cluster's data: SCRAM credentials live in the cluster's metadata, not in its configuration.
+when the log directories are formatted (``kafka-storage format --add-scram``, KIP-900), or, for
+a cluster formatted without, through the Admin API when it is first started with
+authentication: one the brokers log in with to each other, one for the platform's clients.
+Their random passwords are in ``RUN_DIR/kafka/credentials.json`` (mode 600), reused by every
+later start of the same cluster's data: SCRAM credentials live in the cluster's metadata, not in
+its configuration.
 ``RUN_DIR/kafka/client.env`` (mode 600) holds the clients' settings as ``export`` lines for a
-shell (``source`` it). The KRaft controller's listener stays PLAINTEXT on its own address
+shell (``source`` it), ``RUN_DIR/kafka/client.properties`` the login as librdkafka properties
+(``kcat -F``). The KRaft controller's listener stays PLAINTEXT on its own address
 (SCRAM cannot authenticate controllers: their credentials are in the metadata they serve).
 """
 
@@ -157,6 +160,13 @@ def write_client_env(path: Path, kafka: KafkaSettings) -> None:
         "the password\n"
         f"export {exports}\n",
     )
+
+
+def write_client_properties(path: Path, kafka: KafkaSettings) -> None:
+    """The same login as librdkafka properties, mode 600: ``kcat -F path`` and other
+    librdkafka tools (kcat needs librdkafka 2.6.1 or newer for SCRAM with Kafka 4)."""
+    lines = "".join(f"{name}={value}\n" for name, value in kafka.security_config().items())
+    write_private(path, "# the local Kafka cluster's client login (kcat -F this-file)\n" + lines)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -18,7 +18,12 @@ from infra.broker import BrokerError, LocalKafka, free_port
 from infra.broker_settings import BrokerSettings
 from infra.broker_watch import dead_nodes
 from runtime.kafka_settings import KafkaSettings
-from runtime.topics import KafkaUnavailableError, ensure_topics, wait_for_cluster
+from runtime.topics import (
+    KafkaAuthenticationError,
+    KafkaUnavailableError,
+    ensure_topics,
+    wait_for_cluster,
+)
 from tests.consume import read_topic
 
 CTR = str(Path(sys.executable).with_name("ctr"))
@@ -232,7 +237,8 @@ def test_a_scram_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
         credentials = json.loads((kafka_dir / "credentials.json").read_text())
         password = credentials["client"]["password"]
         assert mode(kafka_dir) == 0o700
-        for private in [kafka_dir / "credentials.json", kafka_dir / "client.env"]:
+        for name in ["credentials.json", "client.env", "client.properties"]:
+            private = kafka_dir / name
             assert mode(private) == 0o600
         for node in layout.nodes:
             properties = cluster.node_dir(node) / "server.properties"
@@ -266,8 +272,11 @@ def test_a_scram_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
         assert sorted(r.value for r in records) == sorted(b"r%d" % n for n in range(100))
 
         plain = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path, local_auth="none"))
-        with pytest.raises(BrokerError, match="requires SCRAM-SHA-256 logins, not none"):
+        with pytest.raises(BrokerError, match="requires SCRAM-SHA-256 logins; to switch it to"):
             plain.start()
+        other = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path, local_auth="scram-sha-512"))
+        with pytest.raises(BrokerError, match="requires SCRAM-SHA-256 logins, not SCRAM-SHA-512"):
+            other.layout()
     finally:
         cluster.stop(timeout_s=15, delete_data=True)
 
@@ -313,3 +322,41 @@ def test_kafka_up_with_auth_writes_the_clients_settings(tmp_path: Path) -> None:
         assert "requires a SASL login (SCRAM-SHA-256)" in " ".join(refused.stderr.split())
     finally:
         ctr_kafka(env, "down", "--delete-data")
+
+
+def test_a_cluster_formatted_without_logins_is_switched_to_scram_and_back(
+    cluster: LocalKafka,
+) -> None:
+    cluster.start()
+    plain = cluster.kafka
+    ensure_topics(plain)
+    producer = Producer(plain.client(acks="all"))
+    for n in range(20):
+        producer.produce(plain.topic, value=b"before %d" % n)
+    assert producer.flush(30) == 0
+
+    scram = LocalKafka(plain, cluster.settings.model_copy(update={"local_auth": "SCRAM-SHA-256"}))
+    with pytest.raises(BrokerError, match=r"stop it first \(`ctr kafka down`: its data stays\)"):
+        scram.start()
+    cluster.stop()
+    scram.start()
+    assert scram.layout().auth == "SCRAM-SHA-256"
+    assert scram.kafka.uses_sasl
+    with pytest.raises(KafkaAuthenticationError, match="requires a SASL login"):
+        wait_for_cluster(plain, timeout_s=10)
+    records = read_topic(scram.kafka, plain.topic)
+    assert sorted(r.value for r in records) == sorted(b"before %d" % n for n in range(20))
+
+    # The same users after a restart, and back to no logins when asked.
+    scram.stop()
+    assert LocalKafka(plain, BrokerSettings(run_dir=cluster.settings.run_dir)).start().running
+    wait_for_cluster(scram.kafka, timeout_s=30)
+    cluster.stop()
+    unset = LocalKafka(plain, cluster.settings)  # no KAFKA_LOCAL_AUTH: as the cluster is
+    unset.start()
+    assert unset.layout().auth == "SCRAM-SHA-256"
+    unset.stop()
+    none = LocalKafka(plain, cluster.settings.model_copy(update={"local_auth": "none"}))
+    none.start()
+    assert none.layout().auth is None
+    assert len(read_topic(plain, plain.topic)) == 20
