@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     env = _demo_env(args.demo_dir / "env")
     lake = LakeSettings(lake_root=Path(env["LAKE_ROOT"]),
                         checkpoint_root=Path(env["CHECKPOINT_ROOT"]))  # fmt: skip
-    kafka = KafkaSettings(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"])
+    kafka = KafkaSettings.from_environ(env)  # the demo's broker and its credentials
     api = f"http://127.0.0.1:{os.environ.get('API_PORT', '8000')}"
     headers = {"Authorization": f"Bearer {env['API_TOKEN']}"}
     samples: list[dict[str, object]] = []

@@ -138,7 +138,7 @@ def _run(kafka: KafkaSettings, work: Path) -> dict[str, object]:
     token, port = secrets.token_urlsafe(24), _free_port()
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        **kafka.environ(),  # the cluster and its credentials, if it requires a login
         "KAFKA_TOPIC": kafka.topic,
         "LAKE_ROOT": str(lake.lake_root),
         "CHECKPOINT_ROOT": str(lake.checkpoint_root),

@@ -32,6 +32,9 @@ DEMO_BATCH_NICE="${DEMO_BATCH_NICE:-10}"
 export KAFKA_TOPIC_CONFIG="${KAFKA_TOPIC_CONFIG:-{\"retention.bytes\": \"536870912\", \"segment.bytes\": \"67108864\"\}}"
 DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
 DEMO_BROKERS="${DEMO_BROKERS:-}"  # 1 or 3; default: what $DEMO/kafka holds, else 1
+# The broker's listener requires SASL/SCRAM logins (ctr kafka up --auth): every part of the demo,
+# and `source $DEMO/env` in another shell, logs in as the cluster's client user.
+DEMO_KAFKA_AUTH="${DEMO_KAFKA_AUTH:-scram}"
 PROFILE="${PROFILE:-embedded}"
 if [[ "$PROFILE" != embedded && "$PROFILE" != cluster ]]; then
     echo "demo: error: PROFILE must be embedded (the default) or cluster, got '$PROFILE'" >&2
@@ -159,11 +162,12 @@ EOF
     fi
     cat << EOF
   Traffic     $DEMO_RATE events/s into ${KAFKA_TOPIC:-ad-events} at $KAFKA_BOOTSTRAP_SERVERS (1 % duplicates, 2 % late, 0.5 % malformed; 5 % of clicks repeated, 2 % orphan clicks)
+  Kafka auth  $(if [[ -n "${KAFKA_SASL_USERNAME:-}" ]]; then echo "$KAFKA_SECURITY_PROTOCOL, $KAFKA_SASL_MECHANISM as $KAFKA_SASL_USERNAME (password in $DEMO/kafka/client.env and the env file)"; else echo "none (DEMO_KAFKA_AUTH=none)"; fi)
   Logs        $DEMO/*.log   Delta tables: $LAKE_ROOT
   Profile     $PROFILE: $(echo "${KAFKA_BOOTSTRAP_SERVERS//,/ }" | wc -w) broker(s), batch tasks on $DEMO_SPARK_MASTER, Airflow's database $(if [[ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then echo "PostgreSQL (LocalExecutor)"; else echo SQLite; fi)
   Stop        make demo-down
 
-Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOME, ...):
+Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOME, KAFKA_SASL_*, ...):
   source $DEMO/env
 
   # 1. the five countries with the most clicks in the last 24 h, from the merged view
@@ -256,6 +260,11 @@ if ! [[ "$DEMO_NETNS" =~ ^[01]$ ]]; then
     echo "demo: error: DEMO_NETNS must be 0 or 1, got '$DEMO_NETNS'" >&2
     exit 2
 fi
+if ! [[ "${DEMO_KAFKA_AUTH,,}" =~ ^(none|scram|scram-sha-256|scram-sha-512)$ ]]; then
+    echo "demo: error: DEMO_KAFKA_AUTH must be scram (the default), scram-sha-512 or none," \
+        "got '$DEMO_KAFKA_AUTH'" >&2
+    exit 2
+fi
 if ! [[ "$DEMO_BROKERS" =~ ^[13]?$ ]]; then
     echo "demo: error: DEMO_BROKERS must be 1 or 3, got '$DEMO_BROKERS'" >&2
     exit 2
@@ -309,9 +318,23 @@ say "starting (run $run_id, state under $DEMO)"
 
 # --- broker and topics ---------------------------------------------------------------------------
 say "[1/7] broker and topics"
-RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BROKERS"} $( ((DEMO_NETNS)) && echo --netns) 2>&1 | sed 's/^/demo:       /'
+RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BROKERS"} $( ((DEMO_NETNS)) && echo --netns) \
+    --auth "$DEMO_KAFKA_AUTH" 2>&1 | sed 's/^/demo:       /'
 ((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/node-1/server.log" \
     "$DEMO/kafka/node-1/server.log"
+if [[ "${DEMO_KAFKA_AUTH,,}" != none && -f "$DEMO/kafka/client.env" ]]; then
+    # The cluster's client user (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*): for everything started
+    # below, and in the env file (owner-only) for other shells. Never echoed.
+    # shellcheck source=/dev/null
+    source "$DEMO/kafka/client.env"
+    {
+        echo "# the broker requires SASL/SCRAM logins: the cluster's client user"
+        printf 'export KAFKA_SECURITY_PROTOCOL=%q KAFKA_SASL_MECHANISM=%q\n' \
+            "$KAFKA_SECURITY_PROTOCOL" "$KAFKA_SASL_MECHANISM"
+        printf 'export KAFKA_SASL_USERNAME=%q KAFKA_SASL_PASSWORD=%q\n' \
+            "$KAFKA_SASL_USERNAME" "$KAFKA_SASL_PASSWORD"
+    } >> "$DEMO/env"
+fi
 broker_pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
 if [[ "$broker_pid" =~ ^[0-9]+$ ]] && has_marker "$broker_pid" "$run_id"; then
     # Its log lives under $DEMO/kafka: the streaming jobs go on from their checkpoints.

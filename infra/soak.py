@@ -315,7 +315,7 @@ class Demo:
         from runtime.offsets import topic_offsets
         from runtime.streaming import committed_offsets
 
-        kafka = KafkaSettings(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"])
+        kafka = KafkaSettings.from_environ(self.env)  # the demo's broker and its credentials
         try:
             ends = {o.partition: o.latest for o in topic_offsets(kafka, kafka.topic, timeout_s=5)}
         except Exception:  # the broker between a kill and its restart
@@ -626,7 +626,7 @@ class Chaos:
     def _in_every_isr(self, node: int) -> bool:
         from runtime.kafka_settings import KafkaSettings
 
-        kafka = KafkaSettings(bootstrap_servers=self.demo.env["KAFKA_BOOTSTRAP_SERVERS"])
+        kafka = KafkaSettings.from_environ(self.demo.env)
         try:
             from runtime.offsets import offsets_consumer
 
