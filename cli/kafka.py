@@ -65,6 +65,15 @@ def up(
             "off again. Default: KAFKA_LOCAL_AUTH, else what RUN_DIR/kafka holds, else none.",
         ),
     ] = None,
+    tls: Annotated[
+        bool | None,
+        typer.Option(
+            "--tls/--no-tls",
+            help="With --auth: the listener is SASL_SSL, with a certificate for the brokers' "
+            "addresses made once by the JDK's keytool under RUN_DIR/kafka/tls (ca.pem: the "
+            "clients' KAFKA_SSL_CA_LOCATION). Default: KAFKA_LOCAL_TLS, else as the cluster is.",
+        ),
+    ] = None,
 ) -> None:
     """Start the local Kafka cluster (if KAFKA_BOOTSTRAP_SERVERS is local) and create the
     topics. Its log directories live under RUN_DIR/kafka: records and offsets survive
@@ -83,6 +92,8 @@ def up(
             settings = BrokerSettings() if auth is None else BrokerSettings(local_auth=auth)
         except ValueError as exc:
             raise typer.BadParameter(_first_error(exc), param_hint="--auth") from None
+        if tls is not None:
+            settings = settings.model_copy(update={"local_tls": tls})
         try:
             cluster = LocalKafka(
                 kafka, settings, brokers=brokers, network=BrokerNetwork() if netns else None
@@ -106,7 +117,8 @@ def up(
             )
             if layout.auth is not None:
                 console.print(
-                    f"        clients log in with SASL/{layout.auth} as "
+                    f"        clients log in with SASL/{layout.auth}"
+                    f"{' over TLS' if layout.tls else ''} as "
                     f"{cluster.kafka.sasl_username!r}: source {cluster.client_env_file} (their "
                     "KAFKA_* settings, the password included; owner-only)"
                 )

@@ -50,11 +50,12 @@ from confluent_kafka.admin import (
 )
 
 from infra.broker_auth import (
-    SASL_LISTENER,
     Credentials,
     CredentialsError,
+    ensure_tls,
     load_credentials,
     load_or_create_credentials,
+    load_tls,
     write_client_env,
     write_client_properties,
     write_private,
@@ -115,6 +116,7 @@ class Layout:
     nodes: tuple[Node, ...]
     network: BrokerNetwork | None = None  # the brokers' namespaces, if isolated
     auth: str | None = None  # the SCRAM mechanism the brokers' listener requires, if any
+    tls: bool = False  # the listener is SASL_SSL (only with auth)
 
     @classmethod
     def create_isolated(
@@ -124,6 +126,7 @@ class Layout:
         controller_port: int,
         *,
         auth: str | None = None,
+        tls: bool = False,
     ) -> Layout:
         """A controller on the bridge (the machine's namespace) and a broker per namespace,
         each on its own address and the same port."""
@@ -132,11 +135,17 @@ class Layout:
             Node(i, "broker", network.host(i), broker_port, None, network.namespace(i))
             for i in range(1, network.brokers + 1)
         ]
-        return cls(new_cluster_id(), tuple(nodes), network, auth)
+        return cls(new_cluster_id(), tuple(nodes), network, auth, tls)
 
     @classmethod
     def create(
-        cls, host: str, broker_ports: list[int], controller_port: int, *, auth: str | None = None
+        cls,
+        host: str,
+        broker_ports: list[int],
+        controller_port: int,
+        *,
+        auth: str | None = None,
+        tls: bool = False,
     ) -> Layout:
         cluster_id = new_cluster_id()
         if len(broker_ports) == 1:
@@ -144,7 +153,7 @@ class Layout:
         else:
             nodes = [Node(CONTROLLER_ID, "controller", host, None, controller_port)]
             nodes += [Node(i, "broker", host, p, None) for i, p in enumerate(broker_ports, 1)]
-        return cls(cluster_id, tuple(nodes), auth=auth)
+        return cls(cluster_id, tuple(nodes), auth=auth, tls=tls)
 
     @property
     def brokers(self) -> list[Node]:
@@ -173,6 +182,8 @@ class Layout:
             raw["network"] = asdict(self.network)
         if self.auth is not None:
             raw["auth"] = self.auth
+        if self.tls:
+            raw["tls"] = True
         return json.dumps(raw)
 
     @classmethod
@@ -180,7 +191,7 @@ class Layout:
         raw = json.loads(text)
         network = BrokerNetwork(**raw["network"]) if raw.get("network") else None
         nodes = tuple(Node(**n) for n in raw["nodes"])
-        return cls(raw["cluster_id"], nodes, network, raw.get("auth"))
+        return cls(raw["cluster_id"], nodes, network, raw.get("auth"), bool(raw.get("tls")))
 
 
 @dataclass(frozen=True)
@@ -208,6 +219,7 @@ class LocalKafka:
         self._layout_file = settings.kafka_dir / "cluster.json"
         self.credentials_file = settings.kafka_dir / "credentials.json"
         self.client_env_file = settings.kafka_dir / "client.env"
+        self.tls_dir = settings.kafka_dir / "tls"
         if network is None:  # an isolated cluster started before keeps its namespaces
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 network = Layout.from_json(self._layout_file.read_text()).network
@@ -258,16 +270,17 @@ class LocalKafka:
             self._check_auth(existing)
             return existing
         auth = None if self.settings.local_auth in (None, "none") else self.settings.local_auth
+        tls = self._wanted_tls(auth, False)
         if self.network is not None:
             controller = self.settings.controller_port or self.port + 100
-            return Layout.create_isolated(self.network, self.port, controller, auth=auth)
+            return Layout.create_isolated(self.network, self.port, controller, auth=auth, tls=tls)
         count = self.brokers or 1
         if len(self.kafka.servers) == count:
             ports = [int(s.rpartition(":")[2]) for s in self.kafka.servers]
         else:
             ports = [self.port + i for i in range(count)]
         controller = self.settings.controller_port or ports[0] + 100
-        return Layout.create(self.host, ports, controller, auth=auth)
+        return Layout.create(self.host, ports, controller, auth=auth, tls=tls)
 
     def _check_auth(self, layout: Layout) -> None:
         """The authentication asked for (``local_auth``) is the cluster's, or one it can be
@@ -289,22 +302,36 @@ class LocalKafka:
             return layout.auth
         return None if asked == "none" else asked
 
-    def _switch_auth(self, layout: Layout, wanted: str | None) -> Layout:
-        """The stopped cluster ``layout``, switched to require ``wanted`` logins (or none) from
-        its next start. Adding SCRAM to a cluster formatted without it: it is started once as it
-        was, on its own addresses, its users are created through the Admin API (into the
-        metadata log, which every restart replays), and it is stopped again."""
+    def _wanted_tls(self, auth: str | None, current: bool) -> bool:
+        """Whether the listener should be SASL_SSL from this start on (``local_tls``, else as
+        it is; never without logins)."""
+        asked = self.settings.local_tls
+        if asked and auth is None:
+            raise BrokerError(
+                "TLS on the local cluster (KAFKA_LOCAL_TLS / --tls) comes with SCRAM logins: "
+                "add --auth scram (KAFKA_LOCAL_AUTH=scram)"
+            )
+        return bool(current if asked is None else asked) and auth is not None
+
+    def _switch_auth(self, layout: Layout, wanted: str | None, tls: bool) -> Layout:
+        """The stopped cluster ``layout``, switched to require ``wanted`` logins (or none),
+        over TLS or not, from its next start. Adding SCRAM to a cluster formatted without it:
+        it is started once as it was, on its own addresses, its users are created through the
+        Admin API (into the metadata log, which every restart replays), and it is stopped
+        again. TLS on or off is the listener's configuration alone."""
         running = [n.node_id for n in layout.nodes if self._running_pid(n) is not None]
         if running:
             has = f"requires {layout.auth} logins" if layout.auth else "has no authentication"
+            has += " over TLS" if layout.tls else ""
+            wants = (wanted or "none") + (" over TLS" if tls else "")
             raise BrokerError(
                 f"the running cluster under {self.settings.kafka_dir} {has}; to switch it to "
-                f"{wanted or 'none'}, stop it first (`ctr kafka down`: its data stays)"
+                f"{wants}, stop it first (`ctr kafka down`: its data stays)"
             )
-        if wanted is not None:
+        if wanted is not None and layout.auth is None:
             as_it_was = LocalKafka(
                 self.kafka.model_copy(update=_NO_LOGIN),
-                self.settings.model_copy(update={"local_auth": "none"}),
+                self.settings.model_copy(update={"local_auth": "none", "local_tls": False}),
                 network=layout.network,
             )
             as_it_was.start()
@@ -315,7 +342,7 @@ class LocalKafka:
                 raise BrokerError(str(exc)) from None
             finally:
                 as_it_was.stop()
-        switched = dataclasses.replace(layout, auth=wanted)
+        switched = dataclasses.replace(layout, auth=wanted, tls=tls)
         self._layout_file.write_text(switched.to_json())
         return switched
 
@@ -325,9 +352,12 @@ class LocalKafka:
         if layout is None or layout.auth is None:
             return None
         try:
-            return load_credentials(self.credentials_file)
+            credentials = load_credentials(self.credentials_file)
+            if layout.tls:
+                credentials = dataclasses.replace(credentials, tls=load_tls(self.tls_dir))
         except CredentialsError as exc:
             raise BrokerError(str(exc)) from None
+        return credentials
 
     def client_settings(self, layout: Layout | None = None) -> KafkaSettings:
         """Settings for the cluster's clients: its brokers' addresses and, with authentication
@@ -366,8 +396,9 @@ class LocalKafka:
         running broker answers."""
         layout = self.layout()
         wanted = self._wanted_auth(layout)
-        if wanted != layout.auth:
-            layout = self._switch_auth(layout, wanted)
+        tls = self._wanted_tls(wanted, layout.tls)
+        if (wanted, tls) != (layout.auth, layout.tls):
+            layout = self._switch_auth(layout, wanted, tls)
         credentials = self._credentials_for_start(layout)
         if credentials is not None:  # from now on this object's clients log in
             self.kafka = credentials.client_settings(self.kafka)
@@ -415,14 +446,20 @@ class LocalKafka:
         ones (kept in ``credentials.json``, owner-only, with the cluster's directory)."""
         if layout.auth is None:
             return None
-        if self.existing_layout() is not None:
-            return self.credentials(layout)
         self.settings.kafka_dir.mkdir(parents=True, exist_ok=True)
         self.settings.kafka_dir.chmod(0o700)
         try:
-            return load_or_create_credentials(self.credentials_file, layout.auth)
+            if self.existing_layout() is not None:
+                credentials = load_credentials(self.credentials_file)
+            else:
+                credentials = load_or_create_credentials(self.credentials_file, layout.auth)
+            if layout.tls:  # the brokers' certificate: made once, valid for their addresses
+                hosts = [n.host for n in layout.brokers]
+                files = ensure_tls(self.tls_dir, hosts, self.settings.java)
+                credentials = dataclasses.replace(credentials, tls=files)
         except CredentialsError as exc:
             raise BrokerError(str(exc)) from None
+        return credentials
 
     @staticmethod
     def _expected(layout: Layout, pids: dict[int, int | None]) -> set[int]:
@@ -634,12 +671,13 @@ def _check_ports(nodes: list[Node]) -> None:
 def node_properties(
     layout: Layout, node: Node, directory: Path, credentials: Credentials | None = None
 ) -> str:
-    """The node's server.properties: with ``credentials``, a SASL_PLAINTEXT listener that
-    takes SCRAM logins only, which the brokers also use between themselves."""
+    """The node's server.properties: with ``credentials``, a SASL_PLAINTEXT (SASL_SSL with
+    their TLS files) listener that takes SCRAM logins only, which the brokers also use between
+    themselves."""
     replicas = min(3, len(layout.brokers))
     controller = layout.controller
     voters = f"{controller.node_id}@{controller.host}:{controller.controller_port}"
-    listener = "PLAINTEXT" if credentials is None else SASL_LISTENER
+    listener = "PLAINTEXT" if credentials is None else credentials.listener
     listeners = []
     if node.broker_port is not None:
         listeners.append(f"{listener}://{node.host}:{node.broker_port}")
@@ -680,6 +718,15 @@ def node_properties(
             lines["sasl.mechanism.inter.broker.protocol"] = mechanism
             jaas = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
             lines[jaas] = _properties_value(credentials.broker_jaas())
+        if credentials is not None and credentials.tls is not None:
+            tls = credentials.tls
+            lines["ssl.keystore.type"] = "PKCS12"
+            lines["ssl.keystore.location"] = _properties_value(str(tls.keystore))
+            lines["ssl.keystore.password"] = tls.password
+            lines["ssl.key.password"] = tls.password
+            # What a broker trusts when it connects to the others (they share the certificate).
+            lines["ssl.truststore.type"] = "PEM"
+            lines["ssl.truststore.location"] = _properties_value(str(tls.ca))
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
@@ -737,13 +784,21 @@ def free_port() -> int:
 
 @contextmanager
 def scratch_cluster(
-    run_dir: Path, *, brokers: int = 1, topic: str = "ad-events", auth: str = "none"
+    run_dir: Path,
+    *,
+    brokers: int = 1,
+    topic: str = "ad-events",
+    auth: str = "none",
+    tls: bool = False,
 ) -> Iterator[tuple[KafkaSettings, LocalKafka]]:
     """A local cluster of its own on free ports (tests, benchmarks), deleted afterwards; with
-    ``auth`` (``scram``, ...) the settings yielded carry its client user's credentials."""
+    ``auth`` (``scram``, ...) the settings yielded carry its client user's credentials (and,
+    with ``tls``, its certificate as their trust anchor)."""
     ports = [free_port() for _ in range(brokers)]
     kafka = KafkaSettings(bootstrap_servers=",".join(f"127.0.0.1:{p}" for p in ports), topic=topic)
-    settings = BrokerSettings(run_dir=run_dir, controller_port=free_port(), local_auth=auth)
+    settings = BrokerSettings(
+        run_dir=run_dir, controller_port=free_port(), local_auth=auth, local_tls=tls
+    )
     cluster = LocalKafka(kafka, settings, brokers=brokers)
     cluster.start()
     try:

@@ -16,10 +16,14 @@ shell (``source`` it), ``RUN_DIR/kafka/client.properties`` the login as librdkaf
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
 import shlex
+import shutil
+import subprocess
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
@@ -31,8 +35,9 @@ from runtime.kafka_settings import KafkaSettings
 BROKER_USER: Final = "ctr-broker"
 CLIENT_USER: Final = "ctr"
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-# The listener clients and brokers use when authentication is on.
+# The listener clients and brokers use when authentication is on, without and with TLS.
 SASL_LISTENER: Final = "SASL_PLAINTEXT"
+SASL_TLS_LISTENER: Final = "SASL_SSL"
 SCRAM_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
@@ -65,12 +70,32 @@ class User:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """The brokers' TLS key and certificate (PKCS12, one for every broker: its names are all
+    the brokers' addresses), that certificate as the clients' trust anchor (PEM), and the
+    keystore's password."""
+
+    keystore: Path
+    ca: Path
+    password: str
+
+    def __repr__(self) -> str:  # never the password
+        return f"TlsFiles({str(self.keystore)!r}, ca={str(self.ca)!r}, password=***)"
+
+
+@dataclass(frozen=True)
 class Credentials:
-    """The local cluster's SCRAM mechanism and its two users."""
+    """The local cluster's SCRAM mechanism and its two users; with ``tls``, the listener is
+    SASL_SSL."""
 
     mechanism: str
     broker: User
     client: User
+    tls: TlsFiles | None = None
+
+    @property
+    def listener(self) -> str:
+        return SASL_LISTENER if self.tls is None else SASL_TLS_LISTENER
 
     @classmethod
     def generate(cls, mechanism: str) -> Credentials:
@@ -101,13 +126,15 @@ class Credentials:
         )
 
     def client_settings(self, kafka: KafkaSettings) -> KafkaSettings:
-        """``kafka`` logging in as the cluster's client user."""
+        """``kafka`` logging in as the cluster's client user (over TLS, trusting the brokers'
+        certificate, if the listener has it)."""
         return kafka.model_copy(
             update={
-                "security_protocol": SASL_LISTENER,
+                "security_protocol": self.listener,
                 "sasl_mechanism": self.mechanism,
                 "sasl_username": self.client.username,
                 "sasl_password": SecretStr(self.client.password),
+                "ssl_ca_location": None if self.tls is None else self.tls.ca,
             }
         )
 
@@ -149,6 +176,83 @@ def load_or_create_credentials(path: Path, mechanism: str) -> Credentials:
     }
     write_private(path, json.dumps(raw, indent=2) + "\n")
     return created
+
+
+def load_tls(directory: Path) -> TlsFiles:
+    """The TLS files under ``directory``; :class:`CredentialsError` naming the fix if missing."""
+    files = TlsFiles(directory / "broker.p12", directory / "ca.pem", "")
+    try:
+        password = (directory / "keystore.password").read_text().strip()
+    except OSError:
+        password = ""
+    if not password or not files.keystore.is_file() or not files.ca.is_file():
+        raise CredentialsError(
+            f"the brokers' TLS files under {directory} are missing or incomplete; start the "
+            "cluster with `ctr kafka up --tls` to generate them again"
+        )
+    return TlsFiles(files.keystore, files.ca, password)
+
+
+def ensure_tls(directory: Path, hosts: Iterable[str], java: str) -> TlsFiles:
+    """The TLS files under ``directory``, generated with the JDK's keytool if missing: an EC key
+    and a self-signed certificate valid for ``hosts`` (IP addresses or names) and ten years."""
+    try:
+        return load_tls(directory)
+    except CredentialsError:
+        pass
+    keytool = _keytool(java)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    password = secrets.token_urlsafe(24)
+    keystore, ca = directory / "broker.p12", directory / "ca.pem"
+    keystore.unlink(missing_ok=True)
+    names = ",".join(f"ip:{host}" if _is_ip(host) else f"dns:{host}" for host in sorted(set(hosts)))
+    # The password through the environment (keytool's :env), not the command line.
+    environment = {**os.environ, "CTR_KEYSTORE_PASSWORD": password}
+    common = ["-storetype", "PKCS12", "-keystore", str(keystore), "-alias", "broker"]
+    for command in (
+        [keytool, "-genkeypair", *common, "-keyalg", "EC", "-groupname", "secp256r1",
+         "-sigalg", "SHA256withECDSA", "-dname", "CN=ctr-lambda local Kafka",
+         "-ext", f"SAN={names}", "-ext", "bc:c", "-validity", "3650",
+         "-storepass:env", "CTR_KEYSTORE_PASSWORD", "-keypass:env", "CTR_KEYSTORE_PASSWORD"],
+        [keytool, "-exportcert", "-rfc", *common, "-file", str(ca),
+         "-storepass:env", "CTR_KEYSTORE_PASSWORD"],
+    ):  # fmt: skip
+        done = subprocess.run(
+            command, env=environment, capture_output=True, text=True, timeout=120, check=False
+        )
+        if done.returncode != 0:
+            raise CredentialsError(
+                f"keytool could not make the brokers' TLS certificate: "
+                f"{(done.stderr or done.stdout).strip()[:300]}"
+            )
+    keystore.chmod(0o600)
+    write_private(directory / "keystore.password", password + "\n")
+    return TlsFiles(keystore, ca, password)
+
+
+def _keytool(java: str) -> str:
+    """The keytool of the JDK/JRE that ``java`` belongs to (else the one on PATH)."""
+    resolved = shutil.which(java)
+    if resolved is not None:
+        beside = Path(resolved).resolve().with_name("keytool")
+        if beside.is_file():
+            return str(beside)
+    found = shutil.which("keytool")
+    if found is None:
+        raise CredentialsError(
+            "keytool (part of every Java runtime) is not found next to java or on PATH: "
+            "TLS for the local cluster needs it"
+        )
+    return found
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def write_client_env(path: Path, kafka: KafkaSettings) -> None:

@@ -32,6 +32,11 @@ class BrokerSettings(BaseSettings):
         default=None, validation_alias=AliasChoices("KAFKA_LOCAL_AUTH", "local_auth")
     )
 
+    # The listener over TLS (SASL_SSL; with local_auth only). Unset: as the cluster is.
+    local_tls: bool | None = Field(
+        default=None, validation_alias=AliasChoices("KAFKA_LOCAL_TLS", "local_tls")
+    )
+
     @field_validator("local_auth", mode="before")
     @classmethod
     def _auth(cls, value: object) -> object:

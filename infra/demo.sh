@@ -35,6 +35,7 @@ DEMO_BROKERS="${DEMO_BROKERS:-}"  # 1 or 3; default: what $DEMO/kafka holds, els
 # The broker's listener requires SASL/SCRAM logins (ctr kafka up --auth): every part of the demo,
 # and `source $DEMO/env` in another shell, logs in as the cluster's client user.
 DEMO_KAFKA_AUTH="${DEMO_KAFKA_AUTH:-scram}"
+DEMO_KAFKA_TLS="${DEMO_KAFKA_TLS:-}"  # 1: the listener over TLS (SASL_SSL); 0: not; unset: as it is
 PROFILE="${PROFILE:-embedded}"
 if [[ "$PROFILE" != embedded && "$PROFILE" != cluster ]]; then
     echo "demo: error: PROFILE must be embedded (the default) or cluster, got '$PROFILE'" >&2
@@ -265,6 +266,10 @@ if ! [[ "${DEMO_KAFKA_AUTH,,}" =~ ^(none|scram|scram-sha-256|scram-sha-512)$ ]];
         "got '$DEMO_KAFKA_AUTH'" >&2
     exit 2
 fi
+if ! [[ "$DEMO_KAFKA_TLS" =~ ^[01]?$ ]]; then
+    echo "demo: error: DEMO_KAFKA_TLS must be 1 (SASL_SSL) or 0, got '$DEMO_KAFKA_TLS'" >&2
+    exit 2
+fi
 if ! [[ "$DEMO_BROKERS" =~ ^[13]?$ ]]; then
     echo "demo: error: DEMO_BROKERS must be 1 or 3, got '$DEMO_BROKERS'" >&2
     exit 2
@@ -319,7 +324,8 @@ say "starting (run $run_id, state under $DEMO)"
 # --- broker and topics ---------------------------------------------------------------------------
 say "[1/7] broker and topics"
 RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BROKERS"} $( ((DEMO_NETNS)) && echo --netns) \
-    --auth "$DEMO_KAFKA_AUTH" 2>&1 | sed 's/^/demo:       /'
+    --auth "$DEMO_KAFKA_AUTH" ${DEMO_KAFKA_TLS:+$( ((DEMO_KAFKA_TLS)) && echo --tls || echo --no-tls)} \
+    2>&1 | sed 's/^/demo:       /'
 ((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/node-1/server.log" \
     "$DEMO/kafka/node-1/server.log"
 if [[ "${DEMO_KAFKA_AUTH,,}" != none && -f "$DEMO/kafka/client.env" ]]; then
@@ -333,6 +339,9 @@ if [[ "${DEMO_KAFKA_AUTH,,}" != none && -f "$DEMO/kafka/client.env" ]]; then
             "$KAFKA_SECURITY_PROTOCOL" "$KAFKA_SASL_MECHANISM"
         printf 'export KAFKA_SASL_USERNAME=%q KAFKA_SASL_PASSWORD=%q\n' \
             "$KAFKA_SASL_USERNAME" "$KAFKA_SASL_PASSWORD"
+        if [[ -n "${KAFKA_SSL_CA_LOCATION:-}" ]]; then
+            printf 'export KAFKA_SSL_CA_LOCATION=%q\n' "$KAFKA_SSL_CA_LOCATION"
+        fi
     } >> "$DEMO/env"
 fi
 broker_pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"

@@ -35,12 +35,15 @@ def admin_client(settings: KafkaSettings, **overrides: Any) -> AdminClient:
 
 def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMetadata:
     """Return the cluster metadata once a broker answers; raise after ``timeout_s``
-    (:class:`KafkaAuthenticationError` at once when a broker refuses the login)."""
+    (:class:`KafkaAuthenticationError` at once when a broker refuses the login or the TLS
+    handshake fails)."""
     refused: list[KafkaError] = []
     admin = admin_client(
         settings,
         error_cb=lambda error: (
-            refused.append(error) if error.code() == KafkaError._AUTHENTICATION else None
+            refused.append(error)
+            if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)
+            else None
         ),
         **{"socket.connection.setup.timeout.ms": 1000},
     )
@@ -55,11 +58,7 @@ def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMet
             last_error = exc
         admin.poll(0)  # serves the error callback
         if refused:
-            raise KafkaAuthenticationError(
-                f"Kafka at {settings.bootstrap_servers} refused the login "
-                f"({settings.describe_auth()}): {refused[-1].str()}; check "
-                "KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SASL_MECHANISM"
-            )
+            raise KafkaAuthenticationError(_refusal(settings, refused[-1]))
         if not probed:
             probed = True
             _raise_if_credentials_missing(settings)
@@ -70,6 +69,19 @@ def wait_for_cluster(settings: KafkaSettings, *, timeout_s: float) -> ClusterMet
                 "or set KAFKA_BOOTSTRAP_SERVERS"
             )
         time.sleep(0.2)
+
+
+def _refusal(settings: KafkaSettings, error: KafkaError) -> str:
+    if error.code() == KafkaError._SSL:
+        return (
+            f"the TLS handshake with Kafka at {settings.bootstrap_servers} failed: "
+            f"{error.str()}; check KAFKA_SSL_CA_LOCATION (the CA the brokers' certificates "
+            "chain to) and that the brokers' names are in their certificates"
+        )
+    return (
+        f"Kafka at {settings.bootstrap_servers} refused the login ({settings.describe_auth()}): "
+        f"{error.str()}; check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SASL_MECHANISM"
+    )
 
 
 def check_login(settings: KafkaSettings, *, timeout_s: float = 10.0) -> None:

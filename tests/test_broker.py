@@ -222,22 +222,26 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_a_scram_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
+def test_a_scram_tls_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
     tmp_path: Path,
 ) -> None:
     ports = [free_port() for _ in range(3)]
     kafka = KafkaSettings(bootstrap_servers=",".join(f"127.0.0.1:{p}" for p in ports))
-    settings = BrokerSettings(run_dir=tmp_path, controller_port=free_port(), local_auth="scram")
+    settings = BrokerSettings(
+        run_dir=tmp_path, controller_port=free_port(), local_auth="scram", local_tls=True
+    )
     cluster = LocalKafka(kafka, settings, brokers=3)
     try:
         first = cluster.start()
         layout = cluster.layout()
         assert layout.auth == "SCRAM-SHA-256"
+        assert layout.tls
         kafka_dir = settings.kafka_dir
         credentials = json.loads((kafka_dir / "credentials.json").read_text())
         password = credentials["client"]["password"]
         assert mode(kafka_dir) == 0o700
-        for name in ["credentials.json", "client.env", "client.properties"]:
+        for name in ["credentials.json", "client.env", "client.properties", "tls/broker.p12",
+                     "tls/keystore.password"]:  # fmt: skip
             private = kafka_dir / name
             assert mode(private) == 0o600
         for node in layout.nodes:
@@ -246,8 +250,9 @@ def test_a_scram_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
             assert not (cluster.node_dir(node) / ".format-arguments").exists()
             pid = first.pids[node.node_id]
             assert password.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
-        # Brokers replicate to each other over the SCRAM listener: acks=all with 3 replicas.
+        # Brokers replicate to each other over the SCRAM listener (TLS): acks=all, 3 replicas.
         assert cluster.kafka.sasl_username == "ctr"
+        assert cluster.kafka.security_protocol == "SASL_SSL"
         ensure_topics(cluster.kafka)
         producer = Producer(cluster.kafka.client(acks="all"))
         for n in range(100):
@@ -272,7 +277,9 @@ def test_a_scram_cluster_of_three_brokers_keeps_its_credentials_across_restarts(
         assert sorted(r.value for r in records) == sorted(b"r%d" % n for n in range(100))
 
         plain = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path, local_auth="none"))
-        with pytest.raises(BrokerError, match="requires SCRAM-SHA-256 logins; to switch it to"):
+        with pytest.raises(
+            BrokerError, match="requires SCRAM-SHA-256 logins over TLS; to switch it to"
+        ):
             plain.start()
         other = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path, local_auth="scram-sha-512"))
         with pytest.raises(BrokerError, match="requires SCRAM-SHA-256 logins, not SCRAM-SHA-512"):

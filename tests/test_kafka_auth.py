@@ -1,7 +1,8 @@
 """Kafka authentication against the session's broker, which requires SASL/SCRAM logins: clients
 without credentials or with a wrong password are refused, and say so; the settings' client user
 round-trips records; Spark's kafka source logs in with the settings' credentials, a password
-with quotes and backslashes included. Real broker processes, no mocks."""
+with quotes and backslashes included; a cluster of its own over TLS (SASL_SSL). Real broker
+processes, no mocks."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ from confluent_kafka.admin import (
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
+from infra.broker import scratch_cluster
 from runtime.connectors import read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import (
     KafkaAuthenticationError,
     admin_client,
+    ensure_topics,
     sasl_mechanisms,
     wait_for_cluster,
 )
@@ -208,3 +211,30 @@ def test_sparks_kafka_source_with_a_wrong_password_fails_with_the_cause(
     wrong = secured.model_copy(update={"sasl_password": SecretStr("not-the-password")})
     with pytest.raises(Exception, match=r"SaslAuthenticationException|Authentication failed"):
         read_kafka(spark, wrong, stream=False).collect()
+
+
+def test_a_tls_cluster_serves_librdkafka_and_spark_and_refuses_the_unverified(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """SASL_SSL: the brokers' certificate (made by keytool) is the clients' trust anchor, for
+    librdkafka (ssl.ca.location) and for Spark's kafka source (a PEM trust store)."""
+    with scratch_cluster(tmp_path / "run", auth="scram", tls=True, topic="tls") as (kafka, _):
+        assert kafka.security_protocol == "SASL_SSL"
+        assert kafka.ssl_ca_location is not None
+        ensure_topics(kafka)
+        report, _ = send_one(kafka, b"over tls")
+        assert report is None
+        rows = read_kafka(spark, kafka, stream=False).collect()
+        assert [bytes(r.value) for r in rows] == [b"over tls"]
+
+        unverified = kafka.model_copy(update={"ssl_ca_location": None})
+        with pytest.raises(KafkaAuthenticationError, match=r"TLS handshake .* failed") as failed:
+            wait_for_cluster(unverified, timeout_s=10)
+        assert "KAFKA_SSL_CA_LOCATION" in str(failed.value)
+        in_clear = kafka.model_copy(
+            update={"security_protocol": "SASL_PLAINTEXT", "ssl_ca_location": None}
+        )
+        report, _ = send_one(in_clear, b"in clear")
+        assert report is not None
+        assert report.code() == KafkaError._MSG_TIMED_OUT
+        assert [r.value for r in read_topic(kafka, "tls")] == [b"over tls"]
