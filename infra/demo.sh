@@ -13,6 +13,8 @@
 # standalone master and worker for the batch tasks (infra/spark-cluster.sh), Airflow with the
 # LocalExecutor on PostgreSQL (infra/postgres.sh); the streaming jobs keep their own drivers.
 set -uo pipefail
+# Owner-only files (runtime/private.py): the lake, the broker's data, logs, tokens, Airflow.
+umask "${CTR_UMASK:-077}"
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 source infra/demo-common.sh
