@@ -42,17 +42,19 @@ def main() -> None:
 
 
 def _private_files() -> None:
-    """Owner-only files from here on (:mod:`runtime.private`): the umask, and the run directory
-    and the local lake's roots (a bad lake setting is the command's to report)."""
+    """Owner-only files from here on (:mod:`runtime.private`): the umask, the local lake's
+    roots, and the run directory (a bad lake setting is the command's to report)."""
     import os
     from pathlib import Path
 
     from lake.settings import LakeSettings
-    from runtime.private import owner_only, umask_setting
+    from runtime.private import close_run_dir, owner_only, umask_setting
 
     try:
         lake = LakeSettings()
         roots: list[str | Path | None] = [lake.lake_root, lake.checkpoint_root]
     except ValidationError:
         roots = []
-    owner_only([os.environ.get("RUN_DIR"), *roots], umask_setting())
+    mask = umask_setting()
+    owner_only(roots, mask)
+    close_run_dir(os.environ.get("RUN_DIR"), mask)

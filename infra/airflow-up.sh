@@ -20,7 +20,8 @@ set -euo pipefail
 umask "${CTR_UMASK:-077}"
 cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
-chmod go-rwx "$RUN_DIR"
+# Not listed by others; passed through (the private PostgreSQL's user: see runtime/private.py).
+chmod go-rw "$RUN_DIR"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
 case "${AIRFLOW_DB:-}" in
     "" | sqlite) ;;

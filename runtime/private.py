@@ -6,8 +6,9 @@ At each entry point (``ctr``, and the shell scripts of ``infra/`` with ``umask 0
 process's umask becomes owner-only (``CTR_UMASK``, default ``077``) before anything is
 created, so whatever it and its children create (delta-rs's files, the broker's logs, Spark's
 through Hadoop's ``fs.permissions.umask-mode``, which :mod:`runtime.spark` sets to the same)
-is owner-only; and the roots that already exist (a lake or run directory made before) are made
-owner-only too, so no other local user can enter them whatever the modes inside.
+is owner-only; and what already exists (a lake or run directory made before) is closed too:
+the lake's roots entirely (:func:`owner_only`), so no other local user can enter them whatever
+the modes inside, and the run directory down to its first level (:func:`close_run_dir`).
 """
 
 from __future__ import annotations
@@ -52,3 +53,33 @@ def owner_only(roots: Iterable[str | Path | None], mask: int = DEFAULT_UMASK) ->
                 path.chmod(mode & ~mask)
             except PermissionError:  # another user's directory: theirs to set
                 continue
+
+
+# Under RUN_DIR, infra/postgres.sh's folder: run as root, PostgreSQL runs as its own user, who
+# must pass through RUN_DIR to its data (which postgres.sh keeps owner-only itself).
+_RUN_DIR_SHARED: Final = frozenset({"postgres"})
+
+
+def close_run_dir(run_dir: str | Path | None, mask: int = DEFAULT_UMASK) -> None:
+    """Close the run directory to other users: no listing it (others may still pass through
+    it, for the private PostgreSQL's user), and every file and folder directly in it, but
+    PostgreSQL's, owner-only; so what an earlier version left readable below it is closed
+    whatever its own mode, at the cost of one folder's entries."""
+    if run_dir is None:
+        return
+    root = Path(run_dir)
+    if not root.is_dir():
+        return
+    _take_away(root, mask & 0o666)
+    for entry in root.iterdir():
+        if entry.name not in _RUN_DIR_SHARED and not entry.is_symlink():
+            _take_away(entry, mask)
+
+
+def _take_away(path: Path, bits: int) -> None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & bits:
+            path.chmod(mode & ~bits)
+    except (FileNotFoundError, PermissionError):  # gone, or another user's to set
+        return

@@ -83,10 +83,13 @@ def test_the_cli_closes_the_lake_and_the_run_directory(open_dir: Path) -> None:
     lake = LakeSettings(lake_root=open_dir / "lake", checkpoint_root=open_dir / "checkpoints")
     run_dir = open_dir / "run"
     old = os.umask(0o022)
-    try:  # as an earlier version left them: open folders, a readable file
+    try:  # as an earlier version left them: open folders, readable files
         for folder in (Path(str(lake.lake_root)), lake.checkpoint_root, run_dir):
             folder.mkdir(mode=0o755)
         (run_dir / "api-token").write_text("secret")
+        (run_dir / "kafka" / "ad-events-0").mkdir(parents=True)
+        (run_dir / "kafka" / "ad-events-0" / "00000000000000000000.log").write_text("events")
+        (run_dir / "postgres").mkdir()  # infra/postgres.sh's: its user passes through
     finally:
         os.umask(old)
     created = subprocess.run(
@@ -97,8 +100,11 @@ def test_the_cli_closes_the_lake_and_the_run_directory(open_dir: Path) -> None:
         check=False,
     )
     assert created.returncode == 0, created.stderr
-    for root in (Path(str(lake.lake_root)), lake.checkpoint_root, run_dir):
+    for root in (Path(str(lake.lake_root)), lake.checkpoint_root, run_dir / "kafka"):
         assert stat.S_IMODE(root.stat().st_mode) == 0o700, root
+    # Not listed by others, passed through: to the private PostgreSQL's folder (its own to set).
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o711
+    assert stat.S_IMODE((run_dir / "postgres").stat().st_mode) == 0o755
     new = [p for p in Path(str(lake.lake_root)).rglob("*")]
     assert new  # the key store's table
     assert all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in new)
