@@ -48,6 +48,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.serving import END, RESULTS, SpeedWriter, build_lake
+from bench.serving import _wait_until_up as wait_until_up
 from infra.broker import free_port
 from lake.settings import LakeSettings
 
@@ -129,16 +130,7 @@ class Api:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or self.server.poll() is not None:
-                raise RuntimeError("the API server did not start")
-            time.sleep(0.2)
+        wait_until_up(self.url, self.server)
 
     def stop(self) -> None:
         if self.server is not None:
