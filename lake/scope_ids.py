@@ -63,12 +63,11 @@ def unseen_ids(
         try:
             if lake.on_object_store:
                 duckdb_object_store(con)
-            listed = ", ".join(_literal(f) for f in files)
             rows = con.execute(
-                f"SELECT DISTINCT campaign_id, ad_id FROM read_parquet([{listed}], "
+                "SELECT DISTINCT campaign_id, ad_id FROM read_parquet($files, "
                 "union_by_name = true) WHERE campaign_id IN (SELECT unnest($campaigns)) "
                 "AND bucket_start >= $since",
-                {"campaigns": list(campaigns), "since": since},
+                {"files": files, "campaigns": list(campaigns), "since": since},
             ).fetchall()
         finally:
             con.close()
@@ -115,7 +114,3 @@ def _candidate_files(path: str, campaigns: Sequence[str], since: dt.datetime) ->
         chosen = actions.filter(pc.fill_null(keep, True))["path"].to_pylist()
     uris = {uri.rsplit("/", 1)[-1]: uri for uri in table.file_uris()}
     return [uris[name] for p in chosen if (name := p.rsplit("/", 1)[-1]) in uris]
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from infra.airflow_config import on_loopback
 from lake.settings import LakeSettings
 from runtime.private import owner_only, umask_setting
-from tests.lake_writer import event, minute, write
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -111,24 +111,20 @@ def test_the_cli_closes_the_lake_and_the_run_directory(open_dir: Path) -> None:
     assert readable_by_others(open_dir) == []
 
 
-def test_spark_writes_owner_only_files(open_dir: Path) -> None:
-    """``ctr batch``: its tasks write batch/ctr through Hadoop, which sets the files' modes from
-    fs.permissions.umask-mode, not from the umask."""
-    lake = LakeSettings(lake_root=open_dir / "lake", checkpoint_root=open_dir / "checkpoints")
-    write(lake, "master/events", [event(0), event(1), event(2)])
-    batch = subprocess.run(
-        [CTR, "batch", "--start", minute(0).isoformat(), "--end", minute(60).isoformat()],
-        env=env(lake, open_dir / "run"),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=240,
-    )
-    assert batch.returncode == 0, batch.stderr[-3000:]
-    written = [p for p in Path(lake.table("batch/ctr")).rglob("*") if p.is_file()]
+def test_spark_writes_owner_only_files(spark: SparkSession, open_dir: Path) -> None:
+    """Hadoop sets the modes of what Spark's tasks write (the archiver's data files,
+    checkpoints) from fs.permissions.umask-mode, not from the process's umask: the session's
+    setting (runtime.spark) closes them even from a process whose umask is 022, as this one's."""
+    assert spark.conf.get("spark.hadoop.fs.permissions.umask-mode") == "077"
+    target = open_dir / "written"
+    old = os.umask(0o022)
+    try:
+        spark.range(10).write.parquet(str(target))
+    finally:
+        os.umask(old)
+    written = [p for p in target.rglob("*") if p.is_file()]
     assert any(p.suffix == ".parquet" for p in written)
     assert [str(p) for p in written if stat.S_IMODE(p.stat().st_mode) & 0o077] == []
-    # The folder is closed as a whole too: nothing under it reads, master/events included.
     assert readable_by_others(open_dir) == []
 
 

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import duckdb
 import orjson
@@ -192,6 +192,7 @@ FUNCTIONS_HINT: Final = (
 _FILE_READERS: Final = re.compile(r"read_|parquet_|sniff_csv$|glob$")
 
 TruncatedBy = Literal["max_rows", "max_bytes"]
+_T = TypeVar("_T")
 
 
 class SqlRefusedError(ValueError):
@@ -625,10 +626,8 @@ def _rows(
         typed = view_typed(schema, keep=table.partition_columns)
         # DuckDB pushes no filter through a LIMIT: Arrow only projects these files' columns.
         parts.append(con.from_arrow(_dataset(table, viewed, typed)).limit(_NO_LIMIT))
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.union(part)  # the same columns in the same order (UNION ALL)
-    return rows
+    # UNION ALL: the same columns in the same order.
+    return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
 
 
 # More rows than any table holds: a LIMIT that limits nothing, a barrier to filter pushdown.
@@ -654,6 +653,26 @@ def _dataset(table: TableSnapshot, files: Sequence[str], schema: pa.Schema) -> d
     )
 
 
+def tables_read(statement: str, tables: Mapping[str, _T]) -> list[_T]:
+    """The tables of ``tables`` (by view name) a checked ``statement`` can read: those it
+    names, and every one but the raw tables when it names a merged view (``ctr``, ``stale``,
+    ``ctr_v3``, …, made of all the others)."""
+    query = statement.removeprefix("EXPLAIN ")
+    parser = duckdb.connect(config={"enable_external_access": False})
+    try:
+        row = parser.execute("SELECT json_serialize_sql($1::VARCHAR)", [query]).fetchone()
+    finally:
+        parser.close()
+    assert row is not None
+    named = {r.name.lower() for r in table_references(json.loads(row[0])) if not r.cte}
+    merged = bool(named - set(SANDBOX_VIEWS))
+    return [
+        table
+        for view, table in tables.items()
+        if view in named or (merged and view not in RAW_VIEWS)
+    ]
+
+
 def view_typed_files(tables: Iterable[TableSnapshot], known: Mapping[str, bool]) -> dict[str, bool]:
     """Whether each file of ``tables`` not in ``known`` records a view type (its footer, read
     with Arrow): the files :func:`open_sandbox` must read without filter pushdown."""
@@ -665,7 +684,7 @@ def view_typed_files(tables: Iterable[TableSnapshot], known: Mapping[str, bool])
         filesystem, _ = arrow_filesystem(table.path)
         for path in unknown:
             physical = pq.read_schema(store_path(path), filesystem=filesystem)
-            found[path] = any(_view_type(f.type) == f.type and _has_view(f.type) for f in physical)
+            found[path] = any(_has_view(f.type) for f in physical)
     return found
 
 

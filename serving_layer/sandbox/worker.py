@@ -29,6 +29,7 @@ from serving_layer.sandbox.database import (
     execute,
     hidden_views,
     open_sandbox,
+    tables_read,
     view_typed_files,
 )
 from serving_layer.tables import TableSnapshot
@@ -94,7 +95,9 @@ def answer(  # noqa: PLR0913 - keyword-only limits of one query
                 statement, tables, access, timeout_s, (max_rows, max_bytes, memory_bytes, threads)
             )
         except SqlError as exc:
-            if not VIEW_TYPE_ERROR.search(str(exc)) or not _learn_view_files(tables):
+            if not VIEW_TYPE_ERROR.search(str(exc)) or not _learn_view_files(
+                tables_read(statement, tables)
+            ):
                 raise
             # A file delta-rs rewrote: again, reading such files without filter pushdown.
             left_s = max(timeout_s - (time.monotonic() - started), 0.001)
@@ -130,9 +133,10 @@ def _execute(
         con.close()
 
 
-def _learn_view_files(tables: Mapping[str, TableSnapshot]) -> bool:
-    """Read the footers of the files not seen yet; whether any of them records view types."""
-    found = view_typed_files(tables.values(), _VIEW_FILES)
+def _learn_view_files(tables: list[TableSnapshot]) -> bool:
+    """Read the footers of ``tables``' files not seen yet (the tables the failed query can
+    read); whether any of them records view types."""
+    found = view_typed_files(tables, _VIEW_FILES)
     _VIEW_FILES.update(found)
     _VIEWED.update(f for f, viewed in found.items() if viewed)
     while len(_VIEW_FILES) > _MAX_KNOWN_FILES:
