@@ -79,6 +79,9 @@ prepare_dirs() {
         useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$OWNER"
     fi
     mkdir -p "$DIR" "$DATA" "$SOCKETS"
+    # Run as root, the server's user passes through RUN_DIR (owner-only under CTR_UMASK): the
+    # right to pass, not to list it (runtime/private.py keeps it).
+    [[ "$OWNER" != "$(id -un)" ]] && chmod o+x "$RUN_DIR"
     chmod 755 "$DIR"
     touch "$LOG"
     chown "$OWNER" "$DATA" "$SOCKETS" "$LOG"
