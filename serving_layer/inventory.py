@@ -152,11 +152,13 @@ class Inventory:
         snap = snapshot or self.reader.snapshot()
         view = view or self.reader.definition(snap)
         stale = self.reader.stale_relation(snap, view)
-        marks = self.reader.marks_relation(snap, view, scope)
+        marks = self.reader.marks_relation(snap, view)
         params: dict[str, object] = {}
         if scope is not None:
             condition, params = scope.sql()
             stale = f"(SELECT * FROM {stale} WHERE {condition})"
+            if marks is not None:
+                marks = f"(SELECT * FROM {marks} WHERE {condition})"
 
         def load(_: str) -> list[StaleBucket]:
             with self.reader.cursor() as cur:

@@ -169,10 +169,10 @@ def ctr_sql(
     arrivals, else speed rows. ``intervals``,
     when given, are the same disjoint intervals as far as they meet the query's range (at most
     :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into a range predicate instead of an
-    as-of join. ``marks``, for a version with click attribution, are the covered minutes a late
-    event in another minute may change (rows of :func:`lake.coverage.staleness.stale_marks_sql`: no
-    dimensions, no counts): their ``stale_events`` count in every row of their bucket, so each
-    says it is not exact. Columns: bucket_us (bucket start, microseconds since the epoch), the
+    as-of join. ``marks``, for a version with click attribution, are the covered rows a late
+    event in another minute may change (rows of :func:`lake.coverage.staleness.stale_marks_sql`:
+    no counts). A row's ``stale_events`` are the late events that may change it, of its own
+    buckets and dimensions (its stale arrivals and its marks), each counted once. Columns: bucket_us (bucket start, microseconds since the epoch), the
     group_by dimensions, impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks (null
     for a version without attribution), ctr, stale_events, run_ids. One row more than
     ``query.limit``, so the caller can tell a truncated answer.
@@ -200,27 +200,31 @@ def ctr_sql(
         if c not in ordered and not (c == "bucket_us" and "bucket_start" in ordered)
     ]
     params["limit"] = query.limit + 1
-    stale_events = "sum(stale_events)::BIGINT"
-    marked = joined = ""
-    if marks is not None:
-        # A few rows per late event: summed per bucket, then added to each row of the bucket.
-        marked = f""",
-        marked AS (
-            SELECT {bucket} AS bucket_us, sum(stale_events) AS marked
-            FROM {marks} WHERE bucket_start >= $start AND bucket_start < $end GROUP BY ALL
+    stale_events = "0::BIGINT"
+    staled = joined = ""
+    sources = _late_sources(stale, marks)
+    if sources is not None:
+        # Each late source once per row, however many of the row's minutes it may change.
+        keys = "".join(f"{d}, " for d in query.group_by)
+        staled = f""",
+        staled AS (
+            SELECT bucket_us, {keys}sum(events) AS stale_events
+            FROM (
+                SELECT DISTINCT {bucket} AS bucket_us, {keys}arrival_key, events
+                FROM ({sources}) t WHERE {" AND ".join(where)}
+            ) GROUP BY ALL
         )"""
-        joined = " LEFT JOIN marked USING (bucket_us)"
-        stale_events = f"({stale_events} + coalesce(any_value(marked), 0))::BIGINT"
+        joined = f" LEFT JOIN staled USING ({', '.join(groups)})"
+        stale_events = "coalesce(any_value(staled.stale_events), 0)::BIGINT"
     # Two stages: sums per group and run first (cheap), then the run ids per group.
     sql = f"""
         WITH merged AS ({merged}),
         per_run AS (
             SELECT {bucket} AS bucket_us,
                    {", ".join([*query.group_by, ""])}run_id,
-                   {", ".join(f"sum({m}) AS {m}" for m in COUNTS)},
-                   sum(stale_events) AS stale_events
+                   {", ".join(f"sum({m}) AS {m}" for m in COUNTS)}
             FROM merged GROUP BY ALL
-        ){marked}
+        ){staled}
         SELECT {", ".join(groups)},
                {", ".join(f"sum({m})::BIGINT AS {m}" for m in COUNTS)},
                CASE WHEN sum(impressions) > 0
@@ -381,6 +385,26 @@ def side_rows_sql(
         f"SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, {counts}{run_id} "
         f"FROM {relation}{narrow}"
     )
+
+
+def _late_sources(stale: str | None, marks: str | None) -> str | None:
+    """One SELECT of the late sources that may change a row: bucket_start, the dimensions,
+    arrival_key (one per arrival row and kind of event) and events. A stale arrival changes its own
+    row (its impressions and its clicks, two sources); a mark of
+    :func:`lake.coverage.staleness.stale_marks_sql` a row of another bucket."""
+    dims = ", ".join(DIMENSIONS)
+    parts = []
+    if stale is not None:
+        for kind, column in (("i", "impressions"), ("c", "raw_clicks")):
+            parts.append(
+                f"SELECT bucket_start, {dims}, hash(arrival_key, '{kind}') AS arrival_key, "
+                f"{column} AS events FROM {stale} WHERE {column} > 0"
+            )
+    if marks is not None:
+        parts.append(
+            f"SELECT bucket_start, {dims}, arrival_key, stale_events AS events FROM {marks}"
+        )
+    return " UNION ALL ".join(parts) if parts else None
 
 
 def _narrowing(query: CtrQuery, params: dict[str, object]) -> list[str]:

@@ -177,30 +177,14 @@ class SnapshotReader:
             snap, view, "stale", partial(stale_sql, attribution=view.attribution)
         )
 
-    def marks_relation(
-        self, snap: LakeSnapshot, view: Definition, scope: Scope | None = None
-    ) -> str | None:
-        """For a version with click attribution, the covered minutes that late events in other
+    def marks_relation(self, snap: LakeSnapshot, view: Definition) -> str | None:
+        """For a version with click attribution, the covered rows that late events in other
         minutes may change (:func:`lake.coverage.staleness.stale_marks_sql`) as a small
         in-memory table, computed once per version of master/arrivals, batch/coverage and the
-        batch table; None without attribution.
-
-        With a ``scope``, of the scope's late events only (their clicks are credited to
-        impressions of the same campaign and ad), as a parenthesized SELECT that reads the
-        scope's values from the bound parameters of :meth:`Scope.sql`."""
+        batch table; None without attribution. Each mark carries its row's dimensions, so a
+        query's filters and scope narrow the marks as they narrow the rows."""
         if view.attribution is None:
             return None
-        if scope is not None:
-            arrivals, coverage, batch = self._staleness_inputs(snap, view)
-            condition, _ = scope.sql()
-            select = stale_marks_sql(
-                arrivals=f"(SELECT * FROM {arrivals} WHERE {condition})",
-                coverage=coverage,
-                batch=batch,
-                view=view.key,
-                attribution=view.attribution,
-            )
-            return f"({select})"
         return self._arrivals_relation(
             snap, view, "marks", partial(stale_marks_sql, attribution=view.attribution)
         )

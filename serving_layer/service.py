@@ -64,7 +64,7 @@ class ServingLayer(SnapshotReader):
             covered=self.covered_relation(snapshot, view),
             stale=self.stale_relation(snapshot, view),
             intervals=self._covered_within(query, snapshot, view),
-            marks=self.marks_relation(snapshot, view, query.scope),
+            marks=self.marks_relation(snapshot, view),
         )
 
     def ctr(

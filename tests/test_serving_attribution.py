@@ -212,7 +212,8 @@ def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) ->
             (minute(5), 10, 2, 2, 0, 0, "stale", 1),
             (minute(8), 0, 0, 1, 0, 0, "stale", 1),
         ]
-        # Rolled up and grouped: the marks count in every row of their bucket.
+        # Rolled up and grouped: the one late click counts once in the row, however many of
+        # its minutes it may change.
         covered = CtrQuery.create(start=T0, end=minute(10), granularity="all", group_by=["country"])
         [row] = layer.ctr(covered, version=3).rows
         assert (row.dimensions, row.clicks, row.raw_clicks, row.source, row.stale_events) == (
@@ -220,13 +221,70 @@ def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) ->
             2,
             3,
             "stale",
-            9,
+            1,
         )
         assert [(b.bucket_start, b.events) for b in Inventory(layer).stale_buckets(view=V3)] == [
             (minute(m), 1) for m in range(9)
         ]
     finally:
         layer.close()
+
+
+def test_late_events_of_one_campaign_mark_its_rows_only(tmp_path: Path) -> None:
+    """A late click and a late impression of cmp-1 mark cmp-1's rows in the minutes they may
+    change, with cmp-1's own count; cmp-2's rows in the same minutes stay exact."""
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    rows = [
+        attributed_row(minute(m), 100, 3, 3, campaign=campaign)
+        for m in (5, 20, 40)
+        for campaign in ("cmp-1", "cmp-2")
+    ]
+    write_v3(lake, "run-3", rows)
+    cover(lake, "run-3", minute(0), minute(60), view="ctr@v3")
+    # cmp-1: two late clicks in minute 30 (their impressions may be in minutes 0-29) and three
+    # late impressions in minute 10 (their clicks may be in minutes 11-70).
+    write_arrivals(
+        lake,
+        2,
+        [ctr_row(minute(30), 0, 2, campaign="cmp-1"), ctr_row(minute(10), 3, 0, campaign="cmp-1")],
+    )
+    layer = ServingLayer(lake, refresh_s=0)
+    try:
+        minutes = per_minute(layer, 3, group_by=["campaign_id"])
+        stale = {
+            (r[0], campaign): r[-1] for r, campaign in zip(minutes, _campaigns(layer), strict=True)
+        }
+        # minute 5: the late clicks (2); minute 20: the clicks and the impressions (5); minute
+        # 40: the impressions (3); minutes 10 and 30: their own arrivals and the other kind (the
+        # late clicks may be the late impressions' clicks): 5 each.
+        assert {k: v for k, v in stale.items() if k[1] == "cmp-1"} == {
+            (minute(5), "cmp-1"): 2,
+            (minute(10), "cmp-1"): 5,
+            (minute(20), "cmp-1"): 5,
+            (minute(30), "cmp-1"): 5,
+            (minute(40), "cmp-1"): 3,
+        }
+        assert {k: v for k, v in stale.items() if k[1] == "cmp-2"} == {
+            (minute(m), "cmp-2"): 0 for m in (5, 20, 40)
+        }
+        total = CtrQuery.create(
+            start=T0, end=minute(60), granularity="all", group_by=["campaign_id"]
+        )
+        by_campaign = {
+            r.dimensions["campaign_id"]: (r.source, r.stale_events)
+            for r in layer.ctr(total, version=3).rows
+        }
+        # Each late event once: 2 clicks + 3 impressions.
+        assert by_campaign == {"cmp-1": ("stale", 5), "cmp-2": ("batch", 0)}
+    finally:
+        layer.close()
+
+
+def _campaigns(layer: ServingLayer) -> list[str]:
+    query = CtrQuery.create(
+        start=T0, end=T0 + 2 * H, granularity="minute", group_by=["campaign_id"]
+    )
+    return [str(r.dimensions["campaign_id"]) for r in layer.ctr(query, version=3).rows]
 
 
 # -- the property: clicks <= impressions and the interval holds the CTR ----------------------

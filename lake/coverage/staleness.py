@@ -33,6 +33,14 @@ HOUR: Final = dt.timedelta(hours=1)
 MINUTE: Final = dt.timedelta(minutes=1)
 
 
+def arrival_key_sql(alias: str) -> str:
+    """SQL of the key of an arrivals row's events (alias ``alias``): its bucket, dimensions,
+    master/events version and archiver batch. One late source counts once in a row however many
+    of the row's minutes it may change (:func:`serving_layer.query.ctr_sql`)."""
+    dims = ", ".join(f"{alias}.{d}" for d in DIMENSIONS)
+    return f"hash({alias}.bucket_start, {dims}, {alias}.events_version, {alias}.batch_id)"
+
+
 def stale_sql(
     *,
     arrivals: str,
@@ -44,7 +52,7 @@ def stale_sql(
     """SELECT of the arrivals rows no covering batch run of ``view`` (a view version's key,
     ``ctr`` or ``ctr@v2``) has counted: bucket_start, the dimensions, impressions, clicks,
     raw_clicks, orphan_clicks, repeat_clicks, stale_events (impressions + click events),
-    archived_at.
+    archived_at, arrival_key (:func:`arrival_key_sql`).
 
     ``arrivals``, ``coverage`` and ``batch`` are trusted relation names (``master/arrivals``,
     ``batch/coverage`` and the version's batch rows); only covered buckets can be stale. A
@@ -55,7 +63,7 @@ def stale_sql(
     The arrivals count click events in their own bucket. Without ``attribution`` those are the
     version's clicks (and raw_clicks; no orphan or repeat counts: NULL). With it (version 3),
     a late click's impression is unknown until the recompute: it adds to raw_clicks only
-    (clicks, orphan and repeat clicks 0), so clicks never pass impressions. The buckets a late
+    (clicks, orphan and repeat clicks 0), so clicks never pass impressions. The rows a late
     click or impression changes besides its own are :func:`stale_marks_sql`'s.
     """
     _check_view(view)
@@ -70,7 +78,8 @@ def stale_sql(
         WITH buckets AS (SELECT DISTINCT bucket_start FROM {arrivals}),
         {_exact_sql(coverage, batch, view)}
         SELECT a.bucket_start, {dims}, a.impressions, {measures},
-               a.impressions + a.clicks AS stale_events, a.archived_at
+               a.impressions + a.clicks AS stale_events, a.archived_at,
+               {arrival_key_sql("a")} AS arrival_key
         FROM {arrivals} a JOIN exact e ON a.bucket_start = e.bucket_start
         WHERE a.events_version > e.input_version
           AND a.bucket_start NOT IN (SELECT bucket_start FROM pending)
@@ -80,25 +89,29 @@ def stale_sql(
 def stale_marks_sql(
     *, arrivals: str, coverage: str, batch: str, view: str, attribution: dt.timedelta
 ) -> str:
-    """SELECT of the covered buckets a version with click ``attribution`` must recompute
-    because of arrivals in *other* buckets: bucket_start, stale_events, archived_at.
+    """SELECT of the covered rows a version with click ``attribution`` must recompute because
+    of arrivals in *other* buckets: bucket_start, the dimensions, stale_events, archived_at,
+    arrival_key (:func:`arrival_key_sql` with the kind of event: ``hash(key, 'c')`` for clicks,
+    ``hash(key, 'i')`` for impressions).
 
-    A click is credited to its impression, up to ``attribution`` before it, and a click with no
-    impression in that window is an orphan: so a late click may change any bucket in
-    [its bucket - window, its bucket], and a late impression any bucket in [its bucket, its
-    bucket + window] (its clicks stop being orphans). Such a bucket is stale when the run
-    covering it read an older master/events version than the arrival's. ``stale_events`` are
-    the arrivals' events that may change it (a click counts in each bucket it may belong to).
-    Per bucket and master/events version, without dimensions (the arrival's dimensions are the
-    impression's, but which minute is not known), so it stays small: :func:`stale_buckets_sql`
-    adds it to the buckets' own stale arrivals.
+    A click is credited to its impression, up to ``attribution`` before it, with the same
+    dimensions (an event's dimensions are its ad's: a click carries its impression's), and a
+    click with no impression in that window is an orphan: so a late click may change the rows
+    of its dimensions in the buckets [its bucket - window, its bucket), and a late impression
+    those in (its bucket, its bucket + window] (its clicks stop being orphans). Such a row is
+    stale when the run covering its bucket read an older master/events version than the
+    arrival's, and ``stale_events`` are the events of the arrival that may change it (its clicks
+    before its bucket, its impressions after). Found in two steps: the (bucket, version) pairs
+    of arrivals that change a covered bucket at all (small: one row per bucket and archiver
+    commit), then those arrivals' rows with their dimensions.
     """
     _check_view(view)
     window = int(attribution.total_seconds() // 60)
+    dims = ", ".join(f"x.{d}" for d in DIMENSIONS)
     return f"""
         WITH arrived AS (
-            SELECT bucket_start, events_version, sum(impressions) AS impressions,
-                   sum(clicks) AS clicks, min(archived_at) AS archived_at
+            SELECT bucket_start, events_version, bool_or(impressions > 0) AS impressions,
+                   bool_or(clicks > 0) AS clicks
             FROM {arrivals} GROUP BY bucket_start, events_version
         ),
         buckets AS (
@@ -108,19 +121,27 @@ def stale_marks_sql(
                        INTERVAL 1 MINUTE)) AS bucket_start
             FROM (SELECT DISTINCT bucket_start FROM arrived)
         ),
-        {_exact_sql(coverage, batch, view)}
-        SELECT e.bucket_start,
-               sum(CASE WHEN e.bucket_start < a.bucket_start THEN a.clicks ELSE a.impressions END)
-                   AS stale_events,
-               min(a.archived_at) AS archived_at
-        FROM arrived a JOIN exact e
-          ON (a.clicks > 0 AND e.bucket_start >= a.bucket_start - INTERVAL {window} MINUTE
-              AND e.bucket_start < a.bucket_start)
-          OR (a.impressions > 0 AND e.bucket_start > a.bucket_start
-              AND e.bucket_start <= a.bucket_start + INTERVAL {window} MINUTE)
-        WHERE a.events_version > e.input_version
-          AND e.bucket_start NOT IN (SELECT bucket_start FROM pending)
-        GROUP BY e.bucket_start
+        {_exact_sql(coverage, batch, view)},
+        changed AS (
+            SELECT a.bucket_start AS arrived_in, a.events_version, e.bucket_start
+            FROM arrived a JOIN exact e
+              ON (a.clicks AND e.bucket_start >= a.bucket_start - INTERVAL {window} MINUTE
+                  AND e.bucket_start < a.bucket_start)
+              OR (a.impressions AND e.bucket_start > a.bucket_start
+                  AND e.bucket_start <= a.bucket_start + INTERVAL {window} MINUTE)
+            WHERE a.events_version > e.input_version
+              AND e.bucket_start NOT IN (SELECT bucket_start FROM pending)
+        )
+        SELECT c.bucket_start, {dims},
+               sum(CASE WHEN c.bucket_start < x.bucket_start THEN x.clicks
+                        ELSE x.impressions END)::BIGINT AS stale_events,
+               min(x.archived_at) AS archived_at,
+               hash({arrival_key_sql("x")},
+                    CASE WHEN c.bucket_start < x.bucket_start THEN 'c' ELSE 'i' END) AS arrival_key
+        FROM changed c JOIN {arrivals} x
+          ON x.bucket_start = c.arrived_in AND x.events_version = c.events_version
+        WHERE CASE WHEN c.bucket_start < x.bucket_start THEN x.clicks ELSE x.impressions END > 0
+        GROUP BY ALL
     """
 
 
