@@ -172,9 +172,10 @@ def ctr_sql(
     as-of join. ``marks``, for a version with click attribution, are the covered rows a late
     event in another minute may change (rows of :func:`lake.coverage.staleness.stale_marks_sql`:
     no counts). A row's ``stale_events`` are the late events that may change it, of its own
-    buckets and dimensions (its stale arrivals and its marks), each counted once. Columns: bucket_us (bucket start, microseconds since the epoch), the
-    group_by dimensions, impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks (null
-    for a version without attribution), ctr, stale_events, run_ids. One row more than
+    buckets and dimensions (its stale arrivals and its marks), each counted once. Columns:
+    bucket_us (bucket start, microseconds since the epoch), the group_by dimensions,
+    impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks (null for a version without
+    attribution), ctr, stale_events, run_ids. One row more than
     ``query.limit``, so the caller can tell a truncated answer.
     """
     params: dict[str, object] = {}

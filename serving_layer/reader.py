@@ -29,7 +29,6 @@ from lake.settings import LakeSettings
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.relations import RelationCache
 from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
-from views.access import Scope
 from views.columns import DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
 from views.definitions import Definition, definition
 
