@@ -29,8 +29,15 @@ class Interval:
             )
 
     @classmethod
-    def parse(cls, start: str, end: str) -> Interval:
-        return cls(parse_time(start, "start"), parse_time(end, "end"))
+    def parse(cls, start: str, end: str, *, names: tuple[str, str] = ("start", "end")) -> Interval:
+        """The interval [start, end) from ISO-8601 text; an error names the bound by ``names``
+        (the flags the user typed, e.g. ``--from``/``--to``)."""
+        first, second = parse_time(start, names[0]), parse_time(end, names[1])
+        try:
+            return cls(first, second)
+        except IntervalError as exc:
+            message = str(exc).replace("start", names[0]).replace("end", names[1])
+            raise IntervalError(message) from None
 
     @property
     def days(self) -> list[dt.date]:
@@ -40,6 +47,12 @@ class Interval:
             self.start.date() + dt.timedelta(days=n)
             for n in range((last - self.start.date()).days + 1)
         ]
+
+    def before(self, moment: dt.datetime) -> Interval | None:
+        """The part of the interval before ``moment`` (a whole minute); None if there is none."""
+        if moment <= self.start:
+            return None
+        return self if self.end <= moment else Interval(self.start, moment)
 
     def hours(self) -> Iterator[Interval]:
         """The interval cut at hour boundaries (the unit of `ctr backfill`)."""

@@ -15,11 +15,18 @@ if TYPE_CHECKING:
     from views.comparison import Comparison
 
 
-def _interval(start: str, end: str) -> Interval:
+def _interval(start: str, end: str, names: tuple[str, str]) -> Interval:
     try:
-        return Interval.parse(start, end)
+        return Interval.parse(start, end, names=names)
     except IntervalError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+UNSETTLED_HELP = (
+    "Cover the newest minutes too, those the published version has not settled (version 3: "
+    "the last 70 min, clicks still arriving): they turn stale as on-time events arrive. "
+    "Without it they are left to the speed layer and a later run."
+)
 
 
 def batch(
@@ -37,6 +44,7 @@ def batch(
             "after the run that covered it (see `GET /api/v1/views` stale_intervals), then exit.",
         ),
     ] = False,
+    unsettled: Annotated[bool, typer.Option("--unsettled", help=UNSETTLED_HELP)] = False,
 ) -> None:
     """Recompute batch/ctr for [START, END) from master/events, exactly (deduplicated).
 
@@ -55,13 +63,18 @@ def batch(
     from runtime.spark import spark_session
     from workflows.batch import recompute
 
-    interval = _interval(start, end)
+    interval = _interval(start, end, ("--start", "--end"))
     spark = spark_session(SparkSettings())
     try:
-        [result] = recompute(spark, LakeSettings(), [interval], on_step=console.print)
+        runs = recompute(
+            spark, LakeSettings(), [interval], on_step=console.print, unsettled=unsettled
+        )
     except MissingTableError as exc:
         fail(str(exc))
-    console.print(f"done: run {result.run_id}, {result.rows_written:,} rows for {interval}")
+    for result in runs:
+        console.print(
+            f"done: run {result.run_id}, {result.rows_written:,} rows for {result.interval}"
+        )
 
 
 def _recompute_stale() -> None:
@@ -112,6 +125,7 @@ def backfill(
             "(rows, impressions, clicks, the largest changes).",
         ),
     ] = False,
+    unsettled: Annotated[bool, typer.Option("--unsettled", help=UNSETTLED_HELP)] = False,
 ) -> None:
     """Run the batch job hour by hour over [FROM, TO), without Airflow, with a progress bar.
 
@@ -122,7 +136,7 @@ def backfill(
     from runtime.spark import spark_session
     from workflows.batch import previews, recompute
 
-    interval = _interval(start, end)
+    interval = _interval(start, end, ("--from", "--to"))
     hours = list(interval.hours())
     spark = spark_session(SparkSettings())
     lake = LakeSettings()
@@ -139,7 +153,15 @@ def backfill(
             if preview:
                 found = previews(spark, lake, hours, on_interval=show, on_done=done)
             else:
-                runs = recompute(spark, lake, hours, on_interval=show, on_done=done)
+                runs = recompute(
+                    spark,
+                    lake,
+                    hours,
+                    on_interval=show,
+                    on_done=done,
+                    on_unsettled=bar.console.print,
+                    unsettled=unsettled,
+                )
         except MissingTableError as exc:
             fail(str(exc))
     if preview:
@@ -147,7 +169,9 @@ def backfill(
         return
     rows = sum(r.rows_written for r in runs)
     view = runs[0].view if runs else "ctr"
-    console.print(f"backfilled {len(hours)} hour(s) of {interval} ({view}): {rows:,} rows")
+    console.print(
+        f"backfilled {len(runs)} of {len(hours)} hour(s) of {interval} ({view}): {rows:,} rows"
+    )
 
 
 def _print_previews(found: list[Comparison]) -> None:

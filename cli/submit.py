@@ -96,8 +96,9 @@ def _recompute(spark: SparkSession, interval: Interval, run_id: str | None) -> i
     from lake.settings import LakeSettings
     from workflows.batch import recompute
 
-    [result] = recompute(spark, LakeSettings(), [interval], run_id=run_id, on_step=print)
-    print(f"done: run {result.run_id}, {result.rows_written} rows for {interval}")
+    runs = recompute(spark, LakeSettings(), [interval], run_id=run_id, on_step=print)
+    for result in runs:
+        print(f"done: run {result.run_id}, {result.rows_written} rows for {result.interval}")
     return 0
 
 

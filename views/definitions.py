@@ -33,6 +33,23 @@ class Definition:
     # Clicks credited to their impression within this time after it; None: every click event
     # counts in its own bucket (versions 1 and 2).
     attribution: dt.timedelta | None = None
+    # Events arriving up to this long after their minute are on time (the speed layer's
+    # default watermark, SPEED_WATERMARK); later ones are late.
+    lateness: dt.timedelta = dt.timedelta(minutes=10)
+
+    @property
+    def settle(self) -> dt.timedelta:
+        """How long after a minute its rows can still change with on-time events: the
+        lateness, and for a version with attribution the window too (a click up to the window
+        after its impression changes the impression's minute). The batch layer covers a minute
+        only once this has passed (:meth:`settled_before`), so only late events make a covered
+        minute stale; the speed layer serves it until then."""
+        return self.lateness + (self.attribution or dt.timedelta(0))
+
+    def settled_before(self, now: dt.datetime) -> dt.datetime:
+        """The first minute not settled at ``now``: every minute before it is."""
+        edge = now.astimezone(dt.UTC) - self.settle
+        return edge.replace(second=0, microsecond=0)
 
     @property
     def key(self) -> str:

@@ -8,6 +8,7 @@ registry the batch job then keeps.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def recompute(
+def recompute(  # noqa: PLR0913 - keyword-only options of a recompute
     spark: SparkSession,
     lake: LakeSettings,
     intervals: Iterable[Interval],
@@ -31,19 +32,54 @@ def recompute(
     on_interval: Callable[[Interval], None] = lambda interval: None,
     on_done: Callable[[Interval], None] = lambda interval: None,
     on_step: Callable[[str], None] = lambda step: None,
+    unsettled: bool = False,
+    on_unsettled: Callable[[str], None] | None = None,
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> list[BatchRun]:
     """Run the batch job over each of ``intervals`` in turn (``on_interval`` before each,
-    ``on_done`` after; ``run_id``: for a single one, the id to record, e.g. Airflow's)."""
+    ``on_done`` after; ``run_id``: for a single one, the id to record, e.g. Airflow's).
+
+    Only the minutes the published version has settled at ``clock()`` are covered
+    (:meth:`views.definitions.Definition.settled_before`): the rest of an interval is left to
+    the speed layer and a later run (``on_unsettled``, default ``on_step``, says so), an
+    interval with none is skipped.
+    ``unsettled`` covers them too (they turn stale as on-time events arrive)."""
     todo = list(intervals)
     if run_id is not None and len(todo) != 1:
         raise ValueError(f"a run id names one interval's run, got {len(todo)} intervals")
     job = BatchJob(spark, lake, on_step=on_step)
+    view = job.registry.published("ctr")
+    edge = view.settled_before(clock())
     runs = []
     for interval in todo:
         on_interval(interval)
-        runs.append(job.run(interval, run_id=run_id))
+        settled = interval if unsettled else interval.before(edge)
+        if settled != interval:
+            (on_unsettled or on_step)(
+                _unsettled_note(interval, settled, edge, view.settle, view.version)
+            )
+        if settled is not None:
+            runs.append(job.run(settled, run_id=run_id))
         on_done(interval)
     return runs
+
+
+def _unsettled_note(
+    interval: Interval,
+    settled: Interval | None,
+    edge: dt.datetime,
+    settle: dt.timedelta,
+    version: int,
+) -> str:
+    minutes = int(settle.total_seconds() // 60)
+    why = (
+        f"version {version} of ctr settles {minutes} min after a minute (on-time clicks and "
+        f"events still change it until then); the speed layer serves the minutes from "
+        f"{edge:%Y-%m-%d %H:%M} UTC, a later run covers them (--unsettled covers them now)"
+    )
+    if settled is None:
+        return f"skipped {interval}: nothing in it has settled: {why}"
+    return f"covering {settled} of {interval}: {why}"
 
 
 def previews(
