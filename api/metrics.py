@@ -238,7 +238,8 @@ class LakeCollector(Collector):
         drift = inventory.drift(snap)
         error = GaugeMetricFamily(
             "ctr_drift_relative_error",
-            "|speed - batch| / batch per minute the latest runs covered for the first time",
+            "|speed - batch| / batch per minute the latest runs covered for the first time "
+            "(minutes of 100 or more batch events)",
             labels=["measure", "quantile"],
         )
         for measure, q, value in (
@@ -250,6 +251,18 @@ class LakeCollector(Collector):
             if value is not None:
                 error.add_metric([measure, q], value)
         yield error
+        weighted = GaugeMetricFamily(
+            "ctr_drift_weighted_error",
+            "sum |speed - batch| / sum batch over the minutes the latest runs covered first",
+            labels=["measure"],
+        )
+        for measure, value in (
+            ("impressions", drift.impressions_weighted),
+            ("clicks", drift.clicks_weighted),
+        ):
+            if value is not None:
+                weighted.add_metric([measure], value)
+        yield weighted
         yield GaugeMetricFamily(
             "ctr_drift_buckets", "minutes the drift figures compare", drift.buckets
         )

@@ -22,6 +22,11 @@ class FreshnessBody(BaseModel):
     speed_watermark: dt.datetime | None
     speed_lag_records: int | None = Field(description="Kafka records the speed job has not read")
     versions: dict[str, int | None] = Field(description="Delta table versions the answer read")
+    settle_minutes: int = Field(
+        description="how long after a minute the batch layer covers it: on-time events (and, "
+        "with attribution, clicks within the window) can change it until then, so the newer "
+        "minutes are the speed layer's"
+    )
 
 
 class CtrRowBody(BaseModel):
@@ -155,13 +160,20 @@ class StaleIntervalBody(BaseModel):
 
 class DriftBody(BaseModel):
     """How far the speed layer was from the exact counts, in the minutes the latest runs covered
-    for the first time (relative error: |speed - batch| / batch, minutes with batch > 0)."""
+    for the first time: per event (``*_weighted``: sum |speed - batch| / sum batch, every minute)
+    and per minute (relative error |speed - batch| / batch, percentiles over the minutes with at
+    least 100 events of the measure in the batch layer: a minute of a few late events says
+    nothing of the speed layer)."""
 
     runs: int = Field(description="runs summarised (the latest that recorded drift)")
     buckets: int = Field(description="minutes compared")
-    impressions_p50: float | None
+    impressions_weighted: float | None = Field(
+        description="sum |speed - batch| / sum batch over the minutes compared (null: none)"
+    )
+    clicks_weighted: float | None
+    impressions_p50: float | None = Field(description="over minutes of 100+ batch impressions")
     impressions_p99: float | None
-    clicks_p50: float | None
+    clicks_p50: float | None = Field(description="over minutes of 100+ batch clicks")
     clicks_p99: float | None
     speed_minus_batch_impressions: int = Field(
         description="speed - batch over those minutes: duplicates the speed layer counted "

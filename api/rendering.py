@@ -35,4 +35,5 @@ def freshness_json(freshness: Freshness, *, scoped: bool = False) -> dict[str, o
         "speed_watermark": freshness.speed_watermark,
         "speed_lag_records": None if scoped else freshness.speed_lag_records,
         "versions": freshness.versions,
+        "settle_minutes": int(freshness.settle.total_seconds() // 60),
     }

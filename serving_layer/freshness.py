@@ -11,7 +11,9 @@ class Freshness:
     """Per response. ``latest_covered_bucket``: the last minute the batch layer made exact;
     ``latest_speed_bucket``: the newest minute in speed/ctr; ``speed_*``: what the streaming job
     last reported (None when unknown): when, its watermark, and how many Kafka records it has
-    not read yet (consumer lag). ``versions``: the Delta table versions the answer read."""
+    not read yet (consumer lag). ``versions``: the Delta table versions the answer read.
+    ``settle``: how long after a minute the batch layer covers it (the version's
+    :attr:`~views.definitions.Definition.settle`): the minutes since are the speed layer's."""
 
     latest_covered_bucket: dt.datetime | None
     latest_speed_bucket: dt.datetime | None
@@ -19,3 +21,4 @@ class Freshness:
     speed_watermark: dt.datetime | None
     speed_lag_records: int | None
     versions: dict[str, int | None]
+    settle: dt.timedelta = dt.timedelta(0)

@@ -163,6 +163,7 @@ class ServingLayer(SnapshotReader):
             speed_updated_at=status.updated_at if status else None,
             speed_watermark=status.watermark if status else None,
             speed_lag_records=status.offsets_behind if status else None,
+            settle=view.settle,
             versions={
                 table.name: snap[table].version
                 for table in (

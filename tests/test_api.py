@@ -129,6 +129,7 @@ def test_ctr_hourly_by_campaign(client: httpx.Client) -> None:
             "master/arrivals": None,
             "views/registry": None,
         },
+        "settle_minutes": 10,  # version 1: its lateness
     }
     assert body["query"]["group_by"] == ["campaign_id"]
 

@@ -243,11 +243,11 @@ def test_dashboard_marks_stale_buckets_and_shows_the_drift(
     stale = dashboard_lake.batch_minutes[5]
     c1 = dict(zip(("campaign", "ad", "site", "country", "device"), KEYS[0], strict=True))
     lake_writer.write_arrivals(dashboard_lake.settings, 2, [lake_writer.ctr_row(stale, 9, 1, **c1)])
-    # Two runs compared three minutes. Relative errors, impressions: 10/100, 0/50, 4/200 =
-    # 0.1, 0, 0.02; clicks: 0/10, 1/5, 1/10 = 0, 0.2, 0.1. Interpolated quantiles of three
-    # sorted values (a, b, c): p50 = b, p99 = b + 0.98 (c - b). Impressions: p50 2 %,
-    # p99 0.02 + 0.98 * 0.08 = 9.84 %; clicks: p50 10 %, p99 0.1 + 0.98 * 0.1 = 19.8 %.
-    # Speed minus batch: impressions 10 + 0 + 4 = +14 (duplicates), clicks 0 - 1 - 1 = -2.
+    # Two runs compared three minutes. Per event: impressions (10 + 0 + 4) / (100 + 50 + 200)
+    # = 4 %, clicks (0 + 1 + 1) / (10 + 5 + 10) = 8 %. Per minute, the minutes of 100 or more
+    # batch events only: impressions 10/100 and 4/200 (not 0/50): p50 6 %, p99 0.02 + 0.99 *
+    # 0.08 = 9.92 %; clicks: no minute of 100 clicks, no percentile. Speed minus batch:
+    # impressions 10 + 0 + 4 = +14 (duplicates), clicks 0 - 1 - 1 = -2.
     minutes = dashboard_lake.batch_minutes
     lake_writer.write(
         dashboard_lake.settings,
@@ -310,9 +310,9 @@ def test_dashboard_marks_stale_buckets_and_shows_the_drift(
         "staleIntervals": f"{_interval_text(stale, stale + MINUTE)} (10 events)",
         "drift": "Speed layer drift 3 minutes compared, first covered by the latest 2 batch runs",
         "driftTable": [
-            ["", "p50", "p99", "speed − batch"],
-            ["impressions", "2.00 %", "9.84 %", "+14"],
-            ["clicks", "10.00 %", "19.80 %", "-2"],
+            ["", "per event", "minute p50", "minute p99", "speed − batch"],
+            ["impressions", "4.00 %", "6.00 %", "9.92 %", "+14"],
+            ["clicks", "8.00 %", "–", "–", "-2"],
         ],
     }
 
@@ -340,3 +340,39 @@ def test_vendored_chart_library_is_the_locked_version() -> None:
         "api/static/vendor/chart.umd.min.js is not the Chart.js version pinned in "
         "dashboard/package-lock.json: run `make dashboard` and commit the result"
     )
+
+
+# The CTR axis over series of buckets: (impressions, ctr, interval's top) each.
+AXIS = """(async () => {
+  const { ctrAxisMax } = await import(new URL("static/charts.js", document.baseURI));
+  const line = (buckets) => ({
+    series: buckets.map(([impressions, ctr, high], i) => ({
+      t: i * 60000,
+      row: { impressions, ctr, ctr_ci_low: 0, ctr_ci_high: high },
+    })),
+  });
+  const steady = Array.from({ length: 50 }, () => [500, 0.02, 0.035]);
+  return {
+    // One bucket of 2 impressions, both clicked: 100 %, its interval to 100 %.
+    outlier: ctrAxisMax([line([...steady, [2, 1, 1]])]),
+    // A compared line whose only bucket of weight is at 3 %, and a noisy one beside it.
+    compared: ctrAxisMax([line(steady), line([[400, 0.03, 0.05], [1, 1, 1], [3, 0, 0.7]])]),
+    // Nothing but a handful of impressions: the axis still fits what there is.
+    fewOnly: ctrAxisMax([line([[3, 0.33, 0.8], [2, 0.5, 0.9]])]),
+    // Everything fits: Chart.js decides.
+    fits: ctrAxisMax([line(steady)]),
+  };
+})()"""
+
+
+def test_buckets_of_a_few_impressions_do_not_set_the_ctr_axis(
+    dashboard_url: str, dashboard_lake: Lake, page: Page
+) -> None:
+    page.navigate(f"{dashboard_url}/#token={TOKEN}")
+    page.wait_for(f"{STATE} === 'ready'")
+    assert page.evaluate(AXIS) == {
+        "outlier": 0.04,  # twice the top of the buckets of 30 impressions or more
+        "compared": 0.06,
+        "fewOnly": None,
+        "fits": None,
+    }

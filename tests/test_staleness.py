@@ -229,24 +229,30 @@ def test_drift_is_summarised_over_the_latest_runs(client: httpx.Client, lake: La
         lake,
         "batch/drift",
         [
-            drift("run-a", minute(1), (110, 10), (100, 10)),  # +10% impressions (duplicates)
-            drift("run-a", minute(2), (50, 4), (50, 5)),  # -20% clicks (dropped late)
+            # +10 % impressions and clicks (duplicates)
+            drift("run-a", minute(1), (1100, 110), (1000, 100)),
+            drift("run-a", minute(2), (500, 96), (500, 120)),  # -20 % clicks (dropped late)
+            # A minute of 3 late impressions: -33 % and -100 %, in the per-event error and the
+            # sums, not in the per-minute percentiles (fewer than 100 events)
+            drift("run-a", minute(3), (2, 0), (3, 1)),
         ],
     )
     [view] = client.get("/api/v1/views").json()["views"]
     assert view["drift"] == {
         "runs": 1,
-        "buckets": 2,
+        "buckets": 3,
+        "impressions_weighted": pytest.approx(101 / 1503),
+        "clicks_weighted": pytest.approx(35 / 221),
         "impressions_p50": pytest.approx(0.05),
         "impressions_p99": pytest.approx(0.099),
-        "clicks_p50": pytest.approx(0.1),
-        "clicks_p99": pytest.approx(0.198),
-        "speed_minus_batch_impressions": 10,
-        "speed_minus_batch_clicks": -1,
+        "clicks_p50": pytest.approx(0.15),
+        "clicks_p99": pytest.approx(0.199),
+        "speed_minus_batch_impressions": 99,
+        "speed_minus_batch_clicks": -15,
     }
     assert metric(client, "ctr_drift_relative_error", measure="clicks", quantile="0.5") == (
-        pytest.approx(0.1)
+        pytest.approx(0.15)
     )
-    assert metric(client, "ctr_drift_buckets") == 2
+    assert metric(client, "ctr_drift_buckets") == 3
     sql = client.post("/api/v1/sql", json={"sql": "SELECT count(*) FROM drift"})
-    assert sql.json()["rows"] == [[2]]
+    assert sql.json()["rows"] == [[3]]

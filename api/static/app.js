@@ -214,15 +214,42 @@ function show(window_, answer) {
     charts[d].update(body.rows);
   }
   state.ctrView = answer.ctrView;
+  state.access = answer.access;
   renderSummary();
   renderTotals();
   table.render(answer.table, TABLE_LIMIT);
   renderFreshness(state.freshness, Date.now());
-  renderStale(state.ctrView?.stale_intervals ?? []);
+  renderStale(staleShown(state.ctrView?.stale_intervals ?? []));
   // An advertiser's key gets no drift (it is counted over every campaign): no panel at all.
   $("drift").hidden = Boolean(state.ctrView) && state.ctrView.drift === null;
   renderDrift(state.ctrView?.drift ?? null);
   renderIdentity(answer.access);
+}
+
+/**
+ * The stale intervals the banner lists: the view's (every campaign's), or with filters the
+ * shown buckets that hold late events not yet recomputed, as intervals of those buckets.
+ */
+function staleShown(intervals) {
+  if (!Object.keys(state.selection.filters).length) return intervals;
+  const step = state.view.stepMs;
+  const shown = [];
+  for (const { t, row } of state.series) {
+    if (!row || !(row.stale_events > 0)) continue;
+    const last = shown[shown.length - 1];
+    if (last && Date.parse(last.end) === t) {
+      last.end = new Date(t + step).toISOString();
+      last.events += row.stale_events;
+    } else {
+      shown.push({
+        start: new Date(t).toISOString(),
+        end: new Date(t + step).toISOString(),
+        events: row.stale_events,
+        first_archived_at: null,
+      });
+    }
+  }
+  return shown;
 }
 
 function renderIdentity(access) {
@@ -288,6 +315,11 @@ function formatAge(value, nowMs) {
 function renderFreshness(freshness, nowMs) {
   const f = freshness ?? {};
   $("fresh-batch").textContent = formatBucket(f.latest_covered_bucket);
+  $("fresh-batch").title =
+    f.settle_minutes === undefined
+      ? ""
+      : `the batch layer covers a minute ${f.settle_minutes} min after it, once on-time ` +
+        "events can no longer change it; the newer minutes are the speed layer's";
   $("fresh-speed").textContent = formatBucket(f.latest_speed_bucket);
   const lag = f.speed_lag_records;
   $("fresh-lag").textContent =
@@ -335,7 +367,12 @@ function scopeText() {
     ([d, values]) => `${DIMENSION_LABEL[d].toLowerCase()} ${values.map(visibleText).join(" or ")}`,
   );
   const range = `${isoMinute(start).replace("T", " ").slice(0, 16)} – ${isoMinute(end).replace("T", " ").slice(0, 16)} UTC`;
-  return `· ${range} · ${filters.length ? `only ${filters.join(", ")}` : "all traffic"}`;
+  // An advertiser's key sees its campaigns only: never "all traffic".
+  const scoped = state.access?.campaigns
+    ? `campaign${state.access.campaigns.length === 1 ? "" : "s"} ${state.access.campaigns.map(visibleText).join(", ")}`
+    : null;
+  const everything = scoped ?? "all traffic";
+  return `· ${range} · ${filters.length ? `only ${filters.join(", ")}` : everything}`;
 }
 
 function renderTotals() {

@@ -170,6 +170,11 @@ function timeAxis(view) {
   };
 }
 
+// A bucket of fewer impressions than this is noise on a CTR chart (one click in 3 impressions
+// is 33 %): its point is faded, it draws no interval band, and it does not set the CTR axis.
+export const FEW_IMPRESSIONS = 30;
+const few = (row) => Boolean(row) && row.impressions < FEW_IMPRESSIONS;
+
 // One colour per compared series (Tableau's first five: distinct for most colour visions).
 export const SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2"];
 
@@ -179,19 +184,30 @@ export const SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279
  */
 function ctrDatasets(line, index, compared) {
   const sourceOf = (i) => line.series[i]?.row?.source;
+  const fewAt = (i) => few(line.series[i]?.row);
   const at = (value) => line.series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
+  const banded = (value) => at((r) => (few(r) ? null : value(r)));
+  const drawn = provenanceLine(line.color, sourceOf);
+  const faded = withAlpha(line.color, 0.25);
   return [
     {
       role: "ctr",
       line: index,
       label: visibleText(line.label),
       data: at((r) => r.ctr),
-      ...provenanceLine(line.color, sourceOf),
+      ...drawn,
+      pointBackgroundColor: (ctx) => (fewAt(ctx.dataIndex) ? "#fff" : drawn.pointBackgroundColor(ctx)),
+      pointBorderColor: (ctx) => (fewAt(ctx.dataIndex) ? faded : line.color),
+      segment: {
+        ...drawn.segment,
+        borderColor: (ctx) =>
+          fewAt(ctx.p0DataIndex) || fewAt(ctx.p1DataIndex) ? faded : drawn.segment.borderColor(ctx),
+      },
     },
     {
       role: "ci-low",
       label: "_ci_low",
-      data: at((r) => r.ctr_ci_low),
+      data: banded((r) => r.ctr_ci_low),
       pointRadius: 0,
       borderWidth: 0,
       spanGaps: false,
@@ -200,7 +216,7 @@ function ctrDatasets(line, index, compared) {
       role: "ci-high",
       // One legend entry for the single series' band; compared lines' bands share their colour.
       label: compared ? `_ci_${visibleText(line.label)}` : "95 % interval",
-      data: at((r) => r.ctr_ci_high),
+      data: banded((r) => r.ctr_ci_high),
       pointRadius: 0,
       borderWidth: 0,
       backgroundColor: withAlpha(line.color, compared ? 0.12 : 0.15),
@@ -211,15 +227,19 @@ function ctrDatasets(line, index, compared) {
 }
 
 /**
- * The top of the CTR axis: room above the highest CTR drawn, so a few buckets with a handful of
- * impressions (whose intervals span tens of percent) do not flatten every line; their bands are
- * cut at the top. Undefined (Chart.js decides) when the intervals fit anyway.
+ * The top of the CTR axis: room above the highest CTR of the buckets with enough impressions
+ * (FEW_IMPRESSIONS; all of them when none has), so a few buckets with a handful of impressions
+ * (at 0 or 100 %, whose intervals span tens of percent) do not flatten every line; what passes
+ * the top is cut. Undefined (Chart.js decides) when everything fits anyway.
  */
-function ctrAxisMax(lines) {
-  const rows = lines.flatMap((line) => line.series.map((b) => b.row).filter(Boolean));
+export function ctrAxisMax(lines) {
+  const all = lines.flatMap((line) => line.series.map((b) => b.row).filter(Boolean));
+  const weighty = all.filter((r) => !few(r));
+  const rows = weighty.length ? weighty : all;
   const top = Math.max(0, ...rows.map((r) => r.ctr ?? 0));
+  const highest = Math.max(0, ...all.map((r) => r.ctr ?? 0));
   const bands = Math.max(0, ...rows.map((r) => r.ctr_ci_high ?? 0));
-  if (top <= 0 || bands <= 2 * top) return undefined;
+  if (top <= 0 || (bands <= 2 * top && highest <= 2 * top)) return undefined;
   const max = 2 * top;
   const step = 10 ** Math.floor(Math.log10(max)) / 2;
   return Math.min(1, Math.ceil(max / step) * step);

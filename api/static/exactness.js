@@ -35,11 +35,12 @@ export function renderStale(intervals) {
     return;
   }
   const events = intervals.reduce((sum, i) => sum + i.events, 0);
-  const since = Math.min(...intervals.map((i) => Date.parse(i.first_archived_at)));
+  // Intervals of the shown (filtered) buckets carry no archive time.
+  const archived = intervals.filter((i) => i.first_archived_at).map((i) => Date.parse(i.first_archived_at));
+  const since = archived.length ? ` · stale since ${utcMinute(Math.min(...archived))} UTC` : " in this selection";
   setText(
     $("fresh-stale"),
-    `${plural(intervals.length, "interval")} · ${plural(events, "late event")}` +
-      ` · stale since ${utcMinute(since)} UTC`,
+    `${plural(intervals.length, "interval")} · ${plural(events, "late event")}${since}`,
   );
   $("fresh-stale").classList.add("warn");
   const listed = intervals
@@ -63,8 +64,9 @@ export function renderDrift(drift) {
   );
   for (const measure of ["impressions", "clicks"]) {
     const row = document.querySelector(`#drift-table tr[data-measure="${measure}"]`);
-    setText(row.cells[1], percent(drift[`${measure}_p50`]));
-    setText(row.cells[2], percent(drift[`${measure}_p99`]));
-    setText(row.cells[3], signed(drift[`speed_minus_batch_${measure}`]));
+    setText(row.cells[1], percent(drift[`${measure}_weighted`]));
+    setText(row.cells[2], percent(drift[`${measure}_p50`]));
+    setText(row.cells[3], percent(drift[`${measure}_p99`]));
+    setText(row.cells[4], signed(drift[`speed_minus_batch_${measure}`]));
   }
 }
