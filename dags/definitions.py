@@ -24,6 +24,11 @@ from lake.catalog import MAINTAINED
 PROJECT: Final = Path(__file__).resolve().parents[1]
 START_DATE: Final = datetime(2026, 11, 1, tzinfo=UTC)
 SPARK_CONN_ID: Final = "spark_default"
+# The Airflow pool every Spark task of these DAGs takes a slot of: how many Spark drivers may run
+# at once, whatever the number of runs (a backfill queues dozens). infra/airflow-up.sh creates it
+# with one slot per 2 cores (AIRFLOW_SPARK_SLOTS); a deployment of its own creates it once:
+# `airflow pools set ctr_spark 4 "Spark drivers of ctr-lambda"`.
+SPARK_POOL: Final = "ctr_spark"
 # What ctr_batch writes. Named logically, not by path: the lake's location is a setting of the
 # worker (LAKE_ROOT), read when the task runs, and an asset's URI is fixed when the DAG is parsed.
 BATCH_CTR: Final = Asset(name="batch/ctr", uri="x-ctr-lambda://lake/batch/ctr", group="ctr-lambda")
@@ -50,7 +55,8 @@ def submit(
     task_id: str, args: list[str], *, name: str, outlets: list[Asset] | None = None
 ) -> ConnectorSparkSubmitOperator:
     """A task that runs ``cli/submit.py args`` under the venv's spark-submit (pyspark's, and
-    its interpreter for the job) on the ``spark_default`` connection's master."""
+    its interpreter for the job) on the ``spark_default`` connection's master, in a slot of the
+    :data:`SPARK_POOL` pool."""
     return ConnectorSparkSubmitOperator(
         task_id=task_id,
         conn_id=SPARK_CONN_ID,
@@ -60,6 +66,7 @@ def submit(
         env_vars={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(PROJECT)},
         name=name,
         outlets=outlets or [],
+        pool=SPARK_POOL,
     )
 
 
@@ -73,7 +80,13 @@ def ctr_batch_dag(
     """``ctr_batch``: at each tick of ``schedule`` (cron, UTC), recompute the exact CTR view for
     the data interval that just ended plus ``lookback_minutes`` before it (late events), with
     ``cli/submit.py`` under spark-submit. The lookback is a DAG param: a manual run or a
-    backfill may give another (``--conf '{"lookback_minutes": 360}'``)."""
+    backfill may give another (``--conf '{"lookback_minutes": 360}'``).
+
+    A run covers only the minutes the published version has settled
+    (:meth:`views.definitions.Definition.settle`: 70 min for version 3, whose clicks come up to
+    an hour after their impression): the rest of its interval is left to the speed layer and
+    the next runs. So the lookback must be at least the settle delay, or scheduled runs never
+    cover the minutes between (the default, 120 min on an hourly schedule, is)."""
     with DAG(
         dag_id="ctr_batch",
         description="Exact CTR view (batch/ctr) for each interval and its lookback",
@@ -82,7 +95,10 @@ def ctr_batch_dag(
         schedule=CronDataIntervalTimetable(schedule, timezone="UTC"),
         start_date=start_date,
         catchup=catchup,
+        # One run at a time, one Spark driver at a time: a backfill's runs (Airflow 3's backfill
+        # has a max_active_runs of its own, 10 by default) queue behind it and the pool.
         max_active_runs=1,
+        max_active_tasks=1,
         default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
         params={
             "lookback_minutes": Param(
@@ -140,6 +156,7 @@ def ctr_recompute_stale_dag(
         start_date=start_date,
         catchup=False,
         max_active_runs=1,
+        max_active_tasks=1,
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
         tags=["ctr", "batch"],
     ) as dag:

@@ -72,6 +72,14 @@ echo "airflow: database $database, executor $AIRFLOW__CORE__EXECUTOR"
     echo "airflow: db migrate failed, see $RUN_DIR/airflow-migrate.log" >&2; exit 1; }
 # airflow.cfg itself on loopback (not only this script's AIRFLOW__API__HOST), owner-only.
 .venv/bin/python -m infra.airflow_config "$AIRFLOW_HOME"
+# The pool every Spark task of the project's DAGs takes a slot of (dags/definitions.py
+# SPARK_POOL): one Spark driver per 2 cores, however many runs a backfill queues.
+cores="$(nproc 2>/dev/null || echo 2)"
+SPARK_SLOTS="${AIRFLOW_SPARK_SLOTS:-$(( cores / 2 > 0 ? cores / 2 : 1 ))}"
+"$AIRFLOW" pools set ctr_spark "$SPARK_SLOTS" "Spark drivers of ctr-lambda's batch tasks" \
+    > /dev/null 2>> "$RUN_DIR/airflow-migrate.log" || {
+    echo "airflow: could not create the ctr_spark pool, see $RUN_DIR/airflow-migrate.log" >&2; exit 1; }
+echo "airflow: pool ctr_spark: $SPARK_SLOTS Spark driver(s) at a time (AIRFLOW_SPARK_SLOTS)"
 # The components in one process group (airflow-down.sh signals it), their output in one log,
 # each line prefixed with the component's name as standalone does. A component that exits or
 # dies (a crash, SIGKILL) is started again after 5 s: this loop is Airflow's supervision in the
