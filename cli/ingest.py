@@ -228,7 +228,8 @@ def _send_traffic(
 def _report_sent(summary: ProduceSummary) -> None:
     console.print(
         f"sent {summary.records:,} records in {summary.seconds:.1f} s ({summary.rate:,.0f}/s): "
-        f"{summary.events:,} events ({summary.late:,} late), {summary.duplicates:,} duplicates, "
+        f"{summary.events:,} events ({summary.late:,} late: over 10 min old when sent), "
+        f"{summary.duplicates:,} duplicates, "
         f"{summary.malformed:,} malformed"
         + (f"; stopped by {summary.stopped_by}" if summary.stopped_by else "")
     )

@@ -104,9 +104,14 @@ def _print(columns: list[str], rows: list[list[object]], output: Format) -> None
         from rich.table import Table
 
         table = Table(*columns, show_lines=False)
+        for column in table.columns:
+            column.overflow = "fold"  # a long value wraps in its cell, never cut to "…"
         for row in rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
-        Console().print(table)
+        out = Console()
+        if not out.is_terminal:  # a pipe or a file: each row on one line, whatever its width
+            out = Console(width=100_000)
+        out.print(table)
         console.print(f"{len(rows):,} row(s)")
 
 

@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from events.countries import ISO_3166_ALPHA2
 from lake.coverage.model import in_intervals_sql
 from runtime.times import EARLIEST, LATEST
 from views.access import Scope
@@ -570,11 +571,25 @@ def _filters(filters: Mapping[str, Sequence[str]]) -> tuple[tuple[str, tuple[str
         if name not in DIMENSIONS:
             raise QueryError(name, f"unknown dimension; one of: {', '.join(DIMENSIONS)}")
         unique = tuple(sorted(set(values)))
+        if name == "country":
+            _check_countries(unique)
         if len(unique) > MAX_FILTER_VALUES:
             raise QueryError(name, f"at most {MAX_FILTER_VALUES} values, got {len(unique)}")
         if unique:
             pinned.append((name, unique))
     return tuple(pinned)
+
+
+def _check_countries(values: Sequence[str]) -> None:
+    """Country codes as the events carry them (ISO 3166-1 alpha-2, upper case): ``us`` would
+    select nothing, silently."""
+    for value in values:
+        if value not in ISO_3166_ALPHA2:
+            hint = f" (did you mean {value.upper()!r}?)" if value.upper() in ISO_3166_ALPHA2 else ""
+            raise QueryError(
+                "country",
+                f"must be ISO 3166-1 alpha-2 codes in upper case like 'US', got {value!r}{hint}",
+            )
 
 
 def _order_by(raw_keys: Sequence[str], groups: Sequence[str]) -> tuple[OrderKey, ...]:

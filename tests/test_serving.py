@@ -312,6 +312,7 @@ def test_a_request_keeps_its_snapshot_while_tables_change(
         ({"order_by": ["-revenue"]}, "order_by"),
         ({"limit": 0}, "limit"),
         ({"start": T0.replace(tzinfo=None)}, "start"),
+        ({"filters": {"country": ["US", "xx"]}}, "country"),
     ],
 )
 def test_invalid_queries_name_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
@@ -319,6 +320,12 @@ def test_invalid_queries_name_the_parameter(kwargs: dict[str, object], parameter
     with pytest.raises(QueryError, match=f"^{parameter}: ") as caught:
         QueryLimits().check(CtrQuery.create(**arguments))  # type: ignore[arg-type]
     assert caught.value.parameter == parameter
+
+
+def test_a_country_in_lower_case_is_refused_with_the_code_meant() -> None:
+    """``country=us`` would select nothing, silently: the events carry upper-case codes."""
+    with pytest.raises(QueryError, match=r"^country: .* got 'us' \(did you mean 'US'\?\)$"):
+        CtrQuery.create(start=T0, end=T0 + H, filters={"country": ["us"]})
 
 
 def test_the_limits_of_a_deployment_bound_range_and_rows() -> None:

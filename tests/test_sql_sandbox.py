@@ -236,6 +236,11 @@ def test_files_named_as_tables_are_denied(
 def test_errors_are_reported(pool: SqlPool, snapshot: LakeSnapshot) -> None:
     with pytest.raises(SqlRefusedError, match="the table nope is not allowed: a query reads"):
         pool.run("SELECT * FROM nope", snapshot)
+    # A near miss names the view meant, never a catalog table the sandbox refuses (pg_class).
+    with pytest.raises(
+        SqlRefusedError, match=r"ctr_batchh is not allowed \(did you mean ctr_batch\?\)"
+    ):
+        pool.run("SELECT * FROM ctr_batchh", snapshot)
     with pytest.raises(SqlError, match='Referenced column "nope" not found'):
         pool.run("SELECT nope FROM ctr", snapshot)
     with pytest.raises(SqlRefusedError, match="COPY statements are not allowed"):

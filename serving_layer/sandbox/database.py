@@ -31,6 +31,7 @@ The worker processes that run these databases add OS limits (see :mod:`serving_l
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import threading
@@ -399,8 +400,10 @@ def _require_readable(ref: TableReference, readable: frozenset[str], access: Acc
             ref.name,
         )
     files = " (the sandbox reads no files)" if _PATH_LIKE.search(ref.name) else ""
+    close = difflib.get_close_matches(name, sorted(readable), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
     raise TableRefusedError(
-        f"the table {ref.name} is not allowed{files}: a query reads the views "
+        f"the table {ref.name} is not allowed{files}{hint}: a query reads the views "
         + ", ".join(sorted(readable))
         + " and its own CTEs (SHOW TABLES lists the views)",
         ref.name,
