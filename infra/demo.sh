@@ -25,6 +25,10 @@ DEMO_RATE="${DEMO_RATE:-200}"
 DEMO_BATCH_MINUTES="${DEMO_BATCH_MINUTES:-10}"
 DEMO_STALE_MINUTES="${DEMO_STALE_MINUTES:-5}"
 DEMO_MAINTENANCE_MINUTES="${DEMO_MAINTENANCE_MINUTES:-60}"
+# A fresh lake starts with this much traffic history (sent at once, as the ad servers would
+# have sent it), so the batch layer has settled minutes to make exact from the start: version 3
+# covers a minute only 70 min after it (views/definitions.py Definition.settle). 0: none.
+DEMO_HISTORY_MINUTES="${DEMO_HISTORY_MINUTES:-120}"
 # The batch layer (Airflow and its Spark tasks, or the batch loop) runs at this niceness: on a
 # few shared cores the speed layer's freshness and a restarted streaming job come first, the
 # batch layer's throughput after (make soak CHAOS=1: restarts took 55-100 s beside a batch job).
@@ -66,7 +70,11 @@ if [[ "$PROFILE" == cluster ]]; then
     source "$RUN_DIR/postgres/env"  # AIRFLOW__DATABASE__SQL_ALCHEMY_CONN, the LocalExecutor
     echo "$RUN_DIR" > "$DEMO/postgres-run-dir"
 fi
-export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES))}"
+# A scheduled run covers only settled minutes: its lookback reaches past the settle delay of the
+# newest version (what a fresh lake publishes) by two periods.
+SETTLE_MINUTES="$("$ROOT/.venv/bin/python" -c 'from views.definitions import NEWEST, definition
+print(int(definition("ctr", NEWEST["ctr"]).settle.total_seconds() // 60))')"
+export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES + SETTLE_MINUTES))}"
 export LAKE_ROOT="${LAKE_ROOT:-$DEMO/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$DEMO/checkpoints}"
 DEMO_NETNS="${DEMO_NETNS:-0}"  # 1: the 3 brokers in network namespaces (root; ctr kafka partition)
 if [[ "$DEMO_NETNS" == 1 ]]; then
@@ -199,10 +207,11 @@ EOF
     ((DEMO_AIRFLOW)) || fixer="the batch loop's ctr batch --stale (every $DEMO_BATCH_MINUTES min)"
     cat << EOF
 
-  # 4. late events (once a batch run has covered the last half hour): 2,000 events from
-  #    20 minutes ago, arriving now. Their minutes turn 'stale' (the late events are added,
-  #    approximately; the dashboard marks them) until $fixer makes them exact again:
-  ctr produce --events 2000 --start "\$(date -u -d '-20 min' +%Y-%m-%dT%H:%M:00Z)" --clock-rate 20
+  # 4. late events: 2,000 events from 90 minutes ago (minutes the batch layer covers: it covers
+  #    a minute once it has settled, $SETTLE_MINUTES min after it), arriving now. Their rows turn
+  #    'stale' (the late events are added, approximately; the dashboard marks them) until
+  #    $fixer makes them exact again:
+  ctr produce --events 2000 --start "\$(date -u -d '-90 min' +%Y-%m-%dT%H:%M:00Z)" --clock-rate 20
   curl -s -H "Authorization: Bearer \$API_TOKEN" $API/api/v1/views | python3 -m json.tool | grep -A6 stale_intervals
   #    or recompute them yourself: ctr batch --stale
 
@@ -370,9 +379,19 @@ supervised speed "$CTR" speed
 supervised api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
 # DEMO_GROUND_TRUTH: a CSV of the exact counts of every record the producer had delivered,
 # written when it stops (make soak compares the batch view with it).
-producer_args=(--rate "$DEMO_RATE" --duplicates 0.01 --late 0.02 --malformed 0.005
-    --repeat-clicks 0.05 --orphan-clicks 0.02)
+traffic=(--duplicates 0.01 --late 0.02 --malformed 0.005 --repeat-clicks 0.05 --orphan-clicks 0.02)
+producer_args=(--rate "$DEMO_RATE" "${traffic[@]}")
 [[ -n "${DEMO_GROUND_TRUTH:-}" ]] && producer_args+=(--ground-truth "$DEMO_GROUND_TRUTH")
+history_start=""
+# No history beside a ground truth (make soak): the truth counts the live producer's records.
+if ((DEMO_HISTORY_MINUTES > 0 && events_before == 0)) && [[ -z "${DEMO_GROUND_TRUTH:-}" ]]; then
+    # The same traffic, its event clock ending now, sent as fast as the broker takes it.
+    history_start="$(date -u -d "-$DEMO_HISTORY_MINUTES min" +%Y-%m-%dT%H:%M:00Z)"
+    say "      history: the last $DEMO_HISTORY_MINUTES min of traffic ($((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE)) records), sent at once"
+    "$CTR" produce --events "$((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE))" --clock-rate "$DEMO_RATE" \
+        --start "$history_start" "${traffic[@]}" > "$DEMO/history.log" 2>&1 \
+        || fail "the history could not be sent; see $DEMO/history.log" "$DEMO/history.log"
+fi
 supervised producer "$CTR" produce "${producer_args[@]}"
 if ((!DEMO_AIRFLOW)); then
     supervised batch-loop nice -n "$DEMO_BATCH_NICE" bash infra/demo-batch-loop.sh
@@ -448,6 +467,15 @@ say "[6/7] speed job: waiting for its first commit to speed/ctr"
 streamed() { (($(commits speed/ctr) > speed_before)); }
 wait_for speed "$DEMO/speed.log" "commit to speed/ctr" streamed
 say "      streaming ($(elapsed))"
+if [[ -n "$history_start" ]]; then
+    # The history's settled minutes made exact once, in the background (the archiver is still
+    # taking the history in: what it archives after this run read is stale, and
+    # ctr_recompute_stale makes it exact); the scheduled runs cover the rest as it settles.
+    start batch-history nice -n "$DEMO_BATCH_NICE" bash -c \
+        'sleep 60; exec "$0" batch --start "$1" --end "$(date -u +%Y-%m-%dT%H:%M:00Z)"' \
+        "$CTR" "$history_start"
+    say "      the history's settled minutes: ctr batch in the background ($DEMO/batch-history.log)"
+fi
 say "[7/7] dashboard: waiting for the API to serve rows"
 has_rows() {
     curl -fsS -H "Authorization: Bearer $API_TOKEN" "$API/api/v1/ctr?granularity=hour" 2> /dev/null \
