@@ -123,6 +123,12 @@ def spark_session(
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
     conf: dict[str, Any] = {**connector_conf(), **settings.conf}
+    if not submitted and settings.log_file:
+        conf["spark.driver.extraJavaOptions"] = " ".join(
+            filter(
+                None, [_log_options(settings.log_file), conf.get("spark.driver.extraJavaOptions")]
+            )
+        )
     for key, value in conf.items():
         builder = builder.config(key, value)
     # The JVM reads SPARK_LOCAL_IP from its environment only (no conf says it): without it, it
@@ -135,6 +141,15 @@ def spark_session(
             spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _log_options(log_file: str) -> str:
+    """The driver's JVM options that send Spark's warnings to ``log_file`` (its folder made),
+    errors to the console too (runtime/spark-log4j2.properties)."""
+    path = Path(log_file).resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = Path(__file__).with_name("spark-log4j2.properties")
+    return f"-Dlog4j.configurationFile={config} -Dctr.spark.log={path}"
 
 
 @contextmanager

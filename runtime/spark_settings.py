@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from pydantic import Field, field_validator
@@ -24,6 +25,12 @@ class SparkSettings(BaseSettings):
     # pyarrow, msgspec, ...) and the address the driver binds (Spark's own variable).
     python: str = Field(default_factory=lambda: sys.executable, validation_alias="PYSPARK_PYTHON")
     local_ip: str = Field(default="127.0.0.1", validation_alias="SPARK_LOCAL_IP")
+    # Where the sessions `ctr` starts itself write Spark's warnings (only errors reach the
+    # console); empty: Spark's default, everything on the console. Jobs under spark-submit
+    # keep Spark's default.
+    log_file: str = Field(
+        default_factory=lambda: os.path.join(os.environ.get("RUN_DIR", "run"), "logs", "spark.log")
+    )
 
     @field_validator("master")
     @classmethod
