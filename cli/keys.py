@@ -131,7 +131,9 @@ def list_keys(
         "expires",
         "last used",
         "status",
-        caption="times in UTC",
+        # The API records a key's last use once a minute (lake.keys.UsageRecorder): a key used
+        # seconds ago may still show none.
+        caption="times in UTC; the API records last uses once a minute",
     )
     for key in keys:
         table.add_row(
@@ -140,7 +142,7 @@ def list_keys(
             _scope_cell(key),
             f"{key.created_at:%Y-%m-%d %H:%M}",
             "never" if key.expires_at is None else f"{key.expires_at:%Y-%m-%d %H:%M}",
-            "never" if key.last_used_at is None else f"{key.last_used_at:%Y-%m-%d %H:%M}",
+            "none recorded" if key.last_used_at is None else f"{key.last_used_at:%Y-%m-%d %H:%M}",
             key.status(now),
         )
     console.print(table)

@@ -376,3 +376,20 @@ def test_buckets_of_a_few_impressions_do_not_set_the_ctr_axis(
         "fewOnly": None,
         "fits": None,
     }
+
+
+def test_a_link_naming_a_dimension_to_compare_compares_its_top_values(
+    dashboard_url: str, dashboard_lake: Lake, page: Page
+) -> None:
+    page.navigate(f"{dashboard_url}/?compare=campaign_id#token={TOKEN}")
+    page.wait_for(
+        f"{STATE} === 'ready' && ctrDashboard.state.selection.compare.values.length === 3",
+        timeout=30,
+    )
+    assert sorted(page.evaluate("ctrDashboard.state.selection.compare.values")) == [
+        "c1",
+        "c2",
+        "c3",
+    ]
+    assert page.evaluate("document.getElementById('compare-hint').textContent") == ""
+    assert "compare_value=" in page.evaluate("window.location.search")

@@ -476,7 +476,7 @@ function toggleFilter(dimension, value) {
 }
 
 /** Start comparing `dimension`: its top values by impressions, as many as fit (up to three). */
-async function compareBy(dimension) {
+async function compareBy(dimension, { push = true } = {}) {
   if (!dimension) {
     select((s) => {
       s.compare = { dimension: null, values: [] };
@@ -489,9 +489,12 @@ async function compareBy(dimension) {
   } catch {
     // The refresh reports what is wrong with the API; the analyst picks values by hand.
   }
-  select((s) => {
-    s.compare = { dimension, values: top };
-  });
+  select(
+    (s) => {
+      s.compare = { dimension, values: top };
+    },
+    { push },
+  );
 }
 
 function showCustomRange(open) {
@@ -610,4 +613,10 @@ adoptTokenFromUrl();
 wire();
 apply(initialSelection());
 window.history.replaceState(null, "", `${window.location.pathname}?${serializeState(state.selection)}${window.location.hash}`);
-refresh();
+// A link naming a dimension to compare and no values (?compare=campaign_id) compares its top
+// values, as choosing the dimension on the page does.
+if (state.selection.compare.dimension && state.selection.compare.values.length === 0) {
+  compareBy(state.selection.compare.dimension, { push: false });
+} else {
+  refresh();
+}

@@ -460,7 +460,18 @@ export class BreakdownChart {
         onHover: (event, elements) => {
           event.native.target.style.cursor = onSelect && elements.length ? "pointer" : "default";
         },
-        scales: { x: { beginAtZero: true, ticks: { callback: pctTick, maxRotation: 0 } } },
+        scales: {
+          x: { beginAtZero: true, ticks: { callback: pctTick, maxRotation: 0 } },
+          // The bars are the top values by clicks: each label says how many, the bar its CTR.
+          y: {
+            ticks: {
+              callback: (_value, index) => {
+                const row = this.rows[index];
+                return row ? `${visibleText(row[this.dimension])} · ${int(row.clicks)} clicks` : "";
+              },
+            },
+          },
+        },
         plugins: {
           legend: { display: false },
           tooltip: {
