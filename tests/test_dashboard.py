@@ -358,9 +358,9 @@ AXIS = """(async () => {
     // A compared line whose only bucket of weight is at 3 %, and a noisy one beside it.
     compared: ctrAxisMax([line(steady), line([[400, 0.03, 0.05], [1, 1, 1], [3, 0, 0.7]])]),
     // Nothing but a handful of impressions: the axis still fits what there is.
-    fewOnly: ctrAxisMax([line([[3, 0.33, 0.8], [2, 0.5, 0.9]])]),
+    fewOnly: ctrAxisMax([line([[3, 0.33, 0.8], [2, 0.5, 0.9]])]) ?? null,
     // Everything fits: Chart.js decides.
-    fits: ctrAxisMax([line(steady)]),
+    fits: ctrAxisMax([line(steady)]) ?? null,
   };
 })()"""
 
