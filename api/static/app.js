@@ -362,7 +362,8 @@ function renderReachSummary() {
 
 /** What the numbers cover, in words: the range and the filters. */
 function scopeText() {
-  const { start, end } = state.view;
+  const { start } = state.view;
+  const end = state.view.until ?? state.view.end;
   const filters = Object.entries(state.selection.filters).map(
     ([d, values]) => `${DIMENSION_LABEL[d].toLowerCase()} ${values.map(visibleText).join(" or ")}`,
   );

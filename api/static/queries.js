@@ -9,7 +9,8 @@ export const SUGGESTIONS = 200;
 
 /** The range and the filters: what every part of the page shares. */
 export function baseParams(selection, window_) {
-  return { start: isoMinute(window_.start), end: isoMinute(window_.end), ...selection.filters };
+  const end = window_.until ?? window_.end; // never past now: the current bucket as far as it got
+  return { start: isoMinute(window_.start), end: isoMinute(end), ...selection.filters };
 }
 
 /** The comparison's values, if there are enough to compare (two to five). */

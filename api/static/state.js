@@ -74,6 +74,7 @@ export function timeWindow(state, nowMs) {
       stepMs,
       start: state.start,
       end: state.end,
+      until: state.end,
       first: Math.floor(state.start / stepMs) * stepMs,
     };
   }
@@ -82,7 +83,10 @@ export function timeWindow(state, nowMs) {
   // Whole buckets ending with the current (partial) one.
   const end = Math.floor(nowMs / stepMs) * stepMs + stepMs;
   const start = end - range.buckets * stepMs;
-  return { name: state.range, granularity: range.granularity, stepMs, start, end, first: start };
+  // What the data can hold: up to now (the current minute included), not the end of the
+  // current hour or day, which lies in the future.
+  const until = Math.min(end, Math.ceil((nowMs + 1) / MINUTE) * MINUTE);
+  return { name: state.range, granularity: range.granularity, stepMs, start, end, until, first: start };
 }
 
 function unique(values) {
