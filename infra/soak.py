@@ -787,6 +787,8 @@ def check_exactness(demo: Demo, ground_truth: Path, soak_window: tuple[int, int]
             f"{start:{iso}}",
             "--end",
             f"{end:{iso}}",
+            # Drained: the traffic has stopped, nothing more arrives, every minute is final.
+            "--unsettled",
         ],
         env=demo.env,
         cwd=ROOT,
