@@ -581,10 +581,11 @@ def _filters(filters: Mapping[str, Sequence[str]]) -> tuple[tuple[str, tuple[str
 
 
 def _check_countries(values: Sequence[str]) -> None:
-    """Country codes as the events carry them (ISO 3166-1 alpha-2, upper case): ``us`` would
-    select nothing, silently."""
+    """Country codes as the events carry them (two upper-case letters, ISO 3166-1 alpha-2):
+    ``us`` would select nothing, silently. A well-formed code no event has (``XX``) selects
+    nothing, as an unknown campaign does."""
     for value in values:
-        if value not in ISO_3166_ALPHA2:
+        if not (len(value) == 2 and value.isascii() and value.isalpha() and value.isupper()):
             hint = f" (did you mean {value.upper()!r}?)" if value.upper() in ISO_3166_ALPHA2 else ""
             raise QueryError(
                 "country",
