@@ -97,6 +97,9 @@ def _minutes(
             client, start=_iso(start), end=_iso(settled), granularity="minute", group_by=group
         )
         sources = Counter(r["source"] for r in rows)
+        weights: Counter[str] = Counter()
+        for r in rows:
+            weights[r["source"]] += r["impressions"]
         total = sum(sources.values())
         stale_rows = [r for r in rows if r["source"] == "stale"]
         label = "minutes" if not group else "rows per minute, campaign and country"
@@ -105,6 +108,14 @@ def _minutes(
         )
         print(f"{label} older than the settle delay ({_iso(start)} to {_iso(settled)}): {total}")
         print(f"  {shares or 'none'}")
+        weighed = sum(weights.values())
+        if weighed:
+            print(
+                "  by impressions: "
+                + ", ".join(
+                    f"{source} {100 * n / weighed:.1f} %" for source, n in weights.most_common()
+                )
+            )
         if stale_rows:
             late = sum(r["stale_events"] for r in stale_rows)
             impressions = sum(r["impressions"] for r in stale_rows)

@@ -397,10 +397,12 @@ def _late_sources(stale: str | None, marks: str | None) -> str | None:
     dims = ", ".join(DIMENSIONS)
     parts = []
     if stale is not None:
+        # An arrival key's rows summed (a bucket and dimensions can have a row per archiver
+        # task), as the marks sum them: one source, one count, whichever way it is reached.
         for kind, column in (("i", "impressions"), ("c", "raw_clicks")):
             parts.append(
                 f"SELECT bucket_start, {dims}, hash(arrival_key, '{kind}') AS arrival_key, "
-                f"{column} AS events FROM {stale} WHERE {column} > 0"
+                f"sum({column}) AS events FROM {stale} WHERE {column} > 0 GROUP BY ALL"
             )
     if marks is not None:
         parts.append(
