@@ -101,13 +101,17 @@ def stale_marks_sql(
     those in (its bucket, its bucket + window] (its clicks stop being orphans). Such a row is
     stale when the run covering its bucket read an older master/events version than the
     arrival's, and ``stale_events`` are the events of the arrival that may change it (its clicks
-    before its bucket, its impressions after). Found in two steps: the (bucket, version) pairs
+    before its bucket, its impressions after). Only rows the batch layer has are marked: where
+    it counted no event of those dimensions in a minute, no impression there can take a late
+    click, and no click there was waiting for a late impression. Found in two steps: the (bucket, version) pairs
     of arrivals that change a covered bucket at all (small: one row per bucket and archiver
     commit), then those arrivals' rows with their dimensions.
     """
     _check_view(view)
     window = int(attribution.total_seconds() // 60)
     dims = ", ".join(f"x.{d}" for d in DIMENSIONS)
+    plain = ", ".join(DIMENSIONS)
+    same = " AND ".join(f"b.{d} = x.{d}" for d in DIMENSIONS)
     return f"""
         WITH arrived AS (
             SELECT bucket_start, events_version, bool_or(impressions > 0) AS impressions,
@@ -140,6 +144,10 @@ def stale_marks_sql(
                     CASE WHEN c.bucket_start < x.bucket_start THEN 'c' ELSE 'i' END) AS arrival_key
         FROM changed c JOIN {arrivals} x
           ON x.bucket_start = c.arrived_in AND x.events_version = c.events_version
+        SEMI JOIN (
+            SELECT DISTINCT bucket_start, {plain} FROM {batch}
+            WHERE bucket_start IN (SELECT bucket_start FROM changed)
+        ) b ON b.bucket_start = c.bucket_start AND {same}
         WHERE CASE WHEN c.bucket_start < x.bucket_start THEN x.clicks ELSE x.impressions END > 0
         GROUP BY ALL
     """
@@ -250,7 +258,7 @@ def read_stale(
     runs = runs if runs is not None else read_runs(lake)
     arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
     batch = batch_table(view)
-    batch_rows = _read(batch.path(lake), batch.schema, ["bucket_start", "run_id"])
+    batch_rows = _read(batch.path(lake), batch.schema, ["bucket_start", "run_id", *DIMENSIONS])
     coverage_rows = pa.Table.from_pylist(
         [{name: getattr(run, name) for name in BATCH_COVERAGE.schema.names} for run in runs.runs],
         schema=BATCH_COVERAGE.schema,
