@@ -103,9 +103,9 @@ def stale_marks_sql(
     arrival's, and ``stale_events`` are the events of the arrival that may change it (its clicks
     before its bucket, its impressions after). Only rows the batch layer has are marked: where
     it counted no event of those dimensions in a minute, no impression there can take a late
-    click, and no click there was waiting for a late impression. Found in two steps: the (bucket, version) pairs
-    of arrivals that change a covered bucket at all (small: one row per bucket and archiver
-    commit), then those arrivals' rows with their dimensions.
+    click, and no click there was waiting for a late impression. Found in two steps: the
+    (bucket, version) pairs of arrivals that change a covered bucket at all (small: one row per
+    bucket and archiver commit), then those arrivals' rows with their dimensions.
     """
     _check_view(view)
     window = int(attribution.total_seconds() // 60)
