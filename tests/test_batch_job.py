@@ -202,10 +202,10 @@ def test_backfill_command_runs_hour_by_hour(spark: SparkSession, lake: LakeSetti
 
     done = backfill("2026-11-22T10:00Z", "2026-11-22T12:30Z")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "backfilled 3 hour(s)" in done.stderr
+    assert "backfilled 3 of 3 hour(s)" in done.stderr
     assert view(lake) == [(at(10), "ad-1", 1, 0), (at(70), "ad-1", 0, 1)]
     intervals = [(r["interval_start"], r["interval_end"]) for r in coverage(lake)]
     assert intervals == [(at(0), at(60)), (at(60), at(120)), (at(120), at(150))]
     bad = backfill("2026-11-22T12:00Z", "2026-11-22T11:00Z")
     assert bad.returncode == 2
-    assert "must be after start" in bad.stderr
+    assert "must be after --from" in bad.stderr  # the flags typed
