@@ -17,27 +17,15 @@ class Interval:
     end: dt.datetime
 
     def __post_init__(self) -> None:
-        for name in ("start", "end"):
-            value: dt.datetime = getattr(self, name)
-            if value.tzinfo is None:
-                raise IntervalError(f"{name} must be timezone-aware (UTC), got {value}")
-            if value.second or value.microsecond:
-                raise IntervalError(f"{name} must be a whole minute, got {value.isoformat()}")
-        if self.end <= self.start:
-            raise IntervalError(
-                f"end ({self.end.isoformat()}) must be after start ({self.start.isoformat()})"
-            )
+        _check(self.start, self.end, ("start", "end"))
 
     @classmethod
     def parse(cls, start: str, end: str, *, names: tuple[str, str] = ("start", "end")) -> Interval:
-        """The interval [start, end) from ISO-8601 text; an error names the bound by ``names``
+        """The interval [start, end) from ISO-8601 text; an error names the bounds by ``names``
         (the flags the user typed, e.g. ``--from``/``--to``)."""
         first, second = parse_time(start, names[0]), parse_time(end, names[1])
-        try:
-            return cls(first, second)
-        except IntervalError as exc:
-            message = str(exc).replace("start", names[0]).replace("end", names[1])
-            raise IntervalError(message) from None
+        _check(first, second, names)
+        return cls(first, second)
 
     @property
     def days(self) -> list[dt.date]:
@@ -80,6 +68,20 @@ class Interval:
 
     def __str__(self) -> str:
         return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+
+def _check(start: dt.datetime, end: dt.datetime, names: tuple[str, str]) -> None:
+    """That [start, end) can be covered: UTC whole minutes, end after start; an error names
+    the bounds by ``names``."""
+    for name, value in zip(names, (start, end), strict=True):
+        if value.tzinfo is None:
+            raise IntervalError(f"{name} must be timezone-aware (UTC), got {value}")
+        if value.second or value.microsecond:
+            raise IntervalError(f"{name} must be a whole minute, got {value.isoformat()}")
+    if end <= start:
+        raise IntervalError(
+            f"{names[1]} ({end.isoformat()}) must be after {names[0]} ({start.isoformat()})"
+        )
 
 
 def parse_time(text: str, name: str) -> dt.datetime:

@@ -18,6 +18,8 @@ from typing import Final
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, batch_table
 from lake.coverage.log import read_runs
@@ -257,8 +259,19 @@ def read_stale(
     view = view or read_registry(lake).published("ctr")
     runs = runs if runs is not None else read_runs(lake)
     arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
+    if arrivals.num_rows == 0:
+        return []  # staleness is arrivals no run counted: none, nothing stale
+    # The batch rows the rule can reach: the arrivals' buckets, and the window either side of
+    # them for a version with attribution; not the whole table (which grows with history).
+    reach = view.attribution or dt.timedelta(0)
+    first, last = pc.min_max(arrivals["bucket_start"]).values()
     batch = batch_table(view)
-    batch_rows = _read(batch.path(lake), batch.schema, ["bucket_start", "run_id", *DIMENSIONS])
+    batch_rows = _read(
+        batch.path(lake),
+        batch.schema,
+        ["bucket_start", "run_id", *DIMENSIONS],
+        between=(first.as_py() - reach, last.as_py() + reach),
+    )
     coverage_rows = pa.Table.from_pylist(
         [{name: getattr(run, name) for name in BATCH_COVERAGE.schema.names} for run in runs.runs],
         schema=BATCH_COVERAGE.schema,
@@ -281,9 +294,22 @@ def read_stale(
     return stale_buckets(rows)
 
 
-def _read(path: str, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-
+def _read(
+    path: str,
+    schema: pa.Schema,
+    columns: list[str] | None = None,
+    *,
+    between: tuple[dt.datetime, dt.datetime] | None = None,
+) -> pa.Table:
+    """``columns`` of the table at ``path`` (empty if there is none yet); with ``between``,
+    only its rows whose bucket_start lies in [first, last] (files and row groups outside are
+    skipped by their statistics)."""
     names = columns or schema.names
     if not is_delta(path):
         return pa.schema([schema.field(n) for n in names]).empty_table()
-    return open_delta(path).to_pyarrow_table(columns=names)
+    if between is None:
+        return open_delta(path).to_pyarrow_table(columns=names)
+    bucket = ds.field("bucket_start")
+    first, last = (pa.scalar(t, schema.field("bucket_start").type) for t in between)
+    dataset = open_delta(path).to_pyarrow_dataset()
+    return dataset.to_table(columns=names, filter=(bucket >= first) & (bucket <= last))
