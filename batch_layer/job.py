@@ -2,7 +2,8 @@
 
 Reads ``master/events`` at its current version for the interval (partition pruning on
 ``event_date``, then ``event_time`` in [start, end)), keeps one row per ``event_id``, applies the
-shared view, and replaces exactly that interval of ``batch/ctr`` in one atomic commit. Only then
+shared view, and replaces exactly that interval of ``batch/ctr`` in one atomic commit: Spark's tasks
+write the files, the driver commits them (:mod:`lake.view_files`). Only then
 does it append a row to ``batch/coverage``. Rerunning an interval gives the same rows; events
 that arrived late are counted whenever their interval is recomputed.
 
@@ -22,11 +23,11 @@ from typing import TYPE_CHECKING
 
 from batch_layer.drift import record_drift
 from batch_layer.interval import Interval
+from lake import view_files
 from lake.arrivals import forget_counted, forget_settled
 from lake.catalog import MASTER_EVENTS, batch_table
 from lake.coverage import log as coverage_log
 from lake.coverage.model import CoverageRun
-from lake.frames import commit_frame
 from lake.registry import Registry, read_registry
 from lake.settings import LakeSettings
 from lake.storage import is_delta, open_delta
@@ -252,25 +253,38 @@ class BatchJob:
         target = batch_table(definition)
         source = "the replayed log" if replay else f"master/events v{version}"
         on_step(f"reading {source} for {interval} ({definition.key})")
-        # Computed once, straight into the write (caching the view to count it first cost more
-        # than the view: 11 of 37 s on the 10M-event benchmark); the count and the drift then
-        # read the rows back, a few columns of the run's own rows.
+        # Computed once, straight into the files (caching the view to count it first cost more
+        # than the view: 11 of 37 s on the 10M-event benchmark): Spark's tasks write them, the
+        # driver commits their descriptions (lake.view_files); the drift then reads the run's
+        # own rows back, a few columns.
         on_step(f"computing the view and replacing {interval} of {target.name} with it")
-        where = interval.sql_predicate("bucket_start")
-        commit_frame(
+        replaced = view_files.replace_interval(
+            spark,
             view,
-            target.path(lake),
-            target.schema,
-            predicate=interval.delta_predicate("bucket_start"),
+            name=target.name,
+            path=target.path(lake),
+            schema=target.schema,
+            interval=interval,
+            run_id=run_id,
+            input_version=version,
             properties=lake.retention(target.name),
         )
         written = (
             read_delta(spark, target.path(lake))
-            .where(where)
+            .where(interval.sql_predicate("bucket_start"))
             .where(F.col("run_id") == F.lit(run_id))
         )
-        rows = written.count()
-        on_step(f"wrote {rows:,} rows")
+        if replaced.committed:
+            rows = replaced.rows
+            on_step(
+                f"wrote {rows:,} rows in {replaced.files_added:,} file(s), replacing "
+                f"{replaced.files_removed:,}"
+                + (f" ({replaced.rows_carried:,} rows outside the interval kept)"
+                   if replaced.rows_carried else "")
+            )  # fmt: skip
+        else:
+            rows = written.count()
+            on_step(f"this run ({run_id}) was committed before: {rows:,} rows")
         minutes = record_drift(
             spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()
         )

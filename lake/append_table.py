@@ -177,14 +177,15 @@ class AppendTable:
         return True
 
 
-def add_action(file: DataFile) -> AddAction:
-    """The log's add action of a file :func:`lake.data_files.write_files` wrote."""
+def add_action(file: DataFile, *, data_change: bool = True) -> AddAction:
+    """The log's add action of a file :func:`lake.data_files.write_files` wrote
+    (``data_change=False``: a compaction's, the same rows rewritten)."""
     return AddAction(
         path=file["path"],
         size=file["size"],
         partition_values=json.loads(file["partition_values"]),
         modification_time=file["modification_time"],
-        data_change=True,
+        data_change=data_change,
         stats=file["stats"],
     )
 

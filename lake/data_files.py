@@ -187,3 +187,138 @@ def _escape(value: str | None) -> str:
 
 
 _SAFE: Final = re.compile(r"[A-Za-z0-9._+-]+")
+
+
+# Rows in one data file of :class:`HourFiles` at most: a file is never larger than this, so no
+# reader or compaction has to hold more of it (about 60 MB of view rows with reach).
+ROWS_PER_FILE: Final = 1_000_000
+
+
+class HourFiles:
+    """The data files one Spark task writes for a batch view: rows arrive in batches, in any
+    order, and go to one open file per hour of ``column`` (a timestamp), so no file straddles an
+    hour (an interval a batch run replaces then removes whole files: :mod:`lake.view_files`).
+    A file is closed after the batch that brings it to :data:`ROWS_PER_FILE` rows. Only the
+    batch being written and the files' statistics are held in memory, however many rows the
+    task writes."""
+
+    def __init__(self, table: str, root: str, schema: pa.Schema, column: str) -> None:
+        self.table, self.root, self.schema, self.column = table, root, schema, column
+        self._open: dict[dt.datetime, _OpenFile] = {}
+        self.files: list[DataFile] = []
+        self.counted: dict[str, int] = {}  # per file (its path): rows written with counted=True
+
+    def write(self, rows: pa.Table, *, counted: bool = False) -> None:
+        """Write ``rows`` (in :attr:`schema`) to the files of their hours; ``counted``: add them
+        to their files' :attr:`counted` (e.g. the rows of the interval a run replaces)."""
+        if rows.num_rows == 0:
+            return
+        hours = pc.floor_temporal(rows.column(self.column), unit="hour")
+        distinct = pc.unique(hours)
+        for hour in distinct:
+            part = rows if len(distinct) == 1 else rows.filter(pc.equal(hours, hour))
+            key = hour.as_py()
+            self._file(key).write(part, counted=counted)
+            if self._open[key].rows >= ROWS_PER_FILE:
+                self._closed(self._open.pop(key))
+
+    def _file(self, hour: dt.datetime) -> _OpenFile:
+        if hour not in self._open:
+            self._open[hour] = _OpenFile(self.table, self.root, self.schema)
+        return self._open[hour]
+
+    def close(self) -> list[DataFile]:
+        """Close every open file; all the files written, described for the commit."""
+        for open_file in self._open.values():
+            self._closed(open_file)
+        self._open.clear()
+        return self.files
+
+    def _closed(self, open_file: _OpenFile) -> None:
+        self.files.append(open_file.close())
+        self.counted[open_file.relative] = open_file.counted
+
+
+class _OpenFile:
+    """A Parquet file being written (see :class:`HourFiles`), with its statistics so far."""
+
+    def __init__(self, table: str, root: str, schema: pa.Schema) -> None:
+        self.table = table
+        self.relative = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        self.filesystem, base = arrow_filesystem(root)
+        self.target = f"{base.rstrip('/')}/{self.relative}"
+        self.writer = pq.ParquetWriter(
+            self.target, schema, filesystem=self.filesystem, compression="snappy"
+        )
+        self.stats: dict[str, object] | None = None
+        self.rows = 0
+        self.counted = 0
+
+    def write(self, rows: pa.Table, *, counted: bool) -> None:
+        self.writer.write_table(rows)
+        self.rows += rows.num_rows
+        self.counted += rows.num_rows if counted else 0
+        stats = file_stats(rows)
+        self.stats = stats if self.stats is None else merge_stats(self.stats, stats)
+
+    def close(self) -> DataFile:
+        self.writer.close()
+        return DataFile(
+            table=self.table,
+            path=self.relative,
+            size=self.filesystem.get_file_info(self.target).size,
+            partition_values=json.dumps({}),
+            modification_time=time.time_ns() // 1_000_000,
+            stats=json.dumps(self.stats),
+        )
+
+
+def merge_stats(first: dict[str, object], second: dict[str, object]) -> dict[str, object]:
+    """The statistics of two sets of rows (:func:`file_stats`) as one file's: a bound one side
+    could not state (a long string's maximum, an all-null column) is left out, unless the other
+    side's column is all null there."""
+    low1, low2 = _bounds(first, "minValues"), _bounds(second, "minValues")
+    high1, high2 = _bounds(first, "maxValues"), _bounds(second, "maxValues")
+    nulls1, nulls2 = _counts(first), _counts(second)
+    rows1, rows2 = _rows(first), _rows(second)
+    minimum: dict[str, object] = {}
+    maximum: dict[str, object] = {}
+    for name in nulls1.keys() | nulls2.keys():
+        all_null1 = nulls1.get(name, 0) == rows1
+        all_null2 = nulls2.get(name, 0) == rows2
+        for merged, one, two, pick in (
+            (minimum, low1, low2, min),
+            (maximum, high1, high2, max),
+        ):
+            if name in one and name in two:
+                merged[name] = pick(one[name], two[name])  # type: ignore[call-overload]
+            elif name in one and all_null2:
+                merged[name] = one[name]
+            elif name in two and all_null1:
+                merged[name] = two[name]
+    return {
+        "numRecords": rows1 + rows2,
+        "minValues": minimum,
+        "maxValues": maximum,
+        "nullCount": {
+            n: nulls1.get(n, 0) + nulls2.get(n, 0) for n in nulls1.keys() | nulls2.keys()
+        },
+    }
+
+
+def _bounds(stats: dict[str, object], key: str) -> dict[str, object]:
+    value = stats[key]
+    assert isinstance(value, dict)
+    return value
+
+
+def _counts(stats: dict[str, object]) -> dict[str, int]:
+    value = stats["nullCount"]
+    assert isinstance(value, dict)
+    return value
+
+
+def _rows(stats: dict[str, object]) -> int:
+    value = stats["numRecords"]
+    assert isinstance(value, int)
+    return value

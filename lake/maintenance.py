@@ -1,7 +1,7 @@
-"""Keeping the lake small and fast, through delta-rs: compaction (OPTIMIZE) and VACUUM of
-the batch tables (the streaming jobs maintain their own:
-:meth:`lake.append_table.AppendTable.maintain`), and the key store's superseded last uses
-dropped (:func:`lake.keys.fold_uses`)."""
+"""Keeping the lake small and fast, through delta-rs: compaction (OPTIMIZE; for the batch
+views, hour by hour: :func:`lake.view_files.compact_hours`) and VACUUM of the batch tables (the
+streaming jobs maintain their own: :meth:`lake.append_table.AppendTable.maintain`), and the
+key store's superseded last uses dropped (:func:`lake.keys.fold_uses`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lake.catalog import API_KEYS
+from lake.catalog import API_KEYS, BATCH_CTR, VERSIONED
 from lake.keys import fold_uses
 from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
 from lake.storage import ensure_properties, is_delta, open_delta
+from lake.view_files import compact_hours
 
 log = logging.getLogger("ctr.maintenance")
+
+VIEW_TABLES = frozenset(t.name for t in (BATCH_CTR, *VERSIONED))
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,17 @@ def compact_and_vacuum(
     delta = open_delta(path)
     if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
         ensure_properties(delta, lake.retention(table))
-    metrics = delta.optimize.compact()
+    if table in VIEW_TABLES:  # keeps the hour files batch runs replace (lake.view_files)
+        compacted = compact_hours(path)
+        if compacted.hours_left:
+            log.info("%s: %d hour(s) left to compact next pass", table, compacted.hours_left)
+        delta = open_delta(path)
+        metrics = {
+            "numFilesAdded": compacted.files_added,
+            "numFilesRemoved": compacted.files_removed,
+        }
+    else:
+        metrics = delta.optimize.compact()
     vacuumed = delta.vacuum(
         retention_hours=None if retention_hours is None else int(retention_hours),
         enforce_retention_duration=False,

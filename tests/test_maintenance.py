@@ -3,12 +3,16 @@ vacuum (the speed tables' own maintenance: tests/test_speed_tables.py)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from lake.catalog import BATCH_CTR
+from lake.frames import commit_frame
 from lake.maintenance import compact_and_vacuum, compact_and_vacuum_all
 from lake.settings import LakeSettings
 
@@ -16,16 +20,53 @@ from lake.settings import LakeSettings
 def test_compaction_merges_small_files_and_keeps_rows(
     spark: SparkSession, lake: LakeSettings
 ) -> None:
-    path = lake.table("batch/ctr")
+    path = lake.table("batch/coverage")
     for n in range(4):
         one_file = spark.createDataFrame([(n,)], "n long").coalesce(1)
         one_file.write.format("delta").mode("append").save(path)
-    report = compact_and_vacuum(lake, "batch/ctr", retention_hours=0)
+    report = compact_and_vacuum(lake, "batch/coverage", retention_hours=0)
     assert report is not None
     assert (report.files_added, report.files_removed, report.files_vacuumed) == (1, 4, 4)
     assert sorted(DeltaTable(path).to_pyarrow_table().column("n").to_pylist()) == [0, 1, 2, 3]
     assert len(DeltaTable(path).file_uris()) == 1
     assert compact_and_vacuum(lake, "speed/ctr") is None  # no table yet: nothing to do
+
+
+def test_a_batch_view_is_compacted_hour_by_hour(lake: LakeSettings) -> None:
+    """A batch view's files never straddle an hour (a run replaces whole files: lake/view_files):
+    compaction merges an hour's small files into one and splits a file of the older layout into
+    hour files, rows unchanged; a second pass finds nothing to do."""
+    path = lake.table("batch/ctr")
+    t0 = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+
+    def append(*minutes: int) -> None:
+        rows = [
+            {**dict.fromkeys(BATCH_CTR.schema.names), "bucket_start": t0 + dt.timedelta(minutes=m),
+             "impressions": m, "clicks": 0, "run_id": "r"}
+            for m in minutes
+        ]  # fmt: skip
+        commit_frame(pa.Table.from_pylist(rows, BATCH_CTR.schema), path, BATCH_CTR.schema)
+
+    for minutes in ((5,), (20,), (65,), (90,), (125, 185)):  # the last: one file, two hours
+        append(*minutes)
+    report = compact_and_vacuum(lake, "batch/ctr", retention_hours=0)
+    assert report is not None
+    assert (report.files_added, report.files_removed, report.files_vacuumed) == (4, 5, 5)
+    files = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    hours = sorted(
+        (low.hour, high.hour)
+        for low, high in zip(
+            files.column("min.bucket_start").to_pylist(),
+            files.column("max.bucket_start").to_pylist(),
+            strict=True,
+        )
+    )
+    assert hours == [(10, 10), (11, 11), (12, 12), (13, 13)]
+    impressions = DeltaTable(path).to_pyarrow_table().column("impressions").to_pylist()
+    assert sorted(impressions) == [5, 20, 65, 90, 125, 185]
+    again = compact_and_vacuum(lake, "batch/ctr", retention_hours=0)
+    assert again is not None
+    assert (again.files_added, again.files_removed) == (0, 0)
 
 
 def test_vacuum_keeps_files_for_a_retention_under_an_hour(

@@ -285,27 +285,32 @@ def _batch_cleanup(env: dict[str, str]) -> None:
 
 
 def _backfill(env: dict[str, str], hours: list[int]) -> None:
-    """A batch run replacing whole hours of one view table, as ctr_batch and a backfill do."""
+    """Batch runs replacing whole hours of one view table, as ctr_batch and a backfill do: the
+    files written (as a Spark task does, lake.data_files.HourFiles), then the driver's commit
+    of them and of the removal of the hour's files (lake.view_files)."""
     os.environ.update(env)
     from deltalake.exceptions import CommitFailedError
 
     from batch_layer.interval import Interval
+    from lake import view_files
     from lake.catalog import BATCH_CTR
-    from lake.frames import commit_frame
+    from lake.data_files import HourFiles
 
     lake = LakeSettings()
+    path = BATCH_CTR.path(lake)
     for hour in hours:
-        start = T0 + dt.timedelta(hours=hour)
+        start = T0 + dt.timedelta(hours=hour % 4)  # two runs per hour, from both workers
         interval = Interval(start, start + dt.timedelta(hours=1))
         row: dict[str, object] = {name: None for name in BATCH_CTR.schema.names}
         row.update(bucket_start=start, impressions=hour, clicks=0, run_id=f"run-{hour}")
-        rows = pa.Table.from_pylist([row], BATCH_CTR.schema)
         for _ in range(30):
+            table = view_files.open_table(path, BATCH_CTR.schema)
+            replaced = view_files.replaced_files(table, interval)
+            files = HourFiles(BATCH_CTR.name, path, BATCH_CTR.schema, "bucket_start")
+            files.write(pa.Table.from_pylist([row], BATCH_CTR.schema))
             try:
-                commit_frame(
-                    rows, BATCH_CTR.path(lake), BATCH_CTR.schema,
-                    predicate=interval.delta_predicate("bucket_start"),
-                )  # fmt: skip
+                view_files.commit(table, files.close(), replaced, interval=interval,
+                                  run_id=f"run-{hour}", input_version=hour)  # fmt: skip
                 break
             except CommitFailedError:
                 time.sleep(0.05)  # the batch job reruns (runtime.connectors.is_commit_conflict)
@@ -327,8 +332,8 @@ def test_conflicting_writers_on_s3_lose_no_commit(
     workers = [
         context.Process(target=_archiver, args=(env,)),
         context.Process(target=_batch_cleanup, args=(env,)),
-        context.Process(target=_backfill, args=(env, [0, 2, 4, 6])),
-        context.Process(target=_backfill, args=(env, [1, 3, 5, 7])),
+        context.Process(target=_backfill, args=(env, [0, 1, 2, 3])),
+        context.Process(target=_backfill, args=(env, [4, 5, 6, 7])),
     ]
     for worker in workers:
         worker.start()
@@ -348,5 +353,10 @@ def test_conflicting_writers_on_s3_lose_no_commit(
     # last clean-up (none lost, none doubled).
     assert minutes[-(APPENDS - 4) :] == list(range(4, APPENDS))
     assert len(minutes) == len(set(minutes))
+    # Each of the four hours was replaced twice, once by each worker: one row per hour, the
+    # later run's, never both (a run that lost the race reran over the winner's file).
     view = open_delta(BATCH_CTR.path(lake)).to_pyarrow_table()
-    assert sorted(view.column("run_id").to_pylist()) == sorted(f"run-{h}" for h in range(8))
+    by_hour = sorted(zip(view.column("bucket_start").to_pylist(),
+                         view.column("run_id").to_pylist(), strict=True))  # fmt: skip
+    assert [b for b, _ in by_hour] == [T0 + dt.timedelta(hours=h) for h in range(4)]
+    assert all(r in {f"run-{h}", f"run-{h + 4}"} for h, (_, r) in enumerate(by_hour))

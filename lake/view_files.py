@@ -1,0 +1,370 @@
+"""An interval of a batch view replaced the way Spark scales: the tasks write the data files,
+the driver commits their descriptions.
+
+A batch run replaces the rows of [start, end) in its view table (``batch/ctr``, ``batch/ctr_vN``).
+The table is laid out so that no data file straddles an hour of ``bucket_start``
+(:class:`lake.data_files.HourFiles`). A run:
+
+1. reads the table's file list (its log, on the driver: metadata only) and picks the files whose
+   ``bucket_start`` range (their statistics) meets the interval: those it replaces;
+2. has its tasks write the interval's new rows and, from the files it replaces, the rows outside
+   the interval (an interval that is not whole hours, or an older file that straddles hours:
+   the first run over it rewrites it as hour files, which is how an existing lake migrates);
+3. commits, in one delta-rs transaction, the removal of the replaced files and the new files,
+   with application transactions: the run's id (a rerun of the same run commits nothing) and one
+   per hour it touches. Two runs over the same hours always conflict, even over hours no file
+   held yet (delta-rs refuses a commit whose application ids a concurrent commit wrote, or whose
+   removed files a concurrent commit removed); the batch job then reruns
+   (:func:`runtime.connectors.is_commit_conflict`). Files of a failed attempt are named by no
+   commit; VACUUM deletes them after the table's retention.
+
+The driver receives one short row per file written; no view row reaches it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lake.data_files import FILES_SCHEMA, DataFile, HourFiles
+from lake.storage import arrow_filesystem, delta_options, ensure_columns, is_delta, open_delta
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+
+
+COLUMN: Final = "bucket_start"
+# A task's answer: a file written, and how many of its rows are the interval's.
+ANSWER_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("interval_rows", pa.int64())])
+_NEW: Final = "_interval_row"
+# Tasks the rows are spread over at most (one hour each, while there are fewer hours).
+MAX_WRITE_TASKS: Final = 1024
+
+
+class Interval(Protocol):
+    """[start, end) of whole minutes (``batch_layer.interval.Interval``)."""
+
+    @property
+    def start(self) -> dt.datetime: ...
+
+    @property
+    def end(self) -> dt.datetime: ...
+
+    def sql_predicate(self, column: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class ReplacedFile:
+    """A committed file of the table a run replaces (from the log)."""
+
+    path: str  # relative to the table's root
+    size: int
+    partition_values: Mapping[str, str | None]
+    low: dt.datetime | None  # its bucket_start range; None: no statistics
+    high: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """What a run's commit did to the table."""
+
+    committed: bool  # False: the table held this run's commit already
+    rows: int  # the interval's rows written
+    files_added: int
+    files_removed: int
+    rows_carried: int  # rows outside the interval rewritten from replaced files
+
+
+def open_table(
+    path: str, schema: pa.Schema, *, properties: Mapping[str, str] | None = None
+) -> DeltaTable:
+    """The table at ``path``, created empty (with ``properties``) if it does not exist, its
+    columns extended to ``schema``. The handle's version is what the commit is checked against:
+    keep it until :func:`commit` (no refresh in between)."""
+    from deltalake import DeltaTable
+
+    if not is_delta(path):
+        DeltaTable.create(
+            path,
+            schema,
+            mode="ignore",  # a concurrent run created it first: the same table
+            configuration=dict(properties or {}) or None,
+            storage_options=delta_options(path),
+        )
+    table = open_delta(path)
+    if ensure_columns(table, schema):
+        table = open_delta(path)
+    return table
+
+
+def replaced_files(table: DeltaTable, interval: Interval) -> list[ReplacedFile]:
+    """The table's files holding rows of ``interval``, by their ``bucket_start`` statistics (a
+    file without them is taken: it may)."""
+    files = pa.table(table.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return []
+    low = _column(files, f"min.{COLUMN}")
+    high = _column(files, f"max.{COLUMN}")
+    start, end = (
+        pa.scalar(t, pa.timestamp("us", tz="UTC")) for t in (interval.start, interval.end)
+    )
+    unknown = pc.or_(pc.is_null(low), pc.is_null(high))
+    meets = pc.and_(pc.less(low, end), pc.greater_equal(high, start))
+    chosen = files.filter(pc.or_(unknown, meets))
+    partitions = [n for n in chosen.column_names if n.startswith("partition.")]
+    out = []
+    for row, lo, hi in zip(
+        chosen.select(["path", "size_bytes", *partitions]).to_pylist(),
+        _column(chosen, f"min.{COLUMN}").to_pylist(),
+        _column(chosen, f"max.{COLUMN}").to_pylist(),
+        strict=True,
+    ):
+        values = {n.removeprefix("partition."): row[n] for n in partitions}
+        out.append(ReplacedFile(row["path"], int(row["size_bytes"]), values, lo, hi))
+    return out
+
+
+def _column(files: pa.Table, name: str) -> pa.ChunkedArray:
+    kind = pa.timestamp("us", tz="UTC")
+    if name not in files.column_names:
+        return pa.chunked_array([pa.nulls(files.num_rows, kind)])
+    column = files.column(name)
+    if pa.types.is_timestamp(column.type):
+        return column.cast(kind)
+    return pa.chunked_array([pa.nulls(files.num_rows, kind)])
+
+
+def write(
+    spark: SparkSession,
+    view: DataFrame,
+    *,
+    name: str,
+    path: str,
+    schema: pa.Schema,
+    interval: Interval,
+    replaced: Sequence[ReplacedFile],
+) -> list[dict[str, object]]:
+    """Spark tasks write ``view`` (the interval's rows, in ``schema``'s columns) and the rows of
+    the ``replaced`` files outside the interval as hour files under ``path``; the answer, one
+    row per file (:data:`ANSWER_SCHEMA`), is all that returns to the driver."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    rows = view.select(*schema.names, F.lit(True).alias(_NEW))
+    if replaced:
+        kept = (
+            spark.read.schema(from_arrow_schema(schema))
+            .parquet(*(f"{path.rstrip('/')}/{f.path}" for f in replaced))
+            .where(f"NOT ({interval.sql_predicate(COLUMN)})")
+            .select(*schema.names, F.lit(False).alias(_NEW))
+        )
+        rows = rows.unionByName(kept)
+    hours = _hours(interval, replaced)
+    spread = rows.repartition(min(hours, MAX_WRITE_TASKS), F.date_trunc("hour", COLUMN))
+    task = functools.partial(write_task, name=name, root=path, schema=schema)
+    answers = spread.mapInArrow(task, from_arrow_schema(ANSWER_SCHEMA))
+    answer: list[dict[str, object]] = answers.toArrow().to_pylist()  # a short row per file
+    return answer
+
+
+def _hours(interval: Interval, replaced: Sequence[ReplacedFile]) -> int:
+    """Hours the rows written can fall in: the interval's and the replaced files'."""
+    lows = [interval.start, *(f.low for f in replaced if f.low is not None)]
+    highs = [interval.end, *(f.high for f in replaced if f.high is not None)]
+    first = min(lows).replace(minute=0, second=0, microsecond=0)
+    return max(1, -(-int((max(highs) - first).total_seconds()) // 3600))
+
+
+def write_task(
+    batches: Iterator[pa.RecordBatch], *, name: str, root: str, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function: one task's rows written as hour files (:class:`HourFiles`); yields
+    a row per file (:data:`ANSWER_SCHEMA`)."""
+    files = HourFiles(name, root, schema, COLUMN)
+    for batch in batches:
+        rows = pa.Table.from_batches([batch])
+        new = rows.column(_NEW)
+        rows = rows.drop_columns([_NEW]).cast(schema)
+        files.write(rows.filter(new), counted=True)
+        files.write(rows.filter(pc.invert(new)))
+    written = files.close()
+    if not written:
+        return
+    answer = [{**f, "interval_rows": files.counted[f["path"]]} for f in written]
+    yield pa.RecordBatch.from_pylist(answer, schema=ANSWER_SCHEMA)
+
+
+def hour_ids(interval: Interval) -> list[str]:
+    """The application ids of the hours ``interval`` touches (see the module's docstring)."""
+    first = interval.start.replace(minute=0)
+    last = (interval.end - dt.timedelta(microseconds=1)).replace(minute=0, second=0, microsecond=0)
+    count = int((last - first).total_seconds() // 3600) + 1
+    return [f"ctr-batch-hour:{first + dt.timedelta(hours=n):%Y%m%dT%H}" for n in range(count)]
+
+
+def commit(
+    table: DeltaTable,
+    files: Sequence[DataFile],
+    replaced: Sequence[ReplacedFile],
+    *,
+    interval: Interval,
+    run_id: str,
+    input_version: int,
+) -> None:
+    """Commit, on ``table`` as it was opened (:func:`open_table`), the removal of ``replaced``
+    and the addition of ``files`` (written under its root) as one transaction carrying the run's
+    application id and the interval's hours' (:func:`hour_ids`). Raises delta-rs'
+    ``CommitFailedError`` when a concurrent commit replaced any of those hours first."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.transaction import AddAction, RemoveAction
+
+    from lake.append_table import add_action
+
+    now = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = [
+        RemoveAction(f.path, True, now, f.size, dict(f.partition_values)) for f in replaced
+    ]
+    actions += [add_action(f) for f in files]
+    ids = [Transaction(app_id=run_id, version=input_version)]
+    ids += [Transaction(app_id=hour, version=input_version) for hour in hour_ids(interval)]
+    table.create_write_transaction(
+        actions,
+        mode="append",
+        schema=table.schema(),
+        partition_by=table.metadata().partition_columns or None,
+        commit_properties=CommitProperties(app_transactions=ids),
+    )
+
+
+def replace_interval(  # noqa: PLR0913 - keyword-only options of one replacement
+    spark: SparkSession,
+    view: DataFrame,
+    *,
+    name: str,
+    path: str,
+    schema: pa.Schema,
+    interval: Interval,
+    run_id: str,
+    input_version: int,
+    properties: Mapping[str, str] | None = None,
+) -> Replaced:
+    """Replace the rows of ``interval`` in the table ``name`` at ``path`` with ``view``'s: the
+    tasks write, the driver commits (see the module's docstring). Nothing is written when the
+    table holds ``run_id``'s commit already."""
+    table = open_table(path, schema, properties=properties)
+    if table.transaction_version(run_id) is not None:
+        return Replaced(False, 0, 0, 0, 0)
+    replaced = replaced_files(table, interval)
+    answers = write(
+        spark, view, name=name, path=path, schema=schema, interval=interval, replaced=replaced
+    )
+    files = [DataFile(**{k: a[k] for k in DataFile.__annotations__}) for a in answers]  # type: ignore[typeddict-item]
+    commit(table, files, replaced, interval=interval, run_id=run_id, input_version=input_version)
+    rows = sum(int(a["interval_rows"]) for a in answers)  # type: ignore[call-overload]
+    total = sum(json.loads(str(a["stats"]))["numRecords"] for a in answers)
+    return Replaced(True, rows, len(files), len(replaced), total - rows)
+
+
+# A file under this size shares its hour with others in one file at compaction.
+SMALL_FILE_BYTES: Final = 64 * 2**20
+# Hours one compaction pass rewrites at most (a bounded slice; the next pass goes on).
+COMPACT_HOURS_PER_PASS: Final = 48
+
+
+@dataclass(frozen=True)
+class Compacted:
+    files_removed: int
+    files_added: int
+    hours_left: int  # hours still to compact, for the next pass
+
+
+def compact_hours(path: str, *, hours_per_pass: int = COMPACT_HOURS_PER_PASS) -> Compacted:
+    """Compaction of a batch view table that keeps its hour layout: the small files of an hour
+    rewritten as one, and a file of an older layout (straddling hours, or without statistics)
+    split into hour files, at most ``hours_per_pass`` hours (oldest first) in one commit that
+    changes no data (``dataChange=false``). A batch run replaces an hour's files wholesale, so an
+    hour rarely has more than one: the pass reads the log and little else. A run committing over
+    the same files first makes this commit fail (the next pass retries)."""
+    from deltalake import CommitProperties
+    from deltalake.transaction import RemoveAction
+
+    from lake.append_table import add_action
+
+    table = open_delta(path)
+    groups = _compactable(replaced_files(table, _EVERYTHING))
+    chosen = sorted(groups)[:hours_per_pass]
+    if not chosen:
+        return Compacted(0, 0, 0)
+    schema = pa.schema(table.schema().to_arrow())
+    files = HourFiles("compaction", path, schema, COLUMN)
+    filesystem, base = arrow_filesystem(path)
+    removed = [f for key in chosen for f in groups[key]]
+    for old in removed:
+        parquet = pq.ParquetFile(f"{base.rstrip('/')}/{old.path}", filesystem=filesystem)
+        for batch in parquet.iter_batches():
+            files.write(_conform(pa.Table.from_batches([batch]), schema))
+    now = int(time.time() * 1000)
+    actions: list[object] = [
+        RemoveAction(f.path, False, now, f.size, dict(f.partition_values)) for f in removed
+    ]
+    actions += [add_action(f, data_change=False) for f in files.close()]
+    table.create_write_transaction(
+        actions,  # type: ignore[arg-type]
+        mode="append",
+        schema=table.schema(),
+        commit_properties=CommitProperties(),
+    )
+    return Compacted(len(removed), len(actions) - len(removed), len(groups) - len(chosen))
+
+
+class _Everything:
+    start = dt.datetime.min.replace(tzinfo=dt.UTC)
+    end = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+    def sql_predicate(self, column: str) -> str:
+        return "TRUE"
+
+
+_EVERYTHING: Final = _Everything()
+
+
+def _compactable(
+    files: Sequence[ReplacedFile],
+) -> dict[tuple[dt.datetime, str], list[ReplacedFile]]:
+    """The files a compaction rewrites, by hour: every small file of an hour holding more than
+    one, and each file that straddles hours (or whose range is unknown) alone."""
+    by_hour: dict[dt.datetime, list[ReplacedFile]] = {}
+    groups: dict[tuple[dt.datetime, str], list[ReplacedFile]] = {}
+    for f in files:
+        if f.low is None or f.high is None or _hour(f.low) != _hour(f.high):
+            low = f.low or dt.datetime.min.replace(tzinfo=dt.UTC)
+            groups[(_hour(low), f.path)] = [f]
+        elif f.size < SMALL_FILE_BYTES:
+            by_hour.setdefault(_hour(f.low), []).append(f)
+    for hour, small in by_hour.items():
+        if len(small) > 1:
+            groups[(hour, "")] = small
+    return groups
+
+
+def _hour(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` of a file in the table's current ``schema``: columns added since it was written
+    are null."""
+    for field in schema:
+        if field.name not in rows.column_names:
+            rows = rows.append_column(field.name, pa.nulls(rows.num_rows, field.type))
+    return rows.select(schema.names).cast(schema)
