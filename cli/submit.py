@@ -78,6 +78,10 @@ def _spark() -> SparkSession:
 
     spark = spark_session(SparkSettings(), submitted=True)
     print(f"spark master: {spark.sparkContext.master}")
+    # What the driver got, not what was asked (a running driver ignores spark.driver.memory:
+    # SPARK_DRIVER_MEMORY reaches it as spark-submit's --driver-memory).
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()  # type: ignore[union-attr]
+    print(f"driver heap: {heap / 2**20:,.0f} MiB")
     return spark
 
 

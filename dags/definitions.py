@@ -44,10 +44,21 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> None:
         from runtime.spark import connector_conf
+        from runtime.spark_settings import SparkSettings
 
         conf = connector_conf()
         self.jars = ",".join(filter(None, [conf.pop("spark.jars"), self.jars]))
-        self.conf = {**conf, **(self.conf or {})}
+        # The worker's SPARK_* settings, as `ctr batch` takes them: the driver's and the
+        # executors' resources as spark-submit flags (a running driver ignores them as conf),
+        # SPARK_CONF and dynamic allocation as --conf.
+        settings = SparkSettings()
+        resources = settings.resources()
+        self._driver_memory = self._driver_memory or settings.driver_memory
+        self._executor_memory = self._executor_memory or settings.executor_memory
+        self._executor_cores = self._executor_cores or settings.executor_cores
+        self._num_executors = self._num_executors or settings.num_executors
+        dynamic = {k: v for k, v in resources.items() if k.startswith("spark.dynamic")}
+        self.conf = {**conf, **dynamic, **settings.conf, **(self.conf or {})}
         super().execute(context)
 
 

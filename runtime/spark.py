@@ -112,7 +112,6 @@ def spark_session(
         builder.appName(settings.app_name)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
-        .config("spark.driver.memory", settings.driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", python)
         .config("spark.driver.bindAddress", settings.local_ip)
@@ -122,7 +121,9 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
-    conf: dict[str, Any] = {**connector_conf(), **settings.conf}
+    # The resources (spark.driver.memory among them) reach the JVM PySpark starts here as
+    # spark-submit arguments; under spark-submit they came on its command line (submit_args).
+    conf: dict[str, Any] = {**connector_conf(), **settings.resources(), **settings.conf}
     if not submitted and settings.log_file:
         conf["spark.driver.extraJavaOptions"] = " ".join(
             filter(
@@ -180,16 +181,18 @@ def _local_conf(master: str) -> dict[str, str]:
     return {"spark.databricks.delta.snapshotPartitions": str(count)}
 
 
-def submit_args() -> list[str]:
-    """``spark-submit`` arguments for the connectors (a job under spark-submit has its JVM
-    before it builds its session, so the jars must be on the command line)."""
+def submit_args(settings: SparkSettings | None = None) -> list[str]:
+    """``spark-submit`` arguments for the connectors and the resources of ``settings`` (default:
+    the environment's): a job under spark-submit has its JVM before it builds its session, so
+    the jars and the driver's memory must be on the command line."""
+    settings = settings or SparkSettings()
     conf = connector_conf()
     args = ["--jars", conf.pop("spark.jars")]
     for key, value in conf.items():
         if key.startswith("spark.executorEnv."):
             continue  # credentials: not on a command line (the session sets them)
         args += ["--conf", f"{key}={value}"]
-    return args
+    return args + settings.submit_args()
 
 
 if __name__ == "__main__":

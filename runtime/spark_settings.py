@@ -18,7 +18,15 @@ class SparkSettings(BaseSettings):
     app_name: str = "ctr-lambda"
     shuffle_partitions: int = Field(default=4, ge=1)
     ui_enabled: bool = False
+    # The driver's and the executors' resources. They take effect however the job starts:
+    # `ctr` starts its own driver JVM with them, spark-submit (the Airflow tasks) gets them as
+    # --driver-memory, --executor-memory, --executor-cores, --num-executors (submit_args).
     driver_memory: str = "2g"
+    executor_memory: str | None = None  # Spark's default: 1g
+    executor_cores: int | None = Field(default=None, ge=1)  # default: all of a worker's cores
+    num_executors: int | None = Field(default=None, ge=1)  # YARN/Kubernetes: fixed executors
+    # Executors added and removed with the work (shuffle tracking: no external shuffle service).
+    dynamic_allocation: bool = False
     # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
     conf: dict[str, str] = Field(default_factory=dict)
     # The Python of the workers (PySpark's own variable; default: this interpreter, which has
@@ -38,3 +46,33 @@ class SparkSettings(BaseSettings):
         if not value.startswith(("local", "spark://", "yarn", "k8s://")):
             raise ValueError(f"SPARK_MASTER={value!r} is not local[N], spark://…, yarn or k8s://…")
         return value
+
+    def resources(self) -> dict[str, str]:
+        """The Spark settings of the resources above (those set)."""
+        conf = {"spark.driver.memory": self.driver_memory}
+        if self.executor_memory:
+            conf["spark.executor.memory"] = self.executor_memory
+        if self.executor_cores:
+            conf["spark.executor.cores"] = str(self.executor_cores)
+        if self.num_executors:
+            conf["spark.executor.instances"] = str(self.num_executors)
+        if self.dynamic_allocation:
+            conf["spark.dynamicAllocation.enabled"] = "true"
+            conf["spark.dynamicAllocation.shuffleTracking.enabled"] = "true"
+        return conf
+
+    def submit_args(self) -> list[str]:
+        """The resources and ``conf`` as spark-submit arguments: a driver under spark-submit
+        is running before the job's code builds its session, so what sizes it must be on the
+        command line (Spark ignores ``spark.driver.memory`` set in a running driver)."""
+        args = ["--driver-memory", self.driver_memory]
+        if self.executor_memory:
+            args += ["--executor-memory", self.executor_memory]
+        if self.executor_cores:
+            args += ["--executor-cores", str(self.executor_cores)]
+        if self.num_executors:
+            args += ["--num-executors", str(self.num_executors)]
+        extra = {k: v for k, v in self.resources().items() if k.startswith("spark.dynamic")}
+        for key, value in {**extra, **self.conf}.items():
+            args += ["--conf", f"{key}={value}"]
+        return args

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -190,6 +191,8 @@ def test_airflow_dags_test_runs_the_batch_job(
         CHECKPOINT_ROOT=str(lake.checkpoint_root),
         # Where Spark runs: the connection, not SPARK_MASTER.
         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+        # The driver's size: spark-submit's --driver-memory (Spark's default would be 1 GiB).
+        SPARK_DRIVER_MEMORY="1536m",
     )
     migrate = airflow("db migrate", env=env, timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
@@ -203,6 +206,9 @@ def test_airflow_dags_test_runs_the_batch_job(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     assert "spark master: local[1]" in output, output[-5000:]
+    heap = re.search(r"driver heap: ([\d,]+) MiB", output)
+    assert heap is not None, output[-5000:]
+    assert int(heap.group(1).replace(",", "")) > 1300  # 1536m less the JVM's survivor space
     rows = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table().to_pylist()
     assert sorted((r["bucket_start"], r["impressions"], r["clicks"]) for r in rows) == [
         (t - dt.timedelta(minutes=90), 1, 0),
