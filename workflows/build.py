@@ -74,14 +74,22 @@ def replay_lake(lake: LakeSettings, target: Definition) -> LakeSettings:
 
 def replayed_since(replay: LakeSettings) -> dt.datetime | None:
     """The first whole hour a replay holds completely: after its earliest record's ingest
-    time (what Kafka's retention left). None: nothing replayed."""
+    time (what Kafka's retention left). None: nothing replayed. Read from the files' statistics
+    in the log (the smallest ``minValues.ingest_time``): no data file is opened."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     if not is_delta(MASTER_EVENTS.path(replay)):
         return None
-    times = (
-        open_delta(MASTER_EVENTS.path(replay)).to_pyarrow_table(columns=["ingest_time"]).column(0)
-    )
-    earliest = min(times.to_pylist(), default=None)
+    table = open_delta(MASTER_EVENTS.path(replay))
+    files = pa.table(table.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return None
+    lows = files.column("min.ingest_time") if "min.ingest_time" in files.column_names else None
+    if lows is None or lows.null_count:  # a file without statistics (not the archiver's)
+        earliest = pc.min(table.to_pyarrow_table(columns=["ingest_time"]).column(0)).as_py()
+    else:
+        earliest = pc.min(lows).as_py()
     if not isinstance(earliest, dt.datetime):
         return None
     first = earliest.astimezone(dt.UTC)
