@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,6 +84,7 @@ class Replaced:
     files_added: int
     files_removed: int
     rows_carried: int  # rows outside the interval rewritten from replaced files
+    files: tuple[str, ...] = ()  # the files added (relative paths)
 
 
 def open_table(
@@ -163,8 +165,7 @@ def write(
     rows = view.select(*schema.names, F.lit(True).alias(_NEW))
     if replaced:
         kept = (
-            spark.read.schema(from_arrow_schema(schema))
-            .parquet(*(f"{path.rstrip('/')}/{f.path}" for f in replaced))
+            read_files(spark, path, schema, [f.path for f in replaced])
             .where(f"NOT ({interval.sql_predicate(COLUMN)})")
             .select(*schema.names, F.lit(False).alias(_NEW))
         )
@@ -175,6 +176,23 @@ def write(
     answers = spread.mapInArrow(task, from_arrow_schema(ANSWER_SCHEMA))
     answer: list[dict[str, object]] = answers.toArrow().to_pylist()  # a short row per file
     return answer
+
+
+def read_files(
+    spark: SparkSession, path: str, schema: pa.Schema, files: Sequence[str]
+) -> DataFrame:
+    """The rows of ``files`` (relative to the table's root at ``path``, as its log names them)
+    in ``schema`` (columns a file lacks are null; a partition column's value from the file's
+    folder): Spark's tasks read them, and no Delta snapshot is rebuilt for it (delta-spark
+    would, in a Spark job of its own)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    spark_schema = from_arrow_schema(schema)
+    if not files:
+        return spark.createDataFrame([], spark_schema)
+    root = path.rstrip("/")
+    reader = spark.read.schema(spark_schema).option("basePath", root)
+    return reader.parquet(*(f"{root}/{unquote(f)}" for f in files))
 
 
 def _hours(interval: Interval, replaced: Sequence[ReplacedFile]) -> int:
@@ -272,7 +290,8 @@ def replace_interval(  # noqa: PLR0913 - keyword-only options of one replacement
     commit(table, files, replaced, interval=interval, run_id=run_id, input_version=input_version)
     rows = sum(int(a["interval_rows"]) for a in answers)  # type: ignore[call-overload]
     total = sum(json.loads(str(a["stats"]))["numRecords"] for a in answers)
-    return Replaced(True, rows, len(files), len(replaced), total - rows)
+    paths = tuple(f["path"] for f in files)
+    return Replaced(True, rows, len(files), len(replaced), total - rows, paths)
 
 
 # A file under this size shares its hour with others in one file at compaction.
