@@ -48,7 +48,7 @@ COLUMN: Final = "bucket_start"
 # A task's answer: a file written, and how many of its rows are the interval's.
 ANSWER_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("interval_rows", pa.int64())])
 _NEW: Final = "_interval_row"
-# Tasks the rows are spread over at most (one hour each, while there are fewer hours).
+# Tasks the rows are spread over at most (each holds whole hours).
 MAX_WRITE_TASKS: Final = 1024
 
 
@@ -170,8 +170,11 @@ def write(
             .select(*schema.names, F.lit(False).alias(_NEW))
         )
         rows = rows.unionByName(kept)
-    hours = _hours(interval, replaced)
-    spread = rows.repartition(min(hours, MAX_WRITE_TASKS), F.date_trunc("hour", COLUMN))
+    # Each hour's rows to one task, the hours over as many tasks as run at once: more tasks
+    # than cores only add each task's start and its answer (24 tasks for a day cost a 2-core
+    # machine 5 s, and 135 KiB of task results to the driver: python -m bench scale).
+    tasks = min(_hours(interval, replaced), spark.sparkContext.defaultParallelism)
+    spread = rows.repartition(max(1, min(tasks, MAX_WRITE_TASKS)), F.date_trunc("hour", COLUMN))
     task = functools.partial(write_task, name=name, root=path, schema=schema)
     answers = spread.mapInArrow(task, from_arrow_schema(ANSWER_SCHEMA))
     answer: list[dict[str, object]] = answers.toArrow().to_pylist()  # a short row per file
