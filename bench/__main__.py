@@ -12,12 +12,13 @@ import sys
 import time
 import traceback
 
-from bench import archive, batch, ingest, report, serving, speed, storage
+from bench import archive, batch, ingest, report, scale, serving, speed, storage
 
 BENCHMARKS = {
     "ingest": ingest.main,
     "archive": archive.main,
     "batch": batch.main,
+    "scale": scale.main,
     "speed": speed.main,
     "serving": serving.main,
     "storage": storage.main,

@@ -26,7 +26,7 @@ from typing import Any
 
 RESULTS = Path("bench/results")
 README = Path("README.md")
-ORDER = ("ingest", "archive", "batch", "speed", "serving", "storage")
+ORDER = ("ingest", "archive", "batch", "scale", "speed", "serving", "storage")
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
 
@@ -181,10 +181,29 @@ def _storage(r: Mapping[str, Any]) -> Row:
     )
 
 
+def _scale(r: Mapping[str, Any]) -> Row:
+    speedups = r["two_workers_speedup"]
+    worst = min(speedups.values())
+    kib = r["result_kib_per_million_max"]
+    runs = r["runs"]
+    largest = max(runs, key=lambda run: (run["workers"], run["events"]))
+    return Row(
+        "scale",
+        f"two 1-core workers over one: {', '.join(f'x{v:.2f} at {k}' for k, v in speedups.items())}"
+        f" ({_num(r['events'])} events = 1x); to the driver at most {kib:,.1f} KiB per million "
+        f"events; driver CPU {largest['driver_cpu_seconds']:.1f} s at the largest",
+        "one worker of one core",
+        f"{worst:.2f}",
+        "≥ 1.6; ≤ 100 KB per million",
+        worst >= 1.6 and kib * 1.024 <= 100,
+    )
+
+
 SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "ingest": _ingest,
     "archive": _archive,
     "batch": _batch,
+    "scale": _scale,
     "speed": _speed,
     "serving": _serving,
     "storage": _storage,
