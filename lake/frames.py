@@ -1,4 +1,7 @@
-"""Spark's results committed to the lake by delta-rs.
+"""Small results committed to the lake by delta-rs from the driver: a run's coverage row, the
+drift of its minutes (one row each). The rows pass through the driver, so nothing that grows
+with the events may come here: a batch view's rows are written by Spark's tasks and only their
+files committed (:mod:`lake.view_files`), the archiver's likewise (:mod:`lake.data_files`).
 
 Every commit to the lake goes through delta-rs, whichever job computed the rows: delta-rs
 creates each log entry with a conditional write (``If-None-Match: *`` on an object store, an
