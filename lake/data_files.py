@@ -189,6 +189,8 @@ def _escape(value: str | None) -> str:
 _SAFE: Final = re.compile(r"[A-Za-z0-9._+-]+")
 
 
+# Rows of a row group of :class:`HourFiles` (buffered per open file until then).
+ROW_GROUP_ROWS: Final = 128 * 1024
 # Rows in one data file of :class:`HourFiles` at most: a file is never larger than this, so no
 # reader or compaction has to hold more of it (about 60 MB of view rows with reach).
 ROWS_PER_FILE: Final = 1_000_000
@@ -198,9 +200,10 @@ class HourFiles:
     """The data files one Spark task writes for a batch view: rows arrive in batches, in any
     order, and go to one open file per hour of ``column`` (a timestamp), so no file straddles an
     hour (an interval a batch run replaces then removes whole files: :mod:`lake.view_files`).
-    A file is closed after the batch that brings it to :data:`ROWS_PER_FILE` rows. Only the
-    batch being written and the files' statistics are held in memory, however many rows the
-    task writes."""
+    A file is closed after the batch that brings it to :data:`ROWS_PER_FILE` rows. Rows are
+    buffered per open file up to :data:`ROW_GROUP_ROWS` (one row group): with rows sorted by
+    ``column`` (:func:`lake.view_files.write` sorts them), one file is open at a time and a
+    task holds at most that many rows, however many it writes."""
 
     def __init__(self, table: str, root: str, schema: pa.Schema, column: str) -> None:
         self.table, self.root, self.schema, self.column = table, root, schema, column
@@ -251,17 +254,33 @@ class _OpenFile:
             self.target, schema, filesystem=self.filesystem, compression="snappy"
         )
         self.stats: dict[str, object] | None = None
+        self.buffered: list[pa.Table] = []
+        self.pending = 0  # rows buffered
         self.rows = 0
         self.counted = 0
 
     def write(self, rows: pa.Table, *, counted: bool) -> None:
-        self.writer.write_table(rows)
+        self.buffered.append(rows)
+        self.pending += rows.num_rows
         self.rows += rows.num_rows
         self.counted += rows.num_rows if counted else 0
+        if self.pending >= ROW_GROUP_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the rows buffered as one row group (a task's batches are 10,000 rows, less
+        once split by hour: written one by one, row groups that small cost time to write and
+        read, and size: 17 % more bytes for a day's view)."""
+        if not self.buffered:
+            return
+        rows = pa.concat_tables(self.buffered)
+        self.buffered, self.pending = [], 0
+        self.writer.write_table(rows, row_group_size=rows.num_rows)
         stats = file_stats(rows)
         self.stats = stats if self.stats is None else merge_stats(self.stats, stats)
 
     def close(self) -> DataFile:
+        self.flush()
         self.writer.close()
         return DataFile(
             table=self.table,
