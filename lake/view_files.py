@@ -205,7 +205,7 @@ def _hours(interval: Interval, replaced: Sequence[ReplacedFile]) -> int:
     """Hours the rows written can fall in: the interval's and the replaced files'."""
     lows = [interval.start, *(f.low for f in replaced if f.low is not None)]
     highs = [interval.end, *(f.high for f in replaced if f.high is not None)]
-    first = min(lows).replace(minute=0, second=0, microsecond=0)
+    first = _hour(min(lows))
     return max(1, -(-int((max(highs) - first).total_seconds()) // 3600))
 
 
@@ -230,8 +230,8 @@ def write_task(
 
 def hour_ids(interval: Interval) -> list[str]:
     """The application ids of the hours ``interval`` touches (see the module's docstring)."""
-    first = interval.start.replace(minute=0)
-    last = (interval.end - dt.timedelta(microseconds=1)).replace(minute=0, second=0, microsecond=0)
+    first = _hour(interval.start)
+    last = _hour(interval.end - dt.timedelta(microseconds=1))
     count = int((last - first).total_seconds() // 3600) + 1
     return [f"ctr-batch-hour:{first + dt.timedelta(hours=n):%Y%m%dT%H}" for n in range(count)]
 
