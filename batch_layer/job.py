@@ -33,7 +33,6 @@ from lake.registry import Registry, read_registry
 from lake.settings import LakeSettings
 from lake.storage import is_delta, open_delta
 from runtime.connectors import is_commit_conflict, read_delta
-from views.columns import SKETCHES, USER_LISTS
 from views.ctr import attributed_ctr, ctr
 from views.definitions import Definition
 
@@ -132,8 +131,8 @@ def compute_view(
     version (or from a ``replay``): (rows with ``run_id``, the master/events version they
     hold, the run id). Same interval, definition and input version -> same run id, so a rerun
     writes identical rows. ``reach``: with who each row reached
-    (:func:`views.ctr.reach_columns`; without, those columns are null: the benchmark's
-    comparison)."""
+    (:func:`views.ctr.reach_columns`; without, the view leaves those columns out and the
+    write stores them null: the benchmark's comparison)."""
     from pyspark.sql import functions as F
 
     path = replay.events if replay else MASTER_EVENTS.path(lake)
@@ -161,12 +160,6 @@ def compute_view(
     else:
         view = attributed_ctr(deduplicated, window, reach=reach).where(
             interval.sql_predicate("bucket_start")
-        )
-    if not reach:
-        view = view.select(
-            "*",
-            *(F.lit(None).cast("array<string>").alias(name) for name in USER_LISTS),
-            *(F.lit(None).cast("binary").alias(name) for name in SKETCHES),
         )
     return view.withColumn("run_id", F.lit(run_id)), version, run_id
 
