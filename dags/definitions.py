@@ -288,9 +288,10 @@ def ctr_reprocess_dag(*, start_date: datetime = START_DATE) -> DAG:
 
 def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = START_DATE) -> DAG:
     """``ctr_maintenance``: compact and vacuum the tables the batch layer writes and the view
-    registry, through delta-spark in the worker, one table after another in one Spark driver.
-    The streaming jobs' tables are not among them: the archiver and the speed job, their
-    writers, compact and vacuum them between two micro-batches."""
+    registry, through delta-rs in the worker (no Spark), one table after another. Its VACUUM
+    is lite, and full at the day's first run (:func:`lake.maintenance.full_vacuum_due`). The
+    streaming jobs' tables are not among them: the archiver and the speed job, their writers,
+    compact and vacuum them."""
     with DAG(
         dag_id="ctr_maintenance",
         description="Compact and vacuum the batch tables (the streaming jobs maintain theirs)",
@@ -303,12 +304,16 @@ def ctr_maintenance_dag(*, schedule: str = "@daily", start_date: datetime = STAR
     ) as dag:
         # One task for every table, through delta-rs (no Spark driver: lake.maintenance).
         @task
-        def compact_and_vacuum() -> list[str]:
-            from lake.maintenance import compact_and_vacuum_all
+        def compact_and_vacuum(
+            data_interval_start: datetime | None = None, data_interval_end: datetime | None = None
+        ) -> list[str]:
+            from lake.maintenance import compact_and_vacuum_all, full_vacuum_due
             from lake.settings import LakeSettings
 
             tables = [t.name for t in MAINTAINED]
-            return [str(r) for r in compact_and_vacuum_all(LakeSettings(), tables)]
+            full = full_vacuum_due(data_interval_start, data_interval_end)
+            reports = compact_and_vacuum_all(LakeSettings(), tables, full_vacuum=full)
+            return [str(r) for r in reports]
 
         compact_and_vacuum()
     return dag

@@ -12,12 +12,16 @@ A commit carries the application transaction (``app_id``, ``version``); a versio
 already holds (Spark replays the last micro-batch after a crash) writes nothing, so a replay
 is a no-op table by table.
 
-The writer also keeps its tables small (:meth:`AppendTable.maintain`, from its own loop): a
-micro-batch every few seconds leaves a small file each, so it bin-packs them (delta-rs
-OPTIMIZE, an append-compatible rewrite) and deletes every file no version within the table's
-``delta.deletedFileRetentionDuration`` needs (a *full* VACUUM, which lists the directory: a
-lite one only sees the removals still in the log, and a short log window forgets them before
-they are old enough; files a crashed attempt wrote and never committed are found this way too).
+The writer also keeps its tables small (:meth:`AppendTable.maintain`): a micro-batch every few
+seconds leaves a small file each, so it bin-packs them (delta-rs OPTIMIZE, an
+append-compatible rewrite) and deletes the files no version within the table's
+``delta.deletedFileRetentionDuration`` needs (VACUUM). Each pass is bounded by what arrived
+since the last one, not by the table: it compacts only the partitions holding more than one
+small file (at most :data:`PARTITIONS_PER_PASS`, the most recently written first), and its
+VACUUM is *lite* (the removals the log's checkpoint still holds as tombstones). A *full* VACUUM
+lists the whole directory, which grows with the table; it alone finds the files a crashed
+attempt wrote and never committed, so the writer asks for one rarely (the archiver: at its
+first pass after a start, then daily).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -39,6 +44,8 @@ log = logging.getLogger("ctr.lake")
 
 # Files an OPTIMIZE packs small ones into (delta-rs's default is 100 MiB).
 COMPACT_TARGET_BYTES: Final = 128 * 1024 * 1024
+# Partitions one maintenance pass compacts at most (a bounded slice; the next pass goes on).
+PARTITIONS_PER_PASS: Final = 8
 
 
 @dataclass(frozen=True)
@@ -49,11 +56,14 @@ class Maintained:
     files_removed: int  # small files packed ...
     files_added: int  # ... into these
     files_vacuumed: int
+    full_vacuum: bool = True
+    partitions_left: int = 0  # partitions with small files left for the next pass
 
     def __str__(self) -> str:
+        left = f", {self.partitions_left} partition(s) left" if self.partitions_left else ""
         return (
-            f"{self.path}: {self.files_removed} files compacted into {self.files_added}, "
-            f"{self.files_vacuumed} vacuumed"
+            f"{self.path}: {self.files_removed} files compacted into {self.files_added}{left}, "
+            f"{self.files_vacuumed} vacuumed ({'full' if self.full_vacuum else 'lite'})"
         )
 
 
@@ -91,27 +101,42 @@ class AppendTable:
         """On opening the table: its properties (a subclass may check more)."""
         ensure_properties(table, self.properties)
 
-    def maintain(self, *, target_size: int = COMPACT_TARGET_BYTES) -> Maintained:
-        """Bin-pack the table's small files into files of about ``target_size`` bytes (each
-        partition apart), then VACUUM (full) past the table's file retention."""
-        table = self.table
-        if table is None:
-            return Maintained(self.path, 0, 0, 0)
-        metrics = table.optimize.compact(target_size=target_size)
-        return Maintained(
-            self.path,
-            int(metrics.get("numFilesRemoved", 0)),
-            int(metrics.get("numFilesAdded", 0)),
-            self.vacuum(),
-        )
+    def maintain(
+        self,
+        *,
+        target_size: int = COMPACT_TARGET_BYTES,
+        full_vacuum: bool = True,
+        partitions_per_pass: int = PARTITIONS_PER_PASS,
+    ) -> Maintained:
+        """Bin-pack the small files of at most ``partitions_per_pass`` partitions into files of
+        about ``target_size`` bytes (each partition apart), then VACUUM past the table's file
+        retention: ``full_vacuum`` lists the directory (see the module's docstring), else lite.
+        Uses a handle of its own: it may run in another thread than the commits."""
+        if not is_delta(self.path):
+            return Maintained(self.path, 0, 0, 0, full_vacuum)
+        table = open_delta(self.path)
+        chosen = _small_partitions(table, self.partition_by, target_size)
+        removed = added = 0
+        for partition in chosen[:partitions_per_pass]:
+            filters = [(name, "=", value) for name, value in partition.items()]
+            metrics = table.optimize.compact(
+                partition_filters=filters or None,
+                target_size=target_size,
+            )
+            removed += int(metrics.get("numFilesRemoved", 0))
+            added += int(metrics.get("numFilesAdded", 0))
+        vacuumed = table.vacuum(retention_hours=None, dry_run=False, full=full_vacuum)
+        left = max(0, len(chosen) - partitions_per_pass)
+        return Maintained(self.path, removed, added, len(vacuumed), full_vacuum, left)
 
-    def vacuum(self) -> int:
+    def vacuum(self, *, full: bool = True) -> int:
         """Delete the files no version within the table's ``delta.deletedFileRetentionDuration``
-        needs (a full VACUUM: see the module's docstring); returns how many."""
+        needs (``full``: also files no commit ever named: see the module's docstring);
+        returns how many."""
         table = self.table
         if table is None:
             return 0
-        return len(table.vacuum(retention_hours=None, dry_run=False, full=True))
+        return len(table.vacuum(retention_hours=None, dry_run=False, full=full))
 
     def version(self) -> int | None:
         """The table's latest version (None while it does not exist)."""
@@ -188,6 +213,36 @@ def add_action(file: DataFile, *, data_change: bool = True) -> AddAction:
         data_change=data_change,
         stats=file["stats"],
     )
+
+
+def _small_partitions(
+    table: DeltaTable, partition_by: Sequence[str], target_size: int
+) -> list[dict[str, str | None]]:
+    """The partitions (their values; one empty one for an unpartitioned table) holding more
+    than one file under ``target_size`` bytes, the most recently written first, from the log's
+    file list (metadata only)."""
+    files = pa.table(table.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return []
+    small = files.filter(pc.less(files.column("size_bytes"), target_size))
+    keys = [f"partition.{name}" for name in partition_by]
+    if not keys:
+        return [{}] if small.num_rows > 1 else []
+    grouped = small.group_by(keys).aggregate([("path", "count"), ("modification_time", "max")])
+    grouped = grouped.filter(pc.greater(grouped.column("path_count"), 1))
+    grouped = grouped.sort_by([("modification_time_max", "descending")])
+    chosen = [
+        {name: _partition_value(row[key]) for name, key in zip(partition_by, keys, strict=True)}
+        for row in grouped.select(keys).to_pylist()
+    ]
+    return chosen
+
+
+def _partition_value(value: object) -> str | None:
+    """A partition value as delta-rs' partition filters take it (Delta's string form)."""
+    if value is None:
+        return None
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _holds(table: DeltaTable | None, app_id: str, version: int) -> bool:

@@ -1,10 +1,17 @@
 """Keeping the lake small and fast, through delta-rs: compaction (OPTIMIZE; for the batch
 views, hour by hour: :func:`lake.view_files.compact_hours`) and VACUUM of the batch tables (the
 streaming jobs maintain their own: :meth:`lake.append_table.AppendTable.maintain`), and the
-key store's superseded last uses dropped (:func:`lake.keys.fold_uses`)."""
+key store's superseded last uses dropped (:func:`lake.keys.fold_uses`).
+
+Each pass is bounded by what changed since the last: the view tables' compaction takes at most
+48 hours a pass, and VACUUM is *lite* (the files the log's tombstones name, however large the
+table). A *full* VACUUM lists every file of the table, the only way to find files a failed run
+wrote and never committed; ``ctr_maintenance`` runs one at the day's first pass
+(:func:`full_vacuum_due`)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,14 +34,32 @@ class MaintenanceReport:
     files_added: int
     files_removed: int
     files_vacuumed: int
+    full_vacuum: bool = True
+
+
+def full_vacuum_due(start: dt.datetime | None, end: dt.datetime | None) -> bool:
+    """Whether the maintenance pass of the schedule interval [start, end) vacuums in full: the
+    first pass of a UTC day (its interval starts at midnight), every pass of a schedule a day
+    or longer, and a pass run outside any schedule (no interval: by hand)."""
+    if start is None or end is None:
+        return True
+    if end - start >= dt.timedelta(days=1):
+        return True
+    start = start.astimezone(dt.UTC)
+    return (start.hour, start.minute, start.second) == (0, 0, 0)
 
 
 def compact_and_vacuum(
-    lake: LakeSettings, table: str, *, retention_hours: float | None = None
+    lake: LakeSettings,
+    table: str,
+    *,
+    retention_hours: float | None = None,
+    full_vacuum: bool = True,
 ) -> MaintenanceReport | None:
     """Bin-pack small files (OPTIMIZE), then delete the files no version within
     ``retention_hours`` (whole hours; default the table's ``delta.deletedFileRetentionDuration``,
-    ``LAKE_VACUUM_RETENTION_HOURS`` for the tables set here) needs (VACUUM). A table the
+    ``LAKE_VACUUM_RETENTION_HOURS`` for the tables set here) needs (VACUUM; ``full_vacuum``:
+    listing every file, see the module's docstring, else lite). A table the
     streaming jobs do not write gets its history window first (:mod:`lake.retention`). None
     when the table does not exist yet. Through delta-rs, like every commit to the lake
     (:mod:`lake.frames`): a compaction racing a batch run's commit is a conflict, not a loss."""
@@ -66,24 +91,27 @@ def compact_and_vacuum(
         retention_hours=None if retention_hours is None else int(retention_hours),
         enforce_retention_duration=False,
         dry_run=False,
-        full=True,
+        full=full_vacuum,
     )
     return MaintenanceReport(
         table,
         int(metrics.get("numFilesAdded", 0)),
         int(metrics.get("numFilesRemoved", 0)),
         sum(1 for f in vacuumed if f.endswith(".parquet")),
+        full_vacuum,
     )
 
 
-def compact_and_vacuum_all(lake: LakeSettings, tables: Sequence[str]) -> list[MaintenanceReport]:
+def compact_and_vacuum_all(
+    lake: LakeSettings, tables: Sequence[str], *, full_vacuum: bool = True
+) -> list[MaintenanceReport]:
     """:func:`compact_and_vacuum` each of ``tables`` in turn, every one tried; raises at the
     end if any failed (naming them), after logging each report."""
     reports: list[MaintenanceReport] = []
     failed: dict[str, str] = {}
     for table in tables:
         try:
-            report = compact_and_vacuum(lake, table)
+            report = compact_and_vacuum(lake, table, full_vacuum=full_vacuum)
         except Exception as exc:
             log.exception("%s: maintenance failed", table)
             failed[table] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -19,10 +19,15 @@ A batch is at most ``ARCHIVER_MAX_OFFSETS_PER_TRIGGER`` records (default 1,000,0
 stay in the tasks that parsed them, on the executors.
 
 The archiver keeps its three tables small itself, every ``ARCHIVER_MAINTENANCE_SECONDS``
-(default 900) between two batches: a commit every few seconds leaves a small file per commit
-and partition, so it compacts them and vacuums past ``LAKE_VACUUM_RETENTION_HOURS``
-(:meth:`lake.append_table.AppendTable.maintain`; the batch job's deletes from
-``master/arrivals`` may conflict with it: the pass is then retried at the next period).
+(default 900): a commit every few seconds leaves a small file per commit and partition, so it
+compacts them and vacuums past ``LAKE_VACUUM_RETENTION_HOURS``
+(:meth:`lake.append_table.AppendTable.maintain`: the partitions written since the last pass,
+a lite VACUUM, and a full one at the first pass after a start and then every
+``ARCHIVER_FULL_VACUUM_SECONDS``, default a day). The pass runs in a thread of its own, off the
+commit path: micro-batches go on committing while it compacts (its commits change no data,
+and an append never conflicts with them; the batch job's deletes from ``master/arrivals`` may:
+that table's pass is then retried at the next period). One pass at a time; a pass still
+running when the next is due is left to finish.
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ import datetime as dt
 import functools
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import pyarrow as pa
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, one_task_per_core, parse
-from lake.append_table import AppendTable
+from lake.append_table import AppendTable, Maintained
 from lake.arrivals import arrival_rows, arrivals_table
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.data_files import FILES_SCHEMA, DataFile, write_files
@@ -57,6 +63,8 @@ log = logging.getLogger("ctr.archiver")
 
 # What a task returns: a row per data file written, and one row with its counts (the
 # arrivals, as an Arrow IPC stream) and its own phases (ms, JSON).
+# Seconds a stopping archiver waits for a maintenance pass under way.
+MAINTENANCE_JOIN_SECONDS: Final = 120.0
 TASK_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("counts", pa.binary()), ("task_ms", pa.string())])
 _COUNTS: Final = "counts"
 # Columns with few distinct values, dictionary-encoded in the data files (the ids are not:
@@ -112,8 +120,10 @@ class BatchWriter:
     ) -> None:
         self.checkpoint = checkpoint
         self.settings = settings or ArchiverSettings()
-        # The first pass a minute after the start: see Periodic.
+        # The first pass a minute after the start (see Periodic), with a full VACUUM.
         self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
+        self.full_vacuum_due = Periodic(self.settings.full_vacuum_seconds, first_after_s=0)
+        self._maintenance: threading.Thread | None = None
         self.phases = RecentPhases()
         self.events = AppendTable(
             MASTER_EVENTS.path(lake),
@@ -127,6 +137,8 @@ class BatchWriter:
             properties=lake.retention(MASTER_REJECTED.name),
         )
         self.arrivals = arrivals_table(lake)
+        # What a pass maintains: the same tables (each pass opens its own handles).
+        self.maintained: list[Maintainable] = [self.events, self.rejected, self.arrivals]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -180,17 +192,38 @@ class BatchWriter:
             for name, ms in json.loads(r["task_ms"]).items():
                 clock.ms[f"task.{name}"] = clock.ms.get(f"task.{name}", 0) + ms
         if self.maintenance_due.due():
-            self.maintain()
-            clock.lap("maintenance")
+            self.start_maintenance()
+            clock.lap("maintenance_start")
         self.phases.record(batch_id, clock.ms)
 
-    def maintain(self) -> None:
-        """Compact and vacuum master/events, master/rejected and master/arrivals; a table
-        that fails (a commit conflict with the batch job's clean-up of master/arrivals) is
-        logged and left for the next period: maintenance never stops the stream."""
-        for table in (self.events, self.rejected, self.arrivals):
+    def start_maintenance(self) -> bool:
+        """Start a maintenance pass in its own thread (:meth:`maintain`), unless one is still
+        running; returns whether it started."""
+        if self._maintenance is not None and self._maintenance.is_alive():
+            log.info("maintenance: the last pass is still running; this one is skipped")
+            return False
+        full = self.full_vacuum_due.due()
+        self._maintenance = threading.Thread(
+            target=self.maintain, kwargs={"full_vacuum": full}, name="archiver-maintenance",
+            daemon=True,
+        )  # fmt: skip
+        self._maintenance.start()
+        return True
+
+    def join_maintenance(self, timeout: float | None = None) -> bool:
+        """Wait for the running maintenance pass (if any); returns whether none is running."""
+        if self._maintenance is not None:
+            self._maintenance.join(timeout)
+            return not self._maintenance.is_alive()
+        return True
+
+    def maintain(self, *, full_vacuum: bool = True) -> None:
+        """Compact and vacuum master/events, master/rejected and master/arrivals, one pass; a
+        table that fails (a commit conflict with the batch job's clean-up of master/arrivals)
+        is logged and left for the next period: maintenance never stops the stream."""
+        for table in self.maintained:
             try:
-                log.info("maintenance: %s", table.maintain())
+                log.info("maintenance: %s", table.maintain(full_vacuum=full_vacuum))
             except Exception as exc:
                 log.warning("maintenance of %s failed (retried next period): %s", table.path, exc)
 
@@ -201,6 +234,14 @@ class BatchWriter:
         mine = [DataFile(**f) for f in files if f["table"] == name]  # type: ignore[typeddict-item]
         if mine:
             table.commit(mine, app_id=app_id, version=batch_id)
+
+
+class Maintainable(Protocol):
+    """A table the archiver maintains (:class:`lake.append_table.AppendTable`)."""
+
+    path: str
+
+    def maintain(self, *, full_vacuum: bool = True) -> Maintained: ...
 
 
 def archive_records(
@@ -279,4 +320,10 @@ def run(
         if on_progress is not None:
             on_progress(dataclasses.replace(progress, phases_ms=phases))
 
-    return drive(query, "the archiver", on_progress=report, should_stop=should_stop)
+    try:
+        return drive(query, "the archiver", on_progress=report, should_stop=should_stop)
+    finally:
+        # A pass under way finishes its commits (one left mid-way only leaves files no
+        # commit names, for the next full VACUUM).
+        if not writer.join_maintenance(timeout=MAINTENANCE_JOIN_SECONDS):
+            log.warning("maintenance: a pass still running at the stop was left")

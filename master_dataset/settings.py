@@ -20,3 +20,6 @@ class ArchiverSettings(BaseSettings):
     checkpoint_name: str = "archiver"
     # Seconds between two compactions and vacuums of the archiver's tables (between batches).
     maintenance_seconds: float = Field(default=900.0, gt=0)
+    # Seconds between two full VACUUMs of those tables (the listing of every file: the only
+    # way to find files a crashed attempt wrote); the other passes vacuum lite.
+    full_vacuum_seconds: float = Field(default=86_400.0, gt=0)

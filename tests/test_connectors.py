@@ -6,6 +6,7 @@ and tables every reader can read."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.sql import DataFrame, SparkSession
 
+from lake.append_table import Maintained
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.duckdb_delta import delta_duckdb
 from lake.frames import commit_frame
@@ -203,11 +205,53 @@ def test_the_archiver_compacts_its_tables_between_batches(
         write(records, batch_id)
     assert len(DeltaTable(MASTER_REJECTED.path(lake)).file_uris()) == 3
     write.maintenance_due = Periodic(0.001)
-    write(records, 3)  # the 4th file, then the pass packs them
+    write(records, 3)  # the 4th file, then the pass (in its own thread) packs them
+    assert write.join_maintenance(timeout=120)
     rejected = DeltaTable(MASTER_REJECTED.path(lake))
     assert len(rejected.file_uris()) == 1
     assert rejected.to_pyarrow_table().num_rows == 8
     assert rejected.transaction_version("ctr-archiver-maintained-query") == 3
+
+
+def test_the_archivers_maintenance_never_holds_a_batch_back(
+    spark: SparkSession, kafka: KafkaSettings, lake: LakeSettings
+) -> None:
+    """A maintenance pass runs beside the commits: batches commit while it is under way, a
+    pass due while one runs is skipped, and the first pass vacuums in full, the next lite."""
+    topic = fresh_topic(kafka)
+    produce(topic, [b"{"])
+    checkpoint = Path(lake.checkpoint("maintained-aside"))
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"aside-query"}')
+    records = read_kafka(spark, topic, stream=False)
+    write = ArchiveWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
+    started, release = threading.Event(), threading.Event()
+    passes: list[bool] = []
+
+    class Held:
+        path = "held"
+
+        def maintain(self, *, full_vacuum: bool = True) -> Maintained:
+            passes.append(full_vacuum)
+            started.set()
+            assert release.wait(timeout=120)
+            return Maintained(self.path, 0, 0, 0, full_vacuum)
+
+    write.maintained = [Held()]
+    write.maintenance_due = Periodic(0.001)
+    write(records, 0)  # starts a pass, which holds
+    assert started.wait(timeout=120)
+    write(records, 1)  # commits while the pass holds; the pass due now is skipped
+    write(records, 2)
+    assert (
+        DeltaTable(MASTER_REJECTED.path(lake)).transaction_version("ctr-archiver-aside-query") == 2
+    )
+    assert passes == [True]
+    release.set()
+    assert write.join_maintenance(timeout=120)
+    write(records, 3)
+    assert write.join_maintenance(timeout=120)
+    assert passes == [True, False]  # full at the first pass after a start, then lite
 
 
 def test_a_replayed_speed_batch_is_appended_once(spark: SparkSession, lake: LakeSettings) -> None:

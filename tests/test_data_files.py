@@ -175,6 +175,45 @@ def test_maintain_packs_small_files_and_vacuums_what_no_version_needs(tmp_path: 
     assert table.maintain().files_removed == 0  # nothing small left to pack
 
 
+def test_a_pass_compacts_the_latest_partitions_first_and_a_lite_vacuum_leaves_orphans(
+    tmp_path: Path,
+) -> None:
+    """A bounded pass: at most ``partitions_per_pass`` partitions with small files (the most
+    recently written first), the others left for the next pass; a lite VACUUM deletes the
+    files the log removed, and only a full one the files no commit ever named."""
+    path = str(tmp_path / "t")
+    keep_none = {"delta.deletedFileRetentionDuration": "interval 0 minutes"}
+    table = AppendTable(path, SCHEMA, partition_by=["day"], properties=keep_none)
+    day = T0.date()
+    version = 0
+    for offset in (0, 1, 2):  # the later day written last
+        for n in range(2):
+            batch = rows((f"d{offset}-{n}", T0, n, day + dt.timedelta(days=offset)))
+            assert table.commit(write_files("t", path, batch, ["day"]), app_id="w", version=version)
+            version += 1
+    orphan = write_files("t", path, rows(("lost", T0, 9, day)), ["day"])  # never committed
+
+    first = table.maintain(partitions_per_pass=1, full_vacuum=False)
+
+    assert (first.files_removed, first.files_added, first.partitions_left) == (2, 1, 2)
+    files = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    per_day = files.group_by("partition.day").aggregate([("path", "count")]).to_pylist()
+    assert {r["partition.day"]: r["path_count"] for r in per_day} == {
+        day: 2,
+        day + dt.timedelta(days=1): 2,
+        day + dt.timedelta(days=2): 1,
+    }
+    assert first.files_vacuumed == 2  # the two packed files, not the orphan
+    assert (tmp_path / "t" / orphan[0]["path"]).exists()
+    second = table.maintain(partitions_per_pass=8, full_vacuum=True)
+    assert (second.files_removed, second.partitions_left) == (4, 0)
+    assert not (tmp_path / "t" / orphan[0]["path"]).exists()
+    rs = DeltaTable(path)
+    on_disk = {p.name for p in (tmp_path / "t").rglob("*.parquet")}
+    assert on_disk == {Path(uri).name for uri in rs.file_uris()}  # the packed ones gone too
+    assert rs.to_pyarrow_table().num_rows == 6
+
+
 def test_a_relative_root_is_under_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,13 +7,14 @@ import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from lake.catalog import BATCH_CTR
 from lake.frames import commit_frame
-from lake.maintenance import compact_and_vacuum, compact_and_vacuum_all
+from lake.maintenance import compact_and_vacuum, compact_and_vacuum_all, full_vacuum_due
 from lake.settings import LakeSettings
 
 
@@ -106,3 +107,36 @@ def test_every_table_is_maintained_in_one_driver_and_a_failure_is_named_at_the_e
     assert len(DeltaTable(path).file_uris()) == 1
     reports = compact_and_vacuum_all(lake, ["batch/drift", "batch/ctr"])
     assert [(r.table, r.files_removed) for r in reports] == [("batch/drift", 0)]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "full"),
+    [
+        ("2026-11-28T00:00:00+00:00", "2026-11-29T00:00:00+00:00", True),  # @daily
+        ("2026-11-28T03:00:00+00:00", "2026-11-29T03:00:00+00:00", True),  # daily at 03:00
+        ("2026-11-28T00:00:00+00:00", "2026-11-28T01:00:00+00:00", True),  # the day's first
+        ("2026-11-28T01:00:00+00:00", "2026-11-28T02:00:00+00:00", False),  # hourly, later
+        ("2026-11-28T00:15:00+00:00", "2026-11-28T00:30:00+00:00", False),
+        ("2026-11-28T01:00:00+01:00", "2026-11-28T02:00:00+01:00", True),  # midnight UTC
+    ],
+)
+def test_the_dags_pass_vacuums_in_full_once_a_day(start: str, end: str, full: bool) -> None:
+    assert full_vacuum_due(dt.datetime.fromisoformat(start), dt.datetime.fromisoformat(end)) is full
+    assert full_vacuum_due(None, None)  # by hand
+
+
+def test_a_lite_vacuum_leaves_files_no_commit_named_for_the_full_one(lake: LakeSettings) -> None:
+    """A failed run's files (written, never committed) are found only by listing the table:
+    the lite passes leave them, the day's full one deletes them."""
+    path = lake.table("batch/coverage")
+    commit_frame(pa.table({"n": [1]}), path, pa.schema([("n", pa.int64())]))
+    orphan = Path(path) / "part-00000-never-committed.snappy.parquet"
+    pq.write_table(pa.table({"n": [2]}), orphan)
+    lite = compact_and_vacuum(lake, "batch/coverage", retention_hours=0, full_vacuum=False)
+    assert lite is not None
+    assert (lite.files_vacuumed, lite.full_vacuum) == (0, False)
+    assert orphan.exists()
+    full = compact_and_vacuum(lake, "batch/coverage", retention_hours=0)
+    assert full is not None
+    assert full.files_vacuumed == 1
+    assert not orphan.exists()
