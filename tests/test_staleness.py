@@ -16,7 +16,14 @@ from pydantic import SecretStr
 from api.settings import ApiSettings
 from lake.coverage.log import read_runs
 from lake.coverage.model import Coverage
-from lake.coverage.staleness import StaleBucket, StaleInterval, read_stale, recompute_intervals
+from lake.coverage.staleness import (
+    MAX_SPANS,
+    StaleBucket,
+    StaleInterval,
+    arrival_spans,
+    read_stale,
+    recompute_intervals,
+)
 from lake.coverage.staleness import stale_intervals as merge_stale
 from lake.settings import LakeSettings
 from serving_layer.tables import SCHEMAS
@@ -256,3 +263,27 @@ def test_drift_is_summarised_over_the_latest_runs(client: httpx.Client, lake: La
     assert metric(client, "ctr_drift_buckets") == 3
     sql = client.post("/api/v1/sql", json={"sql": "SELECT count(*) FROM drift"})
     assert sql.json()["rows"] == [[3]]
+
+
+def test_the_batch_rows_read_are_the_arrivals_hours_not_the_span_between_them() -> None:
+    """A late event of last week and today's arrivals: two reads of an hour each (widened by
+    an attribution window), not a week of batch rows."""
+    day = dt.datetime(2026, 11, 28, tzinfo=dt.UTC)
+    week_ago = day - dt.timedelta(days=7)
+    buckets = pa.array(
+        [day + dt.timedelta(minutes=m) for m in (5, 59, 61)]
+        + [week_ago + dt.timedelta(minutes=30)],
+        pa.timestamp("us", tz="UTC"),
+    )
+    minute = dt.timedelta(minutes=1)
+    assert arrival_spans(buckets) == [
+        (week_ago, week_ago + dt.timedelta(minutes=59)),
+        (day, day + dt.timedelta(hours=2) - minute),  # two adjacent hours, one span
+    ]
+    window = dt.timedelta(minutes=10)
+    assert arrival_spans(buckets, window)[0] == (week_ago - window, week_ago + 59 * minute + window)
+    hourly = pa.array([day + dt.timedelta(hours=2 * n) for n in range(100)], buckets.type)
+    spans = arrival_spans(hourly)
+    assert len(spans) == MAX_SPANS
+    assert all(any(a <= b <= z for a, z in spans) for b in hourly.to_pylist())
+    assert arrival_spans(pa.array([], buckets.type)) == []

@@ -261,16 +261,16 @@ def read_stale(
     arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
     if arrivals.num_rows == 0:
         return []  # staleness is arrivals no run counted: none, nothing stale
-    # The batch rows the rule can reach: the arrivals' buckets, and the window either side of
-    # them for a version with attribution; not the whole table (which grows with history).
+    # The batch rows the rule can reach: the hours of the arrivals' buckets, and the window
+    # either side of them for a version with attribution; not the whole table (which grows
+    # with history), nor the span between an old late bucket and today's.
     reach = view.attribution or dt.timedelta(0)
-    first, last = pc.min_max(arrivals["bucket_start"]).values()
     batch = batch_table(view)
     batch_rows = _read(
         batch.path(lake),
         batch.schema,
         ["bucket_start", "run_id", *DIMENSIONS],
-        between=(first.as_py() - reach, last.as_py() + reach),
+        between=arrival_spans(arrivals["bucket_start"], reach),
     )
     coverage_rows = pa.Table.from_pylist(
         [{name: getattr(run, name) for name in BATCH_COVERAGE.schema.names} for run in runs.runs],
@@ -294,22 +294,56 @@ def read_stale(
     return stale_buckets(rows)
 
 
+# Spans a read of the batch rows is cut into at most (the closest ones merged beyond).
+MAX_SPANS: Final = 64
+
+
+def arrival_spans(
+    buckets: pa.ChunkedArray | pa.Array, reach: dt.timedelta = dt.timedelta(0)
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The [first, last] spans of bucket_start holding ``buckets``' hours, widened by
+    ``reach`` either side, overlapping ones merged, at most :data:`MAX_SPANS` (the closest
+    merged): what a read of the batch rows for those buckets must cover."""
+    if len(buckets) == 0:
+        return []
+    hours = pc.unique(pc.floor_temporal(buckets, unit="hour")).drop_null().to_pylist()
+    spans: list[list[dt.datetime]] = []
+    for hour in sorted(utc(h) for h in hours):
+        first, last = hour - reach, hour + HOUR - MINUTE + reach
+        if spans and first <= spans[-1][1] + MINUTE:
+            spans[-1][1] = max(spans[-1][1], last)
+        else:
+            spans.append([first, last])
+    while len(spans) > MAX_SPANS:
+        gaps = [spans[n + 1][0] - spans[n][1] for n in range(len(spans) - 1)]
+        n = gaps.index(min(gaps))
+        spans[n : n + 2] = [[spans[n][0], max(spans[n][1], spans[n + 1][1])]]
+    return [(first, last) for first, last in spans]
+
+
 def _read(
     path: str,
     schema: pa.Schema,
     columns: list[str] | None = None,
     *,
-    between: tuple[dt.datetime, dt.datetime] | None = None,
+    between: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
 ) -> pa.Table:
     """``columns`` of the table at ``path`` (empty if there is none yet); with ``between``,
-    only its rows whose bucket_start lies in [first, last] (files and row groups outside are
-    skipped by their statistics)."""
+    only its rows whose bucket_start lies in one of those [first, last] spans (files and row
+    groups outside are skipped by their statistics)."""
     names = columns or schema.names
+    empty = pa.schema([schema.field(n) for n in names]).empty_table()
     if not is_delta(path):
-        return pa.schema([schema.field(n) for n in names]).empty_table()
+        return empty
     if between is None:
         return open_delta(path).to_pyarrow_table(columns=names)
+    if not between:
+        return empty
     bucket = ds.field("bucket_start")
-    first, last = (pa.scalar(t, schema.field("bucket_start").type) for t in between)
+    kind = schema.field("bucket_start").type
+    where = None
+    for first, last in between:
+        span = (bucket >= pa.scalar(first, kind)) & (bucket <= pa.scalar(last, kind))
+        where = span if where is None else where | span
     dataset = open_delta(path).to_pyarrow_dataset()
-    return dataset.to_table(columns=names, filter=(bucket >= first) & (bucket <= last))
+    return dataset.to_table(columns=names, filter=where)
