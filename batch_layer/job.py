@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from batch_layer.drift import record_drift
 from batch_layer.interval import Interval
@@ -117,6 +117,13 @@ def _require_events(lake: LakeSettings) -> None:
         )
 
 
+class ComputedView(NamedTuple):
+    view: DataFrame
+    version: int  # of master/events (or the replay's input version)
+    run_id: str
+    input_bytes: int  # of the events read (lake.view_files.write_tasks)
+
+
 def compute_view(
     spark: SparkSession,
     interval: Interval,
@@ -126,13 +133,13 @@ def compute_view(
     run_id: str | None = None,
     replay: Replay | None = None,
     reach: bool = True,
-) -> tuple[DataFrame, int, str]:
+) -> ComputedView:
     """The exact rows of ``definition`` for ``interval`` from master/events at its current
-    version (or from a ``replay``): (rows with ``run_id``, the master/events version they
-    hold, the run id). Same interval, definition and input version -> same run id, so a rerun
-    writes identical rows. ``reach``: with who each row reached
-    (:func:`views.ctr.reach_columns`; without, the view leaves those columns out and the
-    write stores them null: the benchmark's comparison)."""
+    version (or from a ``replay``): rows with ``run_id``, the master/events version they
+    hold, the run id, and the bytes of events they are computed from. Same interval,
+    definition and input version -> same run id, so a rerun writes identical rows.
+    ``reach``: with who each row reached (:func:`views.ctr.reach_columns`; without, the view
+    leaves those columns out and the write stores them null: the benchmark's comparison)."""
     from pyspark.sql import functions as F
 
     path = replay.events if replay else MASTER_EVENTS.path(lake)
@@ -151,7 +158,7 @@ def compute_view(
     widened = (
         interval if window is None else Interval(interval.start - window, interval.end + window)
     )
-    events, partitions = interval_events(spark, path, table, widened)
+    events, partitions, input_bytes = interval_events(spark, path, table, widened)
     if definition.where:
         events = events.where(definition.where)
     deduplicated = deduplicate(events, partitions)
@@ -161,16 +168,23 @@ def compute_view(
         view = attributed_ctr(deduplicated, window, reach=reach).where(
             interval.sql_predicate("bucket_start")
         )
-    return view.withColumn("run_id", F.lit(run_id)), version, run_id
+    return ComputedView(view.withColumn("run_id", F.lit(run_id)), version, run_id, input_bytes)
+
+
+class IntervalEvents(NamedTuple):
+    events: DataFrame
+    partitions: int  # to deduplicate them in (dedup_partitions)
+    input_bytes: int  # of the files of the partitions read, the interval's share of them
 
 
 def interval_events(
     spark: SparkSession, path: str, table: DeltaLakeTable, interval: Interval
-) -> tuple[DataFrame, int]:
+) -> IntervalEvents:
     """The events of ``interval`` in the table at ``path`` (master/events or a replay's) at the
     version ``table`` (delta-rs, the same table) was opened at, only the ``event_date``
-    partitions the interval touches; and the partitions to :func:`deduplicate` them in, sized
-    by those partitions' files.
+    partitions the interval touches; the partitions to :func:`deduplicate` them in, sized by
+    those partitions' files; and the interval's share of those files' bytes (the days' bytes
+    in proportion to the interval's time: how many tasks write its view).
 
     The driver lists the files from the log it holds already (delta-rs: metadata, no data
     file opened); Spark's tasks read them. Letting delta-spark read the table instead costs a
@@ -181,7 +195,9 @@ def interval_events(
     files, input_bytes = _partition_files(table, "event_date", days)
     events = view_files.read_files(spark, path, EVENTS_SCHEMA, files)
     events = events.where(interval.sql_predicate("event_time"))
-    return events, dedup_partitions(input_bytes, spark.sparkContext.defaultParallelism)
+    partitions = dedup_partitions(input_bytes, spark.sparkContext.defaultParallelism)
+    share = (interval.end - interval.start) / (dt.timedelta(days=1) * max(1, len(days)))
+    return IntervalEvents(events, partitions, int(input_bytes * min(1.0, share)))
 
 
 class BatchJob:
@@ -240,7 +256,7 @@ class BatchJob:
         from pyspark.sql import functions as F
 
         spark, lake, on_step = self.spark, self.lake, self.on_step
-        view, version, run_id = compute_view(
+        view, version, run_id, input_bytes = compute_view(
             spark,
             interval,
             lake=lake,
@@ -267,6 +283,7 @@ class BatchJob:
             run_id=run_id,
             input_version=version,
             properties=lake.retention(target.name),
+            input_bytes=input_bytes,
         )
         # The run's own rows: those of the files it added (or, committed before, of the table).
         written = (

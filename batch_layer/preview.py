@@ -32,7 +32,7 @@ def preview(
     recompute from master/events at its current version (side b)."""
     from pyspark.sql import functions as F
 
-    after, version, _ = compute_view(spark, interval, lake=lake, definition=definition)
+    after, version, _, _ = compute_view(spark, interval, lake=lake, definition=definition)
     path = batch_table(definition).path(lake)
     keys = ["bucket_start", *DIMENSIONS]
     if is_delta(path):

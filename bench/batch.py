@@ -173,7 +173,7 @@ def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> 
         "event_id", "event_type", "event_time", *DIMENSIONS,
         "ingest_time", "kafka_partition", "kafka_offset",
     ]  # fmt: skip
-    all_columns, partitions = interval_events(
+    all_columns, partitions, _ = interval_events(
         spark, MASTER_EVENTS.path(lake), DeltaTable(MASTER_EVENTS.path(lake)), interval
     )
     events = all_columns.select(*read)

@@ -72,9 +72,14 @@ class LakeSettings(BaseSettings):
         from lake.retention import STREAMING_TABLES, retention_properties
 
         streaming = table in STREAMING_TABLES
+        if streaming:  # a writer's one application id, kept for good (its replays)
+            return retention_properties(
+                log_hours=self.log_retention_hours, files_hours=self.vacuum_retention_hours
+            )
         return retention_properties(
-            log_hours=self.log_retention_hours if streaming else self.history_retention_hours,
+            log_hours=self.history_retention_hours,
             files_hours=self.vacuum_retention_hours,
+            transaction_hours=self.history_retention_hours,
         )
 
     def table(self, name: str) -> str:

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from lake.data_files import FILES_SCHEMA, DataFile, HourFiles
 from lake.storage import arrow_filesystem, delta_options, ensure_columns, is_delta, open_delta
+from views.columns import DIMENSIONS
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -48,8 +49,11 @@ COLUMN: Final = "bucket_start"
 # A task's answer: a file written, and how many of its rows are the interval's.
 ANSWER_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("interval_rows", pa.int64())])
 _NEW: Final = "_interval_row"
-# Tasks the rows are spread over at most (each holds whole hours).
+# Tasks the rows are spread over at most.
 MAX_WRITE_TASKS: Final = 1024
+# Events (bytes of master/events files) one task writes the view of, in one hour, at most when
+# there are cores to spare: a busier hour is split over several tasks (:func:`write_tasks`).
+WRITE_INPUT_BYTES_PER_TASK: Final = 256 * 2**20
 
 
 class Interval(Protocol):
@@ -146,7 +150,7 @@ def _column(files: pa.Table, name: str) -> pa.ChunkedArray:
     return pa.chunked_array([pa.nulls(files.num_rows, kind)])
 
 
-def write(
+def write(  # noqa: PLR0913 - keyword-only options of one write
     spark: SparkSession,
     view: DataFrame,
     *,
@@ -155,10 +159,12 @@ def write(
     schema: pa.Schema,
     interval: Interval,
     replaced: Sequence[ReplacedFile],
+    input_bytes: int = 0,
 ) -> list[dict[str, object]]:
     """Spark tasks write ``view`` (the interval's rows, in ``schema``'s columns) and the rows of
     the ``replaced`` files outside the interval as hour files under ``path``; the answer, one
-    row per file (:data:`ANSWER_SCHEMA`), is all that returns to the driver."""
+    row per file (:data:`ANSWER_SCHEMA`), is all that returns to the driver. ``input_bytes``:
+    the size of the events the view is computed from (how many tasks an hour needs)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -176,9 +182,18 @@ def write(
         rows = rows.unionByName(kept, allowMissingColumns=True)
     # Each hour's rows to one task, the hours over as many tasks as run at once: more tasks
     # than cores only add each task's start and its answer (24 tasks for a day cost a 2-core
-    # machine 5 s, and 135 KiB of task results to the driver: python -m bench scale).
-    tasks = min(_hours(interval, replaced), spark.sparkContext.defaultParallelism)
-    spread = rows.repartition(max(1, min(tasks, MAX_WRITE_TASKS)), F.date_trunc("hour", COLUMN))
+    # machine 5 s, and 135 KiB of task results to the driver: python -m bench scale). An hour
+    # larger than one task should write (a run over one busy hour on a cluster) is split over
+    # several by its rows' dimensions: each task still writes files of that hour only.
+    hours = _hours(interval, replaced)
+    tasks, per_hour = write_tasks(hours, input_bytes, spark.sparkContext.defaultParallelism)
+    keys = [F.date_trunc("hour", COLUMN)]
+    if per_hour > 1:
+        # More keys than tasks: Spark hashes the keys to tasks, and as many keys as tasks
+        # would often leave a task without one (two keys hashed to the same task).
+        split = F.hash(*(c for c in DIMENSIONS if c in view.columns))
+        keys.append(F.pmod(split, F.lit(per_hour * 16)))
+    spread = rows.repartition(tasks, *keys)
     # Sorted by minute in each task: one file open at a time (HourFiles buffers a row group
     # per open file), and row groups readers skip by minute.
     spread = spread.sortWithinPartitions(COLUMN)
@@ -186,6 +201,18 @@ def write(
     answers = spread.mapInArrow(task, from_arrow_schema(ANSWER_SCHEMA))
     answer: list[dict[str, object]] = answers.toArrow().to_pylist()  # a short row per file
     return answer
+
+
+def write_tasks(hours: int, input_bytes: int, parallelism: int) -> tuple[int, int]:
+    """(tasks, tasks per hour) writing ``hours`` hours of a view computed from ``input_bytes``
+    of events with ``parallelism`` cores: an hour per task, the hours over at most as many
+    tasks as cores; an hour of more than :data:`WRITE_INPUT_BYTES_PER_TASK` over several
+    tasks, as far as the cores go round."""
+    if hours < 1 or input_bytes < 0 or parallelism < 1:
+        raise ValueError(f"hours, input_bytes, parallelism: {hours}, {input_bytes}, {parallelism}")
+    needed = -(-input_bytes // (hours * WRITE_INPUT_BYTES_PER_TASK))
+    per_hour = max(1, min(needed, parallelism // hours))
+    return max(1, min(hours * per_hour, parallelism, MAX_WRITE_TASKS)), per_hour
 
 
 def _reaches_outside(file: ReplacedFile, interval: Interval) -> bool:
@@ -271,8 +298,12 @@ def commit(
         RemoveAction(f.path, True, now, f.size, dict(f.partition_values)) for f in replaced
     ]
     actions += [add_action(f) for f in files]
-    ids = [Transaction(app_id=run_id, version=input_version)]
-    ids += [Transaction(app_id=hour, version=input_version) for hour in hour_ids(interval)]
+    # With their time: they expire after the table's history window (lake.retention).
+    ids = [Transaction(app_id=run_id, version=input_version, last_updated=now)]
+    ids += [
+        Transaction(app_id=hour, version=input_version, last_updated=now)
+        for hour in hour_ids(interval)
+    ]
     table.create_write_transaction(
         actions,
         mode="append",
@@ -293,6 +324,7 @@ def replace_interval(  # noqa: PLR0913 - keyword-only options of one replacement
     run_id: str,
     input_version: int,
     properties: Mapping[str, str] | None = None,
+    input_bytes: int = 0,
 ) -> Replaced:
     """Replace the rows of ``interval`` in the table ``name`` at ``path`` with ``view``'s: the
     tasks write, the driver commits (see the module's docstring). Nothing is written when the
@@ -302,8 +334,9 @@ def replace_interval(  # noqa: PLR0913 - keyword-only options of one replacement
         return Replaced(False, 0, 0, 0, 0)
     replaced = replaced_files(table, interval)
     answers = write(
-        spark, view, name=name, path=path, schema=schema, interval=interval, replaced=replaced
-    )
+        spark, view, name=name, path=path, schema=schema, interval=interval, replaced=replaced,
+        input_bytes=input_bytes,
+    )  # fmt: skip
     files = [DataFile(**{k: a[k] for k in DataFile.__annotations__}) for a in answers]  # type: ignore[typeddict-item]
     commit(table, files, replaced, interval=interval, run_id=run_id, input_version=input_version)
     rows = sum(int(a["interval_rows"]) for a in answers)  # type: ignore[call-overload]

@@ -92,7 +92,7 @@ def test_the_dedup_sorts_each_row_once_in_partitions_sized_by_the_input(
     archive(
         spark, lake, [event("a", "impression", at(0)), event("a", "impression", at(0), offset=1)]
     )
-    events, partitions = interval_events(
+    events, partitions, _ = interval_events(
         spark, MASTER_EVENTS.path(lake), DeltaTable(MASTER_EVENTS.path(lake)), HOUR
     )
     plan = deduplicate(events, partitions)._jdf.queryExecution().executedPlan().toString()

@@ -28,8 +28,11 @@ def test_streaming_tables_keep_the_log_window_and_the_others_the_history_window(
     assert events["delta.deletedFileRetentionDuration"] == "interval 30 minutes"
     batch = lake.retention("batch/ctr_v3")
     assert batch["delta.logRetentionDuration"] == "interval 2880 minutes"
-    assert batch == retention_properties(log_hours=48, files_hours=0.5)
+    assert batch == retention_properties(log_hours=48, files_hours=0.5, transaction_hours=48)
     assert batch["delta.enableExpiredLogCleanup"] == "true"
+    # A batch view's run and hour ids expire with its history; a streaming writer's id never.
+    assert batch["delta.setTransactionRetentionDuration"] == "interval 2880 minutes"
+    assert "delta.setTransactionRetentionDuration" not in events
 
 
 def test_defaults_keep_a_day_of_streaming_log_and_delta_s_month_of_history() -> None:

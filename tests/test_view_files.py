@@ -169,6 +169,17 @@ def test_a_run_committed_before_commits_nothing(spark: SparkSession, lake: LakeS
     )  # fmt: skip
     assert not again.committed
     assert DeltaTable(lake.table("batch/ctr")).version() == version
+    # Its ids carry their time, and the table forgets them after its history window (a
+    # snapshot would otherwise hold every run and hour ever committed).
+    table = DeltaTable(lake.table("batch/ctr"))
+    assert (
+        table.metadata().configuration["delta.setTransactionRetentionDuration"]
+        == (lake.retention("batch/ctr")["delta.setTransactionRetentionDuration"])
+    )
+    log = Path(lake.table("batch/ctr")) / "_delta_log" / f"{version:020d}.json"
+    ids = [json.loads(line)["txn"] for line in log.read_text().splitlines() if '"txn"' in line]
+    assert {i["appId"] for i in ids} == {first.run_id, "ctr-batch-hour:20261122T10"}
+    assert all(i["lastUpdated"] > 0 for i in ids)
 
 
 def test_file_statistics_merge_across_batches() -> None:
@@ -254,3 +265,34 @@ def test_a_view_larger_than_the_drivers_result_limit_is_written(
     assert view.num_rows > 30_000  # (minute, ad, campaign, site, country) nearly all distinct
     assert view.nbytes > 4 * 2**20  # the view, as Arrow, is over four times the limit
     assert all(hour_of(lo) == hour_of(hi) for lo, hi in file_ranges(lake))
+
+
+@pytest.mark.parametrize(
+    ("hours", "input_bytes", "parallelism", "expected"),
+    [
+        (24, 10 * 2**30, 2, (2, 1)),  # a day on 2 cores: the hours over the cores
+        (24, 10 * 2**30, 200, (48, 2)),  # on 200 cores: 10 GiB, 2 tasks an hour
+        (1, 100, 200, (1, 1)),  # a small hour: one task, one file
+        (1, 2 * 2**30, 200, (8, 8)),  # a busy hour: 8 tasks of 256 MiB
+        (1, 2 * 2**30, 3, (3, 3)),  # as far as the cores go
+        (5000, 2**40, 4000, (1024, 1)),  # never more than MAX_WRITE_TASKS
+    ],
+)
+def test_a_busy_hour_is_written_by_several_tasks(
+    hours: int, input_bytes: int, parallelism: int, expected: tuple[int, int]
+) -> None:
+    assert view_files.write_tasks(hours, input_bytes, parallelism) == expected
+
+
+def test_an_hour_split_over_tasks_still_writes_only_that_hours_files(
+    spark: SparkSession, lake: LakeSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(view_files, "WRITE_INPUT_BYTES_PER_TASK", 1)  # every hour "busy"
+    ads = [f"ad-{n}" for n in range(40)]
+    archive(spark, lake, [event(f"e{n}", "impression", at(n), ad=ad) for n, ad in enumerate(ads)])
+    result = run(spark, Interval(at(0), at(60)), lake=lake)
+    assert result.rows_written == 40
+    ranges = file_ranges(lake)
+    assert len(ranges) == spark.sparkContext.defaultParallelism  # the hour over every core
+    assert all(hour_of(lo) == hour_of(hi) == at(0) for lo, hi in ranges)
+    assert sorted(str(r[1]) for r in rows(lake)) == sorted(ads)
