@@ -12,13 +12,14 @@ import sys
 import time
 import traceback
 
-from bench import archive, batch, ingest, report, scale, serving, speed, storage
+from bench import archive, batch, ingest, passes, report, scale, serving, speed, storage
 
 BENCHMARKS = {
     "ingest": ingest.main,
     "archive": archive.main,
     "batch": batch.main,
     "scale": scale.main,
+    "passes": passes.main,
     "speed": speed.main,
     "serving": serving.main,
     "storage": storage.main,
