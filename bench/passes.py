@@ -3,7 +3,8 @@ same lake grown 10x (the issue's goal: the larger costs at most 1.5x the smaller
 
 A lake of ``days`` days is built with delta-rs (no Spark): ``batch/ctr`` as a batch run leaves
 it (an hour file per hour, ``HOUR_ROWS`` rows each, a commit per hour), ``master/events`` (a
-day's events in one compacted file per ``event_date``), ``batch/coverage`` (a run per day).
+day's events in one compacted file per ``event_date``), ``batch/coverage`` (a run per day,
+compacted).
 Then, three times, the activity of one maintenance period lands and each pass runs once,
 timed alone:
 
@@ -105,6 +106,8 @@ def _build(lake: LakeSettings, days: int) -> None:
         coverage_log.record(
             lake, CoverageRun(f"run-{n}", "ctr", day, day + dt.timedelta(days=1), 1, 0, day)
         )
+    # batch/coverage as the daily maintenance leaves it (a file, not one per run).
+    compact_and_vacuum(lake, "batch/coverage")
 
 
 def _append_batch_hour(

@@ -77,10 +77,11 @@ def compact_and_vacuum(
     if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
         ensure_properties(delta, lake.retention(table))
     if table in VIEW_TABLES:  # keeps the hour files batch runs replace (lake.view_files)
-        compacted = compact_hours(path)
+        compacted = compact_hours(path, table=delta)
         if compacted.hours_left:
             log.info("%s: %d hour(s) left to compact next pass", table, compacted.hours_left)
-        delta = open_delta(path)
+        if compacted.files_removed:
+            delta = open_delta(path)
         metrics = {
             "numFilesAdded": compacted.files_added,
             "numFilesRemoved": compacted.files_removed,

@@ -116,17 +116,34 @@ def open_table(
 def replaced_files(table: DeltaTable, interval: Interval) -> list[ReplacedFile]:
     """The table's files holding rows of ``interval``, by their ``bucket_start`` statistics (a
     file without them is taken: it may)."""
+    last = interval.end - dt.timedelta(microseconds=1)
+    return files_between(table, [(interval.start, last)])
+
+
+def files_between(
+    table: DeltaTable, spans: Sequence[tuple[dt.datetime, dt.datetime]]
+) -> list[ReplacedFile]:
+    """The table's files that may hold a ``bucket_start`` in one of the [first, last]
+    ``spans``, by their statistics (the log's: no data file opened; a file without them is
+    taken). The selection is columnar: only the files chosen become Python objects."""
     files = pa.table(table.get_add_actions(flatten=True))
-    if not files.num_rows:
+    if not files.num_rows or not spans:
         return []
     low = _column(files, f"min.{COLUMN}")
     high = _column(files, f"max.{COLUMN}")
-    start, end = (
-        pa.scalar(t, pa.timestamp("us", tz="UTC")) for t in (interval.start, interval.end)
-    )
-    unknown = pc.or_(pc.is_null(low), pc.is_null(high))
-    meets = pc.and_(pc.less(low, end), pc.greater_equal(high, start))
-    chosen = files.filter(pc.or_(unknown, meets))
+    kind = pa.timestamp("us", tz="UTC")
+    chosen_mask = pc.or_(pc.is_null(low), pc.is_null(high))
+    for first, last in spans:
+        meets = pc.and_(
+            pc.less_equal(low, pa.scalar(last, kind)),
+            pc.greater_equal(high, pa.scalar(first, kind)),
+        )
+        chosen_mask = pc.or_(chosen_mask, meets)
+    return _described(files.filter(chosen_mask))
+
+
+def _described(chosen: pa.Table) -> list[ReplacedFile]:
+    """Rows of the log's file list (``get_add_actions(flatten=True)``) as :class:`ReplacedFile`."""
     partitions = [n for n in chosen.column_names if n.startswith("partition.")]
     out = []
     for row, lo, hi in zip(
@@ -358,7 +375,9 @@ class Compacted:
     hours_left: int  # hours still to compact, for the next pass
 
 
-def compact_hours(path: str, *, hours_per_pass: int = COMPACT_HOURS_PER_PASS) -> Compacted:
+def compact_hours(
+    path: str, *, hours_per_pass: int = COMPACT_HOURS_PER_PASS, table: DeltaTable | None = None
+) -> Compacted:
     """Compaction of a batch view table that keeps its hour layout: the small files of an hour
     rewritten as one, and a file of an older layout (straddling hours, or without statistics)
     split into hour files, at most ``hours_per_pass`` hours (oldest first) in one commit that
@@ -370,12 +389,14 @@ def compact_hours(path: str, *, hours_per_pass: int = COMPACT_HOURS_PER_PASS) ->
 
     from lake.append_table import add_action
 
-    table = open_delta(path)
-    groups = _compactable(replaced_files(table, _EVERYTHING))
+    table = table if table is not None else open_delta(path)
+    schema = pa.schema(table.schema().to_arrow())
+    if COLUMN not in schema.names:  # not a view table: no hour to lay it out by
+        return Compacted(0, 0, 0)
+    groups = _compactable(pa.table(table.get_add_actions(flatten=True)))
     chosen = sorted(groups)[:hours_per_pass]
     if not chosen:
         return Compacted(0, 0, 0)
-    schema = pa.schema(table.schema().to_arrow())
     files = HourFiles("compaction", path, schema, COLUMN)
     filesystem, base = arrow_filesystem(path)
     removed = [f for key in chosen for f in groups[key]]
@@ -397,33 +418,28 @@ def compact_hours(path: str, *, hours_per_pass: int = COMPACT_HOURS_PER_PASS) ->
     return Compacted(len(removed), len(actions) - len(removed), len(groups) - len(chosen))
 
 
-class _Everything:
-    start = dt.datetime.min.replace(tzinfo=dt.UTC)
-    end = dt.datetime.max.replace(tzinfo=dt.UTC)
-
-    def sql_predicate(self, column: str) -> str:
-        return "TRUE"
-
-
-_EVERYTHING: Final = _Everything()
-
-
-def _compactable(
-    files: Sequence[ReplacedFile],
-) -> dict[tuple[dt.datetime, str], list[ReplacedFile]]:
-    """The files a compaction rewrites, by hour: every small file of an hour holding more than
-    one, and each file that straddles hours (or whose range is unknown) alone."""
-    by_hour: dict[dt.datetime, list[ReplacedFile]] = {}
+def _compactable(files: pa.Table) -> dict[tuple[dt.datetime, str], list[ReplacedFile]]:
+    """The files a compaction rewrites (of the log's file list), by hour: every small file of
+    an hour holding more than one, and each file that straddles hours (or whose range is
+    unknown) alone. Chosen column by column: only those files become Python objects."""
+    if not files.num_rows:
+        return {}
+    low = _column(files, f"min.{COLUMN}")
+    high = _column(files, f"max.{COLUMN}")
+    low_hour = pc.floor_temporal(low, unit="hour")
+    odd = pc.fill_null(pc.not_equal(low_hour, pc.floor_temporal(high, unit="hour")), True)
+    small = pc.and_(pc.invert(odd), pc.less(files.column("size_bytes"), SMALL_FILE_BYTES))
+    hours = pa.table({"hour": low_hour, "small": small}).filter(small)
+    counts = hours.group_by("hour").aggregate([("small", "count")])
+    shared = counts.filter(pc.greater(counts.column("small_count"), 1)).column("hour")
+    chosen = pc.or_(odd, pc.and_(small, pc.is_in(low_hour, value_set=shared.combine_chunks())))
     groups: dict[tuple[dt.datetime, str], list[ReplacedFile]] = {}
-    for f in files:
+    for f in _described(files.filter(chosen)):
         if f.low is None or f.high is None or _hour(f.low) != _hour(f.high):
-            low = f.low or dt.datetime.min.replace(tzinfo=dt.UTC)
-            groups[(_hour(low), f.path)] = [f]
-        elif f.size < SMALL_FILE_BYTES:
-            by_hour.setdefault(_hour(f.low), []).append(f)
-    for hour, small in by_hour.items():
-        if len(small) > 1:
-            groups[(hour, "")] = small
+            low_at = f.low or dt.datetime.min.replace(tzinfo=dt.UTC)
+            groups[(_hour(low_at), f.path)] = [f]
+        else:
+            groups.setdefault((_hour(f.low), ""), []).append(f)
     return groups
 
 
