@@ -8,9 +8,31 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source infra/demo-common.sh
 
+# The cluster profile's services (their data stays): started before the run's own processes,
+# so a demo that failed early may hold them alone.
+services=0  # how many of them were recorded
+stop_cluster_services() {
+    if [[ -f "$DEMO/spark/master.pid" ]]; then
+        services=$((services + 1))
+        RUN_DIR="$DEMO" bash infra/spark-cluster.sh down | sed 's/^/demo: /'
+    fi
+    if [[ -f "$DEMO/postgres-run-dir" ]]; then
+        services=$((services + 1))
+        RUN_DIR="$(cat "$DEMO/postgres-run-dir")" bash infra/postgres.sh down 2>&1 | sed 's/^/demo: /'
+        rm -f "$DEMO/postgres-run-dir"
+    fi
+    if [[ -f "$DEMO/s3/weed.pid" ]]; then
+        services=$((services + 1))
+        RUN_DIR="$DEMO" .venv/bin/ctr s3 down 2>&1 | sed 's/^/demo: /'
+    fi
+    return 0
+}
+nothing() { ((services)) && echo "nothing else" || echo "nothing"; }
+
 run_id="$(demo_run_id)"
 if [[ -z "$run_id" ]]; then
-    say "nothing to stop (no demo recorded under $DEMO)"
+    stop_cluster_services
+    say "$(nothing) to stop (no demo recorded under $DEMO)"
     exit 0
 fi
 anything=0
@@ -19,7 +41,8 @@ for name in "${DEMO_PROCESSES[@]}" airflow; do
 done
 [[ -f "$DEMO/broker-started" ]] && anything=1
 if ((!anything)); then
-    say "nothing to stop (no process of demo run $run_id is recorded)"
+    stop_cluster_services
+    say "$(nothing) to stop (no process of demo run $run_id is recorded)"
     rm -f "$DEMO/run-id"
     exit 0
 fi
@@ -83,12 +106,6 @@ if ((${#left[@]})); then
     sleep 5
     kill -KILL "${left[@]}" 2> /dev/null
 fi
-# The cluster profile's services (their data stays).
-[[ -f "$DEMO/spark/master.pid" ]] && RUN_DIR="$DEMO" bash infra/spark-cluster.sh down | sed 's/^/demo: /'
-if [[ -f "$DEMO/postgres-run-dir" ]]; then
-    RUN_DIR="$(cat "$DEMO/postgres-run-dir")" bash infra/postgres.sh down 2>&1 | sed 's/^/demo: /'
-    rm -f "$DEMO/postgres-run-dir"
-fi
-[[ -f "$DEMO/s3/weed.pid" ]] && RUN_DIR="$DEMO" .venv/bin/ctr s3 down 2>&1 | sed 's/^/demo: /'
+stop_cluster_services
 rm -f "$DEMO/run-id"
 say "stopped; logs and Delta tables stay under $DEMO"

@@ -62,10 +62,10 @@ if [[ "$PROFILE" == cluster ]]; then
         export LAKE_ROOT="s3://$CTR_S3_BUCKET/lake"
     fi
     RUN_DIR="$DEMO" bash infra/spark-cluster.sh up 2>&1 | sed 's/^/demo:       /'
-    ((PIPESTATUS[0] == 0)) || { echo "demo: error: the Spark cluster did not start; see $DEMO/spark" >&2; exit 1; }    # Airflow's database: PostgreSQL under RUN_DIR/postgres (its server runs as the postgres
+    ((PIPESTATUS[0] == 0)) || { echo "demo: error: the Spark cluster did not start; see $DEMO/spark" >&2; bash infra/demo-down.sh; exit 1; }    # Airflow's database: PostgreSQL under RUN_DIR/postgres (its server runs as the postgres
     # user, which cannot enter the demo's own folder: that is the owner's only).
     RUN_DIR="$RUN_DIR" bash infra/postgres.sh up 2>&1 | sed 's/^/demo:       /'
-    ((PIPESTATUS[0] == 0)) || { echo "demo: error: PostgreSQL did not start; see $RUN_DIR/postgres" >&2; exit 1; }
+    ((PIPESTATUS[0] == 0)) || { echo "demo: error: PostgreSQL did not start; see $RUN_DIR/postgres" >&2; bash infra/demo-down.sh; exit 1; }
     # shellcheck source=/dev/null
     source "$RUN_DIR/postgres/env"  # AIRFLOW__DATABASE__SQL_ALCHEMY_CONN, the LocalExecutor
     echo "$RUN_DIR" > "$DEMO/postgres-run-dir"

@@ -75,6 +75,31 @@ def test_nothing_recorded_is_nothing_to_stop(tmp_path: Path) -> None:
     assert done.stdout.startswith("demo: nothing to stop")
 
 
+@pytest.mark.parametrize("run_recorded", [True, False])
+def test_a_cluster_demo_that_failed_early_still_stops_its_services(
+    tmp_path: Path, spawn: list[subprocess.Popen[bytes]], run_recorded: bool
+) -> None:
+    """The cluster profile starts the S3 server, Spark and PostgreSQL before the run's own
+    processes (and before its run id, when they fail): those are stopped all the same."""
+    spark = tmp_path / "demo" / "spark"
+    spark.mkdir(parents=True)
+    if run_recorded:
+        record(tmp_path)
+    master = start(spawn, "exec sleep 300", None)
+    worker = start(spawn, "exec sleep 300", None)
+    (spark / "master.pid").write_text(f"{master}\n")
+    (spark / "worker.pid").write_text(f"{worker}\n")
+    done = demo_down(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "demo: spark: stopped" in done.stdout
+    assert "nothing else to stop" in done.stdout
+    deadline = time.monotonic() + 30
+    while (alive(master) or alive(worker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(master)
+    assert not alive(worker)
+
+
 def test_a_pid_without_this_runs_marker_is_left_alone(
     tmp_path: Path, spawn: list[subprocess.Popen[bytes]]
 ) -> None:
