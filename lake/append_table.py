@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from lake.data_files import DataFile
+from lake.data_files import DataFile, partition_string
 from lake.storage import delta_options, ensure_properties, is_delta, open_delta
 
 log = logging.getLogger("ctr.lake")
@@ -231,18 +231,10 @@ def _small_partitions(
     grouped = small.group_by(keys).aggregate([("path", "count"), ("modification_time", "max")])
     grouped = grouped.filter(pc.greater(grouped.column("path_count"), 1))
     grouped = grouped.sort_by([("modification_time_max", "descending")])
-    chosen = [
-        {name: _partition_value(row[key]) for name, key in zip(partition_by, keys, strict=True)}
+    return [
+        {name: partition_string(row[key]) for name, key in zip(partition_by, keys, strict=True)}
         for row in grouped.select(keys).to_pylist()
     ]
-    return chosen
-
-
-def _partition_value(value: object) -> str | None:
-    """A partition value as delta-rs' partition filters take it (Delta's string form)."""
-    if value is None:
-        return None
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _holds(table: DeltaTable | None, app_id: str, version: int) -> bool:

@@ -85,7 +85,7 @@ def write_files(
                 match = pc.is_null(column) if value is None else pc.equal(column, value)
                 mask = match if mask is None else pc.and_(mask, match)
             part = rows.filter(mask)
-        values = {name: _partition_string(value) for name, value in key.items()}
+        values = {name: partition_string(value) for name, value in key.items()}
         part = part.drop_columns(list(partition_by))
         files.append(_write(table, root, part, values, dictionary))
     return files
@@ -168,7 +168,8 @@ def _timestamp(value: dt.datetime, *, up: bool) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
-def _partition_string(value: object) -> str | None:
+def partition_string(value: object) -> str | None:
+    """A partition value in Delta's string form (a date or time in ISO 8601)."""
     if value is None:
         return None
     if isinstance(value, dt.date | dt.datetime):

@@ -61,10 +61,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctr.archiver")
 
-# What a task returns: a row per data file written, and one row with its counts (the
-# arrivals, as an Arrow IPC stream) and its own phases (ms, JSON).
 # Seconds a stopping archiver waits for a maintenance pass under way.
 MAINTENANCE_JOIN_SECONDS: Final = 120.0
+# What a task returns: a row per data file written, and one row with its counts (the
+# arrivals, as an Arrow IPC stream) and its own phases (ms, JSON).
 TASK_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("counts", pa.binary()), ("task_ms", pa.string())])
 _COUNTS: Final = "counts"
 # Columns with few distinct values, dictionary-encoded in the data files (the ids are not:
