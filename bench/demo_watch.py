@@ -41,8 +41,8 @@ from lake.catalog import SPEED_CTR
 from lake.settings import LakeSettings
 from lake.speed_status import read_status
 from runtime.kafka_settings import KafkaSettings
-from speed_layer.job import closed_before
 from speed_layer.tables import KEY
+from speed_layer.tasks import closed_before
 
 RESULTS = Path("bench/results")
 # Buckets closed for less than this may not be rolled up yet (SPEED_ROLLUP_SECONDS, 60 s).

@@ -1,52 +1,50 @@
 """The speed job: approximate CTR views of the last minutes, fresh within seconds.
 
 A Structured Streaming query from the event topic: records are parsed with the shared
-validator (invalid ones are skipped and counted; the archiver keeps them), the event-time
-watermark trails the newest event by ``SPEED_WATERMARK``, and each micro-batch's events come to
-the driver in one Spark job (a few thousand rows: cheaper than a Spark aggregation's shuffle),
-where the view's definition counts them (:func:`views.ctr.ctr_arrow`, held equal to the batch
-layer's :func:`views.ctr.ctr` by a test, as the archiver's arrivals are). Buckets whose end
-the watermark has passed are closed: their events are dropped and counted per bucket in
-``speed/late``; the rest are appended to ``speed/ctr`` as partial counts per (bucket,
-dimensions), from the driver with delta-rs (:mod:`speed_layer.tables`). Both commits carry
-(query id, batch id), so a micro-batch replayed after a crash changes nothing twice. The job
-also keeps ``speed/ctr`` small: it rolls up the files of closed buckets (summed per key),
-deletes what the batch layer covers, and vacuums, between micro-batches (one writer).
+validator (invalid ones are skipped and counted; the archiver keeps them) and the event-time
+watermark trails the newest event by ``SPEED_WATERMARK``. Each micro-batch is one Spark job, a
+task per core, and its events never leave the tasks (:mod:`speed_layer.tasks`): a task counts
+its share with the view's definition (:func:`views.ctr.ctr_arrow`, held equal to the batch
+layer's :func:`views.ctr.ctr` by a test), closes the buckets whose end the watermark has passed
+(their events are dropped and counted per bucket in ``speed/late``), attributes its clicks, and
+writes its files of ``speed/ctr`` (partial counts per bucket and dimensions) and ``speed/late``.
+The driver commits the files the tasks describe with delta-rs (:mod:`speed_layer.tables`), each
+commit carrying (query id, batch id), so a micro-batch replayed after a crash changes nothing
+twice. The job also keeps ``speed/ctr`` small: it rolls up the files of closed buckets (summed
+per key), deletes what the batch layer covers, and vacuums, between micro-batches (one writer).
 
 Version 3 of ``ctr`` attributes clicks to their impressions (within an hour after them, in
 the impression's bucket and dimensions). The speed job approximates it without a
-stream-stream join, which would hold an hour of impressions in Spark's state and delay them: the
-driver keeps the impressions of the open buckets (:mod:`speed_layer.attribution`) and, per
-micro-batch, adds ``attributed_clicks``, ``repeat_clicks`` (on the impression's key) and
-``orphan_clicks`` (on the click's key) to the rows it appends; ``clicks`` stays every click
-event in its own bucket, for versions 1 and 2. Summed per key, attributed clicks never exceed
-impressions.
+stream-stream join, which would hold an hour of impressions in Spark's state and delay them:
+each task keeps the impressions of the open buckets of its Kafka partitions (clicks share their
+impression's key, so its partition: :mod:`speed_layer.state`, persisted beside the checkpoint,
+so a restart keeps it) and, per micro-batch, adds ``attributed_clicks``, ``repeat_clicks`` (on
+the impression's key) and ``orphan_clicks`` (on the click's key) to the rows it writes;
+``clicks`` stays every click event in its own bucket, for versions 1 and 2. Summed per key,
+attributed clicks never exceed impressions.
 
 Approximate by design: no deduplication (a duplicated event counts twice until the batch layer
 covers its bucket) and late events beyond the watermark are not counted. Attribution: a click
-whose impression came more than about the watermark before it (its bucket closed), arrives
-after it, or was seen before the job restarted (the driver's state starts empty) counts as an
-orphan where the batch layer attributes it: orphans overstated, attributed and repeat clicks
-understated, until the batch layer covers those buckets.
+whose impression came more than about the watermark before it (its bucket closed) or arrives
+after it counts as an orphan where the batch layer attributes it: orphans overstated,
+attributed and repeat clicks understated, until the batch layer covers those buckets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any, Final
 
 from events.records import parse_records
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.coverage.log import read_runs
+from lake.data_files import DataFile
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
@@ -64,10 +62,17 @@ from runtime.streaming import (
     query_id,
 )
 from runtime.times import EPOCH
-from speed_layer.attribution import MEASURES, Attribution
+from speed_layer import state
 from speed_layer.settings import SpeedSettings
-from speed_layer.tables import KEY, SpeedTable, sum_per_key, total
-from views.columns import DIMENSIONS, SKETCHES
+from speed_layer.tables import SpeedTable
+from speed_layer.tasks import (
+    SUMMARY,
+    TASK_SCHEMA,
+    MicroBatch,
+    closed_before,
+    count_and_write,
+)
+from views.columns import DIMENSIONS
 from views.ctr import ctr_arrow
 from views.definitions import versions
 
@@ -77,10 +82,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctr.speed")
 
-BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
 OBSERVATION: Final = "speed"
 # The attribution window of the version of ``ctr`` that attributes clicks (version 3).
 ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attribution is not None)
+STATE_DIR: Final = "attribution"  # the attribution's state, in the checkpoint's directory
 
 
 class SpeedStateError(RuntimeError):
@@ -118,7 +123,14 @@ def build_query(
             F.count(F.when(F.col("reason").isNotNull(), 1)).alias("invalid"),
         )
         .where(F.col("reason").isNull())
-        .select("event_time", "event_type", "impression_id", *DIMENSIONS, "user_id")
+        .select(
+            "kafka_partition",
+            "event_time",
+            "event_type",
+            "impression_id",
+            *DIMENSIONS,
+            "user_id",
+        )
         .withWatermark("event_time", settings.watermark)
     )
     stream = (
@@ -160,8 +172,11 @@ class BatchWriter:
         self.checkpoint = checkpoint
         self.settings = settings
         self.late_events = 0  # since this process started
-        # The open buckets' impressions (lost on restart: see the module docstring).
-        self.attribution = Attribution(ATTRIBUTION)
+        self.result_bytes = 0  # returned by the tasks to the driver, since this process started
+        # The attribution's state, per Kafka partition (speed_layer.state), and the last batch
+        # that changed each partition's (from the tasks' answers; empty at start).
+        self.state_root = f"{checkpoint}/{STATE_DIR}"
+        self._state_batches: dict[int, int] = {}
         # Per micro-batch: milliseconds per phase of this callback (and the view's row count).
         self.phases = RecentPhases()
         # The roll-ups reached this bucket: files of earlier buckets are rolled up (read from
@@ -173,43 +188,63 @@ class BatchWriter:
         self.maintenance_due = Periodic(settings.maintenance_seconds, first_after_s=60)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
         clock = PhaseClock()
-        app_id = f"ctr-speed-{query_id(self.checkpoint)}"
+        query = query_id(self.checkpoint)
+        app_id = f"ctr-speed-{query}"
         metadata = batch_metadata(self.checkpoint, batch_id)
         if self.ctr.committed(app_id, batch_id):
-            # A replay of a batch whose counts are in (late ones are written first): nothing
+            # A replay of a batch whose counts are in (late ones are committed first): nothing
             # to compute or write.
             log.info("batch %d: already in speed/ctr (replayed after a restart)", batch_id)
             return
-        # One Spark job: the Kafka read, parsing and validation, the events' columns to the
-        # driver; the view of them and the attribution there (a micro-batch is thousands of
-        # rows: a Spark aggregation's shuffle cost more than the rows' transfer).
-        events = attribution_events(batch).toArrow()
-        clock.lap("events")
-        view = ctr_arrow(events, reach=True)
-        clock.lap("view")
-        stamp = pa.scalar(metadata.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
-        on_time, late = split_late(view, metadata.watermark_ms)
-        clock.lap("split")
-        open_from = _ms(closed_before(metadata.watermark_ms) - EPOCH)
-        on_time = with_attribution(on_time, self.attribution.process(events, open_from))
-        clock.lap("attribution")
-        if late.num_rows:
-            late = late.append_column("batch_id", pa.array([batch_id] * late.num_rows, pa.int64()))
-            late = late.append_column("recorded_at", pa.array([stamp] * late.num_rows))
-            if self.late.append(late, app_id=app_id, version=batch_id):
-                self.late_events += total(late, "impressions") + total(late, "clicks")
-            clock.lap("late_write")
-        if on_time.num_rows:
-            on_time = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
-            self.ctr.append(on_time, app_id=app_id, version=batch_id)
-            clock.lap("ctr_write")
+        late_due = not self.late.committed(app_id, batch_id)
+        plan = MicroBatch(
+            batch_id=batch_id,
+            watermark_ms=metadata.watermark_ms,
+            timestamp_ms=metadata.timestamp_ms,
+            ctr_root=self.ctr.path,
+            late_root=self.late.path if late_due else None,
+            state_root=self.state_root,
+            query=query,
+            window=ATTRIBUTION,
+            previous=dict(self._state_batches),
+        )
+        clock.lap("plan")
+        # One Spark job, a task per core: each counts, attributes and writes its share; only
+        # the files' descriptions and a summary per task come back.
+        task = functools.partial(count_and_write, plan=plan, view_of=ctr_arrow)
+        answers = task_events(batch).mapInArrow(task, from_arrow_schema(TASK_SCHEMA)).toArrow()
+        self.result_bytes += answers.nbytes
+        clock.lap("tasks")
+        rows = answers.to_pylist()
+        files = [r for r in rows if r["table"] != SUMMARY]
+        summaries = [json.loads(r["summary"]) for r in rows if r["table"] == SUMMARY]
+        if late_due and self._commit(self.late, files, SPEED_LATE.name, app_id, batch_id):
+            self.late_events += sum(int(s["late_events"]) for s in summaries)
+        clock.lap("late_commit")
+        self._commit(self.ctr, files, SPEED_CTR.name, app_id, batch_id)
+        clock.lap("ctr_commit")
+        for summary in summaries:
+            self._state_batches.update({int(p): int(b) for p, b in summary["state"].items()})
+            for name, ms in summary["task_ms"].items():
+                clock.ms[f"task.{name}"] = clock.ms.get(f"task.{name}", 0) + int(ms)
         self.maintain(metadata.watermark_ms, clock)
-        self.phases.record(
-            batch_id,
-            {"view_rows": view.num_rows, "open_impressions": self.attribution.impressions,
-             **clock.ms},
-        )  # fmt: skip
+        totals = {
+            name: sum(int(s[name]) for s in summaries)
+            for name in ("events", "view_rows", "open_impressions", "state_files_read")
+        }
+        self.phases.record(batch_id, {**totals, "result_bytes": answers.nbytes, **clock.ms})
+
+    @staticmethod
+    def _commit(
+        table: SpeedTable, files: list[dict[str, Any]], name: str, app_id: str, batch_id: int
+    ) -> bool:
+        """Commit the tasks' files of ``table`` (named ``name``) under (app id, batch id);
+        whether it committed (not when the table holds the batch, or no task wrote a file)."""
+        mine = [DataFile(**f) for f in files if f["table"] == name]  # type: ignore[typeddict-item]
+        return bool(mine) and table.commit(mine, app_id=app_id, version=batch_id)
 
     def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
         """Roll up the buckets the watermark closed and compact the micro-batch files of the
@@ -220,6 +255,8 @@ class BatchWriter:
         if watermark_ms > 0 and self._rollup.due():
             self._roll_up(closed_before(watermark_ms))
             clock.lap("rollup")
+            self._expire_state(watermark_ms)
+            clock.lap("state_expiry")
         if self.maintenance_due.due():
             self._maintenance()
             clock.lap("maintenance")
@@ -241,6 +278,15 @@ class BatchWriter:
                 log.info("speed/ctr: micro-batch files compacted, %d minute(s)", compacted)
         except Exception as exc:  # maintenance must never stop the stream
             log.warning("speed/ctr roll-up failed (will retry): %s", exc)
+
+    def _expire_state(self, watermark_ms: int) -> None:
+        try:
+            open_from = int((closed_before(watermark_ms) - EPOCH).total_seconds() * 1000)
+            expired = state.expire(self.state_root, open_from)
+            if expired:
+                log.info("attribution state: %d file(s) of closed buckets deleted", expired)
+        except Exception as exc:  # maintenance must never stop the stream
+            log.warning("attribution state expiry failed (will retry): %s", exc)
 
     def _maintenance(self) -> None:
         try:
@@ -265,13 +311,14 @@ class BatchWriter:
             log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
 
 
-def attribution_events(batch: DataFrame) -> DataFrame:
-    """The micro-batch's events as the attribution takes them
-    (:data:`speed_layer.attribution.EVENTS_SCHEMA`): impression ids hashed to 64 bits in Spark,
-    so the driver gets integers."""
+def task_events(batch: DataFrame) -> DataFrame:
+    """The micro-batch's events as the tasks take them (:func:`speed_layer.tasks.count_and_write`):
+    the Kafka partition, the columns of :data:`speed_layer.attribution.EVENTS_SCHEMA` (impression
+    ids hashed to 64 bits in Spark), ``event_time`` and ``user_id`` for the view."""
     from pyspark.sql import functions as F
 
     return batch.select(
+        "kafka_partition",
         F.xxhash64("impression_id").alias("impression"),
         "event_type",
         "event_time",
@@ -279,65 +326,6 @@ def attribution_events(batch: DataFrame) -> DataFrame:
         *DIMENSIONS,
         "user_id",  # reach (views.ctr.ctr_arrow's sketches)
     )
-
-
-def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
-    """``speed/ctr``'s counts of a micro-batch: the view's rows of open buckets (no
-    attribution measures: zero) and the attribution's increments (no impressions or clicks:
-    zero; no sketches: null), one row per key, with the view's sketches if it has them."""
-    types = {f.name: f.type for f in SPEED_CTR.schema}
-    sketched = [name for name in SKETCHES if name in view.column_names]
-    counts = ["impressions", "clicks", *MEASURES]
-    columns = [*KEY, *counts, *sketched]
-
-    def complete(rows: pa.Table) -> pa.Table:
-        zeros = pa.array(np.zeros(rows.num_rows, np.int64))
-        nulls = pa.nulls(rows.num_rows, pa.binary())
-
-        def column(c: str) -> pa.Array | pa.ChunkedArray:
-            if c in rows.column_names:
-                return rows[c].cast(types[c])
-            return nulls if c in sketched else zeros
-
-        return pa.table({c: column(c) for c in columns})
-
-    if increments.num_rows == 0:
-        return complete(view)
-    both = pa.concat_tables([complete(view), complete(increments)])
-    return sum_per_key(both, counts)
-
-
-def closed_before(watermark_ms: int) -> dt.datetime:
-    """The start of the first open bucket: every bucket before it is closed (its end is at or
-    before the watermark), the rule :func:`split_late` applies."""
-    bucket_ms = _ms(BUCKET)
-    start_ms = watermark_ms // bucket_ms * bucket_ms
-    return EPOCH + dt.timedelta(milliseconds=start_ms)
-
-
-def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:
-    """(rows of open buckets, late counts per closed bucket) of a micro-batch's view rows.
-
-    A bucket is closed once the watermark reaches its end (Spark's rule for event-time windows):
-    its rows in this batch are late events, summed per bucket into ``speed/late``'s first
-    three columns.
-    """
-    if watermark_ms <= 0 or view.num_rows == 0:
-        return view, _late_counts(view.schema, None)
-    close_before_us = (watermark_ms - _ms(BUCKET)) * 1000
-    starts = view["bucket_start"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    closed = pc.less_equal(starts, close_before_us)
-    return view.filter(pc.invert(closed)), _late_counts(view.schema, view.filter(closed))
-
-
-def _late_counts(schema: pa.Schema, closed: pa.Table | None) -> pa.Table:
-    if closed is None or closed.num_rows == 0:
-        return pa.table(
-            {"bucket_start": pa.array([], schema.field("bucket_start").type),
-             "impressions": pa.array([], pa.int64()), "clicks": pa.array([], pa.int64())}
-        )  # fmt: skip
-    summed = closed.group_by("bucket_start").aggregate([("impressions", "sum"), ("clicks", "sum")])
-    return summed.rename_columns(["bucket_start", "impressions", "clicks"]).sort_by("bucket_start")
 
 
 def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
@@ -399,7 +387,3 @@ def run(
         return drive(query, "the speed job", on_progress=report, should_stop=should_stop)
     finally:
         lag.close()
-
-
-def _ms(delta: dt.timedelta) -> int:
-    return int(delta.total_seconds() * 1000)

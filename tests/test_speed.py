@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 import batch_layer.job
-import speed_layer.job
+import speed_layer.tasks
 from events.model import Event, validate
 from lake.settings import LakeSettings
 from lake.speed_status import read_status
@@ -163,7 +163,7 @@ def _caught_up(lake: LakeSettings, events: int) -> bool:
 def test_speed_and_batch_layers_share_the_one_view_definition(
     spark: SparkSession, topics: KafkaSettings, lake: LakeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The batch job aggregates in Spark, the speed job on its driver: one definition in the
+    # The batch job aggregates in Spark, the speed job's tasks in Arrow: one definition in the
     # two forms, which give the same rows on the same events.
     assert vars(batch_layer.job)["ctr"] is the_view
     assert vars(speed_layer.job)["ctr_arrow"] is the_view_in_arrow
@@ -206,7 +206,9 @@ def test_speed_and_batch_layers_share_the_one_view_definition(
         )
 
     monkeypatch.setattr(speed_layer.job, "ctr_arrow", marked_view)
-    send(topics, event("v1", "impression", at(50)), event("v2", "click", at(50.5)))
+    # (One Kafka key, so one task: each task writes its own partial counts.)
+    click = {**event("v2", "click", at(50.5)), "impression_id": "i-v1"}
+    send(topics, event("v1", "impression", at(50)), click)
     run_until_caught_up(spark, topics, lake)
     assert speed_rows(lake) == [(at(50), "ad-1", 1, 101)]
 
@@ -238,10 +240,11 @@ def test_clicks_are_attributed_to_their_impressions_in_the_impressions_bucket(
         (at(60), 2, 0, 1, 0, 1),  # the impressions' bucket: one clicked, clicked twice
         (at(61), 0, 3, 0, 1, 0),  # the clicks' bucket: every click event, one orphan
     ]
-    # A restart forgets the impressions seen before it: a click on a2 is an orphan now.
+    # A restart keeps the impressions seen before it (their partition's state, beside the
+    # checkpoint), even in a Python worker that never saw them: a click on a2 is attributed.
     send(topics, click("a6", at(61.9), "i-a2"))
     run_until_caught_up(spark, topics, lake)
-    assert attribution_rows(lake) == [(at(60), 2, 0, 1, 0, 1), (at(61), 0, 4, 0, 2, 0)]
+    assert attribution_rows(lake) == [(at(60), 2, 0, 2, 0, 1), (at(61), 0, 4, 0, 1, 0)]
 
 
 def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
@@ -254,13 +257,13 @@ def test_split_late_closes_buckets_the_watermark_has_passed() -> None:
             "clicks": pa.array([0, 1, 1, 0], pa.int64()),
         }
     )
-    open_rows, late = speed_layer.job.split_late(view, int(at(10).timestamp() * 1000))
+    open_rows, late = speed_layer.tasks.split_late(view, int(at(10).timestamp() * 1000))
     assert open_rows.column("impressions").to_pylist() == [4]
     assert late.to_pylist() == [
         {"bucket_start": at(8), "impressions": 1, "clicks": 0},
         {"bucket_start": at(9), "impressions": 5, "clicks": 2},
     ]
-    everything, nothing = speed_layer.job.split_late(view, 0)  # no watermark yet
+    everything, nothing = speed_layer.tasks.split_late(view, 0)  # no watermark yet
     assert everything.num_rows == 4
     assert nothing.num_rows == 0
 
@@ -330,3 +333,54 @@ def test_sigkill_and_restart_never_count_a_bucket_twice(
     assert got == expected
     status = json.loads((lake.checkpoint_root / "speed.status.json").read_text())
     assert status["offsets_behind"] == 0
+
+
+@pytest.mark.timeout(600)
+def test_a_micro_batch_larger_than_the_drivers_result_limit_is_counted(
+    kafka_env: dict[str, str], topics: KafkaSettings, lake: LakeSettings
+) -> None:
+    """`ctr speed` with spark.driver.maxResultSize at Spark's minimum (1m), one micro-batch of
+    40,000 events (several megabytes as Arrow, more as JSON): the events stay in the tasks,
+    only the files' descriptions reach the driver."""
+    import subprocess
+    import sys
+
+    n = 40_000
+
+    def nth(i: int) -> dict[str, object]:
+        """Every 7th event a click on the impression just before it (none before the first)."""
+        kind = "click" if i % 7 == 0 else "impression"
+        wire = event(f"m{i}", kind, at(70 + 2 * i / n), ad=f"ad-{i % 997}")
+        named = f"i-m{i - 1}" if kind == "click" else wire["impression_id"]
+        return {
+            **wire,
+            "site_id": f"site-{i % 13}",
+            "user_id": f"u-{i:08d}",
+            "impression_id": named,
+        }
+
+    events = [nth(i) for i in range(n)]
+    send(topics, *events)
+    env = {
+        **os.environ,
+        **faults.job_env(kafka_env, lake, SPEED_MAX_OFFSETS_PER_TRIGGER="100000"),
+        "SPARK_MASTER": "local[2]",
+        "SPARK_CONF": json.dumps({"spark.driver.maxResultSize": "1m"}),
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ctr")), "speed", "--available-now"],
+        env=env, capture_output=True, text=True, timeout=500, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = speed_rows(lake)
+    assert sum(i + c for _, _, i, c in rows) == n
+    status = read_status(lake)
+    assert status is not None
+    phases = status["phases_ms"]
+    assert phases["events"] == n  # one micro-batch
+    assert phases["result_bytes"] < 64 * 1024  # the answers of a few tasks
+    # Every click but the first names the impression just before it (same key, so the same
+    # partition and task): attributed; the first is an orphan.
+    measures = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table()
+    assert pyarrow.compute.sum(measures["attributed_clicks"]).as_py() == n // 7
+    assert pyarrow.compute.sum(measures["orphan_clicks"]).as_py() == 1

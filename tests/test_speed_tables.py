@@ -22,8 +22,8 @@ from lake.settings import LakeSettings
 from serving_layer.relations import RelationCache
 from serving_layer.sandbox.database import SANDBOX_VIEWS, open_sandbox
 from serving_layer.tables import SnapshotSource
-from speed_layer.job import closed_before
 from speed_layer.tables import SpeedTable, sum_per_key
+from speed_layer.tasks import closed_before
 from views.columns import DIMENSIONS
 
 T = dt.datetime(2026, 11, 24, 9, 58, tzinfo=dt.UTC)

@@ -1,0 +1,206 @@
+"""A speed-job task's share of a micro-batch: count it, split it at the watermark, attribute
+its clicks, write its files; the driver then only commits what the tasks describe.
+
+The micro-batch's events stay in the tasks that parsed them (one per core, whole Kafka
+partitions each). A task counts its events (:func:`views.ctr.ctr_arrow`: a partial count per
+bucket and dimensions, reach sketches included), closes the buckets the batch's watermark has
+passed (the driver reads it from the checkpoint before the job: :func:`split_late`), attributes
+each partition's clicks against that partition's state (:mod:`speed_layer.state`), and writes
+one Parquet file of ``speed/ctr`` rows and one of ``speed/late`` rows
+(:func:`lake.data_files.write_files`). It returns only the files' descriptions and one summary
+row (late events, the state it changed, its phases): a few hundred bytes per task, whatever
+the micro-batch's size. Readers sum the partial counts per key already, so two tasks' rows of
+one key need no merging.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lake.catalog import SPEED_CTR, SPEED_LATE
+from lake.data_files import FILES_SCHEMA, DataFile, write_files
+from runtime.streaming import PhaseClock
+from runtime.times import EPOCH
+from speed_layer import state
+from speed_layer.attribution import INCREMENTS_SCHEMA, MEASURES
+from speed_layer.tables import KEY, sum_per_key, total
+from views.columns import SKETCHES
+from views.ctr import ctr_arrow
+
+BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
+# What a task returns: a row per data file written, and one summary row (JSON).
+TASK_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("summary", pa.string())])
+SUMMARY: Final = "summary"  # the summary row's ``table``
+ViewFunction = Callable[..., pa.Table]  # views.ctr.ctr_arrow's signature
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """What the driver tells every task of a micro-batch (fixed for its replays)."""
+
+    batch_id: int
+    watermark_ms: int  # the event-time watermark the batch runs under (0: none yet)
+    timestamp_ms: int  # the batch's processing time: speed/ctr's updated_at
+    ctr_root: str | None  # where to write speed/ctr's files (None: the table holds the batch)
+    late_root: str | None  # speed/late's (None: the table holds the batch)
+    state_root: str  # the attribution state (speed_layer.state)
+    query: str  # the streaming query's id
+    window: dt.timedelta  # the attribution window
+    # Per Kafka partition, the last micro-batch that changed its state, as far as the driver
+    # knows (a partition not named: the task finds out).
+    previous: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def open_from_ms(self) -> int:
+        return _ms(closed_before(self.watermark_ms) - EPOCH)
+
+
+def count_and_write(
+    batches: Iterator[pa.RecordBatch], *, plan: MicroBatch, view_of: ViewFunction = ctr_arrow
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function, one task's share of a micro-batch (the columns of
+    ``speed_layer.job.task_events``): see the module's docstring. ``view_of``: the view's
+    definition (the driver passes the one it holds). Yields :data:`TASK_SCHEMA` rows."""
+    clock = PhaseClock()
+    parts = list(batches)
+    if not parts or not any(b.num_rows for b in parts):
+        return
+    events = pa.Table.from_batches(parts)
+    view = view_of(events, reach=True)
+    clock.lap("view")
+    on_time, late = split_late(view, plan.watermark_ms)
+    increments, summary = _attribute(events, plan)
+    clock.lap("attribution")
+    on_time = with_attribution(on_time, increments)
+    clock.lap("merge")
+    stamp = pa.scalar(plan.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
+    files: list[DataFile] = []
+    if plan.late_root is not None and late.num_rows:
+        n = late.num_rows
+        late = late.append_column("batch_id", pa.array(np.full(n, plan.batch_id), pa.int64()))
+        late = late.append_column("recorded_at", pa.array([stamp] * n))
+        schema = SPEED_LATE.schema
+        files += write_files(
+            SPEED_LATE.name, plan.late_root, late.select(schema.names).cast(schema)
+        )
+    if plan.ctr_root is not None and on_time.num_rows:
+        rows = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
+        schema = SPEED_CTR.schema
+        missing = {
+            f.name: pa.nulls(rows.num_rows, f.type)
+            for f in schema
+            if f.name not in rows.column_names
+        }
+        rows = pa.table({f.name: missing.get(f.name, rows[f.name]) for f in schema}, schema=schema)
+        files += write_files(SPEED_CTR.name, plan.ctr_root, rows)
+    clock.lap("write")
+    summary |= {
+        "events": events.num_rows,
+        "view_rows": view.num_rows,
+        "late_events": total(late, "impressions") + total(late, "clicks") if late.num_rows else 0,
+        "task_ms": clock.ms,
+    }
+    answer: list[dict[str, object]] = [dict(f) for f in files]
+    answer.append({"table": SUMMARY, "summary": json.dumps(summary)})
+    yield pa.RecordBatch.from_pylist(answer, schema=TASK_SCHEMA)
+
+
+def _attribute(events: pa.Table, plan: MicroBatch) -> tuple[pa.Table, dict[str, object]]:
+    """Each Kafka partition's clicks attributed against its state: the increments, and what
+    the state did (partitions changed, open impressions, files read)."""
+    partitions = events["kafka_partition"]
+    increments = []
+    changed: dict[str, int] = {}
+    held = files_read = 0
+    for partition in sorted(pc.unique(partitions).to_pylist()):
+        rows = events if len(pc.unique(partitions)) == 1 else events.filter(
+            pc.equal(partitions, partition)
+        )  # fmt: skip
+        done = state.attribute(
+            plan.state_root,
+            plan.query,
+            int(partition),
+            plan.batch_id,
+            rows,
+            plan.open_from_ms,
+            plan.previous.get(int(partition)),
+            plan.window,
+        )
+        increments.append(done.increments)
+        held += done.open_impressions
+        files_read += done.files_read
+        if done.saved:
+            changed[str(partition)] = plan.batch_id
+    table = pa.concat_tables(increments) if increments else INCREMENTS_SCHEMA.empty_table()
+    return table, {"state": changed, "open_impressions": held, "state_files_read": files_read}
+
+
+def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
+    """``speed/ctr``'s counts of a micro-batch: the view's rows of open buckets (no
+    attribution measures: zero) and the attribution's increments (no impressions or clicks:
+    zero; no sketches: null), one row per key, with the view's sketches if it has them."""
+    types = {f.name: f.type for f in SPEED_CTR.schema}
+    sketched = [name for name in SKETCHES if name in view.column_names]
+    counts = ["impressions", "clicks", *MEASURES]
+    columns = [*KEY, *counts, *sketched]
+
+    def complete(rows: pa.Table) -> pa.Table:
+        zeros = pa.array(np.zeros(rows.num_rows, np.int64))
+        nulls = pa.nulls(rows.num_rows, pa.binary())
+
+        def column(c: str) -> pa.Array | pa.ChunkedArray:
+            if c in rows.column_names:
+                return rows[c].cast(types[c])
+            return nulls if c in sketched else zeros
+
+        return pa.table({c: column(c) for c in columns})
+
+    if increments.num_rows == 0:
+        return complete(view)
+    both = pa.concat_tables([complete(view), complete(increments)])
+    return sum_per_key(both, counts)
+
+
+def closed_before(watermark_ms: int) -> dt.datetime:
+    """The start of the first open bucket: every bucket before it is closed (its end is at or
+    before the watermark), the rule :func:`split_late` applies."""
+    bucket_ms = _ms(BUCKET)
+    start_ms = watermark_ms // bucket_ms * bucket_ms
+    return EPOCH + dt.timedelta(milliseconds=start_ms)
+
+
+def split_late(view: pa.Table, watermark_ms: int) -> tuple[pa.Table, pa.Table]:
+    """(rows of open buckets, late counts per closed bucket) of a micro-batch's view rows.
+
+    A bucket is closed once the watermark reaches its end (Spark's rule for event-time windows):
+    its rows in this batch are late events, summed per bucket into ``speed/late``'s first
+    three columns.
+    """
+    if watermark_ms <= 0 or view.num_rows == 0:
+        return view, _late_counts(view.schema, None)
+    close_before_us = (watermark_ms - _ms(BUCKET)) * 1000
+    starts = view["bucket_start"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    closed = pc.less_equal(starts, close_before_us)
+    return view.filter(pc.invert(closed)), _late_counts(view.schema, view.filter(closed))
+
+
+def _late_counts(schema: pa.Schema, closed: pa.Table | None) -> pa.Table:
+    if closed is None or closed.num_rows == 0:
+        return pa.table(
+            {"bucket_start": pa.array([], schema.field("bucket_start").type),
+             "impressions": pa.array([], pa.int64()), "clicks": pa.array([], pa.int64())}
+        )  # fmt: skip
+    summed = closed.group_by("bucket_start").aggregate([("impressions", "sum"), ("clicks", "sum")])
+    return summed.rename_columns(["bucket_start", "impressions", "clicks"]).sort_by("bucket_start")
+
+
+def _ms(delta: dt.timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
