@@ -692,7 +692,6 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
     from speed_layer.attribution import INCREMENTS_SCHEMA
-    from speed_layer.job import task_events
     from speed_layer.tables import SpeedTable
     from speed_layer.tasks import with_attribution
     from views.columns import DIMENSIONS
@@ -715,10 +714,10 @@ def _view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
         return valid().select("event_time", "event_type", *DIMENSIONS).transform(ctr).toArrow()
 
     def view() -> pa.Table:  # the job's: the events to the driver, the view of them there
-        return ctr_arrow(task_events(valid()).toArrow(), reach=True)
+        return ctr_arrow(valid().toArrow(), reach=True)
 
     # The view on the driver alone, with and without reach's sketches (the job's since reach).
-    events = task_events(valid()).toArrow()
+    events = valid().toArrow()
     rows = with_attribution(view(), INCREMENTS_SCHEMA.empty_table())
     rows = rows.append_column(
         "updated_at", pa.array([time.time_ns() // 1000] * rows.num_rows, pa.timestamp("us", "UTC"))

@@ -172,11 +172,19 @@ class AppendTable:
         log.info("%s: batch %d already committed (a replay): skipped", self.path, version)
         return True
 
-    def commit(self, files: Sequence[DataFile], *, app_id: str, version: int) -> bool:
+    def commit(
+        self,
+        files: Sequence[DataFile],
+        *,
+        app_id: str,
+        version: int,
+        metadata: Mapping[str, str] | None = None,
+    ) -> bool:
         """Commit Parquet files already written under the table's root
         (:func:`lake.data_files.write_files`, in Spark tasks) as one append carrying
-        (``app_id``, ``version``); nothing if the table holds that commit already (the files
-        then stay unnamed, for VACUUM). Returns whether it committed."""
+        (``app_id``, ``version``) and ``metadata`` (the commit's custom metadata); nothing if
+        the table holds that commit already (the files then stay unnamed, for VACUUM).
+        Returns whether it committed."""
         table = self.table
         if self._replayed(table, app_id, version):
             return False
@@ -196,7 +204,8 @@ class AppendTable:
             schema=self.schema,
             partition_by=self.partition_by or None,
             commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)]
+                custom_metadata=dict(metadata) if metadata else None,
+                app_transactions=[Transaction(app_id=app_id, version=version)],
             ),
         )
         return True

@@ -1,17 +1,22 @@
 """The speed job: approximate CTR views of the last minutes, fresh within seconds.
 
-A Structured Streaming query from the event topic: records are parsed with the shared
-validator (invalid ones are skipped and counted; the archiver keeps them) and the event-time
-watermark trails the newest event by ``SPEED_WATERMARK``. Each micro-batch is one Spark job, a
-task per core, and its events never leave the tasks (:mod:`speed_layer.tasks`): a task counts
-its share with the view's definition (:func:`views.ctr.ctr_arrow`, held equal to the batch
-layer's :func:`views.ctr.ctr` by a test), closes the buckets whose end the watermark has passed
-(their events are dropped and counted per bucket in ``speed/late``), attributes its clicks, and
-writes its files of ``speed/ctr`` (partial counts per bucket and dimensions) and ``speed/late``.
-The driver commits the files the tasks describe with delta-rs (:mod:`speed_layer.tables`), each
-commit carrying (query id, batch id), so a micro-batch replayed after a crash changes nothing
-twice. The job also keeps ``speed/ctr`` small: it rolls up the files of closed buckets (summed
-per key), deletes what the batch layer covers, and vacuums, between micro-batches (one writer).
+A Structured Streaming query from the event topic. Each micro-batch is one Spark job, a task per
+core over whole Kafka partitions, and its records never leave the tasks
+(:mod:`speed_layer.tasks`): a task parses its records with the shared validator (invalid ones
+are skipped and counted; the archiver keeps them), counts its events with the view's definition
+(:func:`views.ctr.ctr_arrow`, held equal to the batch layer's :func:`views.ctr.ctr` by a test),
+closes the buckets whose end the batch's watermark has passed (their events are dropped and
+counted per bucket in ``speed/late``), attributes its clicks, and writes its files of
+``speed/ctr`` (partial counts per bucket and dimensions) and ``speed/late``. The event-time
+watermark follows Spark's rule (the newest event time seen in earlier batches, less
+``SPEED_WATERMARK``, never moving back), computed by the job from the tasks' newest event times
+(no Spark operator sees the parsed events: a second Python pass per task cost more than the
+count itself) and kept in each ``speed/ctr`` commit, so a replayed batch runs under the
+watermark it first ran under and a restarted job goes on from it. The driver commits the files
+the tasks describe with delta-rs (:mod:`speed_layer.tables`), each commit carrying (query id,
+batch id), so a micro-batch replayed after a crash changes nothing twice. The job also keeps
+``speed/ctr`` small: it rolls up the files of closed buckets (summed per key), deletes what the
+batch layer covers, and vacuums, between micro-batches (one writer).
 
 Version 3 of ``ctr`` attributes clicks to their impressions (within an hour after them, in
 the impression's bucket and dimensions). The speed job approximates it without a
@@ -41,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from events.records import parse_records
+from events.records import one_task_per_core
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.coverage.log import read_runs
 from lake.data_files import DataFile
@@ -64,7 +69,7 @@ from runtime.streaming import (
 from runtime.times import EPOCH
 from speed_layer import state
 from speed_layer.settings import SpeedSettings
-from speed_layer.tables import SpeedTable
+from speed_layer.tables import NEXT_WATERMARK, SpeedTable
 from speed_layer.tasks import (
     SUMMARY,
     TASK_SCHEMA,
@@ -72,7 +77,6 @@ from speed_layer.tasks import (
     closed_before,
     count_and_write,
 )
-from views.columns import DIMENSIONS
 from views.ctr import ctr_arrow
 from views.definitions import versions
 
@@ -102,8 +106,6 @@ def build_query(
     writer: BatchWriter | None = None,
 ) -> StreamingQuery:
     """Start the speed query (it runs until stopped, or until caught up if available_now)."""
-    from pyspark.sql import functions as F
-
     checkpoint = lake.checkpoint(settings.checkpoint_name)
     writer = writer or BatchWriter(lake, checkpoint, settings)
     _check_fresh_start(lake, checkpoint)
@@ -115,26 +117,8 @@ def build_query(
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
-    events = (
-        parse_records(raw)
-        .observe(
-            OBSERVATION,
-            F.count(F.lit(1)).alias("records"),
-            F.count(F.when(F.col("reason").isNotNull(), 1)).alias("invalid"),
-        )
-        .where(F.col("reason").isNull())
-        .select(
-            "kafka_partition",
-            "event_time",
-            "event_type",
-            "impression_id",
-            *DIMENSIONS,
-            "user_id",
-        )
-        .withWatermark("event_time", settings.watermark)
-    )
     stream = (
-        events.writeStream.foreachBatch(writer)
+        raw.writeStream.foreachBatch(writer)
         .option("checkpointLocation", checkpoint)
         .queryName("ctr-speed")
     )
@@ -177,6 +161,10 @@ class BatchWriter:
         # that changed each partition's (from the tasks' answers; empty at start).
         self.state_root = f"{checkpoint}/{STATE_DIR}"
         self._state_batches: dict[int, int] = {}
+        # The event-time watermark the next batch runs under (None: read from speed/ctr's last
+        # commit at the first batch), and the one each recent batch ran under (its status).
+        self._watermark_ms: int | None = None
+        self.watermarks: dict[int, int] = {}
         # Per micro-batch: milliseconds per phase of this callback (and the view's row count).
         self.phases = RecentPhases()
         # The roll-ups reached this bucket: files of earlier buckets are rolled up (read from
@@ -194,6 +182,9 @@ class BatchWriter:
         query = query_id(self.checkpoint)
         app_id = f"ctr-speed-{query}"
         metadata = batch_metadata(self.checkpoint, batch_id)
+        if self._watermark_ms is None:
+            # Where the last committed batch left the watermark (a restart goes on from it).
+            self._watermark_ms = self.ctr.next_watermark_ms() or 0
         if self.ctr.committed(app_id, batch_id):
             # A replay of a batch whose counts are in (late ones are committed first): nothing
             # to compute or write.
@@ -202,7 +193,7 @@ class BatchWriter:
         late_due = not self.late.committed(app_id, batch_id)
         plan = MicroBatch(
             batch_id=batch_id,
-            watermark_ms=metadata.watermark_ms,
+            watermark_ms=self._watermark_ms,
             timestamp_ms=metadata.timestamp_ms,
             ctr_root=self.ctr.path,
             late_root=self.late.path if late_due else None,
@@ -215,7 +206,8 @@ class BatchWriter:
         # One Spark job, a task per core: each counts, attributes and writes its share; only
         # the files' descriptions and a summary per task come back.
         task = functools.partial(count_and_write, plan=plan, view_of=ctr_arrow)
-        answers = task_events(batch).mapInArrow(task, from_arrow_schema(TASK_SCHEMA)).toArrow()
+        tasks = one_task_per_core(batch).mapInArrow(task, from_arrow_schema(TASK_SCHEMA))
+        answers = tasks.toArrow()
         self.result_bytes += answers.nbytes
         clock.lap("tasks")
         rows = answers.to_pylist()
@@ -224,27 +216,43 @@ class BatchWriter:
         if late_due and self._commit(self.late, files, SPEED_LATE.name, app_id, batch_id):
             self.late_events += sum(int(s["late_events"]) for s in summaries)
         clock.lap("late_commit")
-        self._commit(self.ctr, files, SPEED_CTR.name, app_id, batch_id)
+        newest = [int(s["newest_event_ms"]) for s in summaries if s["newest_event_ms"] is not None]
+        watermark = self._watermark_ms
+        if newest:  # Spark's rule: the newest event time seen, less the delay; never back
+            watermark = max(watermark, max(newest) - self.settings.watermark_ms)
+        next_watermark = {NEXT_WATERMARK: str(watermark)}
+        self._commit(self.ctr, files, SPEED_CTR.name, app_id, batch_id, next_watermark)
         clock.lap("ctr_commit")
         for summary in summaries:
             self._state_batches.update({int(p): int(b) for p, b in summary["state"].items()})
             for name, ms in summary["task_ms"].items():
                 clock.ms[f"task.{name}"] = clock.ms.get(f"task.{name}", 0) + int(ms)
-        self.maintain(metadata.watermark_ms, clock)
+        self.maintain(plan.watermark_ms, clock)
+        self._watermark_ms = watermark
         totals = {
             name: sum(int(s[name]) for s in summaries)
-            for name in ("events", "view_rows", "open_impressions", "state_files_read")
-        }
+            for name in ("records", "invalid", "events", "view_rows", "open_impressions",
+                         "state_files_read")
+        }  # fmt: skip
         self.phases.record(batch_id, {**totals, "result_bytes": answers.nbytes, **clock.ms})
+        self.watermarks[batch_id] = plan.watermark_ms
+        for old in sorted(self.watermarks)[:-8]:
+            del self.watermarks[old]
 
     @staticmethod
-    def _commit(
-        table: SpeedTable, files: list[dict[str, Any]], name: str, app_id: str, batch_id: int
+    def _commit(  # noqa: PLR0917
+        table: SpeedTable,
+        files: list[dict[str, Any]],
+        name: str,
+        app_id: str,
+        batch_id: int,
+        metadata: dict[str, str] | None = None,
     ) -> bool:
-        """Commit the tasks' files of ``table`` (named ``name``) under (app id, batch id);
-        whether it committed (not when the table holds the batch, or no task wrote a file)."""
+        """Commit the tasks' files of ``table`` (named ``name``) under (app id, batch id), with
+        ``metadata``; whether it committed (not when the table holds the batch, or no task
+        wrote a file)."""
         mine = [DataFile(**f) for f in files if f["table"] == name]  # type: ignore[typeddict-item]
-        return bool(mine) and table.commit(mine, app_id=app_id, version=batch_id)
+        return bool(mine) and table.commit(mine, app_id=app_id, version=batch_id, metadata=metadata)
 
     def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
         """Roll up the buckets the watermark closed and compact the micro-batch files of the
@@ -311,23 +319,6 @@ class BatchWriter:
             log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
 
 
-def task_events(batch: DataFrame) -> DataFrame:
-    """The micro-batch's events as the tasks take them (:func:`speed_layer.tasks.count_and_write`):
-    the Kafka partition, the columns of :data:`speed_layer.attribution.EVENTS_SCHEMA` (impression
-    ids hashed to 64 bits in Spark), ``event_time`` and ``user_id`` for the view."""
-    from pyspark.sql import functions as F
-
-    return batch.select(
-        "kafka_partition",
-        F.xxhash64("impression_id").alias("impression"),
-        "event_type",
-        "event_time",
-        F.unix_millis("event_time").alias("event_ms"),
-        *DIMENSIONS,
-        "user_id",  # reach (views.ctr.ctr_arrow's sketches)
-    )
-
-
 def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
     """Forget the speed job's progress: empty speed/ctr and speed/late, delete the checkpoint."""
     import shutil
@@ -363,8 +354,15 @@ def run(
     def report(progress: StreamProgress) -> None:
         clock = PhaseClock()
         behind = lag.behind(progress.end_offsets)
+        # The watermark and the invalid records are the job's own (the tasks parse the
+        # records; no Spark operator sees the events).
+        own = writer.phases.of(progress)
+        watermark = writer.watermarks.get(progress.batch_id)
         progress = dataclasses.replace(
-            progress, offsets_behind=behind if behind is not None else progress.offsets_behind
+            progress,
+            offsets_behind=behind if behind is not None else progress.offsets_behind,
+            watermark=EPOCH + dt.timedelta(milliseconds=watermark) if watermark else None,
+            metrics={f"{OBSERVATION}.{k}": own.get(k, 0) for k in ("records", "invalid")},
         )
         clock.lap("lag")
         # Where the batch's time went: Spark's phases of the trigger (addBatch is the callback),

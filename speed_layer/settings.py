@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {"second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
 
 class SpeedSettings(BaseSettings):
@@ -30,6 +31,13 @@ class SpeedSettings(BaseSettings):
     maintenance_seconds: float = Field(default=300.0, gt=0)
     # Versions of speed/ctr kept for as-of queries (log entries and data files).
     vacuum_retention_hours: float = Field(default=48.0, ge=0)
+
+    @property
+    def watermark_ms(self) -> int:
+        """The watermark's delay in milliseconds."""
+        match = _DURATION.match(self.watermark)
+        assert match is not None  # validated
+        return int(match[1]) * _UNIT_MS[match[2].lower()]
 
     @field_validator("watermark")
     @classmethod

@@ -58,6 +58,9 @@ KEY: Final = ("bucket_start", *DIMENSIONS)
 COUNTS: Final = ("impressions", "clicks", "attributed_clicks", "orphan_clicks", "repeat_clicks")
 # Commit metadata of a roll-up: the files of buckets before this moment (ISO-8601) are rolled up.
 ROLLED_UP_BEFORE: Final = "ctr.rolledUpBefore"
+# Commit metadata of a micro-batch's speed/ctr commit: the event-time watermark (epoch ms) the
+# next micro-batch runs under (speed_layer.job: a restarted job goes on from it).
+NEXT_WATERMARK: Final = "ctr.nextWatermarkMs"
 HOUR: Final = dt.timedelta(hours=1)
 _HISTORY_SEARCHED: Final = 2_000  # commits looked through for the last roll-up at start
 
@@ -103,6 +106,18 @@ class SpeedTable(AppendTable):
             value = commit.get(ROLLED_UP_BEFORE)
             if isinstance(value, str):
                 return dt.datetime.fromisoformat(value)
+        return None
+
+    def next_watermark_ms(self) -> int | None:
+        """The watermark the last micro-batch's commit left for the next (None: none in the
+        recent log)."""
+        table = self.table
+        if table is None:
+            return None
+        for commit in table.history(_HISTORY_SEARCHED):
+            value = commit.get(NEXT_WATERMARK)
+            if isinstance(value, str):
+                return int(value)
         return None
 
     def roll_up(self, start: dt.datetime | None, end: dt.datetime) -> RollUp | None:

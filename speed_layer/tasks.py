@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from events.records import parse
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.data_files import FILES_SCHEMA, DataFile, write_files
 from runtime.streaming import PhaseClock
@@ -32,7 +33,7 @@ from runtime.times import EPOCH
 from speed_layer import state
 from speed_layer.attribution import INCREMENTS_SCHEMA, MEASURES
 from speed_layer.tables import KEY, sum_per_key, total
-from views.columns import SKETCHES
+from views.columns import DIMENSIONS, SKETCHES
 from views.ctr import ctr_arrow
 
 BUCKET: Final = dt.timedelta(minutes=1)  # the view's bucket width
@@ -48,7 +49,9 @@ class MicroBatch:
 
     batch_id: int
     watermark_ms: int  # the event-time watermark the batch runs under (0: none yet)
-    timestamp_ms: int  # the batch's processing time: speed/ctr's updated_at
+    # The batch's processing time: speed/ctr's updated_at, and the reference time of the
+    # validator's far-future check (so a replay parses the records alike).
+    timestamp_ms: int
     ctr_root: str | None  # where to write speed/ctr's files (None: the table holds the batch)
     late_root: str | None  # speed/late's (None: the table holds the batch)
     state_root: str  # the attribution state (speed_layer.state)
@@ -66,21 +69,43 @@ class MicroBatch:
 def count_and_write(
     batches: Iterator[pa.RecordBatch], *, plan: MicroBatch, view_of: ViewFunction = ctr_arrow
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function, one task's share of a micro-batch (the columns of
-    ``speed_layer.job.task_events``): see the module's docstring. ``view_of``: the view's
+    """mapInArrow function, one task's share of a micro-batch (the Kafka source's
+    :data:`events.records.KAFKA_COLUMNS`): see the module's docstring. ``view_of``: the view's
     definition (the driver passes the one it holds). Yields :data:`TASK_SCHEMA` rows."""
     clock = PhaseClock()
-    parts = list(batches)
-    if not parts or not any(b.num_rows for b in parts):
+    parsed = [parse(b, now_ms=plan.timestamp_ms) for b in batches if b.num_rows]
+    if not parsed:
         return
-    events = pa.Table.from_batches(parts)
+    events = pa.concat_tables([p.events for p in parsed])
+    records = sum(p.events.num_rows + p.rejected.num_rows for p in parsed)
+    clock.lap("parse")
     view = view_of(events, reach=True)
     clock.lap("view")
     on_time, late = split_late(view, plan.watermark_ms)
-    increments, summary = _attribute(events, plan)
+    increments, summary = _attribute(attribution_events(events), plan)
     clock.lap("attribution")
     on_time = with_attribution(on_time, increments)
     clock.lap("merge")
+    files = _write(plan, on_time, late)
+    clock.lap("write")
+    newest = pc.max(events["event_time"]).as_py() if events.num_rows else None
+    summary |= {
+        "records": records,
+        "invalid": records - events.num_rows,
+        "events": events.num_rows,
+        "newest_event_ms": None if newest is None else _ms(newest - EPOCH),
+        "view_rows": view.num_rows,
+        "late_events": total(late, "impressions") + total(late, "clicks") if late.num_rows else 0,
+        "task_ms": clock.ms,
+    }
+    answer: list[dict[str, object]] = [dict(f) for f in files]
+    answer.append({"table": SUMMARY, "summary": json.dumps(summary)})
+    yield pa.RecordBatch.from_pylist(answer, schema=TASK_SCHEMA)
+
+
+def _write(plan: MicroBatch, on_time: pa.Table, late: pa.Table) -> list[DataFile]:
+    """The task's files of speed/late (late counts per bucket) and speed/ctr (partial counts
+    per key), for the tables that do not hold the batch yet."""
     stamp = pa.scalar(plan.timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
     files: list[DataFile] = []
     if plan.late_root is not None and late.num_rows:
@@ -94,23 +119,34 @@ def count_and_write(
     if plan.ctr_root is not None and on_time.num_rows:
         rows = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
         schema = SPEED_CTR.schema
-        missing = {
-            f.name: pa.nulls(rows.num_rows, f.type)
-            for f in schema
-            if f.name not in rows.column_names
-        }
-        rows = pa.table({f.name: missing.get(f.name, rows[f.name]) for f in schema}, schema=schema)
+        rows = pa.table(
+            [rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+             for f in schema],
+            schema=schema,
+        )  # fmt: skip
         files += write_files(SPEED_CTR.name, plan.ctr_root, rows)
-    clock.lap("write")
-    summary |= {
-        "events": events.num_rows,
-        "view_rows": view.num_rows,
-        "late_events": total(late, "impressions") + total(late, "clicks") if late.num_rows else 0,
-        "task_ms": clock.ms,
-    }
-    answer: list[dict[str, object]] = [dict(f) for f in files]
-    answer.append({"table": SUMMARY, "summary": json.dumps(summary)})
-    yield pa.RecordBatch.from_pylist(answer, schema=TASK_SCHEMA)
+    return files
+
+
+def attribution_events(events: pa.Table) -> pa.Table:
+    """master/events rows as the attribution takes them
+    (:data:`speed_layer.attribution.EVENTS_SCHEMA`, and the Kafka partition): the impression id
+    hashed to 64 bits (the same in every process: SipHash with pandas' fixed key), the event
+    time in epoch milliseconds."""
+    from pandas.util import hash_array  # type: ignore[import-untyped]
+
+    ids = events["impression_id"].to_numpy(zero_copy_only=False)
+    hashes = hash_array(np.asarray(ids, dtype=object)).view(np.int64)
+    millis = pc.divide(events["event_time"].cast(pa.int64()), 1000)
+    return pa.table(
+        {
+            "kafka_partition": events["kafka_partition"],
+            "impression": pa.array(hashes, pa.int64()),
+            "event_type": events["event_type"],
+            "event_ms": millis,
+            **{d: events[d] for d in DIMENSIONS},
+        }
+    )
 
 
 def _attribute(events: pa.Table, plan: MicroBatch) -> tuple[pa.Table, dict[str, object]]:

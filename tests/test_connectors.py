@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
@@ -33,7 +34,7 @@ from runtime.topics import ensure_topics
 from serving_layer.tables import SnapshotSource
 from speed_layer.job import BatchWriter
 from speed_layer.settings import SpeedSettings
-from views.columns import DIMENSIONS
+from tests.wire_events import wire_event
 
 ROWS = [
     (1, "a", dt.date(2026, 1, 1), dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)),
@@ -259,19 +260,20 @@ def test_a_replayed_speed_batch_is_appended_once(spark: SparkSession, lake: Lake
     checkpoint = Path(lake.checkpoint("speed-replay"))
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"speed-query"}')
+    at = dt.datetime(2026, 11, 22, 10, 0, 30, tzinfo=dt.UTC)
+    stamp = int(at.timestamp() * 1000) + 60_000
     for batch_id in (0, 1):
         (checkpoint / "offsets" / str(batch_id)).write_text(
-            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1790000000000}\n{}\n'
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{stamp}}}\n{{}}\n'
         )
-    at = dt.datetime(2026, 11, 22, 10, 0, 30, tzinfo=dt.UTC)
-    events = spark.createDataFrame(
-        [
-            (0, at, "impression", "i-1", *("x" for _ in DIMENSIONS), "u-1"),
-            (0, at, "click", "i-1", *("x" for _ in DIMENSIONS), "u-1"),
-        ],
-        "kafka_partition int, event_time timestamp, event_type string, impression_id string, "
-        + ", ".join(f"{d} string" for d in DIMENSIONS)
-        + ", user_id string",
+
+    def record(offset: int, kind: str) -> tuple[object, ...]:
+        value = {**wire_event(f"e{offset}", kind, at), "impression_id": "i-1"}
+        return (b"i-1", orjson.dumps(value), "events", 0, offset, at)
+
+    events = spark.createDataFrame(  # the Kafka source's columns
+        [record(0, "impression"), record(1, "click")],
+        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp",
     )
     write = BatchWriter(lake, str(checkpoint), SpeedSettings())
     write(events, 0)
