@@ -68,6 +68,7 @@ from runtime.streaming import (
 )
 from runtime.times import EPOCH
 from speed_layer import state
+from speed_layer.rewrite import spark_rewrite
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import NEXT_WATERMARK, SpeedTable
 from speed_layer.tasks import (
@@ -182,6 +183,8 @@ class BatchWriter:
         query = query_id(self.checkpoint)
         app_id = f"ctr-speed-{query}"
         metadata = batch_metadata(self.checkpoint, batch_id)
+        if self.ctr.rewrite is None:  # the roll-ups' and compactions' rewrites: Spark tasks
+            self.ctr.rewrite = spark_rewrite(batch.sparkSession)
         if self._watermark_ms is None:
             # Where the last committed batch left the watermark (a restart goes on from it).
             self._watermark_ms = self.ctr.next_watermark_ms() or 0

@@ -1,19 +1,21 @@
 """The speed layer's tables, ``speed/ctr`` (partial counts) and ``speed/late`` (what it dropped),
-written from the speed job's driver with delta-rs.
+committed by the speed job's driver with delta-rs; their files are written by Spark tasks.
 
-Why not delta-spark: a micro-batch's view is a few thousand rows already on the driver, and
-delta-rs commits them in tens of milliseconds where a delta-spark commit costs a Spark job and
-a snapshot update (:mod:`lake.append_table`, which the archiver's tables share). The speed job
-is the only writer of both tables, in one process.
+Why delta-rs for the commits: the driver holds only the files' descriptions, and delta-rs commits
+them in tens of milliseconds where a delta-spark commit costs a Spark job and a snapshot update
+(:mod:`lake.append_table`, which the archiver's tables share). The speed job is the only writer
+of both tables, in one process.
 
-- **Append, exactly once.** Each micro-batch *appends* its counts per (bucket, dimensions) in
-  one commit carrying the application transaction (speed query id, batch id); a batch whose
-  transaction the table already holds (Spark replays the last batch after a crash) writes
-  nothing. Readers sum the rows per key (the serving layer does).
+- **Append, exactly once.** Each micro-batch *appends* its tasks' files of counts per (bucket,
+  dimensions) in one commit carrying the application transaction (speed query id, batch id); a
+  batch whose transaction the table already holds (Spark replays the last batch after a crash)
+  writes nothing. Readers sum the rows per key (the serving layer does).
 - **Roll-up.** Once the watermark closes a bucket, no on-time row can reach it any more: every
   minute the job replaces the files whose buckets are all closed since its last roll-up by one
-  file of their rows summed per key, in one commit (removes and an add: no other file is
-  touched, so no row is rewritten twice). Each commit notes how far it rolled up, so a
+  file of their rows summed per key, in one commit (removes and an add with ``dataChange``
+  false: summed per key, the table says the same; no other file is touched, so no row is
+  rewritten twice). Spark tasks read, sum and write (:mod:`speed_layer.rewrite`); the driver
+  reads only the log. Each commit notes how far it rolled up, so a
   restarted job continues from there. A closed bucket can still have a few rows per key (in
   files closed at different minutes): readers sum per key anyway.
 - **Minute compaction.** With the roll-up, the micro-batch files of each minute the stream
@@ -39,15 +41,14 @@ from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from lake.append_table import AppendTable, add_action
 from lake.coverage.model import Coverage, delta_rs_timestamp, in_intervals_sql
-from lake.data_files import write_files
 from lake.retention import retention_properties
 from lake.storage import ensure_columns
+from speed_layer.rewrite import Rewrite
 from views.columns import DIMENSIONS, SKETCHES
 from views.sketches import union_sketch
 
@@ -86,8 +87,18 @@ class SpeedTable(AppendTable):
     """One speed table at ``path``, held open between commits (its only writer): appends
     exactly once per (speed query, batch), rolls up, and maintains itself."""
 
-    def __init__(self, path: str, schema: pa.Schema, *, retention_hours: float) -> None:
+    def __init__(
+        self,
+        path: str,
+        schema: pa.Schema,
+        *,
+        retention_hours: float,
+        rewrite: Rewrite | None = None,
+    ) -> None:
+        """``rewrite``: how roll-ups and compactions rewrite files (Spark tasks:
+        :func:`speed_layer.rewrite.spark_rewrite`); a table without one only appends."""
         super().__init__(path, schema, properties=table_properties(retention_hours))
+        self.rewrite = rewrite
 
     def _ensure_properties(self, table: DeltaTable) -> None:
         """On opening the table: its properties, and the columns of ``schema`` it lacks (a
@@ -141,7 +152,7 @@ class SpeedTable(AppendTable):
         ]
         metadata = {ROLLED_UP_BEFORE: end.isoformat()}
         if len(files) > 1:
-            rows_before, rows_after = self._replace(table, files, metadata)
+            rows_before, rows_after = self._replace(table, [files], metadata)
             return RollUp(start, end, rows_before, rows_after)
         # None or one file (a minute the compaction made one already): nothing to sum, only
         # where the roll-up reached, for a restarted job.
@@ -166,29 +177,32 @@ class SpeedTable(AppendTable):
         ]
 
     def _replace(
-        self, table: DeltaTable, files: Sequence[dict[str, Any]], metadata: dict[str, str]
+        self,
+        table: DeltaTable,
+        groups: Sequence[Sequence[dict[str, Any]]],
+        metadata: dict[str, str],
     ) -> tuple[int, int]:
-        """Replace ``files`` by one file of their rows summed per key, in one commit (with
-        ``metadata``); returns the rows before and after. Nothing to commit without files."""
-        if not files:
+        """Replace each group of ``files`` by one file of their rows summed per key: the
+        groups rewritten by Spark tasks (:mod:`speed_layer.rewrite`), then one commit of the
+        removes and adds (``dataChange=false``: every reader sums per key, so the table says the
+        same), with ``metadata``. Returns the rows before and after."""
+        if not groups:
             return 0, 0
-        dataset = table.to_pyarrow_dataset()
-        names = {f["path"].rsplit("/", 1)[-1] for f in files}
-        fragments = [f for f in dataset.get_fragments() if f.path.rsplit("/", 1)[-1] in names]
-        rows = ds.FileSystemDataset(
-            fragments, dataset.schema, dataset.format, dataset.filesystem
-        ).to_table()
-        summed = sum_per_key(rows).select(self.schema.names).cast(self.schema)
+        if self.rewrite is None:
+            raise RuntimeError(f"{self.path}: a SpeedTable needs a rewrite to roll up or compact")
+        paths = [[f["path"] for f in files] for files in groups]
+        done = self.rewrite(self.path, paths, self.schema, sum_per_key)
         now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
         actions: list[AddAction | RemoveAction] = [
             RemoveAction(
-                path=f["path"], data_change=True, deletion_timestamp=now_ms, size=f["size"]
+                path=f["path"], data_change=False, deletion_timestamp=now_ms, size=f["size"]
             )
+            for files in groups
             for f in files
         ]
-        actions += [add_action(f) for f in write_files(self.path, self.path, summed)]
+        actions += [add_action(f, data_change=False) for group in done for f in group.files]
         self._commit(table, actions, metadata)
-        return rows.num_rows, summed.num_rows
+        return sum(g.rows_in for g in done), sum(g.rows_out for g in done)
 
     def _commit(
         self, table: DeltaTable, actions: list[AddAction | RemoveAction], metadata: dict[str, str]
@@ -225,10 +239,10 @@ class SpeedTable(AppendTable):
         return self._merge_each(table, [files for _, files in per_minute[:-1]])
 
     def _merge_each(self, table: DeltaTable, groups: Sequence[Sequence[dict[str, Any]]]) -> int:
-        """Replace each group of several files by one; returns the groups replaced."""
+        """Replace each group of several files by one, in one commit; returns the groups
+        replaced."""
         merged = [files for files in groups if len(files) > 1]
-        for files in merged:
-            self._replace(table, files, {})
+        self._replace(table, merged, {})
         return len(merged)
 
     def delete_covered(self, coverage: Coverage) -> int:

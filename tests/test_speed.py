@@ -384,3 +384,32 @@ def test_a_micro_batch_larger_than_the_drivers_result_limit_is_counted(
     measures = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table()
     assert pyarrow.compute.sum(measures["attributed_clicks"]).as_py() == n // 7
     assert pyarrow.compute.sum(measures["orphan_clicks"]).as_py() == 1
+
+
+def test_the_job_rolls_up_closed_minutes_in_spark_tasks(
+    spark: SparkSession, topics: KafkaSettings, lake: LakeSettings
+) -> None:
+    """With a roll-up due at every micro-batch, the files whose minutes the watermark closed are
+    summed per key by Spark tasks and swapped in by the driver without changing the data (a
+    closed minute may keep a row per roll-up that took one of its files), and every count stays."""
+    events = [
+        event(f"r{m}-{k}", "impression", at(100 + m + k / 10)) for m in range(14) for k in range(6)
+    ]
+    send(topics, *events)
+    settings = SpeedSettings(max_offsets_per_trigger=12, rollup_seconds=0.001)
+    assert run_until_caught_up(spark, topics, lake, settings) == len(events)
+    table = DeltaTable(lake.table("speed/ctr"))
+    stored = table.to_pyarrow_table()
+    assert sum(stored.column("impressions").to_pylist()) == len(events)
+    assert speed_rows(lake) == [(at(100 + m), "ad-1", 6, 0) for m in range(14)]
+    assert [c for c in table.history() if c.get("ctr.rolledUpBefore")]
+    actions = [
+        json.loads(line)
+        for entry in sorted(Path(lake.table("speed/ctr"), "_delta_log").glob("*.json"))
+        for line in entry.read_text().splitlines()
+    ]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    rewritten = [a["add"] for a in actions if "add" in a and not a["add"]["dataChange"]]
+    assert rewritten  # the roll-ups' files
+    assert removes
+    assert not any(r["dataChange"] for r in removes)

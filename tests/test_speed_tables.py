@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
 
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.coverage.model import Coverage
@@ -22,6 +23,7 @@ from lake.settings import LakeSettings
 from serving_layer.relations import RelationCache
 from serving_layer.sandbox.database import SANDBOX_VIEWS, open_sandbox
 from serving_layer.tables import SnapshotSource
+from speed_layer.rewrite import spark_rewrite
 from speed_layer.tables import SpeedTable, sum_per_key
 from speed_layer.tasks import closed_before
 from views.columns import DIMENSIONS
@@ -44,8 +46,10 @@ def rows(*entries: tuple[int, str, int, int]) -> pa.Table:
     return pa.Table.from_pylist([{**r, "updated_at": T} for r in listed], schema=SPEED_CTR.schema)
 
 
-def table(lake: LakeSettings) -> SpeedTable:
-    return SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=48)
+def table(lake: LakeSettings, spark: SparkSession | None = None) -> SpeedTable:
+    """speed/ctr's table; with ``spark``, its rewrites (roll-ups, compaction) as Spark tasks."""
+    rewrite = spark_rewrite(spark) if spark is not None else None
+    return SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=48, rewrite=rewrite)
 
 
 def totals(lake: LakeSettings) -> Counter[tuple[dt.datetime, str]]:
@@ -80,8 +84,9 @@ def paths(lake: LakeSettings) -> set[str]:
 
 def test_the_roll_up_sums_the_files_the_watermark_closed_and_keeps_every_sum(
     lake: LakeSettings,
+    spark: SparkSession,
 ) -> None:
-    speed = table(lake)
+    speed = table(lake, spark)
     speed.append(rows((0, "a", 1, 0), (0, "b", 1, 1), (1, "a", 1, 0)), app_id=APP, version=0)
     speed.append(rows((0, "a", 2, 0), (1, "a", 1, 1)), app_id=APP, version=1)
     speed.append(rows((1, "b", 1, 0), (2, "a", 5, 0)), app_id=APP, version=2)
@@ -111,11 +116,11 @@ def test_the_roll_up_sums_the_files_the_watermark_closed_and_keeps_every_sum(
     assert speed.roll_up(minute(3), minute(3)) is None  # nothing closed since
 
 
-def test_a_roll_up_never_rewrites_an_earlier_one(lake: LakeSettings) -> None:
+def test_a_roll_up_never_rewrites_an_earlier_one(lake: LakeSettings, spark: SparkSession) -> None:
     """A micro-batch holds every open minute (here 3): each minute's roll-up takes the files
     that just closed, never the files earlier roll-ups wrote, so the rows rewritten per
     roll-up stay the same however long the job runs."""
-    speed = table(lake)
+    speed = table(lake, spark)
     rolled: set[str] = set()
     for n in range(3, 15):  # minute n's 2 batches hold minutes n-3..n; before n-3 are closed
         for k in range(2):
@@ -134,10 +139,11 @@ def test_a_roll_up_never_rewrites_an_earlier_one(lake: LakeSettings) -> None:
 
 def test_each_past_minutes_micro_batches_become_one_file_the_roll_up_then_takes(
     lake: LakeSettings,
+    spark: SparkSession,
 ) -> None:
     """Three micro-batches a minute, each holding the open minutes n-2..n: after each minute
     its batches are one file, no compacted file is compacted again, and the sums stay."""
-    speed = table(lake)
+    speed = table(lake, spark)
     compacted: set[str] = set()
     for n in range(2, 8):
         for k in range(3):
@@ -172,8 +178,8 @@ def test_covered_buckets_are_deleted(lake: LakeSettings) -> None:
     assert set(totals(lake)) == {(minute(3), "a")}
 
 
-def test_closed_hours_are_merged_to_one_file_each(lake: LakeSettings) -> None:
-    speed = table(lake)
+def test_closed_hours_are_merged_to_one_file_each(lake: LakeSettings, spark: SparkSession) -> None:
+    speed = table(lake, spark)
     for n in range(5):  # minutes 0..4 cross the hour at 10:00; a roll-up per minute
         speed.append(rows((n, "a", 1, 0), (n, "b", 0, 1)), app_id=APP, version=n)
         speed.roll_up(minute(n) if n else None, minute(n + 1))
@@ -239,7 +245,9 @@ def test_the_serving_layer_sums_partial_counts_per_key(lake: LakeSettings) -> No
     assert stored == [(3,)]
 
 
-def test_a_table_written_before_the_attribution_measures_gets_them(lake: LakeSettings) -> None:
+def test_a_table_written_before_the_attribution_measures_gets_them(
+    lake: LakeSettings, spark: SparkSession
+) -> None:
     """speed/ctr as the job wrote it before version 3: appends add the columns, older rows read
     null (not measured) through delta-rs and the serving layer, roll-ups keep them."""
     old_schema = pa.schema([f for f in SPEED_CTR.schema if not f.name.endswith("_clicks")])
@@ -247,7 +255,7 @@ def test_a_table_written_before_the_attribution_measures_gets_them(lake: LakeSet
     new = rows((0, "a", 1, 1), (1, "a", 1, 0))
     for name in ("attributed_clicks", "orphan_clicks", "repeat_clicks"):
         new = new.set_column(new.schema.get_field_index(name), name, pa.array([1, 0], pa.int64()))
-    speed = table(lake)
+    speed = table(lake, spark)
     assert speed.append(new, app_id=APP, version=0)
     stored = DeltaTable(SPEED_CTR.path(lake)).to_pyarrow_table()
     assert set(stored.column_names) == set(SPEED_CTR.schema.names)
