@@ -182,6 +182,18 @@ def _storage(r: Mapping[str, Any]) -> Row:
 
 
 def _scale(r: Mapping[str, Any]) -> Row:
+    if "two_workers_speedup" not in r:  # the stream's half only (BENCH_SCALE_PARTS=stream)
+        stream = r["stream"]
+        return Row(
+            "scale",
+            f"the stream, two 1-core workers over one: x{stream['two_workers_speedup']}; to the "
+            f"driver at most {stream['result_kib_per_million_max']:,.1f} KiB per million events",
+            "one worker of one core",
+            f"{stream['two_workers_speedup']}",
+            "≥ 1.4; ≤ 100 KB per million",
+            (stream["two_workers_speedup"] or 0) >= 1.4
+            and stream["result_kib_per_million_max"] * 1.024 <= 100,
+        )
     speedups = r["two_workers_speedup"]
     worst = min(speedups.values())
     kib = r["result_kib_per_million_max"]

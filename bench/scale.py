@@ -16,14 +16,23 @@ Per run it prints and records:
 Goals (issue 48): two workers >= 1.6x one worker's throughput; <= 100 KB returned to the driver
 per million events, flat from 1x to 4x. On a 2-core machine the two workers share the cores
 with the driver: the speed-up is bounded by that.
+
+The stream (issue 49): on the same clusters, the speed job (`ctr speed --available-now`, its
+driver in its own process, the executors on the workers) drains a topic of ``--events`` events
+on a broker of its own, from an empty checkpoint; per run its rate (the rows over the
+micro-batches' durations, Spark's own figure) and the bytes its tasks returned to the driver
+(the event log's ``Result Size``, the whole application). Goal: two workers >= 1.4x one (the
+broker shares the cores too). ``BENCH_SCALE_PARTS=stream`` (or ``batch``) runs one half only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import socket
@@ -33,10 +42,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 from bench.batch import DAY, _generate
+from infra.broker import scratch_broker
+from ingest.producer import EventProducer
+from ingest.send_loop import produce
+from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
+from runtime.kafka_settings import KafkaSettings
 from runtime.spark import submit_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,23 +79,107 @@ class ScaleRun:
 
 def main(events: int | None = None) -> dict[str, object]:
     events = events or DEFAULT_EVENTS
+    parts = os.environ.get("BENCH_SCALE_PARTS", "batch,stream").split(",")
     with tempfile.TemporaryDirectory(prefix="ctr-bench-scale-") as scratch:
         base = Path(scratch)
         lakes = {}
-        for size in SIZES:
+        for size in SIZES if "batch" in parts else ():
             lake = LakeSettings(lake_root=base / f"lake-{size}x", checkpoint_root=base / "ck")
             print(f"bench scale: generating {size * events:,} events ({size}x) ...", flush=True)
             _generate(MASTER_EVENTS.path(lake), size * events)
             lakes[size] = lake
         runs: list[ScaleRun] = []
-        for workers in WORKERS:
-            with _Cluster(base / f"cluster-{workers}", workers) as master:
-                for size, lake in lakes.items():
-                    shutil.rmtree(Path(lake.lake_root) / "batch", ignore_errors=True)
-                    run = _submit(master, lake, base / "events", workers, size * events)
-                    runs.append(run)
-                    print(f"  {_line(run)}", flush=True)
-    return _report(runs, events)
+        streams: list[StreamRun] = []
+        with contextlib.ExitStack() as stack:
+            kafka = None
+            if "stream" in parts:
+                kafka = stack.enter_context(scratch_broker(base / "broker", topic="bench-scale"))
+                _produce(kafka, events)
+            for workers in WORKERS:
+                with _Cluster(base / f"cluster-{workers}", workers) as master:
+                    for size, lake in lakes.items():
+                        shutil.rmtree(Path(lake.lake_root) / "batch", ignore_errors=True)
+                        run = _submit(master, lake, base / "events", workers, size * events)
+                        runs.append(run)
+                        print(f"  {_line(run)}", flush=True)
+                    if kafka is not None:
+                        stream = _stream(master, kafka, base / f"stream-{workers}", workers)
+                        streams.append(stream)
+                        print(f"  stream: {_stream_line(stream)}", flush=True)
+    return _report(runs, events, streams)
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    workers: int
+    events: int
+    batches: int
+    events_per_s: float
+    result_bytes: int
+    result_bytes_per_million: float
+
+
+_BATCH_LINE: Final = re.compile(r"batch (\d+): (\d+) rows, .* rows/s processed, (\d+) ms")
+
+
+def _produce(kafka: KafkaSettings, events: int) -> None:
+    print(f"bench scale: producing {events:,} events for the stream ...", flush=True)
+    config = TrafficConfig(seed=17, start_ms=int(time.time() * 1000) - events // 5,
+                           events_per_second=5_000)  # fmt: skip
+    with EventProducer(kafka, validate_records=False) as producer:
+        produce(TrafficGenerator(config), producer, limit=events)
+
+
+def _stream(master: str, kafka: KafkaSettings, folder: Path, workers: int) -> StreamRun:
+    """The speed job over the whole topic, from an empty checkpoint, on ``master``."""
+    logs = folder / "spark-events"
+    logs.mkdir(parents=True)
+    spark_conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(logs),
+                  "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
+                  "spark.executor.memory": EXECUTOR_MEMORY}  # fmt: skip
+    env = {
+        **os.environ,
+        **kafka.environ(),
+        "KAFKA_TOPIC": kafka.topic,
+        "LAKE_ROOT": str(folder / "lake"),
+        "CHECKPOINT_ROOT": str(folder / "checkpoints"),
+        "SPARK_MASTER": master,
+        "SPARK_CONF": json.dumps(spark_conf),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": str(ROOT),
+    }
+    log = folder / "speed.log"
+    with log.open("w") as out:
+        done = subprocess.run([str(BIN / "ctr"), "speed", "--available-now"], env=env,
+                              stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"the speed job failed: see the end of\n{log.read_text()[-4000:]}")
+    rows = ms = batches = 0
+    for line in log.read_text(errors="replace").splitlines():
+        match = _BATCH_LINE.search(line)
+        if match and int(match.group(2)) > 0:
+            batches += 1
+            rows += int(match.group(2))
+            ms += int(match.group(3))
+    _, result_bytes, _, _ = _event_log(logs)
+    return StreamRun(
+        workers=workers,
+        events=rows,
+        batches=batches,
+        events_per_s=round(rows / (ms / 1000)) if ms else 0.0,
+        result_bytes=result_bytes,
+        result_bytes_per_million=round(result_bytes / (rows / 1e6)) if rows else 0.0,
+    )
+
+
+def _stream_line(run: StreamRun) -> str:
+    return (
+        f"{run.workers} worker(s), {run.events:>10,} events in {run.batches} micro-batches: "
+        f"{run.events_per_s:>9,.0f} events/s, returned to the driver "
+        f"{run.result_bytes / 1024:,.0f} KiB ({run.result_bytes_per_million / 1024:,.1f} KiB per "
+        "million events)"
+    )
 
 
 def _line(run: ScaleRun) -> str:
@@ -93,7 +192,32 @@ def _line(run: ScaleRun) -> str:
     )
 
 
-def _report(runs: list[ScaleRun], events: int) -> dict[str, object]:
+def _report(runs: list[ScaleRun], events: int, streams: list[StreamRun]) -> dict[str, object]:
+    outcome: dict[str, object] = {
+        "benchmark": "scale",
+        "events": events,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
+    if streams:
+        one, two = (next(r for r in streams if r.workers == w) for w in WORKERS)
+        speedup = round(two.events_per_s / one.events_per_s, 2) if one.events_per_s else None
+        outcome["stream"] = {
+            "runs": [asdict(r) for r in streams],
+            "two_workers_speedup": speedup,
+            "result_kib_per_million_max": round(
+                max(r.result_bytes_per_million for r in streams) / 1024, 1
+            ),
+            "goal": "2 workers >= 1.4x; <= 100 KB per million events",
+        }
+        print(f"bench scale: the stream, two workers over one: x{speedup} (goal >= 1.4)")
+    if runs:
+        outcome |= _batch_report(runs, events)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(json.dumps(outcome, indent=2) + "\n")
+    return outcome
+
+
+def _batch_report(runs: list[ScaleRun], events: int) -> dict[str, object]:
     def find(workers: int, size: int) -> ScaleRun:
         return next(r for r in runs if r.workers == workers and r.events == size * events)
 
@@ -103,13 +227,10 @@ def _report(runs: list[ScaleRun], events: int) -> dict[str, object]:
     }
     per_million = [r.result_bytes_per_million for r in runs]
     outcome: dict[str, object] = {
-        "benchmark": "scale",
-        "events": events,
         "runs": [asdict(r) for r in runs],
         "two_workers_speedup": speedups,
         "result_kib_per_million_max": round(max(per_million) / 1024, 1),
         "goal": "2 workers >= 1.6x; <= 100 KB per million events, flat 1x-4x",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     print(
         "bench scale: two workers over one: "
@@ -121,8 +242,6 @@ def _report(runs: list[ScaleRun], events: int) -> dict[str, object]:
             for r in runs
         )
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(outcome, indent=2) + "\n")
     return outcome
 
 
