@@ -257,15 +257,25 @@ def _distinct(dims: pa.Table) -> tuple[pa.Table, npt.NDArray[np.int32]]:
     """(the distinct rows of ``dims``, the index of each row's among them)."""
     if dims.num_rows == 0:
         return dims, np.zeros(0, np.int32)
-    codes = np.column_stack(
-        [
-            pc.fill_null(pc.dictionary_encode(dims[name]).combine_chunks().indices, -1)
-            .to_numpy()
-            .astype(np.int64)
-            for name in dims.column_names
-        ]
-    )
-    _, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+    columns = [
+        pc.fill_null(pc.dictionary_encode(dims[name]).combine_chunks().indices, -1)
+        .to_numpy()
+        .astype(np.int64)
+        + 1  # null: 0
+        for name in dims.column_names
+    ]
+    # One integer per row (mixed radix: each column's codes are below its count of distinct
+    # values + 1), so the rows sort as numbers; rows of several columns sorted as rows (np.unique
+    # with axis=0) took half of the attribution's time.
+    radices = [int(c.max()) + 1 for c in columns]
+    if np.prod(np.asarray(radices, dtype=np.float64)) < 2.0**62:
+        key = np.zeros(dims.num_rows, np.int64)
+        for codes, radix in zip(columns, radices, strict=True):
+            key = key * radix + codes
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        rows = np.column_stack(columns)
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     return dims.take(pa.array(first)), inverse.reshape(-1).astype(np.int32)
 
 

@@ -239,3 +239,18 @@ def test_attributed_clicks_never_exceed_the_impressions_of_their_key(
     for key, value in attributed.items():
         assert value <= impressions[key]
     assert BUCKET_MS == 60_000
+
+
+@pytest.mark.parametrize("distinct", [3, 6_100])  # the rows as one number; as rows (too many)
+def test_distinct_dimensions_index_every_row(distinct: int) -> None:
+    from speed_layer.attribution import _distinct
+
+    n = 2 * distinct
+    dims = pa.table(
+        {d: [None if i % 97 == 0 else f"{d}-{(i * (k + 1)) % distinct}" for i in range(n)]
+         for k, d in enumerate(DIMENSIONS)}
+    )  # fmt: skip
+    found, index = _distinct(dims)
+    rows = dims.to_pylist()
+    assert len(set(map(tuple, (r.values() for r in found.to_pylist())))) == found.num_rows
+    assert [found.slice(int(i), 1).to_pylist()[0] for i in index] == rows
