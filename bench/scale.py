@@ -122,6 +122,19 @@ class StreamRun:
 _BATCH_LINE: Final = re.compile(r"batch (\d+): (\d+) rows, .* rows/s processed, (\d+) ms")
 
 
+def micro_batches(log: Path) -> tuple[int, int, int]:
+    """(rows, micro-batches, their milliseconds) of the batches with rows in a streaming job's
+    log (its ``batch N: R rows, ..., D ms`` lines: Spark's own duration per batch)."""
+    rows = ms = batches = 0
+    for line in log.read_text(errors="replace").splitlines():
+        match = _BATCH_LINE.search(line)
+        if match and int(match.group(2)) > 0:
+            batches += 1
+            rows += int(match.group(2))
+            ms += int(match.group(3))
+    return rows, batches, ms
+
+
 def _produce(kafka: KafkaSettings, events: int) -> None:
     print(f"bench scale: producing {events:,} events for the stream ...", flush=True)
     config = TrafficConfig(seed=17, start_ms=int(time.time() * 1000) - events // 5,
@@ -155,14 +168,8 @@ def _stream(master: str, kafka: KafkaSettings, folder: Path, workers: int) -> St
                               stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"the speed job failed: see the end of\n{log.read_text()[-4000:]}")
-    rows = ms = batches = 0
-    for line in log.read_text(errors="replace").splitlines():
-        match = _BATCH_LINE.search(line)
-        if match and int(match.group(2)) > 0:
-            batches += 1
-            rows += int(match.group(2))
-            ms += int(match.group(3))
-    _, result_bytes, _, _ = _event_log(logs)
+    rows, batches, ms = micro_batches(log)
+    _, result_bytes, _, _ = event_log(logs)
     return StreamRun(
         workers=workers,
         events=rows,
@@ -273,7 +280,7 @@ def _submit(master: str, lake: LakeSettings, logs: Path, workers: int, events: i
     if done.returncode != 0:
         raise RuntimeError(f"the batch job failed:\n{(done.stdout + done.stderr)[-4000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    job_ms, result_bytes, tasks, stages = _event_log(logs)
+    job_ms, result_bytes, tasks, stages = event_log(logs)
     seconds = job_ms / 1000
     _where_time_goes(stages, seconds)
     return ScaleRun(
@@ -298,7 +305,7 @@ class Stage:
     executor_seconds: float = 0.0
 
 
-def _event_log(folder: Path) -> tuple[int, int, int, list[Stage]]:
+def event_log(folder: Path) -> tuple[int, int, int, list[Stage]]:
     """(the application's milliseconds, bytes of task results, tasks, its stages) from its
     event log."""
     (log,) = [p for p in folder.iterdir() if p.is_file()]

@@ -39,6 +39,7 @@ import httpx
 import orjson
 import pyarrow.parquet as pq
 
+from bench.scale import event_log, micro_batches
 from infra.broker import scratch_broker
 from ingest.producer import EventProducer
 from ingest.traffic import Record, TrafficConfig, TrafficGenerator
@@ -61,7 +62,6 @@ VIEW_RECORDS = 2_000  # the in-process breakdown of the view's Spark job
 BACKLOG_EVENTS = 1_000_000  # after a stop: the backlog the restarted job drains
 RESTART_BUCKETS_S = 60  # the buckets of the last minute before the stop, for attribution
 _PHASES_LINE = re.compile(r"batch (\d+) phases \(ms\): (\{.*\})")
-_BATCH_LINE = re.compile(r"batch (\d+): (\d+) rows, .* rows/s processed, (\d+) ms")
 
 
 @dataclass
@@ -232,19 +232,8 @@ def _backlog_figures(log: Path, events_log: Path) -> dict[str, object]:
     """The restarted job's micro-batches over the backlog: the rate (rows over the batches'
     durations, Spark's own figure per batch) and the bytes its tasks returned to the driver
     (every task's ``Result Size`` in the event log, the whole application)."""
-    rows = ms = batches = 0
-    for line in log.read_text(errors="replace").splitlines():
-        match = _BATCH_LINE.search(line)
-        if match and int(match.group(2)) > 0:
-            batches += 1
-            rows += int(match.group(2))
-            ms += int(match.group(3))
-    result_bytes = 0
-    for path in events_log.iterdir():
-        for line in path.read_text(errors="replace").splitlines():
-            if '"SparkListenerTaskEnd"' in line:
-                metrics = json.loads(line).get("Task Metrics") or {}
-                result_bytes += int(metrics.get("Result Size", 0))
+    rows, batches, ms = micro_batches(log)
+    _, result_bytes, _, _ = event_log(events_log)
     return {
         "events": rows,
         "batches": batches,

@@ -23,8 +23,8 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Final, TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,6 +55,12 @@ class DataFile(TypedDict):
     partition_values: str
     modification_time: int
     stats: str
+
+
+def files_of(rows: Iterable[Mapping[str, Any]], table: str) -> list[DataFile]:
+    """The files of ``table`` among the rows of :data:`FILES_SCHEMA` tasks returned (rows of
+    other tables, or of other kinds, are left out)."""
+    return [DataFile(**r) for r in rows if r["table"] == table]  # type: ignore[typeddict-item]
 
 
 def write_files(

@@ -47,7 +47,7 @@ from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, one_task_per_core, pa
 from lake.append_table import AppendTable, Maintained
 from lake.arrivals import arrival_rows, arrivals_table
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
-from lake.data_files import FILES_SCHEMA, DataFile, write_files
+from lake.data_files import FILES_SCHEMA, DataFile, files_of, write_files
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.connectors import read_kafka
@@ -231,7 +231,7 @@ class BatchWriter:
     def _commit(
         table: AppendTable, files: list[dict[str, object]], name: str, app_id: str, batch_id: int
     ) -> None:
-        mine = [DataFile(**f) for f in files if f["table"] == name]  # type: ignore[typeddict-item]
+        mine = files_of(files, name)
         if mine:
             table.commit(mine, app_id=app_id, version=batch_id)
 

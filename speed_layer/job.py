@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 from events.records import one_task_per_core
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.coverage.log import read_runs
-from lake.data_files import DataFile
+from lake.data_files import files_of
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
@@ -77,6 +77,7 @@ from speed_layer.tasks import (
     MicroBatch,
     closed_before,
     count_and_write,
+    open_from_ms,
 )
 from views.ctr import ctr_arrow
 from views.definitions import versions
@@ -157,7 +158,6 @@ class BatchWriter:
         self.checkpoint = checkpoint
         self.settings = settings
         self.late_events = 0  # since this process started
-        self.result_bytes = 0  # returned by the tasks to the driver, since this process started
         # The attribution's state, per Kafka partition (speed_layer.state), and the last batch
         # that changed each partition's (from the tasks' answers; empty at start).
         self.state_root = f"{checkpoint}/{STATE_DIR}"
@@ -211,7 +211,6 @@ class BatchWriter:
         task = functools.partial(count_and_write, plan=plan, view_of=ctr_arrow)
         tasks = one_task_per_core(batch).mapInArrow(task, from_arrow_schema(TASK_SCHEMA))
         answers = tasks.toArrow()
-        self.result_bytes += answers.nbytes
         clock.lap("tasks")
         rows = answers.to_pylist()
         files = [r for r in rows if r["table"] != SUMMARY]
@@ -254,7 +253,7 @@ class BatchWriter:
         """Commit the tasks' files of ``table`` (named ``name``) under (app id, batch id), with
         ``metadata``; whether it committed (not when the table holds the batch, or no task
         wrote a file)."""
-        mine = [DataFile(**f) for f in files if f["table"] == name]  # type: ignore[typeddict-item]
+        mine = files_of(files, name)
         return bool(mine) and table.commit(mine, app_id=app_id, version=batch_id, metadata=metadata)
 
     def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
@@ -292,8 +291,7 @@ class BatchWriter:
 
     def _expire_state(self, watermark_ms: int) -> None:
         try:
-            open_from = int((closed_before(watermark_ms) - EPOCH).total_seconds() * 1000)
-            expired = state.expire(self.state_root, open_from)
+            expired = state.expire(self.state_root, open_from_ms(watermark_ms))
             if expired:
                 log.info("attribution state: %d file(s) of closed buckets deleted", expired)
         except Exception as exc:  # maintenance must never stop the stream

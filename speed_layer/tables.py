@@ -110,25 +110,25 @@ class SpeedTable(AppendTable):
 
     def rolled_up_before(self) -> dt.datetime | None:
         """Where the last roll-up ended (from its commit), None if none is in the recent log."""
-        table = self.table
-        if table is None:
-            return None
-        for commit in table.history(_HISTORY_SEARCHED):
-            value = commit.get(ROLLED_UP_BEFORE)
-            if isinstance(value, str):
-                return dt.datetime.fromisoformat(value)
-        return None
+        value = self._last_noted(ROLLED_UP_BEFORE)
+        return None if value is None else dt.datetime.fromisoformat(value)
 
     def next_watermark_ms(self) -> int | None:
         """The watermark the last micro-batch's commit left for the next (None: none in the
         recent log)."""
+        value = self._last_noted(NEXT_WATERMARK)
+        return None if value is None else int(value)
+
+    def _last_noted(self, key: str) -> str | None:
+        """The newest commit metadata ``key`` among the recent commits (a restarted job's
+        starting points)."""
         table = self.table
         if table is None:
             return None
         for commit in table.history(_HISTORY_SEARCHED):
-            value = commit.get(NEXT_WATERMARK)
+            value = commit.get(key)
             if isinstance(value, str):
-                return int(value)
+                return value
         return None
 
     def roll_up(self, start: dt.datetime | None, end: dt.datetime) -> RollUp | None:

@@ -63,7 +63,7 @@ class MicroBatch:
 
     @property
     def open_from_ms(self) -> int:
-        return _ms(closed_before(self.watermark_ms) - EPOCH)
+        return open_from_ms(self.watermark_ms)
 
 
 def count_and_write(
@@ -153,13 +153,13 @@ def _attribute(events: pa.Table, plan: MicroBatch) -> tuple[pa.Table, dict[str, 
     """Each Kafka partition's clicks attributed against its state: the increments, and what
     the state did (partitions changed, open impressions, files read)."""
     partitions = events["kafka_partition"]
+    distinct = sorted(pc.unique(partitions).to_pylist())
     increments = []
     changed: dict[str, int] = {}
     held = files_read = 0
-    for partition in sorted(pc.unique(partitions).to_pylist()):
-        rows = events if len(pc.unique(partitions)) == 1 else events.filter(
-            pc.equal(partitions, partition)
-        )  # fmt: skip
+    for partition in distinct:
+        one = len(distinct) == 1
+        rows = events if one else events.filter(pc.equal(partitions, partition))
         done = state.attribute(
             plan.state_root,
             plan.query,
@@ -203,6 +203,11 @@ def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
         return complete(view)
     both = pa.concat_tables([complete(view), complete(increments)])
     return sum_per_key(both, counts)
+
+
+def open_from_ms(watermark_ms: int) -> int:
+    """:func:`closed_before` in epoch milliseconds."""
+    return _ms(closed_before(watermark_ms) - EPOCH)
 
 
 def closed_before(watermark_ms: int) -> dt.datetime:
