@@ -8,6 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from cli import archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
+from runtime.errors import foreign_or_ours, reason_of
 
 app = typer.Typer(
     name="ctr",
@@ -39,6 +40,12 @@ def main() -> None:
         # A bad environment variable: say which, without a traceback.
         print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
         sys.exit(2)
+    except Exception as exc:
+        if not foreign_or_ours(exc):
+            raise  # a defect: its traceback is what a report needs
+        # Spark's, delta-rs's or Kafka's failure, or one of ours: its cause in one line.
+        print(f"error: {reason_of(exc)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _private_files() -> None:
