@@ -31,13 +31,9 @@ from serving_layer.sandbox.pool import ClientBackoff, SqlPool
 from serving_layer.service import ServingLayer
 
 
-def create_app(
-    settings: ApiSettings, lake: LakeSettings | None = None, kafka: KafkaSettings | None = None
-) -> FastAPI:
-    """The API over ``lake`` (default: ``LAKE_ROOT``/``CHECKPOINT_ROOT`` from the environment);
-    ``kafka`` (default: ``KAFKA_*``) is only asked for the dead-letter topic's depth."""
-    lake = lake or LakeSettings()
-    kafka = kafka or KafkaSettings()
+def create_app(settings: ApiSettings, lake: LakeSettings, kafka: KafkaSettings) -> FastAPI:
+    """The API over ``lake``; ``kafka`` is only asked for the dead-letter topic's depth. The
+    entry point (``ctr serve``) builds the three from the environment."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -55,6 +55,7 @@ from bench.speed_traffic import (
 from bench.speed_view import view_breakdown
 from infra.broker import free_port, scratch_broker
 from ingest.producer import EventProducer
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -107,7 +108,7 @@ def _run(kafka: KafkaSettings, work: Path, environ: Mapping[str, str]) -> dict[s
         generator = TrafficGenerator(
             TrafficConfig(seed=11, start_ms=int(time.time() * 1000), events_per_second=MAIN_RATE)
         )
-        with EventProducer(kafka) as producer:
+        with EventProducer(kafka, ProducerSettings()) as producer:
             print("bench speed: warming up (job start + 15 s of traffic) ...", flush=True)
             warmup = Phase(MAIN_RATE, 15.0)
             wait_for_status(lake, job, producer, generator)

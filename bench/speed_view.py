@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runtime.kafka_settings import KafkaSettings
+from runtime.spark_settings import SparkSettings
 
 VIEW_RECORDS = 2_000  # the in-process breakdown of the view's Spark job
 
@@ -37,7 +38,7 @@ def view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     from views.columns import DIMENSIONS
     from views.ctr import ctr, ctr_arrow
 
-    spark = spark_session()
+    spark = spark_session(SparkSettings())
     parts = topic_offsets(kafka, kafka.topic)
     each = max(1, VIEW_RECORDS // len(parts))
     starting = {kafka.topic: {str(p.partition): p.earliest for p in parts}}

@@ -111,7 +111,7 @@ class EventProducer:
     def __init__(
         self,
         kafka: KafkaSettings,
-        settings: ProducerSettings | None = None,
+        settings: ProducerSettings,
         *,
         producer: ProducerLike | None = None,
         validate_records: bool = True,
@@ -119,7 +119,7 @@ class EventProducer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kafka = kafka
-        self.settings = settings or ProducerSettings()
+        self.settings = settings
         self.stats = DeliveryStats(reports_all=self.settings.delivery_reports == "all")
         self._validate = validate_records
         self._rules = rules

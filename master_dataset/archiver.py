@@ -115,11 +115,9 @@ class BatchWriter:
     ``phases`` keeps, for the last few batches, the milliseconds of each step (``task.*``:
     summed over the batch's tasks, which run side by side)."""
 
-    def __init__(
-        self, lake: LakeSettings, checkpoint: str, settings: ArchiverSettings | None = None
-    ) -> None:
+    def __init__(self, lake: LakeSettings, checkpoint: str, settings: ArchiverSettings) -> None:
         self.checkpoint = checkpoint
-        self.settings = settings or ArchiverSettings()
+        self.settings = settings
         # The first pass a minute after the start (see Periodic), with a full VACUUM.
         self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
         self.full_vacuum_due = Periodic(self.settings.full_vacuum_seconds, first_after_s=0)

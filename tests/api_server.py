@@ -24,7 +24,10 @@ def running_api(
     """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
     server = uvicorn.Server(
         server_config(
-            create_app(settings, lake, kafka), settings, host="127.0.0.1", port=free_port()
+            create_app(settings, lake, kafka or KafkaSettings()),
+            settings,
+            host="127.0.0.1",
+            port=free_port(),
         )
     )
     thread = threading.Thread(target=server.run, name="test-api", daemon=True)

@@ -179,7 +179,7 @@ def test_a_replayed_archiver_batch_is_a_no_op(
     (checkpoint).mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
     records = read_kafka(spark, topic, stream=False)
-    write = ArchiveWriter(lake, str(checkpoint))
+    write = ArchiveWriter(lake, str(checkpoint), ArchiverSettings())
     write(records, 7)
     write(records, 7)  # Spark replays a batch after a crash: same id, same records
     rejected = DeltaTable(MASTER_REJECTED.path(lake))

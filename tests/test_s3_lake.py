@@ -27,6 +27,7 @@ from infra.broker import free_port
 from infra.s3 import LocalS3, LocalS3Settings, free_base_port
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -149,7 +150,7 @@ def send_events(topics: KafkaSettings) -> None:
         duplicate_fraction=0.02,
         malformed_fraction=0.01,
     )
-    with EventProducer(topics, validate_records=False) as producer:
+    with EventProducer(topics, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=4000)
         assert producer.flush(60) == 0
 
