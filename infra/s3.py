@@ -67,8 +67,8 @@ class Credentials:
 class LocalS3:
     """Start, stop and describe the local server of ``settings``."""
 
-    def __init__(self, settings: LocalS3Settings | None = None) -> None:
-        self.settings = settings or LocalS3Settings()
+    def __init__(self, settings: LocalS3Settings) -> None:
+        self.settings = settings
         self.dir = self.settings.s3_dir
         self.pid_file = self.dir / "weed.pid"
         self.log_file = self.dir / "weed.log"
