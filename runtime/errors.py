@@ -40,6 +40,11 @@ class CtrError(Exception):
     to do, so the CLI prints it as it is and the API maps it to a status in one place."""
 
 
+class SetupError(CtrError):
+    """What this process needs from its machine or its cluster is missing or refuses it: a
+    broker that does not answer, a login refused, settings that do not fit, jars not fetched."""
+
+
 def foreign_or_ours(exc: BaseException) -> bool:
     """``exc`` is one of ours or a library's report of a failure outside this process (a job,
     a store, a broker), not a defect: a user gets :func:`reason_of`, not a traceback."""
