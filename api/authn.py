@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 from anyio import to_thread
 from pydantic import SecretStr
 
-from views.access import BOOTSTRAP, Access
+from access.roles import BOOTSTRAP, Access
 
 if TYPE_CHECKING:
-    from lake.keys import KeyWatcher, UsageRecorder
+    from access.key_usage import UsageRecorder
+    from access.key_watcher import KeyWatcher
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -39,7 +40,7 @@ def token_ok(expected: SecretStr, authorization: str | None) -> bool:
 
 
 class Authenticator:
-    """The :class:`~views.access.Access` of a request's ``Authorization`` header, or None.
+    """The :class:`~access.roles.Access` of a request's ``Authorization`` header, or None.
 
     ``watcher`` reads the key store (None: ``API_TOKEN`` only); ``usage`` records when each
     key was last used (set when the application starts)."""

@@ -10,6 +10,8 @@ from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
+from access.key_usage import UsageRecorder
+from access.key_watcher import KeyWatcher
 from api import errors
 from api.authn import Authenticator
 from api.deps import require_access
@@ -23,7 +25,6 @@ from api.routes import access, ctr, dashboard, docs, health, sql, views
 from api.security_headers import SecurityHeaders
 from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
-from lake.keys import KeyWatcher, UsageRecorder
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.reader import QueryLimitError

@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from access.key_store import create_key
 from bench.serving_mix import (
     MIX_QUERIES,
     MIX_SEED,
@@ -54,7 +55,6 @@ from bench.serving_mix import (
     wrk_script,
 )
 from infra.broker import free_port
-from lake.keys import create_key
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
 from serving_layer.tables import SCHEMAS
@@ -524,8 +524,8 @@ def _scope_cost(lake: LakeSettings, mix: Sequence[CtrQuery]) -> dict[str, float]
     and as the advertiser does (its scope added), interleaved so both see the same state."""
     import dataclasses
 
+    from access.roles import Scope
     from serving_layer.service import ServingLayer
-    from views.access import Scope
 
     scope = Scope.create(ADVERTISER_CAMPAIGNS)
     serving = ServingLayer(lake, refresh_s=3600)
@@ -880,7 +880,7 @@ def _key_check_cost(lake: LakeSettings, repeats: int = 20_000) -> dict[str, floa
     for a new commit (one stat) and the key's hash and lookup, against API_TOKEN's compare."""
     import secrets
 
-    from lake.keys import KeyWatcher
+    from access.key_watcher import KeyWatcher
 
     watcher = KeyWatcher(lake)
     _, key = create_key(

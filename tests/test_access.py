@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
+from access.key_store import create_key
+from access.roles import Role
 from api.settings import ApiSettings
-from lake.keys import create_key
 from lake.settings import LakeSettings
 from tests.api_server import running_api
 from tests.lake_writer import (
@@ -37,7 +38,6 @@ from tests.lake_writer import (
     write_speed,
     write_status,
 )
-from views.access import Role
 
 TOKEN: Final = "access-test-token-0123456789"
 CAMPAIGNS: Final = ("c1", "c2", "c3", "c4")
