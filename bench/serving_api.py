@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from access.key_store import create_key
 from bench.serving_lake import ADVERTISER_CAMPAIGNS, SpeedWriter, dashboard_params, dashboard_path
 from bench.serving_load import (
     AUTH,
@@ -22,7 +23,6 @@ from bench.serving_load import (
     wait_until_up,
 )
 from infra.broker import free_port
-from lake.keys import create_key
 from lake.settings import LakeSettings
 
 

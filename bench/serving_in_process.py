@@ -13,9 +13,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
+from access.key_store import create_key
 from bench.serving_lake import ADVERTISER_CAMPAIGNS, END, dashboard_params
 from bench.serving_load import TOKEN, percentiles
-from lake.keys import create_key
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
 
@@ -127,8 +127,8 @@ def scope_cost(lake: LakeSettings, mix: Sequence[CtrQuery]) -> dict[str, float]:
     and as the advertiser does (its scope added), interleaved so both see the same state."""
     import dataclasses
 
+    from access.roles import Scope
     from serving_layer.service import ServingLayer
-    from views.access import Scope
 
     scope = Scope.create(ADVERTISER_CAMPAIGNS)
     serving = ServingLayer(lake, refresh_s=3600)
@@ -262,7 +262,7 @@ def key_check_cost(lake: LakeSettings, repeats: int = 20_000) -> dict[str, float
     for a new commit (one stat) and the key's hash and lookup, against API_TOKEN's compare."""
     import secrets
 
-    from lake.keys import KeyWatcher
+    from access.key_watcher import KeyWatcher
 
     watcher = KeyWatcher(lake)
     _, key = create_key(

@@ -83,7 +83,7 @@ def build_query(
     lake: LakeSettings,
     settings: ArchiverSettings,
     available_now: bool = False,
-    batch_writer: BatchWriter | None = None,
+    batch_writer: ArchiveBatchWriter | None = None,
 ) -> StreamingQuery:
     """Start the archiving query (it runs until stopped, or until caught up if available_now)."""
 
@@ -96,7 +96,9 @@ def build_query(
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
-    writer = raw.writeStream.foreachBatch(batch_writer or BatchWriter(lake, checkpoint, settings))
+    writer = raw.writeStream.foreachBatch(
+        batch_writer or ArchiveBatchWriter(lake, checkpoint, settings)
+    )
     writer = writer.option("checkpointLocation", checkpoint)
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -105,7 +107,7 @@ def build_query(
     return writer.queryName("ctr-archiver").start()
 
 
-class BatchWriter:
+class ArchiveBatchWriter:
     """foreachBatch function over the Kafka records of a micro-batch: one Spark job, a task per
     core, parses them and writes the tables' files (:func:`archive_records`); then the driver
     commits master/events, master/rejected and master/arrivals, each in one delta-rs commit
@@ -302,7 +304,7 @@ def run(
 ) -> int:
     """Run the archiver until caught up (available_now) or told to stop; returns rows archived.
     Each batch's phases (ms) are logged, and reach ``on_progress`` as ``progress.phases_ms``."""
-    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
+    writer = ArchiveBatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
     query = build_query(
         spark,
         kafka=kafka,

@@ -11,10 +11,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from access.roles import Scope
 from events.countries import ISO_3166_ALPHA2
 from lake.coverage.model import in_intervals_sql
 from runtime.times import EARLIEST, LATEST
-from views.access import Scope
 from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES
 from views.columns import MEASURES as COUNTS
 

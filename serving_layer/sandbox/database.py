@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from access.roles import Access, Scope
 from lake.catalog import (
     BATCH_COVERAGE,
     BATCH_DRIFT,
@@ -64,7 +65,6 @@ from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.tables import TableSnapshot
 from views import sketches
-from views.access import Access, Scope
 from views.columns import SKETCHES, USER_LISTS
 from views.definitions import versions
 

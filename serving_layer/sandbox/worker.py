@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
+from access.roles import Access
 from serving_layer.sandbox.database import (
     VIEW_TYPE_ERROR,
     SqlError,
@@ -33,7 +34,6 @@ from serving_layer.sandbox.database import (
     view_typed_files,
 )
 from serving_layer.tables import TableSnapshot
-from views.access import Access
 
 if TYPE_CHECKING:
     import duckdb
