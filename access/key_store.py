@@ -21,6 +21,7 @@ from typing import Final, cast
 
 import pyarrow as pa
 
+from access.errors import AccessError
 from access.key_ring import ApiKey, KeyRing, hash_key
 from access.roles import ROLES, Access, Role, Scope, ScopeError
 from events.model import id_problem
@@ -33,7 +34,7 @@ NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 _TICK: Final = dt.timedelta(microseconds=1)
 
 
-class KeyStoreError(ValueError):
+class KeyStoreError(AccessError, ValueError):
     """A key change that cannot be: ``parameter`` names the argument that is wrong."""
 
     def __init__(self, parameter: str, message: str) -> None:
