@@ -68,6 +68,7 @@ from runtime.streaming import (
 )
 from runtime.times import EPOCH
 from speed_layer import state
+from speed_layer.errors import SpeedError
 from speed_layer.rewrite import spark_rewrite
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import NEXT_WATERMARK, SpeedTable
@@ -94,7 +95,7 @@ ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attributio
 STATE_DIR: Final = "attribution"  # the attribution's state, in the checkpoint's directory
 
 
-class SpeedStateError(RuntimeError):
+class SpeedStateError(SpeedError, RuntimeError):
     """speed/ctr holds counts from another streaming query (its checkpoint is gone)."""
 
 
