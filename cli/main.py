@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from cli import archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
-from runtime.errors import foreign_or_ours, reason_of
+from runtime.errors import CtrError, foreign_or_ours, reason_of
 
 app = typer.Typer(
     name="ctr",
@@ -43,8 +43,8 @@ def main() -> None:
     except Exception as exc:
         if not foreign_or_ours(exc):
             raise  # a defect: its traceback is what a report needs
-        # Spark's, delta-rs's or Kafka's failure, or one of ours: its cause in one line.
-        print(f"error: {reason_of(exc)}", file=sys.stderr)
+        # One of ours says its cause and the fix; Spark's, delta-rs's or Kafka's, in one line.
+        print(f"error: {exc if isinstance(exc, CtrError) else reason_of(exc)}", file=sys.stderr)
         sys.exit(1)
 
 
