@@ -25,12 +25,14 @@ from typing import Final
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.errors import InfraError
+
 ROOT: Final = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT: Final = ROOT / "infra" / "seaweedfs.sh"
 REGION: Final = "us-east-1"
 
 
-class S3Error(RuntimeError):
+class S3Error(InfraError, RuntimeError):
     """The local object store could not be started or stopped."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from infra.errors import InfraError
 
-class BrokerError(RuntimeError):
+
+class BrokerError(InfraError, RuntimeError):
     """The local cluster could not be started or stopped; the message names the fix."""

@@ -33,11 +33,21 @@ def read_pid(path: Path) -> int | None:
 
 
 def is_alive(pid: int) -> bool:
+    """Whether any thread of ``pid`` still runs. A killed JVM's main thread turns zombie first;
+    its other threads go on exiting (and holding its listening sockets) for up to a second or
+    so, and a node restarted in that time finds its ports taken."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        if stat.rpartition(")")[2].split()[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> None:
