@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from batch_layer.interval import Interval, IntervalError
-from cli.console import console, fail, progress_bar
+from cli.console import console, progress_bar
 from lake.settings import LakeSettings
 from runtime.spark_settings import SparkSettings
 
@@ -59,18 +59,12 @@ def batch(
         return
     if start is None or end is None:
         raise typer.BadParameter("--start and --end are required (or --stale)")
-    from batch_layer.job import MissingTableError
     from runtime.spark import spark_session
     from workflows.batch import recompute
 
     interval = _interval(start, end, ("--start", "--end"))
     spark = spark_session(SparkSettings())
-    try:
-        runs = recompute(
-            spark, LakeSettings(), [interval], on_step=console.print, unsettled=unsettled
-        )
-    except MissingTableError as exc:
-        fail(str(exc))
+    runs = recompute(spark, LakeSettings(), [interval], on_step=console.print, unsettled=unsettled)
     for result in runs:
         console.print(
             f"done: run {result.run_id}, {result.rows_written:,} rows for {result.interval}"
@@ -78,7 +72,6 @@ def batch(
 
 
 def _recompute_stale() -> None:
-    from batch_layer.job import MissingTableError
     from runtime.spark import spark_session
     from workflows.stale import plan, recompute
 
@@ -98,12 +91,7 @@ def _recompute_stale() -> None:
         def show(interval: Interval) -> None:
             bar.update(task, description=f"{interval.start:%Y-%m-%d %H:%M}")
 
-        try:
-            runs = recompute(
-                spark, lake, stale, on_interval=show, on_run=lambda _: bar.advance(task)
-            )
-        except MissingTableError as exc:
-            fail(str(exc))
+        runs = recompute(spark, lake, stale, on_interval=show, on_run=lambda _: bar.advance(task))
     for done in runs:
         console.print(f"done: run {done.run_id}, {done.rows_written:,} rows for {done.interval}")
     left = plan(lake)
@@ -132,7 +120,6 @@ def backfill(
     It recomputes the published version of the view. With Airflow running, prefer
     `airflow backfill create --dag-id ctr_batch ...` (its `preview` param is --preview).
     """
-    from batch_layer.job import MissingTableError
     from runtime.spark import spark_session
     from workflows.batch import previews, recompute
 
@@ -149,21 +136,18 @@ def backfill(
         def done(_: Interval) -> None:
             bar.advance(task)
 
-        try:
-            if preview:
-                found = previews(spark, lake, hours, on_interval=show, on_done=done)
-            else:
-                runs = recompute(
-                    spark,
-                    lake,
-                    hours,
-                    on_interval=show,
-                    on_done=done,
-                    on_unsettled=bar.console.print,
-                    unsettled=unsettled,
-                )
-        except MissingTableError as exc:
-            fail(str(exc))
+        if preview:
+            found = previews(spark, lake, hours, on_interval=show, on_done=done)
+        else:
+            runs = recompute(
+                spark,
+                lake,
+                hours,
+                on_interval=show,
+                on_done=done,
+                on_unsettled=bar.console.print,
+                unsettled=unsettled,
+            )
     if preview:
         _print_previews(found)
         return

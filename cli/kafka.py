@@ -78,9 +78,8 @@ def up(
     """Start the local Kafka cluster (if KAFKA_BOOTSTRAP_SERVERS is local) and create the
     topics. Its log directories live under RUN_DIR/kafka: records and offsets survive
     `ctr kafka down`."""
-    from infra.broker import BrokerError, LocalKafka
+    from infra.broker import LocalKafka
     from infra.netns import BrokerNetwork
-    from runtime.topics import KafkaUnavailableError
 
     kafka = KafkaSettings()
     if brokers == 2:
@@ -94,17 +93,11 @@ def up(
             raise typer.BadParameter(_first_error(exc), param_hint="--auth") from None
         if tls is not None:
             settings = settings.model_copy(update={"local_tls": tls})
-        try:
-            cluster = LocalKafka(
-                kafka, settings, brokers=brokers, network=BrokerNetwork() if netns else None
-            )
-        except BrokerError as exc:
-            fail(str(exc))
+        cluster = LocalKafka(
+            kafka, settings, brokers=brokers, network=BrokerNetwork() if netns else None
+        )
         console.print("broker: starting Apache Kafka (KRaft) …")
-        try:
-            state = cluster.start()
-        except (BrokerError, KafkaUnavailableError) as exc:
-            fail(str(exc))
+        state = cluster.start()
         if state.started_by_us:
             layout = cluster.layout()
             nodes = ", ".join(
@@ -142,17 +135,14 @@ def down(
     ] = False,
 ) -> None:
     """Stop the local cluster started by `ctr kafka up` (its data stays unless --delete-data)."""
-    from infra.broker import BrokerError, LocalKafka
+    from infra.broker import LocalKafka
 
     kafka = KafkaSettings()
     if not _local(kafka):
         console.print(f"broker: {kafka.bootstrap_servers} is not local; nothing to stop")
         return
     cluster = LocalKafka(kafka, BrokerSettings())
-    try:
-        stopped = cluster.stop(delete_data=delete_data)
-    except BrokerError as exc:
-        fail(str(exc))
+    stopped = cluster.stop(delete_data=delete_data)
     message = "broker: stopped" if stopped else "broker: was not running"
     if delete_data:
         message += f"; deleted {cluster.settings.kafka_dir}"
@@ -168,24 +158,17 @@ def partition(
 ) -> None:
     """Cut a broker of the isolated cluster (`ctr kafka up --netns`) off from the controller,
     the other brokers and every client (its process runs on), or --heal it."""
-    from infra.broker import BrokerError, LocalKafka
-    from infra.netns import NetnsError
+    from infra.broker import LocalKafka
 
-    try:
-        layout = LocalKafka(KafkaSettings(), BrokerSettings()).existing_layout()
-    except BrokerError as exc:
-        fail(str(exc))
+    layout = LocalKafka(KafkaSettings(), BrokerSettings()).existing_layout()
     if layout is None or layout.network is None:
         fail("no isolated cluster here: start one with `ctr kafka up --netns`")
     if node not in [n.node_id for n in layout.brokers]:
         fail(f"node {node}: the brokers are {[n.node_id for n in layout.brokers]}")
-    try:
-        if heal:
-            layout.network.heal(node)
-        else:
-            layout.network.partition(node)
-    except NetnsError as exc:
-        fail(str(exc))
+    if heal:
+        layout.network.heal(node)
+    else:
+        layout.network.partition(node)
     console.print(f"broker {node}: {'healed' if heal else 'cut off'}")
 
 
@@ -199,16 +182,13 @@ def create_topics() -> None:
 def _local_cluster_client(kafka: KafkaSettings) -> KafkaSettings | None:
     """For the local cluster under RUN_DIR/kafka, the settings of its clients (its addresses,
     its client user's credentials when it requires logins); None if there is none."""
-    from infra.broker import BrokerError, LocalKafka
+    from infra.broker import LocalKafka
 
     if not _local(kafka):
         return None
     cluster = LocalKafka(kafka, BrokerSettings())
-    try:
-        layout = cluster.existing_layout()
-        return None if layout is None else cluster.client_settings(layout)
-    except BrokerError as exc:
-        fail(str(exc))
+    layout = cluster.existing_layout()
+    return None if layout is None else cluster.client_settings(layout)
 
 
 def _first_error(exc: ValueError) -> str:
@@ -219,12 +199,9 @@ def _first_error(exc: ValueError) -> str:
 
 
 def _create_topics(kafka: KafkaSettings) -> None:
-    from runtime.topics import KafkaUnavailableError, ensure_topics
+    from runtime.topics import ensure_topics
 
-    try:
-        results = ensure_topics(kafka)
-    except KafkaUnavailableError as exc:
-        fail(str(exc))
+    results = ensure_topics(kafka)
     for result in results:
         console.print(f"topic {result.name}: {result.status} ({result.partitions} partitions)")
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.console import console, fail
+from cli.console import console
 
 app = typer.Typer(
     help="Local S3-compatible object store (SeaweedFS) for LAKE_ROOT=s3://…; any S3 store "
@@ -22,14 +22,11 @@ def up() -> None:
     `source RUN_DIR/s3/env; LAKE_ROOT=s3://$CTR_S3_BUCKET/lake ctr …`. Objects live under
     RUN_DIR/s3/data and survive `ctr s3 down`. The first start builds the server (make setup
     does it too)."""
-    from infra.s3 import LocalS3, LocalS3Settings, S3Error
+    from infra.s3 import LocalS3, LocalS3Settings
 
     store = LocalS3(LocalS3Settings())
     console.print("s3: starting the local S3 server (SeaweedFS) …")
-    try:
-        started = store.start()
-    except S3Error as exc:
-        fail(str(exc))
+    started = store.start()
     state = "started" if started else "already running"
     console.print(
         f"s3: {state} at {store.settings.endpoint} (pid {store.pid()}), bucket "

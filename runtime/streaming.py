@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import reason_in
+from runtime.errors import CtrError, reason_in
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
@@ -257,6 +257,10 @@ def _parse_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+class QueryFailedError(CtrError, RuntimeError):
+    """A streaming query stopped with an error; the message names the query and the cause."""
+
+
 def drive(
     query: StreamingQuery,
     name: str,
@@ -266,7 +270,8 @@ def drive(
     poll_seconds: float = 0.5,
 ) -> int:
     """Wait for ``query`` (until it ends, or ``should_stop()``), reporting each new micro-batch;
-    returns the rows it read. A query that failed raises RuntimeError naming ``name``."""
+    returns the rows it read. A query that failed raises :class:`QueryFailedError` naming
+    ``name`` and the cause."""
     from pyspark.errors import StreamingQueryException
 
     reports = _NewReports(query)
@@ -287,11 +292,11 @@ def drive(
             try:
                 query.awaitTermination(poll_seconds)  # type: ignore[arg-type]  # floats work
             except StreamingQueryException as exc:
-                raise RuntimeError(f"{name} stopped with an error: {cause_of(exc)}") from exc
+                raise QueryFailedError(f"{name} stopped with an error: {cause_of(exc)}") from exc
             report_new()
         exception = query.exception()
         if exception is not None:
-            raise RuntimeError(f"{name} stopped with an error: {cause_of(exception)}")
+            raise QueryFailedError(f"{name} stopped with an error: {cause_of(exception)}")
     finally:
         if query.isActive:
             query.stop()
