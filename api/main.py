@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -29,7 +30,8 @@ from api.topic_depth import TopicDepth
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.reader import QueryLimitError
-from serving_layer.sandbox.pool import ClientBackoff, SqlPool
+from serving_layer.sandbox.backoff import ClientBackoff
+from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
 
 
@@ -39,10 +41,13 @@ def create_app(
     kafka: KafkaSettings,
     *,
     key_clock: Callable[[], dt.datetime] = utc_now,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The API over ``lake``; ``kafka`` is only asked for the dead-letter topic's depth;
-    ``key_clock`` (default: the system's UTC time) is what keys' expiry is checked against. The
-    entry point (``ctr serve``) builds the settings from the environment."""
+    ``key_clock`` (default: the system's UTC time) is what keys' expiry is checked against;
+    ``clock`` (seconds, monotonic) times the SQL back-off, the response cache and the
+    dead-letter depth's refresh (tests pass clocks they move). The entry point (``ctr serve``)
+    builds the settings from the environment."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +92,7 @@ def create_app(
                 max_s=settings.sql_max_backoff_s,
                 forgive_s=settings.sql_forgive_s,
             ),
+            clock=clock,
         )
         app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
         authenticator.usage = UsageRecorder(lake, flush_s=settings.key_use_flush_s)
@@ -119,6 +125,7 @@ def create_app(
         # Over the byte cap, the time limit or the memory limit: asking again costs nothing.
         refusal_s=settings.ctr_refusal_s,
         refused=lambda error: isinstance(error, ParameterError | QueryLimitError),
+        clock=clock,
     )
     registry = CollectorRegistry()
     dead_letters = TopicDepth(
@@ -126,6 +133,7 @@ def create_app(
         kafka.dlq_topic,
         timeout_s=settings.kafka_timeout_s,
         refresh_s=settings.dlq_refresh_s,
+        clock=clock,
     )
     registry.register(
         LakeCollector(

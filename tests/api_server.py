@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import uvicorn
+from fastapi import FastAPI
 
 from api.authn import utc_now
 from api.main import create_app
@@ -29,6 +30,15 @@ def running_api(
 ) -> Iterator[str]:
     """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
     app = create_app(settings, lake, kafka or KafkaSettings(), key_clock=key_clock)
+    with running_app(app, settings) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def running_app(app: FastAPI, settings: ApiSettings) -> Iterator[str]:
+    """Serve ``app`` (made by ``create_app``, with a clock of the test's, say) in a thread;
+    yields its base URL, stops it afterwards. Its state (``app.state.sql_pool``) is the test's
+    to look at once the server has started."""
     server = uvicorn.Server(server_config(app, settings, host="127.0.0.1", port=free_port()))
     thread = threading.Thread(target=server.run, name="test-api", daemon=True)
     thread.start()

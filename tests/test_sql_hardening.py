@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from access.roles import Access, Scope
 from lake.settings import LakeSettings
+from serving_layer.sandbox.backoff import ClientBackoff
 from serving_layer.sandbox.database import (
     ALLOWED_FUNCTIONS,
     ALLOWED_TABLE_FUNCTIONS,
@@ -25,8 +28,9 @@ from serving_layer.sandbox.database import (
     check_read_only,
     tables_read,
 )
-from serving_layer.sandbox.pool import ClientBackoff, SqlBusyError, SqlPool
+from serving_layer.sandbox.pool import SqlBusyError, SqlPool
 from serving_layer.tables import LakeSnapshot, SnapshotSource
+from tests.fake_clock import FakeClock
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
 from views import sketches
 
@@ -204,23 +208,14 @@ def test_a_refused_query_never_reaches_a_worker(snapshot: LakeSnapshot) -> None:
 # -- a client whose query costs a worker waits ---------------------------------------------------
 
 
-class Clock:
+@pytest.fixture
+def clock() -> FakeClock:
     """Time for the pool's back-off, moved by the test (no sleeping)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+    return FakeClock()
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def timed_pool(clock: Clock) -> Iterator[SqlPool]:
+def timed_pool(clock: FakeClock) -> Iterator[SqlPool]:
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0, clock=clock)
     yield pool
     pool.close()
@@ -247,7 +242,7 @@ def test_backoff_pauses_double_up_to_the_cap() -> None:
 
 
 def test_a_client_that_costs_a_worker_is_backed_off_and_no_other(
-    timed_pool: SqlPool, snapshot: LakeSnapshot, clock: Clock
+    timed_pool: SqlPool, snapshot: LakeSnapshot, clock: FakeClock
 ) -> None:
     pool = timed_pool
     pool.run("SELECT 1", snapshot, client="greedy")
@@ -299,26 +294,37 @@ def test_a_kill_at_the_time_limit_backs_off(timed_pool: SqlPool, snapshot: LakeS
 def test_a_crashed_worker_backs_off(timed_pool: SqlPool, snapshot: LakeSnapshot) -> None:
     pool = timed_pool
     pool.run("SELECT 1", snapshot)
-    [pid] = pool.worker_pids()
-    # The worker dies by a signal while it runs the query (as pandas_scan's segfault did).
-    killer = threading.Timer(0.5, os.kill, (pid, 11))
+    crashed: list[int] = []
+
+    def crash() -> None:
+        """The worker dies by a signal while it runs the query (as pandas_scan's segfault did):
+        once the query has reached it, however long that takes."""
+        deadline = time.monotonic() + 60
+        while not (pids := pool.query_pids()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(pids[0], signal.SIGSEGV)
+        crashed.extend(pids)
+
+    killer = threading.Thread(target=crash, daemon=True)
     killer.start()
-    try:
-        with pytest.raises(SqlError, match=r"crashed \(SIGSEGV\).*refused for the next 2 s"):
-            pool.run(RUNAWAY_REGEX, snapshot, timeout_s=30.0, client="crasher")
-    finally:
-        killer.cancel()
+    with pytest.raises(SqlError, match=r"crashed \(SIGSEGV\).*refused for the next 2 s"):
+        pool.run(RUNAWAY_REGEX, snapshot, timeout_s=600.0, client="crasher")
+    killer.join()
+    assert len(crashed) == 1
     with pytest.raises(SqlBusyError):
         pool.run("SELECT 1", snapshot, client="crasher")
     assert pool.run("SELECT 1", snapshot, client="other").rows == [[1]]
 
 
 def test_a_query_stopped_at_the_time_limit_is_a_strike(
-    timed_pool: SqlPool, snapshot: LakeSnapshot, clock: Clock
+    request: pytest.FixtureRequest, snapshot: LakeSnapshot, clock: FakeClock
 ) -> None:
     """Stopped by DuckDB's interrupt, its worker kept: a strike all the same (before, four such
     queries at a time from one key held every worker with no back-off)."""
-    pool = timed_pool
+    # A minute's grace: the interrupt stops it first, however slow the machine (a kill after
+    # the grace would cost the worker: two strikes).
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=60.0, clock=clock)
+    request.addfinalizer(pool.close)
     slow = "SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE a.range * b.range = -1"
     with pytest.raises(
         SqlError, match=r"time limit of 1 s; this key's queries are refused for the next 1 s$"

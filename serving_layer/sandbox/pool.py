@@ -19,8 +19,9 @@ and replaced. At most ``workers`` queries run at once and ``queue`` more wait; b
 
 Statements are checked (:func:`serving_layer.sandbox.check_read_only`: one read-only query,
 allowed functions and the key's views only) before a worker sees them. A query that costs its
-worker backs off the client that sent it (:class:`ClientBackoff`): its next queries get
-:class:`SqlBusyError` at once, without a worker, for a pause that doubles with each strike.
+worker backs off the client that sent it (:mod:`serving_layer.sandbox.backoff`, timed by the
+pool's ``clock``): its next queries get :class:`SqlBusyError` at once, without a worker, for a
+pause that doubles with each strike.
 A query stopped at the time limit is a strike; one that cost its worker process (killed at the
 hard limit, crashed, out of memory: a new interpreter must start) two. A query that succeeds
 ends nothing: strikes are forgiven one per ``forgive_s`` without a new one, so a cheap query
@@ -48,6 +49,12 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from access.roles import Access
+from serving_layer.sandbox.backoff import (
+    STOPPED_STRIKES,
+    WORKER_LOST_STRIKES,
+    Backoffs,
+    ClientBackoff,
+)
 from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
@@ -58,8 +65,6 @@ from serving_layer.sandbox.database import (
 from serving_layer.tables import LakeSnapshot, TableSnapshot
 
 _START_TIMEOUT_S: Final = 60.0
-# Clients remembered in back-off at most; past that the longest-quiet ones are forgotten.
-_MAX_BACKOFF_CLIENTS: Final = 4096
 _WORKDIR_PREFIX: Final = "ctr-sql-"
 _SIGNALS: Final = {
     signal.SIGXCPU: "it used up its CPU time limit",
@@ -100,49 +105,6 @@ class PoolStats:
     worker_restarts: int
 
 
-@dataclass(frozen=True)
-class ClientBackoff:
-    """How long a client whose queries cost workers waits: ``first_s`` after its first
-    strike, doubling with each strike it still has, at most ``max_s``; a strike is forgiven
-    per ``forgive_s`` without a new one (success forgives nothing)."""
-
-    first_s: float = 1.0
-    max_s: float = 60.0
-    forgive_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.first_s <= self.max_s:
-            raise ValueError(
-                f"'first_s' must be > 0 and at most 'max_s' ({self.max_s:g}), got {self.first_s:g}"
-            )
-        if self.forgive_s <= 0:
-            raise ValueError(f"'forgive_s' must be > 0, got {self.forgive_s:g}")
-
-    def pause_s(self, strikes: int) -> float:
-        """The pause after a strike that leaves ``strikes`` (>= 1)."""
-        return min(self.first_s * 2.0 ** min(strikes - 1, 64), self.max_s)
-
-    def remaining(self, strikes: int, quiet_s: float) -> int:
-        """The strikes left of ``strikes`` after ``quiet_s`` seconds without a new one."""
-        return max(0, strikes - int(quiet_s // self.forgive_s))
-
-
-# Strikes per costly query: stopped at the time limit (DuckDB's interrupt), or its worker lost
-# (killed at the hard limit, crashed, out of memory: a fresh interpreter must start).
-STOPPED_STRIKES: Final = 1
-WORKER_LOST_STRIKES: Final = 2
-
-
-@dataclass
-class _Backoff:
-    """A client whose queries cost workers: ``strikes`` as of ``struck_at``, refused until
-    ``until``."""
-
-    strikes: int
-    struck_at: float
-    until: float
-
-
 class SqlPool:
     """Runs sandboxed queries over lake snapshots in ``workers`` processes; thread-safe."""
 
@@ -175,8 +137,8 @@ class SqlPool:
         self.grace_s = grace_s
         self.max_queries_per_worker = max_queries_per_worker
         self.backoff = backoff or ClientBackoff()
-        self._clock = clock
-        self._backoff: dict[str, _Backoff] = {}
+        # The clients backed off, timed by ``clock`` (tests pass one they move).
+        self._backoffs = Backoffs(self.backoff, clock)
         self._all = [_Worker(memory_bytes, threads) for _ in range(workers)]
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         for worker in self._all:
@@ -316,15 +278,10 @@ class SqlPool:
 
     def check_backoff(self, client: str | None) -> None:
         """:class:`SqlBusyError` while ``client`` is backed off (None: never)."""
-        if client is None:
+        wait_s = 0.0 if client is None else self._backoffs.wait_s(client)
+        if wait_s <= 0:
             return
-        now = self._clock()
-        with self._lock:
-            backoff = self._backoff.get(client)
-            if backoff is None or backoff.until <= now:
-                return
-            self._counts["backed_off"] += 1
-        wait_s = backoff.until - now
+        self._count("backed_off")
         raise SqlBusyError(
             f"recent queries with this key cost SQL workers (stopped at the time limit, "
             f"crashed or ran out of memory): its queries are refused for {wait_s:.1f} s more "
@@ -335,30 +292,13 @@ class SqlPool:
 
     def strikes(self, client: str) -> int:
         """The strikes ``client`` has now (0: not backed off)."""
-        with self._lock:
-            backoff = self._backoff.get(client)
-            if backoff is None:
-                return 0
-            return self.backoff.remaining(backoff.strikes, self._clock() - backoff.struck_at)
+        return self._backoffs.strikes(client)
 
     def _back_off(self, client: str | None, strikes: int) -> str:
         """Back ``client`` off after its query cost ``strikes``; what to add to its error."""
         if client is None:
             return ""
-        now = self._clock()
-        with self._lock:
-            backoff = self._backoff.pop(client, None)
-            left = (
-                0
-                if backoff is None
-                else self.backoff.remaining(backoff.strikes, now - backoff.struck_at)
-            )
-            total = left + strikes
-            pause_s = self.backoff.pause_s(total)
-            # Last: the dict is ordered by the latest strike.
-            self._backoff[client] = _Backoff(total, now, now + pause_s)
-            while len(self._backoff) > _MAX_BACKOFF_CLIENTS:
-                del self._backoff[next(iter(self._backoff))]
+        pause_s = self._backoffs.strike(client, strikes)
         return f"; this key's queries are refused for the next {pause_s:g} s"
 
     def stats(self) -> PoolStats:
@@ -378,6 +318,11 @@ class SqlPool:
         """Process ids of the running workers (for tests and diagnostics)."""
         return [pid for w in self._all if (pid := w.pid) is not None]
 
+    def query_pids(self) -> list[int]:
+        """Process ids of the workers a query has been sent to and not yet answered from
+        (for tests and diagnostics: ending one of these ends its query)."""
+        return [pid for w in self._all if w.asked and (pid := w.pid) is not None]
+
     def close(self) -> None:
         self._closed = True
         for worker in self._all:
@@ -395,6 +340,7 @@ class _Worker:
         self.memory_bytes = memory_bytes
         self.threads = threads
         self.queries = 0
+        self.asked = False  # a query sent, its answer not yet received
         self.restarts = -1  # the first start is no restart
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
@@ -410,6 +356,7 @@ class _Worker:
         and :class:`TimeoutError` raised; :class:`_WorkerDiedError` if it ended meanwhile."""
         conn = self._connection()
         self.queries += 1
+        self.asked = True
         try:
             conn.send(request)
             answered = conn.poll(wait_s)
@@ -417,6 +364,8 @@ class _Worker:
                 reply: tuple[str, object] = conn.recv()
         except (EOFError, OSError):
             raise _WorkerDiedError(f"the query's worker process ended: {self._death()}") from None
+        finally:
+            self.asked = False
         if not answered:
             self.stop()
             raise TimeoutError
