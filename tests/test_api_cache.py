@@ -9,6 +9,15 @@ from collections.abc import Callable
 import pytest
 
 from api.response_cache import ResponseCache
+from tests.fake_clock import FakeClock
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (5 s at most) for ``condition``, which another thread makes true."""
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.01)
 
 
 def test_hit_per_version_and_recompute_on_a_new_one() -> None:
@@ -37,7 +46,7 @@ def test_concurrent_misses_compute_once() -> None:
     ]
     for thread in threads:
         thread.start()
-    time.sleep(0.2)
+    until(lambda: cache.hits == 7, "seven requests wait for the first one's computation")
     gate.set()
     for thread in threads:
         thread.join()
@@ -55,10 +64,7 @@ def test_stale_answer_while_the_new_version_is_computed() -> None:
 
     assert cache.get("q", 2, slow) == b"v1"
     gate.set()
-    deadline = time.monotonic() + 5
-    while cache.get("q", 2, slow) != b"v2":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    until(lambda: cache.get("q", 2, slow) == b"v2", "the background computation answers")
     cache.close()
 
 
@@ -103,10 +109,7 @@ def test_peek_answers_from_the_cache_and_never_computes_on_the_caller() -> None:
 
     assert cache.peek("q", 2, refresh) == b"v1"  # stale, while the background computes v2
     gate.set()
-    deadline = time.monotonic() + 5
-    while cache.peek("q", 2, must_not_run) != b"v2":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    until(lambda: cache.peek("q", 2, must_not_run) == b"v2", "the background computation answers")
     cache.close()
     assert ResponseCache[bytes](0).peek("q", 1, must_not_run) is None  # caching off
 
@@ -150,10 +153,12 @@ def test_one_claim_owns_a_computation_and_the_others_wait_for_it() -> None:
 
 
 def wait_for(cache: ResponseCache[bytes], key: str, version: int, body: bytes) -> None:
-    deadline = time.monotonic() + 5
-    while cache.peek(key, version, lambda: pytest.fail("computed on the request path")) != body:
-        assert time.monotonic() < deadline, f"{key} at v{version} never became {body!r}"
-        time.sleep(0.01)
+    until(
+        lambda: (
+            cache.peek(key, version, lambda: pytest.fail("computed on the request path")) == body
+        ),
+        f"{key} at v{version} becomes {body!r}",
+    )
 
 
 def test_refresh_ahead_recomputes_the_answers_being_read_for_the_new_snapshot() -> None:
@@ -173,18 +178,20 @@ def test_refresh_ahead_recomputes_the_answers_being_read_for_the_new_snapshot() 
 
 
 def test_refresh_ahead_skips_answers_nobody_read_lately() -> None:
-    cache = ResponseCache[bytes](8, max_stale_s=60, ahead_s=0.05)
+    clock = FakeClock()
+    cache = ResponseCache[bytes](8, max_stale_s=60, ahead_s=0.05, clock=clock)
     cache.get("q", 1, lambda: b"q@1")
     cache.peek("q", 1, lambda: pytest.fail("cached"), ahead=lambda snap: b"q@" + snap)
-    time.sleep(0.1)
+    clock.now += 0.1
     assert cache.refresh_ahead(2, b"2") == 0
 
 
 def test_refresh_ahead_spends_at_most_its_budget_cheapest_first() -> None:
-    cache = ResponseCache[bytes](8, max_stale_s=60, ahead_budget_s=0.1)
+    clock = FakeClock()
+    cache = ResponseCache[bytes](8, max_stale_s=60, ahead_budget_s=0.1, clock=clock)
 
     def costly(seconds: float, body: bytes) -> bytes:
-        time.sleep(seconds)
+        clock.now += seconds  # what computing it took
         return body
 
     cache.get("cheap", 1, lambda: costly(0.0, b"cheap@1"))
@@ -206,12 +213,12 @@ class TooLargeError(ValueError):
 
 
 def test_a_refusal_holds_for_its_snapshot_and_a_while_after() -> None:
-    now = [100.0]
+    clock = FakeClock(100.0)
     cache = ResponseCache[bytes](
         8,
         refusal_s=60.0,
         refused=lambda error: isinstance(error, TooLargeError),
-        clock=lambda: now[0],
+        clock=clock,
     )
     calls = 0
 
@@ -226,7 +233,7 @@ def test_a_refusal_holds_for_its_snapshot_and_a_while_after() -> None:
         with pytest.raises(TooLargeError, match="over the byte cap"):
             cache.peek("q", version, refused)
     assert (calls, cache.refusal_hits) == (1, 3)
-    now[0] += 61.0
+    clock.now += 61.0
     with pytest.raises(TooLargeError):
         cache.peek("q", 1, refused)  # its own snapshot's answer does not change
     assert cache.peek("q", 4, refused) is None  # a minute later: forgotten, computed again
