@@ -7,6 +7,7 @@ evaluate, screenshot, network conditions) is small: one websocket to one page ta
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import itertools
 import json
 import shutil
@@ -167,12 +168,34 @@ class Page:
             {"behavior": "allow", "downloadPath": str(directory), "eventsEnabled": True},
         )
 
+    def start_clock_at(self, moment: dt.datetime) -> None:
+        """Every document loaded from now on starts its clock (``Date``) at ``moment`` and runs
+        it at real speed: the page sees the time a test's data was written for, not the
+        machine's (timers are not shifted)."""
+        source = _CLOCK_FROM % round(moment.timestamp() * 1000)
+        self.send("Page.addScriptToEvaluateOnNewDocument", {"source": source})
+
     def set_offline(self, offline: bool) -> None:
         self.send(
             "Network.emulateNetworkConditions",
             {"offline": offline, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
         )
 
+
+# A document's Date, shifted to start at the given epoch milliseconds (then real speed).
+_CLOCK_FROM = """(() => {
+  const RealDate = Date;
+  const shift = %d - RealDate.now();
+  class PageDate extends RealDate {
+    constructor(...args) {
+      super(...(args.length ? args : [RealDate.now() + shift]));
+    }
+    static now() {
+      return RealDate.now() + shift;
+    }
+  }
+  globalThis.Date = PageDate;
+})();"""
 
 # DevTools key events: (code, Windows virtual key code, text the key types).
 _KEYS: dict[str, tuple[str, int, str]] = {

@@ -1,5 +1,6 @@
-"""The dashboard tests' lake: 50 minutes ending now, written as Delta tables, and the numbers
-the page must show for any filter.
+"""The dashboard tests' lake: 50 minutes ending at a fixed instant (:data:`NOW`, where the
+pages' clocks start), written as Delta tables, and the numbers the page must show for any
+filter.
 
 Batch rows and a finished run cover the first 30 minutes, speed rows the last 30 (the 10
 minutes they overlap are covered, so the page must show the batch numbers there). Every minute
@@ -14,7 +15,6 @@ wrote before reach was measured; :class:`ReachLake` writes who every row reached
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -27,6 +27,10 @@ from views.columns import DIMENSIONS
 
 TOKEN: Final = "dashboard-test-token"
 MINUTE: Final = dt.timedelta(minutes=1)
+# When the dashboard tests' lakes are written, and when their pages start (the ``page``
+# fixture sets the browser's clock to it): a minute's start, so no page crosses into the next
+# minute before the test has had a minute, whatever the machine's clock says.
+NOW: Final = dt.datetime(2026, 11, 27, 9, 30, tzinfo=dt.UTC)
 # (campaign, ad, site, country, device) of the rows written for every minute.
 KEYS: Final = [
     ("c1", "a1", "s1", "US", "mobile"),
@@ -93,13 +97,9 @@ class Lake:
         self.covered_end = self.batch_minutes[-1] + MINUTE
 
     @classmethod
-    def fresh(cls, root: Path) -> Lake:
-        """A lake written now, far enough from a minute's end that the page's "last hour"
+    def fresh(cls, root: Path, now: dt.datetime = NOW) -> Lake:
+        """A lake written at ``now`` (the pages' clock: :data:`NOW`): the page's "last hour"
         holds every bucket written."""
-        now = dt.datetime.now(dt.UTC)
-        if now.second > 50:
-            time.sleep(61 - now.second)
-            now = dt.datetime.now(dt.UTC)
         lake = cls(root, now)
         lake.write()
         return lake
@@ -110,7 +110,7 @@ class Lake:
         lake_writer.cover(self.settings, run_id, self.batch_minutes[0], self.covered_end)
         lake_writer.write_status(
             self.settings,
-            updated_at=dt.datetime.now(dt.UTC).isoformat(),
+            updated_at=self.now.isoformat(),
             watermark=(self.now - 2 * MINUTE).isoformat(),
             offsets_behind=1234,
         )

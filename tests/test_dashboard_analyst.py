@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from infra.browser import Page, chromium_page
-from tests.dashboard_lake import TOKEN, Keep, Lake, ci, everything, where
+from tests.dashboard_lake import NOW, TOKEN, Keep, Lake, ci, everything, where
 
 # The answer on the page is the one for the current selection.
 SETTLED = (
@@ -418,6 +418,7 @@ def test_a_shared_url_restores_the_same_view(
 
     # Another browser (its own profile) opens the link, with the token it has: the same view.
     with chromium_page(tmp_path / "second-browser") as other:
+        other.start_clock_at(NOW)  # the lake's time, as the first page's
         _open(other, f"{link}#token={TOKEN}")
         assert other.evaluate(VIEW) == shown
         assert other.exceptions == []
