@@ -277,20 +277,24 @@ def test_a_runaway_query_is_killed_at_the_time_limit(pool: SqlPool, snapshot: La
     pool.run("SELECT 1", snapshot)
     [pid] = pool.worker_pids()
     restarts = pool.stats().worker_restarts
-    started = time.monotonic()
+    timed_out = pool.stats().timed_out
     with pytest.raises(SqlError, match="stopped at the time limit of 1 s"):
         pool.run(RUNAWAY_REGEX, snapshot, timeout_s=1.0)
-    # The query needs ~40 s of CPU; the bound is the limit's guarantee, not a speed claim.
-    assert time.monotonic() - started < 15
+    # Stopped by the pool's kill after its wait of the limit and the grace, not run to its end
+    # (~40 s of CPU; it would answer) nor stopped by its CPU limit (another message): one
+    # time-out counted, and the worker is gone.
+    assert pool.stats().timed_out == timed_out + 1
     assert not Path(f"/proc/{pid}").exists() or pid not in pool.worker_pids()
     assert pool.run("SELECT 'next'", snapshot).rows == [["next"]]
     assert pool.stats().worker_restarts == restarts + 1
-    assert pool.stats().timed_out >= 1
 
 
 def test_an_interruptible_query_stops_at_the_limit_without_a_kill(
-    pool: SqlPool, snapshot: LakeSnapshot
+    request: pytest.FixtureRequest, snapshot: LakeSnapshot
 ) -> None:
+    # A minute's grace: DuckDB's interrupt stops it first, however slow the machine.
+    pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=60.0)
+    request.addfinalizer(pool.close)
     pool.run("SELECT 1", snapshot)
     restarts = pool.stats().worker_restarts
     with pytest.raises(SqlError, match="stopped at the time limit of 1 s"):
