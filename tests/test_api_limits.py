@@ -106,7 +106,8 @@ def test_one_at_a_time_then_429(lake: LakeSettings) -> None:
 
 
 def test_queued_queries_wait_for_their_turn(lake: LakeSettings) -> None:
-    for client in _serve(lake, ctr_workers=1, ctr_queue=8, ctr_queue_timeout_s=60):
+    # Ten minutes in the queue: the last waits for three heavy answers, however slow the machine.
+    for client in _serve(lake, ctr_workers=1, ctr_queue=8, ctr_queue_timeout_s=600):
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             answers = list(
                 pool.map(lambda n, c=client: c.get("/api/v1/ctr", params=_heavy(n)), range(4))
