@@ -89,6 +89,13 @@ def held(lake: LakeSettings) -> Iterator[tuple[str, FastAPI]]:
         yield url, app
 
 
+@pytest.fixture
+def held_client(held: tuple[str, FastAPI]) -> Iterator[httpx.Client]:
+    """The bootstrap admin's client of the :func:`held` server."""
+    with httpx.Client(base_url=held[0], headers=AUTH, timeout=60) as client:
+        yield client
+
+
 @pytest.fixture(scope="module")
 def client(base_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=base_url, headers=AUTH, timeout=60) as client:
@@ -324,19 +331,20 @@ def kill_workers(pids: list[int]) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def test_one_key_cannot_take_every_worker(held: tuple[str, FastAPI], lake: LakeSettings) -> None:
+def test_one_key_cannot_take_every_worker(
+    held: tuple[str, FastAPI], held_client: httpx.Client, lake: LakeSettings
+) -> None:
     """Issue 55: four queries at a time from one key, each stopped at the time limit, held every
     worker (another client's SELECT 42: p50 19.7 s). Now a key holds its share: one worker and
     one place in the queue; another key finds a worker at once."""
     url, app = held
     with (
-        httpx.Client(base_url=url, headers=AUTH, timeout=60) as client,
         key_client(url, lake) as attacker,
         concurrent.futures.ThreadPoolExecutor(4) as pool,
     ):
         runaway = [pool.submit(sql, attacker, ENDLESS) for _ in range(4)]
-        attackers_worker = running_queries(app, client, running=1, queued=1)
-        other = sql(client, "SELECT 42")
+        attackers_worker = running_queries(app, held_client, running=1, queued=1)
+        other = sql(held_client, "SELECT 42")
         # Answered while the attacker's queries held their share (they run until killed).
         saturated = not all(f.done() for f in runaway)
         kill_workers(attackers_worker)
@@ -353,10 +361,10 @@ def test_one_key_cannot_take_every_worker(held: tuple[str, FastAPI], lake: LakeS
 
 
 def test_the_api_answers_while_every_worker_is_busy(
-    held: tuple[str, FastAPI], lake: LakeSettings
+    held: tuple[str, FastAPI], held_client: httpx.Client, lake: LakeSettings
 ) -> None:
     url, app = held
-    client = httpx.Client(base_url=url, headers=AUTH, timeout=60)
+    client = held_client
     restarts = metric(client, "ctr_sql_worker_restarts_total") or 0
     attackers = [key_client(url, lake) for _ in range(2)]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -390,7 +398,6 @@ def test_the_api_answers_while_every_worker_is_busy(
     assert sql(client, "SELECT 'after'").json()["rows"] == [["after"]]
     # Killed workers are replaced when next needed: at least the one 'after' ran in.
     assert (metric(client, "ctr_sql_worker_restarts_total") or 0) >= restarts + 1
-    client.close()
 
 
 # -- issue 32: the SQL endpoint, second round ----------------------------------------------------
