@@ -19,7 +19,7 @@ from api.topic_depth import TopicDepth
 from serving_layer.inventory import Inventory
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
-from serving_layer.tables import LakeSnapshot
+from serving_layer.snapshots import LakeSnapshot
 from views.access import Access
 
 _log = logging.getLogger(__name__)

@@ -57,7 +57,7 @@ from infra.broker import free_port
 from lake.keys import create_key
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
-from serving_layer.tables import SCHEMAS
+from serving_layer.snapshots import SCHEMAS
 from views.columns import DIMENSIONS
 
 if TYPE_CHECKING:

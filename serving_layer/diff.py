@@ -15,7 +15,7 @@ from views.definitions import Definition
 
 if TYPE_CHECKING:
     from serving_layer.reader import SnapshotReader
-    from serving_layer.tables import LakeSnapshot
+    from serving_layer.snapshots import LakeSnapshot
 
 LARGEST: Final = 10
 

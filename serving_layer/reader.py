@@ -1,7 +1,7 @@
 """Reading one consistent snapshot of the lake for a view version: what both the CTR answers
 (:mod:`serving_layer.service`) and the inventory (:mod:`serving_layer.inventory`) read.
 
-Each request pins a :class:`~serving_layer.tables.LakeSnapshot` and queries that snapshot's
+Each request pins a :class:`~serving_layer.snapshots.LakeSnapshot` and queries that snapshot's
 relations (:class:`~serving_layer.relations.RelationCache`: one DuckDB relation per table
 version) through a cursor of its own, so concurrent requests never block each other and never
 see a half-written table. On top of the tables' own relations, this builds once per table
@@ -28,7 +28,7 @@ from lake.registry import Registry
 from lake.settings import LakeSettings
 from serving_layer.query import merged_sql, side_rows_sql
 from serving_layer.relations import RelationCache
-from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
+from serving_layer.snapshots import LakeSnapshot, SnapshotSource, TableSnapshot
 from views.columns import DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
 from views.definitions import Definition, definition
 

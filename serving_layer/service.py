@@ -17,7 +17,7 @@ from serving_layer.freshness import Freshness
 from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql, reach_sql
 from serving_layer.reach import NOT_MEASURED, Reach, reach_of
 from serving_layer.reader import SnapshotReader
-from serving_layer.tables import LakeSnapshot
+from serving_layer.snapshots import LakeSnapshot
 from serving_layer.wilson import wilson_interval
 from views.definitions import Definition
 

@@ -22,7 +22,7 @@ from pydantic import ByteSize, SecretStr
 from api.settings import ApiSettings
 from lake.keys import create_key
 from lake.settings import LakeSettings
-from serving_layer.tables import SnapshotSource
+from serving_layer.snapshots import SnapshotSource
 from tests.api_server import running_api
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest
 

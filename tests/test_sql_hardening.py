@@ -25,7 +25,7 @@ from serving_layer.sandbox.database import (
     tables_read,
 )
 from serving_layer.sandbox.pool import ClientBackoff, SqlBusyError, SqlPool
-from serving_layer.tables import LakeSnapshot, SnapshotSource
+from serving_layer.snapshots import LakeSnapshot, SnapshotSource
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
 from views import sketches
 from views.access import Access, Scope

@@ -24,7 +24,7 @@ from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.reach import Reach
 from serving_layer.service import CtrResult
-from serving_layer.tables import AsOfError, LakeSnapshot
+from serving_layer.snapshots import AsOfError, LakeSnapshot
 from views.columns import DIMENSIONS
 from views.definitions import UnknownVersionError, definition
 

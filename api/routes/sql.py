@@ -26,7 +26,7 @@ from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
 )
-from serving_layer.tables import AsOfError
+from serving_layer.snapshots import AsOfError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
 

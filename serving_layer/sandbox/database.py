@@ -62,7 +62,7 @@ from lake.registry import Registry
 from lake.storage import arrow_filesystem, store_path
 from serving_layer.json_values import jsonable
 from serving_layer.query import merged_sql, side_rows_sql
-from serving_layer.tables import TableSnapshot
+from serving_layer.snapshots import TableSnapshot
 from views import sketches
 from views.access import Access, Scope
 from views.columns import SKETCHES, USER_LISTS

@@ -32,7 +32,7 @@ from serving_layer.sandbox.database import (
     tables_read,
     view_typed_files,
 )
-from serving_layer.tables import TableSnapshot
+from serving_layer.snapshots import TableSnapshot
 from views.access import Access
 
 if TYPE_CHECKING:
