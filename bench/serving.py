@@ -229,7 +229,8 @@ def _staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
     """The dashboard query's SQL from one client with the stale-arrivals branch and without it
     (medians, same process, alternating), and the stale table's computation."""
     from lake.coverage.staleness import stale_sql
-    from serving_layer.query import CtrQuery, ctr_sql
+    from serving_layer.ctr_sql import ctr_sql
+    from serving_layer.query import CtrQuery
     from serving_layer.service import ServingLayer
 
     serving = ServingLayer(lake, refresh_s=3600)
@@ -450,7 +451,8 @@ def _closed_loop(
 
 def _floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
     """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
-    from serving_layer.query import CtrQuery, ctr_sql
+    from serving_layer.ctr_sql import ctr_sql
+    from serving_layer.query import CtrQuery
     from serving_layer.service import ServingLayer
 
     serving = ServingLayer(lake, refresh_s=3600)

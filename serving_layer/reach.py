@@ -1,8 +1,8 @@
 """Reach and frequency of a CTR row: distinct users, exact where the batch layer can say it,
 else a sketch estimate with its bounds.
 
-Per row (a bucket and group of :func:`serving_layer.query.ctr_sql`), from what
-:func:`serving_layer.query.reach_sql` found for the same key:
+Per row (a bucket and group of :func:`serving_layer.ctr_sql.ctr_sql`), from what
+:func:`serving_layer.ctr_sql.reach_sql` found for the same key:
 
 - **exact** (``source`` "batch": every minute covered by a batch run, no late arrival since):
   the distinct users of the batch rows' user lists, under any group-by and filters;

@@ -26,7 +26,7 @@ from lake.coverage.model import Coverage, CoverageRuns
 from lake.coverage.staleness import stale_marks_sql, stale_sql
 from lake.registry import Registry
 from lake.settings import LakeSettings
-from serving_layer.query import merged_sql, side_rows_sql
+from serving_layer.merge_rule import merged_sql, side_rows_sql
 from serving_layer.relations import RelationCache
 from serving_layer.snapshots import LakeSnapshot, SnapshotSource, TableSnapshot
 from views.columns import DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
@@ -135,7 +135,7 @@ class SnapshotReader:
         return self.relations.relation(table).name
 
     def sides(self, snapshot: LakeSnapshot, view: Definition | None = None) -> dict[str, str]:
-        """The ``batch`` and ``speed`` relations :func:`serving_layer.query.ctr_sql` reads for
+        """The ``batch`` and ``speed`` relations :func:`serving_layer.ctr_sql.ctr_sql` reads for
         ``view`` (default: the published version): its tables' rows with the five counts of
         :data:`views.columns.MEASURES` (a table's own relation lacks some)."""
         view = view or self.definition(snapshot)
@@ -146,7 +146,7 @@ class SnapshotReader:
 
     def merged_relation(self, snapshot: LakeSnapshot, view: Definition) -> str:
         """The merge rule of ``view`` at minute grain over the snapshot, as a SELECT (columns
-        of :func:`serving_layer.query.merged_sql`)."""
+        of :func:`serving_layer.merge_rule.merged_sql`)."""
         return merged_sql(
             batch=self._batch_relation(snapshot, view),
             speed=self._speed_relation(snapshot[SPEED_CTR], view, per_key=True),
@@ -245,7 +245,7 @@ class SnapshotReader:
     ) -> str:
         """``table``'s (speed/ctr's) rows that ``view`` counts (its ``where``), with the five
         counts of :data:`views.columns.MEASURES` as ``view`` counts them
-        (:func:`serving_layer.query.side_rows_sql`): a relation name or a parenthesized SELECT.
+        (:func:`serving_layer.merge_rule.side_rows_sql`): a relation name or a parenthesized SELECT.
 
         ``per_key``: one row per key (speed/ctr holds partial counts, several rows per key
         until the speed job rolls them up), for readers that match rows by key; the CTR query
@@ -277,7 +277,7 @@ class SnapshotReader:
         )
 
     def reach_relation(self, table: TableSnapshot, where: str | None) -> str:
-        """``table``'s rows as :func:`serving_layer.query.reach_sql` reads them: the key, the
+        """``table``'s rows as :func:`serving_layer.ctr_sql.reach_sql` reads them: the key, the
         counts, :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES` (null
         where the table has not got them: written before reach was measured), narrowed by
         ``where`` (a version's trusted predicate)."""

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, SPEED_CTR, VIEW_REGISTRY, batch_table
 from lake.coverage.model import Source, source_of
 from runtime.times import from_micros
+from serving_layer.ctr_sql import MAX_PREDICATE_INTERVALS, ctr_sql, reach_sql
 from serving_layer.freshness import Freshness
-from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql, reach_sql
+from serving_layer.query import CtrQuery
 from serving_layer.reach import NOT_MEASURED, Reach, reach_of
 from serving_layer.reader import SnapshotReader
 from serving_layer.snapshots import LakeSnapshot
@@ -57,7 +58,7 @@ class ServingLayer(SnapshotReader):
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
     ) -> tuple[str, dict[str, object]]:
         """The SQL and bound parameters that answer ``query`` for ``view`` over ``snapshot``
-        (:func:`serving_layer.query.ctr_sql` over the snapshot's relations)."""
+        (:func:`serving_layer.ctr_sql.ctr_sql` over the snapshot's relations)."""
         return ctr_sql(
             query,
             **self.sides(snapshot, view),
@@ -124,7 +125,7 @@ class ServingLayer(SnapshotReader):
     def reach(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
     ) -> dict[tuple[object, ...], tuple[object, ...]]:
-        """Who ``query``'s rows reached (:func:`serving_layer.query.reach_sql`), by
+        """Who ``query``'s rows reached (:func:`serving_layer.ctr_sql.reach_sql`), by
         (bucket_us, *group values): (users, clickers, listed, reach_sketches,
         clicker_sketches, unsketched)."""
         batch = self.reach_relation(snapshot[batch_table(view)], None)

@@ -27,9 +27,10 @@ from api.settings import ApiSettings
 from cli.main import app
 from lake.registry import record
 from lake.settings import LakeSettings
+from serving_layer.ctr_sql import ctr_sql
 from serving_layer.diff import diff_versions
 from serving_layer.inventory import Inventory
-from serving_layer.query import CtrQuery, ctr_sql
+from serving_layer.query import CtrQuery
 from serving_layer.sandbox.database import SANDBOX_VIEWS, execute, open_sandbox
 from serving_layer.service import CtrRow, ServingLayer
 from tests.api_server import running_api

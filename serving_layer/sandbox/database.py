@@ -61,7 +61,7 @@ from lake.coverage.staleness import stale_sql
 from lake.registry import Registry
 from lake.storage import arrow_filesystem, store_path
 from serving_layer.json_values import jsonable
-from serving_layer.query import merged_sql, side_rows_sql
+from serving_layer.merge_rule import merged_sql, side_rows_sql
 from serving_layer.snapshots import TableSnapshot
 from views import sketches
 from views.access import Access, Scope
