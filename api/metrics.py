@@ -128,13 +128,13 @@ class LakeCollector(Collector):
         serving = self._serving()
         snap: LakeSnapshot | None = None
         try:
-            snap = serving.snapshot()
+            snap = serving.reader.snapshot()
         except Exception as exc:
             _log.warning("metrics: reading the lake failed: %s", exc)
             errors.add_metric(["lake"], 1)
         parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = []
         if snap is not None:
-            lake, inventory = snap, Inventory(serving)
+            lake, inventory = snap, Inventory(serving.reader)
             parts += [
                 ("tables", lambda: self._tables(inventory, lake)),
                 ("freshness", lambda: self._freshness(serving, lake)),
