@@ -162,10 +162,7 @@ class ServingLayer:
             intervals=self._covered_within(query, snapshot, view),
         )
         keys = ["bucket_us", *query.group_by]
-        counts = {
-            key: values
-            for key, values in _keyed(*self.reader.fetch_all(counted, params), keys, _COUNTED)
-        }
+        counts = dict(_keyed(*self.reader.fetch_all(counted, params), keys, _COUNTED))
         return {
             key: ReachFound(*counts.get(key, (0, 0)), *values)
             for key, values in _keyed(*self.reader.fetch_all(sketched, params), keys, _SKETCHED)

@@ -15,14 +15,16 @@ import pytest
 
 from lake.settings import LakeSettings
 from serving_layer.sandbox.database import (
-    ALLOWED_FUNCTIONS,
-    ALLOWED_TABLE_FUNCTIONS,
-    FUNCTION_GROUPS,
     FunctionRefusedError,
     SqlError,
     SqlRefusedError,
     check_read_only,
     tables_read,
+)
+from serving_layer.sandbox.functions import (
+    ALLOWED_FUNCTIONS,
+    ALLOWED_TABLE_FUNCTIONS,
+    FUNCTION_GROUPS,
 )
 from serving_layer.sandbox.pool import ClientBackoff, SqlBusyError, SqlPool
 from serving_layer.snapshots import LakeSnapshot, SnapshotSource

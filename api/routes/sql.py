@@ -17,12 +17,8 @@ from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlRespo
 from api.query_gate import QueryGate
 from api.rendering import render_sql
 from api.times import as_utc
-from serving_layer.sandbox.database import (
-    ALLOWED_TABLE_FUNCTIONS,
-    FUNCTION_GROUPS,
-    SqlError,
-    SqlRefusedError,
-)
+from serving_layer.sandbox.database import SqlError, SqlRefusedError
+from serving_layer.sandbox.functions import ALLOWED_TABLE_FUNCTIONS, FUNCTION_GROUPS
 from serving_layer.snapshots import AsOfError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])

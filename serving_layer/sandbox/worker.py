@@ -20,8 +20,8 @@ from collections.abc import Collection, Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
+from serving_layer.sandbox.arrow_files import VIEW_TYPE_ERROR, view_typed_files
 from serving_layer.sandbox.database import (
-    VIEW_TYPE_ERROR,
     SqlError,
     SqlRefusedError,
     SqlResult,
@@ -30,7 +30,6 @@ from serving_layer.sandbox.database import (
     hidden_views,
     open_sandbox,
     tables_read,
-    view_typed_files,
 )
 from serving_layer.snapshots import TableSnapshot
 from views.access import Access
