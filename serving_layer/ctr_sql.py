@@ -36,7 +36,7 @@ def ctr_sql(
     """SQL and bound parameters for ``query`` over registered relations.
 
     ``batch`` and ``speed`` hold a version's rows with the five counts of
-    :data:`views.columns.MEASURES` (:func:`serving_layer.merge_rule.side_rows_sql` makes them
+    :data:`views.columns.MEASURES` (:func:`serving_layer.sides.side_rows_sql` makes them
     of a table's rows),
     ``covered`` the disjoint covered intervals (``interval_start``, ``interval_end``), ``stale``
     the late arrivals no batch run has counted yet (rows of

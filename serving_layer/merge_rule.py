@@ -9,10 +9,10 @@ names) are written into the SQL text.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES
+from views.columns import DIMENSIONS, SKETCHES
 from views.columns import MEASURES as COUNTS
 
 
@@ -54,58 +54,6 @@ def merged_sql(
         }
     return merge_rule(
         Sides(batch, speed, covered, stale), columns=columns, source=True, extra=extra
-    )
-
-
-def side_rows_sql(
-    relation: str,
-    *,
-    columns: Collection[str],
-    attribution: bool,
-    speed: bool,
-    where: str | None = None,
-    keep: Sequence[str] = (),
-) -> str:
-    """SELECT of a batch or speed table's rows as the merge rule reads them: bucket_start, the
-    dimensions, the five counts of :data:`views.columns.MEASURES` (and run_id for batch rows),
-    one projection of the rows as stored.
-
-    ``relation`` is a trusted relation name, ``columns`` the columns it has (a table written
-    before the attribution counts has none of them), ``attribution`` whether the version
-    attributes clicks (:attr:`views.definitions.Definition.attribution`), ``speed`` whether the
-    rows are ``speed/ctr``'s, ``where`` the version's trusted predicate on the dimensions,
-    ``keep`` more columns to select as they are (trusted names).
-    Without attribution ``raw_clicks`` are the clicks and the other two are null. With it, a
-    batch table has every count; ``speed/ctr``'s ``clicks`` are the click events, so its
-    ``attributed_clicks`` are the clicks and its ``clicks`` the raw clicks (rows written before
-    the speed job counted attribution count 0 of each).
-    """
-
-    def count(name: str, missing: str) -> str:
-        return name if name in columns else missing
-
-    if not attribution:
-        counts = "clicks, clicks AS raw_clicks, NULL::BIGINT AS orphan_clicks, "
-        counts += "NULL::BIGINT AS repeat_clicks"
-    elif speed:
-
-        def attributed(stored: str) -> str:
-            return f"coalesce({count(stored, 'NULL')}, 0)::BIGINT"
-
-        counts = (
-            f"{attributed('attributed_clicks')} AS clicks, clicks AS raw_clicks, "
-            f"{attributed('orphan_clicks')} AS orphan_clicks, "
-            f"{attributed('repeat_clicks')} AS repeat_clicks"
-        )
-    else:
-        counts = ", ".join(
-            ["clicks", *(f"{count(m, 'NULL::BIGINT')} AS {m}" for m in ATTRIBUTION_MEASURES)]
-        )
-    run_id = "".join(f", {c}" for c in ([] if speed else ["run_id"]) + list(keep))
-    narrow = f" WHERE {where}" if where else ""
-    return (
-        f"SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, {counts}{run_id} "
-        f"FROM {relation}{narrow}"
     )
 
 

@@ -1,18 +1,72 @@
 """A view version's batch and speed rows over a snapshot, as the merge rule
 (:mod:`serving_layer.merge_rule`) and the reach query read them: the five counts of
 :data:`views.columns.MEASURES` as the version counts them, its ``where``, and the columns a
-table written before they were added lacks (null). Each built once per table version in the
+table written before they were added lacks (null): their SQL (:func:`side_rows_sql`, also the
+SQL sandbox's), each built once per table version in the
 :class:`~serving_layer.relations.RelationCache`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 from lake.catalog import batch_table
-from serving_layer.merge_rule import side_rows_sql
 from serving_layer.relations import RelationCache
 from serving_layer.snapshots import LakeSnapshot, TableSnapshot
-from views.columns import DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
 from views.definitions import Definition
+
+
+def side_rows_sql(
+    relation: str,
+    *,
+    columns: Collection[str],
+    attribution: bool,
+    speed: bool,
+    where: str | None = None,
+    keep: Sequence[str] = (),
+) -> str:
+    """SELECT of a batch or speed table's rows as the merge rule reads them: bucket_start, the
+    dimensions, the five counts of :data:`views.columns.MEASURES` (and run_id for batch rows),
+    one projection of the rows as stored.
+
+    ``relation`` is a trusted relation name, ``columns`` the columns it has (a table written
+    before the attribution counts has none of them), ``attribution`` whether the version
+    attributes clicks (:attr:`views.definitions.Definition.attribution`), ``speed`` whether the
+    rows are ``speed/ctr``'s, ``where`` the version's trusted predicate on the dimensions,
+    ``keep`` more columns to select as they are (trusted names).
+    Without attribution ``raw_clicks`` are the clicks and the other two are null. With it, a
+    batch table has every count; ``speed/ctr``'s ``clicks`` are the click events, so its
+    ``attributed_clicks`` are the clicks and its ``clicks`` the raw clicks (rows written before
+    the speed job counted attribution count 0 of each).
+    """
+
+    def count(name: str, missing: str) -> str:
+        return name if name in columns else missing
+
+    if not attribution:
+        counts = "clicks, clicks AS raw_clicks, NULL::BIGINT AS orphan_clicks, "
+        counts += "NULL::BIGINT AS repeat_clicks"
+    elif speed:
+
+        def attributed(stored: str) -> str:
+            return f"coalesce({count(stored, 'NULL')}, 0)::BIGINT"
+
+        counts = (
+            f"{attributed('attributed_clicks')} AS clicks, clicks AS raw_clicks, "
+            f"{attributed('orphan_clicks')} AS orphan_clicks, "
+            f"{attributed('repeat_clicks')} AS repeat_clicks"
+        )
+    else:
+        counts = ", ".join(
+            ["clicks", *(f"{count(m, 'NULL::BIGINT')} AS {m}" for m in ATTRIBUTION_MEASURES)]
+        )
+    run_id = "".join(f", {c}" for c in ([] if speed else ["run_id"]) + list(keep))
+    narrow = f" WHERE {where}" if where else ""
+    return (
+        f"SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, {counts}{run_id} "
+        f"FROM {relation}{narrow}"
+    )
 
 
 class VersionSides:
@@ -66,7 +120,7 @@ class VersionSides:
     def speed(self, table: TableSnapshot, view: Definition, *, per_key: bool = False) -> str:
         """``table``'s (speed/ctr's) rows that ``view`` counts (its ``where``), with the five
         counts of :data:`views.columns.MEASURES` as ``view`` counts them
-        (:func:`serving_layer.merge_rule.side_rows_sql`): a relation name or a parenthesized SELECT.
+        (:func:`side_rows_sql`): a relation name or a parenthesized SELECT.
 
         ``per_key``: one row per key (speed/ctr holds partial counts, several rows per key
         until the speed job rolls them up), for readers that match rows by key; the CTR query

@@ -10,7 +10,8 @@ from lake.catalog import SPEED_CTR, batch_table
 from lake.coverage.log import runs_from_duckdb
 from lake.coverage.staleness import stale_sql
 from lake.registry import Registry
-from serving_layer.merge_rule import merged_sql, side_rows_sql
+from serving_layer.merge_rule import merged_sql
+from serving_layer.sides import side_rows_sql
 from views.columns import SKETCHES
 from views.definitions import versions
 
