@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anyio import to_thread
 from pydantic import SecretStr
 
-from views.access import BOOTSTRAP, Access
+from access.roles import BOOTSTRAP, Access
 
 if TYPE_CHECKING:
-    from lake.keys import KeyWatcher, UsageRecorder
+    from access.key_usage import UsageRecorder
+    from access.key_watcher import KeyWatcher
+
+
+def utc_now() -> dt.datetime:
+    """The system's time, in UTC: what keys' expiry is checked against outside tests."""
+    return dt.datetime.now(dt.UTC)
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -39,15 +46,23 @@ def token_ok(expected: SecretStr, authorization: str | None) -> bool:
 
 
 class Authenticator:
-    """The :class:`~views.access.Access` of a request's ``Authorization`` header, or None.
+    """The :class:`~access.roles.Access` of a request's ``Authorization`` header, or None.
 
     ``watcher`` reads the key store (None: ``API_TOKEN`` only); ``usage`` records when each
-    key was last used (set when the application starts)."""
+    key was last used (set when the application starts); ``clock`` is the time keys' expiry is
+    checked against."""
 
-    def __init__(self, token: SecretStr, watcher: KeyWatcher | None = None) -> None:
+    def __init__(
+        self,
+        token: SecretStr,
+        watcher: KeyWatcher | None = None,
+        *,
+        clock: Callable[[], dt.datetime] = utc_now,
+    ) -> None:
         self.token = token
         self.watcher = watcher
         self.usage: UsageRecorder | None = None
+        self._clock = clock
 
     async def access(self, authorization: str | None) -> Access | None:
         if token_ok(self.token, authorization):
@@ -63,7 +78,7 @@ class Authenticator:
     def key_access(self, credentials: str) -> Access | None:
         """The access of key ``credentials`` if it is live now (blocking: reads the store)."""
         assert self.watcher is not None
-        now = dt.datetime.now(dt.UTC)
+        now = self._clock()
         key = self.watcher.ring().verify(credentials, now)
         if key is None:
             return None

@@ -20,6 +20,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
+from access.roles import Access
 from api.errors import ParameterError
 from api.formats import Format
 from api.query_gate import GateBusyError, QueryGate
@@ -29,7 +30,6 @@ from api.settings import ApiSettings
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import ServingLayer
 from serving_layer.snapshots import AsOfError
-from views.access import Access
 from views.definitions import UnknownVersionError, definition
 
 DEFAULT_LIMIT: Final = 10_000

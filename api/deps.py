@@ -11,13 +11,13 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from access.roles import Access
 from api.guard import UNAUTHORIZED
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
-from views.access import Access
 
 _bearer = HTTPBearer(
     auto_error=False,

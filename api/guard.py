@@ -3,7 +3,7 @@
 A pure ASGI middleware, so an unauthenticated request is answered 401 without its body being
 read or parsed (FastAPI reads and validates a body before it runs route dependencies), and an
 authenticated body over ``max_body_bytes`` gets a 413 without being buffered past that size.
-The request's :class:`~views.access.Access` (who sent it, and what it may read) goes into its
+The request's :class:`~access.roles.Access` (who sent it, and what it may read) goes into its
 scope's state for the routes (``request.state.access``) and the access log.
 """
 

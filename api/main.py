@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import datetime as dt
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from anyio import CapacityLimiter
@@ -10,8 +11,10 @@ from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
+from access.key_usage import UsageRecorder
+from access.key_watcher import KeyWatcher
 from api import errors
-from api.authn import Authenticator
+from api.authn import Authenticator, utc_now
 from api.deps import require_access
 from api.errors import ParameterError
 from api.guard import RequestGuard
@@ -23,7 +26,6 @@ from api.routes import access, ctr, dashboard, docs, health, sql, views
 from api.security_headers import SecurityHeaders
 from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
-from lake.keys import KeyWatcher, UsageRecorder
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.reader import QueryLimitError, SnapshotReader
@@ -32,12 +34,15 @@ from serving_layer.service import ServingLayer
 
 
 def create_app(
-    settings: ApiSettings, lake: LakeSettings | None = None, kafka: KafkaSettings | None = None
+    settings: ApiSettings,
+    lake: LakeSettings,
+    kafka: KafkaSettings,
+    *,
+    key_clock: Callable[[], dt.datetime] = utc_now,
 ) -> FastAPI:
-    """The API over ``lake`` (default: ``LAKE_ROOT``/``CHECKPOINT_ROOT`` from the environment);
-    ``kafka`` (default: ``KAFKA_*``) is only asked for the dead-letter topic's depth."""
-    lake = lake or LakeSettings()
-    kafka = kafka or KafkaSettings()
+    """The API over ``lake``; ``kafka`` is only asked for the dead-letter topic's depth;
+    ``key_clock`` (default: the system's UTC time) is what keys' expiry is checked against. The
+    entry point (``ctr serve``) builds the settings from the environment."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -107,7 +112,7 @@ def create_app(
     )
     app.state.settings = settings
     # API_TOKEN (the bootstrap admin) and the keys of the lake's key store (`ctr keys`).
-    authenticator = Authenticator(settings.token, KeyWatcher(lake))
+    authenticator = Authenticator(settings.token, KeyWatcher(lake), clock=key_clock)
     app.state.authenticator = authenticator
     app.state.cache = ResponseCache[Rendered](
         settings.cache_entries,

@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from access.roles import Access
 from api.query_gate import QueryGate
 from api.response_cache import ResponseCache
 from api.topic_depth import TopicDepth
@@ -20,7 +21,6 @@ from serving_layer.inventory import Inventory
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
 from serving_layer.snapshots import LakeSnapshot
-from views.access import Access
 
 _log = logging.getLogger(__name__)
 # Who asked for what (RequestMetrics): `ctr serve` writes it to stderr.

@@ -6,8 +6,10 @@ import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from batch_layer.errors import BatchError
 
-class IntervalError(ValueError):
+
+class IntervalError(BatchError, ValueError):
     """An interval a batch run cannot cover."""
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from batch_layer.drift import record_drift
+from batch_layer.errors import BatchError
 from batch_layer.interval import Interval
 from events.records import EVENTS_SCHEMA
 from lake import view_files
@@ -48,7 +49,7 @@ COMMIT_ATTEMPTS = 4
 DEDUP_INPUT_BYTES_PER_PARTITION = 32 * 2**20
 
 
-class MissingTableError(LookupError):
+class MissingTableError(BatchError, LookupError):
     """The master dataset is not there yet."""
 
 

@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from infra.broker import scratch_broker
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
@@ -67,7 +68,7 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     print(f"bench archive: producing {events:,} events ...", flush=True)
     config = TrafficConfig(seed=7, start_ms=int(time.time() * 1000) - events,
                            malformed_fraction=0.01)  # fmt: skip
-    with EventProducer(kafka, validate_records=False) as producer:
+    with EventProducer(kafka, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=events)
     spark_settings = SparkSettings()
     spark = spark_session(spark_settings)
@@ -176,7 +177,7 @@ def _small_batches(
     ensure_topics(topic)
     n = SMALL_BATCH * SMALL_BATCHES
     config = TrafficConfig(seed=8, start_ms=int(time.time() * 1000) - n, malformed_fraction=0.01)
-    with EventProducer(topic, validate_records=False) as producer:
+    with EventProducer(topic, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=n)
     lake = LakeSettings(lake_root=work / "small-lake", checkpoint_root=work / "small-ck")
     batches: list[StreamProgress] = []

@@ -47,8 +47,9 @@ from typing import Final
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.serving import END, RESULTS, SpeedWriter, build_lake
-from bench.serving import _wait_until_up as wait_until_up
+from bench.serving import RESULTS
+from bench.serving_lake import END, SpeedWriter, build_lake
+from bench.serving_load import wait_until_up
 from infra.broker import free_port
 from lake.settings import LakeSettings
 

@@ -37,6 +37,7 @@ import orjson
 import pyarrow.compute as pc
 
 from ingest.producer import EventProducer
+from ingest.settings import ProducerSettings
 from lake.catalog import SPEED_CTR
 from lake.settings import LakeSettings
 from lake.speed_status import read_status
@@ -78,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     headers = {"Authorization": f"Bearer {env['API_TOKEN']}"}
     samples: list[dict[str, object]] = []
     started = time.monotonic()
-    with EventProducer(kafka) as producer, httpx.Client(base_url=api, headers=headers) as client:
+    with (
+        EventProducer(kafka, ProducerSettings()) as producer,
+        httpx.Client(base_url=api, headers=headers) as client,
+    ):
         number = 0
         while time.monotonic() - started < args.minutes * 60:
             sample: dict[str, object] = {"minute": round((time.monotonic() - started) / 60, 1)}

@@ -48,11 +48,13 @@ from bench.batch import DAY, _generate
 from infra.broker import scratch_broker
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark import submit_args
+from runtime.spark_settings import SparkSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -139,7 +141,7 @@ def _produce(kafka: KafkaSettings, events: int) -> None:
     print(f"bench scale: producing {events:,} events for the stream ...", flush=True)
     config = TrafficConfig(seed=17, start_ms=int(time.time() * 1000) - events // 5,
                            events_per_second=5_000)  # fmt: skip
-    with EventProducer(kafka, validate_records=False) as producer:
+    with EventProducer(kafka, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=events)
 
 
@@ -264,7 +266,7 @@ def _submit(master: str, lake: LakeSettings, logs: Path, workers: int, events: i
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYTHONPATH": str(ROOT),
     }
-    command = [str(BIN / "spark-submit"), *submit_args(), "--master", master]
+    command = [str(BIN / "spark-submit"), *submit_args(SparkSettings()), "--master", master]
     command += ["--driver-memory", DRIVER_MEMORY, "--executor-memory", EXECUTOR_MEMORY]
     command += ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={logs}"]
     # One plain JSON file (Spark 4 rolls and compresses event logs by default).

@@ -35,6 +35,7 @@ from infra.broker import scratch_broker
 from infra.s3 import LocalS3, LocalS3Settings, free_base_port
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -81,7 +82,7 @@ def _run(store: LocalS3, kafka: KafkaSettings, work: Path, events: int) -> dict[
         malformed_fraction=0.01,
     )  # fmt: skip
     print(f"bench storage: producing {events:,} events ...", flush=True)
-    with EventProducer(kafka, validate_records=False) as producer:
+    with EventProducer(kafka, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=events)
         producer.flush(120)
     spark = spark_session(SparkSettings(master="local[2]", app_name="bench-storage"))

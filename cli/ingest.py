@@ -39,9 +39,10 @@ def _parse_time(value: str | None, option: str) -> int | None:
 
 def _open_producer(validate_records: bool = True) -> EventProducer:
     from ingest.producer import EventProducer, TopicMissingError
+    from ingest.settings import ProducerSettings
     from runtime.topics import KafkaUnavailableError
 
-    producer = EventProducer(KafkaSettings(), validate_records=validate_records)
+    producer = EventProducer(KafkaSettings(), ProducerSettings(), validate_records=validate_records)
     try:
         producer.check_ready()
     except (KafkaUnavailableError, TopicMissingError) as exc:

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Annotated, Final, NoReturn
 
 import typer
 
+from access.roles import Role
 from cli.console import console, fail
-from views.access import Role
 
 if TYPE_CHECKING:
-    from lake.keys import ApiKey, KeyStoreError
+    from access.key_ring import ApiKey
+    from access.key_store import KeyStoreError
 
 SCOPES: Final = (
     "admin: everything, the raw events (with user ids), rejected payloads and /metrics "
@@ -29,7 +30,7 @@ app = typer.Typer(
 
 Name = Annotated[str, typer.Argument(help="The key's name: 1 to 64 of A-Z a-z 0-9 . _ @ -.")]
 _RELATIVE: Final = re.compile(r"(\d+)([dh])")
-# What each argument of lake.keys is called on this command line.
+# What each argument of access.key_store is called on this command line.
 _OPTIONS: Final = {
     "name": "NAME",
     "role": "--scope",
@@ -75,7 +76,7 @@ def create(
     is shown this once: only its SHA-256 is stored. A name has one key at a time: revoke it
     before creating another. An advertiser's ids are kept exactly as given (spaces too), as
     the events carry them."""
-    from lake.keys import KeyStoreError, create_key
+    from access.key_store import KeyStoreError, create_key
     from lake.settings import LakeSettings
 
     now = dt.datetime.now(dt.UTC)
@@ -113,7 +114,7 @@ def list_keys(
     Never a key or its hash."""
     from rich.table import Table
 
-    from lake.keys import read_keys
+    from access.key_store import read_keys
     from lake.settings import LakeSettings
 
     now = dt.datetime.now(dt.UTC)
@@ -131,8 +132,8 @@ def list_keys(
         "expires",
         "last used",
         "status",
-        # The API records a key's last use once a minute (lake.keys.UsageRecorder): a key used
-        # seconds ago may still show none.
+        # The API records a key's last use once a minute (access.key_usage.UsageRecorder): a
+        # key used seconds ago may still show none.
         caption="times in UTC; the API records last uses once a minute",
     )
     for key in keys:
@@ -155,7 +156,7 @@ def revoke(
 ) -> None:
     """Revoke NAME's key: the API refuses it from its next request on (every API process
     checks the lake's keys for a new commit on each request)."""
-    from lake.keys import KeyStoreError, revoke_key
+    from access.key_store import KeyStoreError, revoke_key
     from lake.settings import LakeSettings
 
     try:

@@ -8,6 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from cli import archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
+from runtime.errors import CtrError, foreign_or_ours, reason_of
 
 app = typer.Typer(
     name="ctr",
@@ -39,6 +40,12 @@ def main() -> None:
         # A bad environment variable: say which, without a traceback.
         print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
         sys.exit(2)
+    except Exception as exc:
+        if not foreign_or_ours(exc):
+            raise  # a defect: its traceback is what a report needs
+        # One of ours says its cause and the fix; Spark's, delta-rs's or Kafka's, in one line.
+        print(f"error: {exc if isinstance(exc, CtrError) else reason_of(exc)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _private_files() -> None:

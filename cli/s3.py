@@ -22,9 +22,9 @@ def up() -> None:
     `source RUN_DIR/s3/env; LAKE_ROOT=s3://$CTR_S3_BUCKET/lake ctr …`. Objects live under
     RUN_DIR/s3/data and survive `ctr s3 down`. The first start builds the server (make setup
     does it too)."""
-    from infra.s3 import LocalS3, S3Error
+    from infra.s3 import LocalS3, LocalS3Settings, S3Error
 
-    store = LocalS3()
+    store = LocalS3(LocalS3Settings())
     console.print("s3: starting the local S3 server (SeaweedFS) …")
     try:
         started = store.start()
@@ -47,9 +47,9 @@ def down(
     """Stop the local S3 server started by `ctr s3 up` (its data stays unless --delete-data)."""
     import shutil
 
-    from infra.s3 import LocalS3
+    from infra.s3 import LocalS3, LocalS3Settings
 
-    store = LocalS3()
+    store = LocalS3(LocalS3Settings())
     stopped = store.stop()
     message = "s3: stopped" if stopped else "s3: was not running"
     if delete_data:
@@ -61,9 +61,9 @@ def down(
 @app.command()
 def status() -> None:
     """Whether the local S3 server runs, and where."""
-    from infra.s3 import LocalS3
+    from infra.s3 import LocalS3, LocalS3Settings
 
-    store = LocalS3()
+    store = LocalS3(LocalS3Settings())
     pid = store.pid()
     if pid is None:
         console.print("s3: not running")

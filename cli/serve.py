@@ -26,6 +26,8 @@ def serve(
     from api.main import create_app
     from api.server import server_config
     from api.settings import ApiSettings
+    from lake.settings import LakeSettings
+    from runtime.kafka_settings import KafkaSettings
 
     try:
         settings = ApiSettings()  # type: ignore[call-arg]  # API_TOKEN comes from the environment
@@ -41,4 +43,5 @@ def serve(
     host = host or settings.host
     port = port or settings.port
     console.print(f"serving on http://{host}:{port}/ (API docs: http://{host}:{port}/docs)")
-    uvicorn.Server(server_config(create_app(settings), settings, host=host, port=port)).run()
+    app = create_app(settings, LakeSettings(), KafkaSettings())
+    uvicorn.Server(server_config(app, settings, host=host, port=port)).run()

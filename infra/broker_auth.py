@@ -30,6 +30,7 @@ from typing import Final
 
 from pydantic import SecretStr
 
+from infra.errors import InfraError
 from runtime.kafka_settings import KafkaSettings
 
 BROKER_USER: Final = "ctr-broker"
@@ -41,7 +42,7 @@ SASL_TLS_LISTENER: Final = "SASL_SSL"
 SCRAM_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
-class CredentialsError(RuntimeError):
+class CredentialsError(InfraError, RuntimeError):
     """The credentials file is missing, unreadable or damaged; the message names the fix."""
 
 

@@ -20,13 +20,15 @@ from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
+from infra.errors import InfraError
+
 CHROMIUM_MISSING = (
     "Debian's chromium is not installed: `make test` installs it "
     "(infra/system-packages.sh chromium), or run `apt-get install chromium`"
 )
 
 
-class BrowserError(RuntimeError):
+class BrowserError(InfraError, RuntimeError):
     """Chromium did not start, a CDP command failed, or the page threw."""
 
 

@@ -19,10 +19,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from infra.errors import InfraError
+
 CONTROLLER_HOST_OCTET = 254
 
 
-class NetnsError(RuntimeError):
+class NetnsError(InfraError, RuntimeError):
     """The namespaces could not be set up; the message names the fix."""
 
 

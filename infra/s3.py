@@ -59,7 +59,7 @@ class LocalS3Settings(BaseSettings):
 
 
 @dataclass(frozen=True)
-class Credentials:
+class S3Credentials:
     access_key_id: str
     secret_access_key: str
 
@@ -67,8 +67,8 @@ class Credentials:
 class LocalS3:
     """Start, stop and describe the local server of ``settings``."""
 
-    def __init__(self, settings: LocalS3Settings | None = None) -> None:
-        self.settings = settings or LocalS3Settings()
+    def __init__(self, settings: LocalS3Settings) -> None:
+        self.settings = settings
         self.dir = self.settings.s3_dir
         self.pid_file = self.dir / "weed.pid"
         self.log_file = self.dir / "weed.log"
@@ -91,7 +91,7 @@ class LocalS3:
         base = self.settings.port
         return [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
 
-    def credentials(self) -> Credentials:
+    def credentials(self) -> S3Credentials:
         """The access key of this store, made at the first start."""
         path = self.dir / "credentials.json"
         if not path.exists():
@@ -100,7 +100,7 @@ class LocalS3:
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w") as out:
                 json.dump(made, out)
-        return Credentials(**json.loads(path.read_text()))
+        return S3Credentials(**json.loads(path.read_text()))
 
     def environment(self) -> dict[str, str]:
         """The variables a component needs to use the store (what ``env`` exports)."""

@@ -16,6 +16,7 @@ from typing import Protocol, Self
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from events.model import DEFAULT_RULES, Event, Invalid, ValidationRules, validate
+from ingest.errors import IngestError
 from ingest.settings import ProducerSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import KafkaUnavailableError, wait_for_cluster
@@ -29,7 +30,7 @@ _POLL_EVERY = 1000  # serve delivery callbacks this often, so the queue never fi
 _MAX_ERRORS_KEPT = 20
 
 
-class TopicMissingError(LookupError):
+class TopicMissingError(IngestError, LookupError):
     """A topic the producer writes to does not exist."""
 
 
@@ -111,7 +112,7 @@ class EventProducer:
     def __init__(
         self,
         kafka: KafkaSettings,
-        settings: ProducerSettings | None = None,
+        settings: ProducerSettings,
         *,
         producer: ProducerLike | None = None,
         validate_records: bool = True,
@@ -119,7 +120,7 @@ class EventProducer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kafka = kafka
-        self.settings = settings or ProducerSettings()
+        self.settings = settings
         self.stats = DeliveryStats(reports_all=self.settings.delivery_reports == "all")
         self._validate = validate_records
         self._rules = rules

@@ -222,7 +222,7 @@ VIEW_REGISTRY: Final = Table(
     ),
 )
 
-# Who may call the API: an append-only log of API keys created, revoked and used (lake.keys).
+# Who may call the API: an append-only log of API keys created, revoked and used (access.key_store).
 # Only a key's SHA-256 is stored. Never served: the SQL sandbox does not see it.
 API_KEYS: Final = Table(
     "access/keys",
@@ -266,7 +266,7 @@ def batch_table(definition: Definition) -> Table:
 VERSIONED: Final = tuple(batch_table(d) for d in DEFINITIONS if d.version != 1)
 
 # What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own;
-# access/keys, the API keys' hashes, is read by the API's key check alone: lake.keys).
+# access/keys, the API keys' hashes, is read by the API's key check alone: access.key_watcher).
 SERVED: Final = (
     BATCH_CTR,
     BATCH_COVERAGE,

@@ -1,7 +1,7 @@
 """Keeping the lake small and fast, through delta-rs: compaction (OPTIMIZE; for the batch
 views, hour by hour: :func:`lake.view_files.compact_hours`) and VACUUM of the batch tables (the
 streaming jobs maintain their own: :meth:`lake.append_table.AppendTable.maintain`), and the
-key store's superseded last uses dropped (:func:`lake.keys.fold_uses`).
+key store's superseded last uses dropped (:func:`fold_key_uses`).
 
 Each pass is bounded by what changed since the last: the view tables' compaction takes at most
 48 hours a pass, and VACUUM is *lite* (the files the log's tombstones name, however large the
@@ -16,8 +16,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from lake.catalog import API_KEYS, BATCH_CTR, VERSIONED
-from lake.keys import fold_uses
 from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
 from lake.storage import ensure_properties, is_delta, open_delta
@@ -70,7 +71,7 @@ def compact_and_vacuum(
     if retention_hours is not None and retention_hours != int(retention_hours):
         raise ValueError(f"retention_hours must be whole hours, got {retention_hours}")
     if table == API_KEYS.name:
-        folded = fold_uses(lake)
+        folded = fold_key_uses(lake)
         if folded:
             log.info("%s: %d superseded last-use events dropped", table, folded)
     delta = open_delta(path)
@@ -101,6 +102,35 @@ def compact_and_vacuum(
         sum(1 for f in vacuumed if f.endswith(".parquet")),
         full_vacuum,
     )
+
+
+def fold_key_uses(lake: LakeSettings) -> int:
+    """Drop the ``used`` events of ``access/keys`` a later one of the same key supersedes (each
+    API process records one a minute per key in use, :mod:`access.key_usage`, which would grow
+    the table, and each reload, without bound), in one commit that writes the table again;
+    returns how many were dropped (0: no commit). Run before the table is compacted. A create or
+    revoke committed meanwhile is kept (tests/test_keys.py)."""
+    from deltalake import write_deltalake
+
+    path = API_KEYS.path(lake)
+    if not is_delta(path):
+        return 0
+    table = open_delta(path)
+    rows = table.to_pyarrow_table().to_pylist()
+    unique, used = [], set()
+    for row in sorted(rows, key=lambda r: r["at"].astimezone(dt.UTC), reverse=True):
+        if row["event"] == "used":
+            if row["name"] in used:
+                continue  # superseded by the newer use kept before it
+            used.add(row["name"])
+        unique.append(row)
+    dropped = len(rows) - len(unique)
+    if dropped:
+        data = pa.Table.from_pylist(unique, schema=API_KEYS.schema)
+        # Through the table as read: the overwrite removes the files of that version only, so
+        # a revoke committed since (a file of its own) stays.
+        write_deltalake(table, data, mode="overwrite")
+    return dropped
 
 
 def compact_and_vacuum_all(

@@ -22,6 +22,7 @@ from typing import Final, Literal
 import pyarrow as pa
 
 from lake.catalog import MASTER_EVENTS, VIEW_REGISTRY
+from lake.errors import LakeError
 from lake.settings import LakeSettings
 from lake.storage import delta_options, is_delta, open_delta
 from views.definitions import NEWEST, Definition, definition, versions
@@ -40,7 +41,7 @@ class RegistryEvent:
     at: dt.datetime
 
 
-class RegistryError(ValueError):
+class RegistryError(LakeError, ValueError):
     """A registry change that would leave readers on a version that cannot serve."""
 
 

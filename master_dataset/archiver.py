@@ -83,7 +83,7 @@ def build_query(
     lake: LakeSettings,
     settings: ArchiverSettings,
     available_now: bool = False,
-    batch_writer: BatchWriter | None = None,
+    batch_writer: ArchiveBatchWriter | None = None,
 ) -> StreamingQuery:
     """Start the archiving query (it runs until stopped, or until caught up if available_now)."""
 
@@ -96,7 +96,9 @@ def build_query(
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),
     )
-    writer = raw.writeStream.foreachBatch(batch_writer or BatchWriter(lake, checkpoint, settings))
+    writer = raw.writeStream.foreachBatch(
+        batch_writer or ArchiveBatchWriter(lake, checkpoint, settings)
+    )
     writer = writer.option("checkpointLocation", checkpoint)
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -105,7 +107,7 @@ def build_query(
     return writer.queryName("ctr-archiver").start()
 
 
-class BatchWriter:
+class ArchiveBatchWriter:
     """foreachBatch function over the Kafka records of a micro-batch: one Spark job, a task per
     core, parses them and writes the tables' files (:func:`archive_records`); then the driver
     commits master/events, master/rejected and master/arrivals, each in one delta-rs commit
@@ -115,11 +117,9 @@ class BatchWriter:
     ``phases`` keeps, for the last few batches, the milliseconds of each step (``task.*``:
     summed over the batch's tasks, which run side by side)."""
 
-    def __init__(
-        self, lake: LakeSettings, checkpoint: str, settings: ArchiverSettings | None = None
-    ) -> None:
+    def __init__(self, lake: LakeSettings, checkpoint: str, settings: ArchiverSettings) -> None:
         self.checkpoint = checkpoint
-        self.settings = settings or ArchiverSettings()
+        self.settings = settings
         # The first pass a minute after the start (see Periodic), with a full VACUUM.
         self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
         self.full_vacuum_due = Periodic(self.settings.full_vacuum_seconds, first_after_s=0)
@@ -304,7 +304,7 @@ def run(
 ) -> int:
     """Run the archiver until caught up (available_now) or told to stop; returns rows archived.
     Each batch's phases (ms) are logged, and reach ``on_progress`` as ``progress.phases_ms``."""
-    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
+    writer = ArchiveBatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
     query = build_query(
         spark,
         kafka=kafka,

@@ -12,6 +12,8 @@ from typing import Any, Final, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runtime.errors import SetupError
+
 LOOPBACK_HOSTS = frozenset({"localhost", "ip6-localhost"})
 # librdkafka logs every refused connection to stderr unless given a logger.
 LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
@@ -40,7 +42,7 @@ CONNECTION_ENV: Final = (
 )
 
 
-class KafkaAuthError(ValueError):
+class KafkaAuthError(SetupError, ValueError):
     """The security settings do not fit together (a protocol without credentials, ...)."""
 
 

@@ -92,15 +92,12 @@ def connector_conf() -> dict[str, str]:
     return conf
 
 
-def spark_session(
-    settings: SparkSettings | None = None, *, submitted: bool = False
-) -> SparkSession:
+def spark_session(settings: SparkSettings, *, submitted: bool = False) -> SparkSession:
     """Build (or return the running) SparkSession with the connectors on its classpath.
 
     ``submitted``: the job runs under ``spark-submit``, which chose the master (``--master``):
     the session keeps it rather than setting ``settings.master``.
     """
-    settings = settings or SparkSettings()
     from pyspark.sql import SparkSession
 
     # Python workers run settings.python: the conf for executors a cluster starts, and
@@ -181,11 +178,10 @@ def _local_conf(master: str) -> dict[str, str]:
     return {"spark.databricks.delta.snapshotPartitions": str(count)}
 
 
-def submit_args(settings: SparkSettings | None = None) -> list[str]:
-    """``spark-submit`` arguments for the connectors and the resources of ``settings`` (default:
-    the environment's): a job under spark-submit has its JVM before it builds its session, so
-    the jars and the driver's memory must be on the command line."""
-    settings = settings or SparkSettings()
+def submit_args(settings: SparkSettings) -> list[str]:
+    """``spark-submit`` arguments for the connectors and the resources of ``settings``: a job
+    under spark-submit has its JVM before it builds its session, so the jars and the driver's
+    memory must be on the command line."""
     conf = connector_conf()
     args = ["--jars", conf.pop("spark.jars")]
     for key, value in conf.items():
@@ -196,4 +192,4 @@ def submit_args(settings: SparkSettings | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    print(" ".join(submit_args()))
+    print(" ".join(submit_args(SparkSettings())))

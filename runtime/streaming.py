@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.errors import reason_in
+
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
     from pyspark.sql.streaming import StreamingQuery
@@ -322,16 +324,13 @@ class _NewReports:
         return fresh
 
 
-_PYTHON_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
-
-
 _DATA_LOSS = re.compile(r"failOnDataLoss|[Ss]ome data may have been (?:lost|missed)")
 
 
 def cause_of(exc: BaseException) -> str:
-    """The root cause of a failed query in one line: the Python error raised inside a
-    foreachBatch function if there is one (Spark wraps it in pages of trace), or what Spark's
-    kafka source says about offsets the log no longer holds."""
+    """The root cause of a failed query in one line: what Spark's kafka source says about
+    offsets the log no longer holds, else :func:`runtime.errors.reason_in` (the Python error
+    raised inside a foreachBatch function, or the Java exception Spark raised)."""
     text = str(exc)
     if _DATA_LOSS.search(text):
         detail = next(
@@ -344,8 +343,4 @@ def cause_of(exc: BaseException) -> str:
             "Set failOnDataLoss=false (ARCHIVER_FAIL_ON_DATA_LOSS / SPEED_FAIL_ON_DATA_LOSS) "
             f"to go on from the earliest offset still there. Spark: {detail[:300]}"
         )
-    found = [m for m in _PYTHON_ERROR.finditer(text) if m.group(1) != "StreamingQueryException"]
-    if found:
-        kind, message = found[-1].group(1), found[-1].group(2).strip()
-        return f"{message} ({kind})"
-    return text.splitlines()[0] if text else type(exc).__name__
+    return reason_in(text) or type(exc).__name__

@@ -11,10 +11,11 @@ from typing import Any, Final, Literal
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
+from runtime.errors import SetupError
 from runtime.kafka_settings import KafkaSettings
 
 
-class KafkaUnavailableError(RuntimeError):
+class KafkaUnavailableError(SetupError, RuntimeError):
     """No broker answered a metadata request in time."""
 
 

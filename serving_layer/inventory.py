@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Final
 
+from access.roles import Scope
 from lake.catalog import (
     BATCH_COVERAGE,
     BATCH_DRIFT,
@@ -29,7 +30,6 @@ from lake.coverage.staleness import (
 from lake.registry import Registry
 from serving_layer.reader import SnapshotReader
 from serving_layer.snapshots import LakeSnapshot, TableSnapshot
-from views.access import Scope
 from views.definitions import Definition, versions
 
 

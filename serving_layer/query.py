@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from access.roles import Scope
 from events.countries import ISO_3166_ALPHA2
 from runtime.times import EARLIEST, LATEST
-from views.access import Scope
 from views.columns import DIMENSIONS
 from views.columns import MEASURES as COUNTS
 

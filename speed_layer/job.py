@@ -68,6 +68,7 @@ from runtime.streaming import (
 )
 from runtime.times import EPOCH
 from speed_layer import state
+from speed_layer.errors import SpeedError
 from speed_layer.rewrite import spark_rewrite
 from speed_layer.settings import SpeedSettings
 from speed_layer.tables import NEXT_WATERMARK, SpeedTable
@@ -94,7 +95,7 @@ ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attributio
 STATE_DIR: Final = "attribution"  # the attribution's state, in the checkpoint's directory
 
 
-class SpeedStateError(RuntimeError):
+class SpeedStateError(SpeedError, RuntimeError):
     """speed/ctr holds counts from another streaming query (its checkpoint is gone)."""
 
 
@@ -105,11 +106,11 @@ def build_query(
     lake: LakeSettings,
     settings: SpeedSettings,
     available_now: bool = False,
-    writer: BatchWriter | None = None,
+    writer: SpeedBatchWriter | None = None,
 ) -> StreamingQuery:
     """Start the speed query (it runs until stopped, or until caught up if available_now)."""
     checkpoint = lake.checkpoint(settings.checkpoint_name)
-    writer = writer or BatchWriter(lake, checkpoint, settings)
+    writer = writer or SpeedBatchWriter(lake, checkpoint, settings)
     _check_fresh_start(lake, checkpoint)
     raw = read_kafka(
         spark,
@@ -145,7 +146,7 @@ def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
         )
 
 
-class BatchWriter:
+class SpeedBatchWriter:
     """foreachBatch function: the micro-batch's view, split at the watermark, appended to
     ``speed/late`` and ``speed/ctr`` with the clicks attributed to the open impressions;
     between batches, the roll-up and maintenance."""
@@ -341,7 +342,7 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Run the speed job until caught up (available_now) or told to stop; returns rows read."""
-    writer = BatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
+    writer = SpeedBatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
     query = build_query(
         spark,
         kafka=kafka,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
+from api.authn import utc_now
 from api.main import create_app
 from api.server import server_config
 from api.settings import ApiSettings
@@ -19,14 +21,15 @@ from runtime.kafka_settings import KafkaSettings
 
 @contextlib.contextmanager
 def running_api(
-    settings: ApiSettings, lake: LakeSettings, kafka: KafkaSettings | None = None
+    settings: ApiSettings,
+    lake: LakeSettings,
+    kafka: KafkaSettings | None = None,
+    *,
+    key_clock: Callable[[], dt.datetime] = utc_now,
 ) -> Iterator[str]:
     """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
-    server = uvicorn.Server(
-        server_config(
-            create_app(settings, lake, kafka), settings, host="127.0.0.1", port=free_port()
-        )
-    )
+    app = create_app(settings, lake, kafka or KafkaSettings(), key_clock=key_clock)
+    server = uvicorn.Server(server_config(app, settings, host="127.0.0.1", port=free_port()))
     thread = threading.Thread(target=server.run, name="test-api", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -57,7 +58,7 @@ def traffic(topics: KafkaSettings, *, seed: int, malformed_fraction: float) -> I
             seed=seed, start_ms=int(time.time() * 1000), malformed_fraction=malformed_fraction
         )
         generator = TrafficGenerator(config)
-        with EventProducer(topics, validate_records=False) as producer:
+        with EventProducer(topics, ProducerSettings(), validate_records=False) as producer:
             while not stop.is_set():
                 produce(generator, producer, limit=100)
                 producer.poll(0.2)

@@ -19,8 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ByteSize, SecretStr
 
+from access.key_store import create_key
 from api.settings import ApiSettings
-from lake.keys import create_key
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SnapshotSource
 from tests.api_server import running_api

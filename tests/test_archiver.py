@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from ingest.producer import EventProducer
 from ingest.send_loop import ProduceSummary, produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
@@ -31,7 +32,9 @@ def _produce_mixed(topics: KafkaSettings, n: int, seed: int) -> ProduceSummary:
         duplicate_fraction=0.02,
         malformed_fraction=0.05,
     )
-    with EventProducer(topics, validate_records=False) as producer:  # malformed reach the topic
+    with EventProducer(
+        topics, ProducerSettings(), validate_records=False
+    ) as producer:  # malformed reach the topic
         return produce(TrafficGenerator(config), producer, limit=n)
 
 

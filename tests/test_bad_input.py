@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from api.settings import ApiSettings
 from infra.broker import free_port
 from ingest.producer import REASON_HEADER, SOURCE_HEADER, TOPIC_HEADER, EventProducer
+from ingest.settings import ProducerSettings
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from lake.speed_status import read_status, write_status
@@ -153,7 +154,7 @@ def _produce_raw(topics: KafkaSettings) -> None:
 
 def _produce_validated(topics: KafkaSettings) -> None:
     """Every case through the project's producer: bad ones must go to the dead-letter topic."""
-    with EventProducer(topics) as producer:
+    with EventProducer(topics, ProducerSettings()) as producer:
         for case, (value, _) in BAD.items():
             assert not producer.send(value, f"producer/{case}".encode())
         for case, value in VALID.items():

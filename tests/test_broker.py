@@ -122,7 +122,7 @@ def test_a_cluster_id_starting_with_a_dash_formats(
     cluster: LocalKafka, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A random id starts with "-" one time in 64; kafka-storage must not read it as an option.
-    monkeypatch.setattr("infra.broker.new_cluster_id", lambda: "-N9qb7jZQJm2fN-7_CTq-w")
+    monkeypatch.setattr("infra.broker.layout.new_cluster_id", lambda: "-N9qb7jZQJm2fN-7_CTq-w")
     cluster.start()
     assert cluster.layout().cluster_id == "-N9qb7jZQJm2fN-7_CTq-w"
     wait_for_cluster(cluster.kafka, timeout_s=30)

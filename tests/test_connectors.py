@@ -24,7 +24,7 @@ from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.duckdb_delta import delta_duckdb
 from lake.frames import commit_frame
 from lake.settings import LakeSettings
-from master_dataset.archiver import BatchWriter as ArchiveWriter
+from master_dataset.archiver import ArchiveBatchWriter
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
 from runtime.connectors import read_delta, read_kafka
@@ -32,7 +32,7 @@ from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import Periodic, StreamProgress
 from runtime.topics import ensure_topics
 from serving_layer.snapshots import SnapshotSource
-from speed_layer.job import BatchWriter
+from speed_layer.job import SpeedBatchWriter
 from speed_layer.settings import SpeedSettings
 from tests.wire_events import wire_event
 
@@ -179,7 +179,7 @@ def test_a_replayed_archiver_batch_is_a_no_op(
     (checkpoint).mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
     records = read_kafka(spark, topic, stream=False)
-    write = ArchiveWriter(lake, str(checkpoint))
+    write = ArchiveBatchWriter(lake, str(checkpoint), ArchiverSettings())
     write(records, 7)
     write(records, 7)  # Spark replays a batch after a crash: same id, same records
     rejected = DeltaTable(MASTER_REJECTED.path(lake))
@@ -200,7 +200,7 @@ def test_the_archiver_compacts_its_tables_between_batches(
     checkpoint.mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"maintained-query"}')
     records = read_kafka(spark, topic, stream=False)
-    write = ArchiveWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
+    write = ArchiveBatchWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
     write.maintenance_due = Periodic(3600)  # not a minute after the start either
     for batch_id in range(3):
         write(records, batch_id)
@@ -225,7 +225,7 @@ def test_the_archivers_maintenance_never_holds_a_batch_back(
     checkpoint.mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"aside-query"}')
     records = read_kafka(spark, topic, stream=False)
-    write = ArchiveWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
+    write = ArchiveBatchWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
     started, release = threading.Event(), threading.Event()
     passes: list[bool] = []
 
@@ -275,7 +275,7 @@ def test_a_replayed_speed_batch_is_appended_once(spark: SparkSession, lake: Lake
         [record(0, "impression"), record(1, "click")],
         "key binary, value binary, topic string, partition int, offset long, timestamp timestamp",
     )
-    write = BatchWriter(lake, str(checkpoint), SpeedSettings())
+    write = SpeedBatchWriter(lake, str(checkpoint), SpeedSettings())
     write(events, 0)
     write(events, 0)  # replayed
     write(events, 1)  # the next batch adds

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from access.key_store import create_key
 from infra.browser import Page
-from lake.keys import create_key
 from tests.dashboard_lake import Lake, where
 from tests.test_dashboard_analyst import _assert_charts_show, _open, _suggestions
 

@@ -32,6 +32,7 @@ from events.records import EVENTS_SCHEMA
 from infra.broker import LocalKafka, free_port
 from infra.broker_settings import BrokerSettings
 from ingest.producer import EventProducer
+from ingest.settings import ProducerSettings
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
@@ -223,7 +224,7 @@ def test_a_broker_that_lost_its_log_is_reported_not_skipped(
             "user_id": "u",
             "schema_version": 1,
         }
-        with EventProducer(kafka) as producer:
+        with EventProducer(kafka, ProducerSettings()) as producer:
             producer.send_many(
                 [(orjson.dumps({**event, "event_id": f"e{i}"}), b"k") for i in range(n)]
             )

@@ -39,7 +39,9 @@ def _generate(
 ]:
     config = dataclasses.replace(TrafficConfig(seed=7, start_ms=START_MS), **fractions)
     truth = GroundTruth()
-    with EventProducer(topics, clock=lambda: START_MS / 1000 + 3600) as producer:
+    with EventProducer(
+        topics, ProducerSettings(), clock=lambda: START_MS / 1000 + 3600
+    ) as producer:
         summary = produce(TrafficGenerator(config), producer, limit=20_000, ground_truth=truth)
     truth.write_csv(tmp_path / "truth.csv")
     return summary, producer.stats, read_csv(tmp_path / "truth.csv")
@@ -189,7 +191,7 @@ def test_replay_preserves_event_time_and_dead_letters_bad_lines(
     renamed = row.replace(event.event_id, "csv-1")
     csv.write_text(f"{header}\n{renamed}\n{row.replace(str(event.event_time), 'soon')}\n")
 
-    with EventProducer(topics) as producer:
+    with EventProducer(topics, ProducerSettings()) as producer:
         first = replay(jsonl, producer)
         second = replay(csv, producer)
     assert (first.lines, first.sent, first.dead_lettered) == (3, 1, 2)

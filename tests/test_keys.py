@@ -1,4 +1,4 @@
-"""API keys (lake.keys, `ctr keys`) on real Delta tables: a key verifies until it expires or is
+"""API keys (access, `ctr keys`) on real Delta tables: a key verifies until it expires or is
 revoked, only its hash is stored, a revoke by another process reaches a watcher at its next call,
 last uses are committed in the background."""
 
@@ -16,27 +16,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from access import key_usage
+from access.key_ring import ApiKey, KeyRing, hash_key
+from access.key_store import KeyStoreError, create_key, read_keys, record_use, revoke_key
+from access.key_usage import UsageRecorder
+from access.key_watcher import KeyWatcher
+from access.roles import Access, Scope
 from cli.main import app
-from lake import keys as key_store
+from lake import maintenance
 from lake.catalog import API_KEYS, MAINTAINED, SERVED
-from lake.keys import (
-    ApiKey,
-    KeyRing,
-    KeyStoreError,
-    KeyWatcher,
-    UsageRecorder,
-    create_key,
-    fold_uses,
-    hash_key,
-    read_keys,
-    record_use,
-    revoke_key,
-)
-from lake.maintenance import compact_and_vacuum
+from lake.maintenance import compact_and_vacuum, fold_key_uses
 from lake.settings import LakeSettings
 from lake.storage import open_delta
 from tests.lake_writer import ctr_row, write_speed
-from views.access import Access, Scope
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
@@ -185,7 +177,7 @@ def test_maintenance_keeps_only_each_keys_newest_use(lake: LakeSettings) -> None
     assert after.verify(secret, dt.datetime.now(dt.UTC)) is not None
     # Nothing superseded: no commit.
     version = open_delta(API_KEYS.path(lake)).version()
-    assert fold_uses(lake) == 0
+    assert fold_key_uses(lake) == 0
     assert open_delta(API_KEYS.path(lake)).version() == version
 
 
@@ -196,7 +188,7 @@ def test_a_revoke_committed_while_uses_are_folded_stays(
     used = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)  # after the key's creation
     record_use(lake, {"leaver": used})
     record_use(lake, {"leaver": used + dt.timedelta(minutes=1)})
-    read = key_store.open_delta  # type: ignore[attr-defined]
+    read = maintenance.open_delta  # type: ignore[attr-defined]
 
     revoked: list[bool] = []
 
@@ -207,8 +199,8 @@ def test_a_revoke_committed_while_uses_are_folded_stays(
             revoke_key(lake, "leaver")
         return table
 
-    monkeypatch.setattr(key_store, "open_delta", read_then_revoke)
-    assert fold_uses(lake) == 1
+    monkeypatch.setattr(maintenance, "open_delta", read_then_revoke)
+    assert fold_key_uses(lake) == 1
     monkeypatch.undo()
     assert read_keys(lake).verify(secret, dt.datetime.now(dt.UTC)) is None
     assert read_keys(lake).get("leaver").status(dt.datetime.now(dt.UTC)) == "revoked"  # type: ignore[union-attr]
@@ -318,11 +310,12 @@ def test_a_watcher_reads_again_past_its_max_age(lake: LakeSettings) -> None:
     """The log file the stat looks for is cleaned up after LAKE_HISTORY_RETENTION_HOURS: a
     ring too old is read again whatever the stat says."""
     create_key(lake, "bi", "analyst")
-    watcher = KeyWatcher(lake, max_age_s=0.05)
+    now = [0.0]
+    watcher = KeyWatcher(lake, max_age_s=0.05, clock=lambda: now[0])
     watcher.ring()
     watcher.ring()
     assert watcher.reloads == 1
-    time.sleep(0.06)
+    now[0] += 0.06
     watcher.ring()
     assert watcher.reloads == 2
 
@@ -357,7 +350,7 @@ def test_a_failed_flush_keeps_its_uses_for_the_next_one(
             raise OSError("store unreachable")
         record_use(lake_, used)
 
-    monkeypatch.setattr(key_store, "record_use", store_down_once)
+    monkeypatch.setattr(key_usage, "record_use", store_down_once)
     recorder = UsageRecorder(lake, flush_s=3600)
     recorder.touch("a", at(1))
     with caplog.at_level(logging.ERROR, logger="ctr.keys"):

@@ -8,6 +8,7 @@ import pytest
 
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
+from runtime.spark_settings import SparkSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,5 +56,7 @@ def test_an_s3_lake_hands_one_store_to_every_client(monkeypatch: pytest.MonkeyPa
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert conf["spark.executorEnv.AWS_SECRET_ACCESS_KEY"] == "s3-secret-0451"
     # Never on a spark-submit command line (which names 'secret' in its redaction pattern).
-    assert "s3-secret-0451" not in " ".join(submit_args())
-    assert any("hadoop-aws" in arg for arg in submit_args())  # the S3 connector's class path
+    assert "s3-secret-0451" not in " ".join(submit_args(SparkSettings()))
+    assert any(
+        "hadoop-aws" in arg for arg in submit_args(SparkSettings())
+    )  # the S3 connector's class path

@@ -143,7 +143,7 @@ def test_a_full_local_queue_waits_for_room_instead_of_dropping() -> None:
 
 def test_a_record_refused_locally_is_reported_not_raised() -> None:
     client = FakeClient(lambda error, message: None)
-    producer = EventProducer(KAFKA, producer=client, validate_records=False)
+    producer = EventProducer(KAFKA, ProducerSettings(), producer=client, validate_records=False)
     producer.send(b"x" * 20_000, b"k")  # unvalidated, then refused by the client
     producer.send_many([(b"y" * 20_000, b"k")])
     assert producer.stats.failed == 2

@@ -20,6 +20,7 @@ import pytest
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
+from access.roles import Access, Scope
 from api.settings import ApiSettings
 from batch_layer.interval import Interval
 from batch_layer.job import run
@@ -37,7 +38,6 @@ from speed_layer.tables import SpeedTable
 from tests.api_server import running_api
 from tests.events_helper import archive, archived
 from views import sketches
-from views.access import Access, Scope
 from views.columns import DIMENSIONS
 from views.ctr import ctr_arrow
 from views.definitions import definition

@@ -17,8 +17,9 @@ from deltalake import DeltaTable
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
+from access.key_store import create_key
+from access.roles import Access, Scope
 from api.settings import ApiSettings
-from lake.keys import create_key
 from lake.settings import LakeSettings
 from serving_layer.sandbox.database import view_names
 from serving_layer.sandbox.pool import SqlPool
@@ -33,7 +34,6 @@ from tests.lake_writer import (
     write_batch,
     write_speed,
 )
-from views.access import Access, Scope
 
 TOKEN = "rewritten-token-0123456789"
 ADVERTISER = Access("acme", "advertiser", Scope.create(["cmp-1"]))

@@ -27,6 +27,7 @@ from infra.broker import free_port
 from infra.s3 import LocalS3, LocalS3Settings, free_base_port
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
+from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -149,7 +150,7 @@ def send_events(topics: KafkaSettings) -> None:
         duplicate_fraction=0.02,
         malformed_fraction=0.01,
     )
-    with EventProducer(topics, validate_records=False) as producer:
+    with EventProducer(topics, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=4000)
         assert producer.flush(60) == 0
 
@@ -225,9 +226,11 @@ def test_every_table_names_its_writing_processes() -> None:
 def test_the_api_key_watcher_on_s3_sees_a_revoke_at_its_next_call(
     s3: LocalS3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """lake.keys on an object store: the per-request check is a round trip (remote), a revoke
-    by `ctr keys revoke` reaches the watcher at its next call."""
-    from lake.keys import KeyWatcher, create_key, read_keys
+    """The key store (access.key_store, access.key_watcher) on an object store: the
+    per-request check is a round trip (remote), a revoke by `ctr keys revoke` reaches the
+    watcher at its next call."""
+    from access.key_store import create_key, read_keys
+    from access.key_watcher import KeyWatcher
 
     env = s3_lake_env(s3, f"keys-{uuid.uuid4().hex[:8]}")
     for name, value in env.items():

@@ -1,4 +1,4 @@
-"""make soak CHAOS=1's choice of what to strike (infra/soak.py Chaos.strike): each target once
+"""make soak CHAOS=1's choice of what to strike (infra/soak/chaos.py Chaos.strike): each target once
 per round in a random order; a target with nothing to kill now (a batch task between runs)
 waits first in line. Stand-in targets and demo, no processes."""
 
@@ -9,7 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from infra.soak import Chaos, Config, Demo, Sampler
+from infra.soak.chaos import Chaos
+from infra.soak.config import Config
+from infra.soak.demo import Demo
+from infra.soak.sampler import Sampler
 
 
 class FakeDemo:
@@ -19,7 +22,14 @@ class FakeDemo:
 
 def chaos(runnable: set[str]) -> tuple[Chaos, list[str]]:
     config = Config(
-        minutes=1, rate=1000, chaos=True, sample_s=60, kill_every_s=60, seed=3, run_dir=Path(".")
+        minutes=1,
+        rate=1000,
+        chaos=True,
+        sample_s=60,
+        kill_every_s=60,
+        seed=3,
+        run_dir=Path("."),
+        environ={},
     )
     demo = cast(Demo, FakeDemo())
     struck: list[str] = []

@@ -1,4 +1,4 @@
-"""make soak's rules (infra/soak_report.py): what counts as growing without bound, as drift, as
+"""make soak's rules (infra/soak/rules.py): what counts as growing without bound, as drift, as
 data; the report table and the plots. Pure logic on made-up series."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.soak import Proc, RecentP99, own_memory, window_query
-from infra.soak_report import judge, plot, slope, table_markdown, verdicts
+from infra.soak.processes import Proc, own_memory
+from infra.soak.report import plot, table_markdown
+from infra.soak.rules import judge, slope, verdicts
+from infra.soak.sampler import RecentP99, window_query
 
 HOUR = 3600.0
 

@@ -23,6 +23,7 @@ from infra.broker import free_port
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from runtime.spark import submit_args
+from runtime.spark_settings import SparkSettings
 from tests.events_helper import archive, event
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
-    submit = [str(BIN / "spark-submit"), *submit_args(), "--master", spark_cluster]
+    submit = [str(BIN / "spark-submit"), *submit_args(SparkSettings()), "--master", spark_cluster]
     submit += ["--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2"]
     job = [str(ROOT / "cli" / "submit.py")]
     job += ["--start", "2026-11-22T10:00:00Z", "--end", "2026-11-22T12:00:00Z"]

@@ -327,10 +327,10 @@ def test_the_speed_job_prunes_what_the_published_version_covers(lake: LakeSettin
     # ctr@v3, and the speed job must prune by them, or speed/ctr grows without bound.
     from lake.catalog import BATCH_COVERAGE
     from lake.registry import record
-    from speed_layer.job import BatchWriter
+    from speed_layer.job import SpeedBatchWriter
     from speed_layer.settings import SpeedSettings
 
-    writer = BatchWriter(lake, str(lake.checkpoint_root / "speed"), SpeedSettings())
+    writer = SpeedBatchWriter(lake, str(lake.checkpoint_root / "speed"), SpeedSettings())
     writer.ctr.append(rows((0, "a", 5, 1), (1, "a", 3, 0), (3, "b", 2, 0)), app_id=APP, version=0)
     coverage = [
         {"run_id": "r", "view": view, "interval_start": start, "interval_end": end,

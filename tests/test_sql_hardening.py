@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from access.roles import Access, Scope
 from lake.settings import LakeSettings
 from serving_layer.sandbox.database import (
     FunctionRefusedError,
@@ -30,7 +31,6 @@ from serving_layer.sandbox.pool import ClientBackoff, SqlBusyError, SqlPool
 from serving_layer.snapshots import LakeSnapshot, SnapshotSource
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
 from views import sketches
-from views.access import Access, Scope
 
 # 1 GB in one string: twice the pool's memory, DuckDB's "Out of Memory Error" in a moment.
 OUT_OF_MEMORY = "SELECT length(repeat('x', 1000000000))"

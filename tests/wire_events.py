@@ -8,6 +8,7 @@ import datetime as dt
 import orjson
 
 from ingest.producer import EventProducer
+from ingest.settings import ProducerSettings
 from runtime.kafka_settings import KafkaSettings
 
 
@@ -30,7 +31,7 @@ def wire_event(event_id: str, kind: str, when: dt.datetime, ad: str = "ad-1") ->
 
 def send(topics: KafkaSettings, *events: dict[str, object], raw: bytes | None = None) -> None:
     """Produce ``events`` (and one ``raw`` record) to the event topic, unvalidated."""
-    with EventProducer(topics, validate_records=False) as producer:
+    with EventProducer(topics, ProducerSettings(), validate_records=False) as producer:
         producer.send_many((orjson.dumps(e), str(e["impression_id"]).encode()) for e in events)
         if raw is not None:
             producer.send_many([(raw, None)])

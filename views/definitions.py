@@ -19,8 +19,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Final
 
+from views.errors import ViewError
 
-class UnknownVersionError(LookupError):
+
+class UnknownVersionError(ViewError, LookupError):
     """No definition of that view and version exists in code."""
 
 

@@ -24,6 +24,8 @@ import pyarrow as pa
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from views.errors import ViewError
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -79,7 +81,7 @@ def union_sketch(sketches: Iterable[bytes | None]) -> bytes:
     return bytes(_union(sketches).serialize_updatable())
 
 
-class SealError(ValueError):
+class SealError(ViewError, ValueError):
     """A value given as a sealed sketch that is not one of this database's."""
 
 

@@ -20,9 +20,10 @@ from serving_layer.reader import SnapshotReader
 from views.comparison import Comparison
 from views.definitions import Definition
 from workflows.build import missing
+from workflows.errors import WorkflowError
 
 
-class NotCaughtUpError(ValueError):
+class NotCaughtUpError(WorkflowError, ValueError):
     """The version does not cover everything the published version covers."""
 
     def __init__(self, target: Definition, current: Definition, missing: Coverage) -> None:

@@ -46,6 +46,7 @@ from typing import Final, Literal, TypeVar
 import duckdb
 import orjson
 
+from access.roles import Access, Scope
 from lake.catalog import (
     BATCH_COVERAGE,
     BATCH_DRIFT,
@@ -66,7 +67,6 @@ from serving_layer.sandbox.sql_tree import TableReference, called_functions, tab
 from serving_layer.sandbox.version_views import create_version_views
 from serving_layer.snapshots import TableSnapshot
 from views import sketches
-from views.access import Access, Scope
 from views.columns import SKETCHES, USER_LISTS
 from views.definitions import versions
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
+from access.roles import Access
 from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
@@ -55,7 +56,6 @@ from serving_layer.sandbox.database import (
     sandbox_views,
 )
 from serving_layer.tables import LakeSnapshot, TableSnapshot
-from views.access import Access
 
 _START_TIMEOUT_S: Final = 60.0
 # Clients remembered in back-off at most; past that the longest-quiet ones are forgotten.

@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
+from access.roles import Access
 from serving_layer.sandbox.arrow_files import VIEW_TYPE_ERROR, view_typed_files
 from serving_layer.sandbox.database import (
     SqlError,
@@ -32,7 +33,6 @@ from serving_layer.sandbox.database import (
     tables_read,
 )
 from serving_layer.snapshots import TableSnapshot
-from views.access import Access
 
 if TYPE_CHECKING:
     import duckdb

@@ -1,5 +1,4 @@
-"""`make soak`'s verdicts and report: the rules a series must keep over a long run, a table of
-every series, and a PNG plot per group of series.
+"""`make soak`'s rules: what a series must keep over a long run, and the verdict on each.
 
 Samples are rows ``(t, series, value)``: ``t`` seconds since the soak started, ``series`` a name
 such as ``rss_mb.archiver`` or ``delta_log.master/events``. The rule a series keeps follows
@@ -20,13 +19,11 @@ from its family (the part before the first dot), :data:`RULES`:
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final, Literal
 
 Kind = Literal["bounded", "drift", "data"]
@@ -144,83 +141,9 @@ def group(samples: Iterable[tuple[float, str, float]]) -> dict[str, list[tuple[f
     return dict(series)
 
 
-def read_samples(path: Path) -> list[tuple[float, str, float]]:
-    with path.open(newline="") as handle:
-        return [(float(r["t"]), r["series"], float(r["value"])) for r in csv.DictReader(handle)]
-
-
 def verdicts(samples: Iterable[tuple[float, str, float]], duration_s: float) -> list[Verdict]:
     return [
         judge(name, points, duration_s)
         for name, points in sorted(group(samples).items())
         if family(name) in RULES
     ]
-
-
-def table_markdown(found: list[Verdict], *, judged: bool = True) -> str:
-    lines = [
-        "| series | unit | first | last | max | median (2nd half) | verdict |",
-        "|---|---|---:|---:|---:|---:|---|",
-    ]
-    for v in found:
-        mark = "data" if v.rule.kind == "data" else ("ok" if v.passed else "**FAIL**")
-        if not judged and mark != "data":
-            mark = "not judged"
-        lines.append(
-            f"| `{v.series}` | {v.rule.unit} | {_num(v.first)} | {_num(v.last)} | "
-            f"{_num(v.high)} | {_num(v.median_second_half)} | {mark}: {v.reason} |"
-        )
-    return "\n".join(lines)
-
-
-def _num(value: float) -> str:
-    if abs(value) >= 100 or value == int(value):
-        return f"{value:,.0f}"
-    return f"{value:,.2f}"
-
-
-PLOTS: Final[Mapping[str, tuple[str, ...]]] = {
-    "memory-cpu": ("rss_mb", "cpu_pct"),
-    "delta-tables": ("table_files", "active_files", "delta_log", "delta_checkpoints"),
-    "storage": ("table_mb", "data_mb", "checkpoint_mb", "checkpoint_files", "kafka_mb"),
-    "pipeline": ("lag_records", "freshness_s", "api_p99_ms", "api_day_p99_ms"),
-}
-
-
-def plot(
-    samples: Sequence[tuple[float, str, float]],
-    out_dir: Path,
-    *,
-    events: Iterable[tuple[float, str]] = (),
-) -> list[Path]:
-    """One PNG per entry of :data:`PLOTS` (a panel per family, a line per series), chaos kills
-    drawn as vertical lines; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_name = group(samples)
-    marks = list(events)
-    written = []
-    for title, families in PLOTS.items():
-        present = [f for f in families if any(family(n) == f for n in by_name)]
-        if not present:
-            continue
-        fig, axes = plt.subplots(len(present), 1, figsize=(11, 3.2 * len(present)), squeeze=False)
-        for ax, fam in zip(axes[:, 0], present, strict=True):
-            for name in sorted(n for n in by_name if family(n) == fam):
-                pts = sorted(by_name[name])
-                ax.plot([t / 60 for t, _ in pts], [v for _, v in pts], label=name.split(".", 1)[-1])
-            for t, _label in marks:
-                ax.axvline(t / 60, color="red", alpha=0.25, linewidth=1)
-            ax.set_title(f"{fam} ({RULES[fam].unit})", fontsize=10)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left", ncol=3)
-        axes[-1, 0].set_xlabel("minutes into the soak" + (" (red: kills)" if marks else ""))
-        fig.tight_layout()
-        path = out_dir / f"{title}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(path)
-    return written

@@ -18,12 +18,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from access.errors import AccessError
+
 Role = Literal["admin", "analyst", "advertiser"]
 ROLES: Final = get_args(Role)
 MAX_SCOPE_VALUES: Final = 1000
 
 
-class ScopeError(ValueError):
+class ScopeError(AccessError, ValueError):
     """A scope or an access that cannot be: ``parameter`` names what is wrong."""
 
     def __init__(self, parameter: str, message: str) -> None:

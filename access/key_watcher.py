@@ -1,0 +1,88 @@
+"""The keys as of ``access/keys``' latest commit, for the API's check on every request.
+
+That check is cheap and never misses a revoke: :class:`KeyWatcher` keeps the keys of one table
+version and, per call, one file stat (does the next version's log file exist?) says whether to
+read them again. A revoke, by ``ctr keys revoke`` in any process sharing the lake, takes effect
+at the API's next request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from access.key_ring import KeyRing
+from access.key_store import read_keys_and_version
+from lake.catalog import API_KEYS
+from lake.settings import LakeSettings
+from lake.storage import arrow_filesystem
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    version: int  # -1: no table yet
+    ring: KeyRing
+    at: float  # the watcher's clock
+
+
+class KeyWatcher:
+    """The keys as of the table's latest commit, for a check on every request.
+
+    :meth:`ring` costs one file stat while nothing was committed: whether the log file of the
+    version after the one read exists (a HEAD request on an object store,
+    :attr:`check_is_remote`). A new commit (a create, a revoke, an API process's last uses, a
+    compaction) reads the keys again. So does a ring older than ``max_age_s`` by ``clock``
+    (seconds, monotonic): the log files of versions long past are cleaned up
+    (``LAKE_HISTORY_RETENTION_HOURS``), after which the one the stat looks for could be gone.
+    Errors (the store unreachable) are raised, never answered with the keys read before.
+    """
+
+    def __init__(
+        self,
+        lake: LakeSettings,
+        *,
+        max_age_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_age_s <= 0:
+            raise ValueError(f"max_age_s must be positive, got {max_age_s}")
+        self.path = API_KEYS.path(lake)
+        self.max_age_s = max_age_s
+        self.reloads = 0
+        self._clock = clock
+        self._remote = lake.on_object_store
+        self._filesystem, root = arrow_filesystem(self.path)
+        self._log = f"{root}/_delta_log"
+        self._loaded: _Loaded | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def check_is_remote(self) -> bool:
+        """Whether :meth:`ring`'s check is a network round trip (the lake on an object store):
+        call it from a thread, not an event loop."""
+        return self._remote
+
+    def ring(self) -> KeyRing:
+        """The keys, read again only if the table has a commit they do not include."""
+        seen = self._loaded
+        if seen is not None and not self._stale(seen):
+            return seen.ring
+        with self._lock:
+            loaded = self._loaded
+            if loaded is seen:  # not read again by another thread meanwhile
+                version, ring = read_keys_and_version(self.path)
+                loaded = self._loaded = _Loaded(version, ring, self._clock())
+                self.reloads += 1
+            assert loaded is not None
+            return loaded.ring
+
+    def _stale(self, loaded: _Loaded) -> bool:
+        if self._clock() - loaded.at >= self.max_age_s:
+            return True
+        # pyarrow, not delta-rs: it releases the GIL while it waits.
+        info = self._filesystem.get_file_info(f"{self._log}/{loaded.version + 1:020d}.json")
+        return bool(info.type != pafs.FileType.NotFound)
