@@ -29,7 +29,7 @@ from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
-from serving_layer.reader import QueryLimitError
+from serving_layer.reader import QueryLimitError, SnapshotReader
 from serving_layer.sandbox.backoff import ClientBackoff
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
@@ -52,15 +52,17 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.serving = ServingLayer(
-            lake,
-            refresh_s=settings.refresh_s,
-            max_stale_s=settings.cache_stale_s,
-            timeout_s=settings.ctr_timeout_s,
-            memory_limit_bytes=int(settings.ctr_memory_limit),
+            SnapshotReader(
+                lake,
+                refresh_s=settings.refresh_s,
+                max_stale_s=settings.cache_stale_s,
+                timeout_s=settings.ctr_timeout_s,
+                memory_limit_bytes=int(settings.ctr_memory_limit),
+            )
         )
         # Each new snapshot (the speed layer commits every second): the answers being read
         # are recomputed at once, so a polling dashboard's next request gets the new one.
-        app.state.serving.snapshots.subscribe(
+        app.state.serving.reader.snapshots.subscribe(
             lambda snapshot: app.state.cache.refresh_ahead(snapshot.key, snapshot)
         )
         # Places per key: one key's heavy queries leave places for the others.

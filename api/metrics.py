@@ -20,7 +20,7 @@ from api.topic_depth import TopicDepth
 from serving_layer.inventory import Inventory
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
-from serving_layer.tables import LakeSnapshot
+from serving_layer.snapshots import LakeSnapshot
 
 _log = logging.getLogger(__name__)
 # Who asked for what (RequestMetrics): `ctr serve` writes it to stderr.
@@ -128,13 +128,13 @@ class LakeCollector(Collector):
         serving = self._serving()
         snap: LakeSnapshot | None = None
         try:
-            snap = serving.snapshot()
+            snap = serving.reader.snapshot()
         except Exception as exc:
             _log.warning("metrics: reading the lake failed: %s", exc)
             errors.add_metric(["lake"], 1)
         parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = []
         if snap is not None:
-            lake, inventory = snap, Inventory(serving)
+            lake, inventory = snap, Inventory(serving.reader)
             parts += [
                 ("tables", lambda: self._tables(inventory, lake)),
                 ("freshness", lambda: self._freshness(serving, lake)),

@@ -35,7 +35,7 @@ def _closed_loop(
 
     def worker(client: int) -> None:
         done = client * len(statements) // clients
-        with serving.cursor() as cur:
+        with serving.reader.cursor() as cur:
             while time.perf_counter() < deadline:
                 sql, params = statements[done % len(statements)]
                 done += 1
@@ -53,11 +53,13 @@ def _closed_loop(
 
 def dashboard_floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
     """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
-    from serving_layer.query import CtrQuery, ctr_sql
+    from serving_layer.ctr_sql import ctr_sql
+    from serving_layer.query import CtrQuery
+    from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
-    serving = ServingLayer(lake, refresh_s=3600)
-    snap = serving.snapshot()
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+    snap = serving.reader.snapshot()
     p = dashboard_params()
     query = CtrQuery.create(
         start=dt.datetime.fromisoformat(p["start"]),
@@ -65,16 +67,16 @@ def dashboard_floor(lake: LakeSettings, duration_s: float, clients: int) -> dict
         granularity="hour",
         group_by=["campaign_id"],
     )
-    coverage = serving.coverage(snap)
+    coverage = serving.reader.coverage(snap)
     sql, params = ctr_sql(
         query,
-        **serving.sides(snap),
+        **serving.reader.sides(snap),
         covered="unused",
         intervals=coverage.within(query.start, query.end),
     )
     rows = len(serving.ctr(query, snap).rows)
     single: list[float] = []
-    with serving.cursor() as cur:
+    with serving.reader.cursor() as cur:
         for _ in range(20):
             started = time.perf_counter()
             cur.execute(sql, params).fetchall()
@@ -95,15 +97,16 @@ def mix_floor(
     """The mix's SQL in-process in DuckDB over one snapshot, uncached: ``clients`` threads,
     each walking the mix from its own offset (an equal share apart), for ``duration_s``. Also
     one client's median over one pass, and the rows per answer."""
+    from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
-    serving = ServingLayer(lake, refresh_s=3600)
-    snap = serving.snapshot()
-    view = serving.definition(snap)
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+    snap = serving.reader.snapshot()
+    view = serving.reader.definition(snap)
     statements = [serving.ctr_statement(query, snap, view) for query in mix]
     single: list[float] = []
     rows: list[int] = []
-    with serving.cursor() as cur:
+    with serving.reader.cursor() as cur:
         for sql, params in statements:
             started = time.perf_counter()
             rows.append(len(cur.execute(sql, params).fetchall()))
@@ -128,15 +131,16 @@ def scope_cost(lake: LakeSettings, mix: Sequence[CtrQuery]) -> dict[str, float]:
     import dataclasses
 
     from access.roles import Scope
+    from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
     scope = Scope.create(ADVERTISER_CAMPAIGNS)
-    serving = ServingLayer(lake, refresh_s=3600)
-    snap = serving.snapshot()
-    view = serving.definition(snap)
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+    snap = serving.reader.snapshot()
+    view = serving.reader.definition(snap)
     times: dict[str, list[float]] = {"admin": [], "advertiser": []}
     rows: dict[str, int] = {"admin": 0, "advertiser": 0}
-    with serving.cursor() as cur:
+    with serving.reader.cursor() as cur:
         for query in mix:
             for who, asked in (
                 ("admin", query),
@@ -179,10 +183,11 @@ def reach_cost(lake: LakeSettings, repeats: int = 3) -> dict[str, dict[str, floa
     unions), interleaved; the better of ``repeats`` runs each, ms."""
     import dataclasses
 
+    from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
-    serving = ServingLayer(lake, refresh_s=3600)
-    snap = serving.snapshot()
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+    snap = serving.reader.snapshot()
     costs = {}
     for name, shape in REACH_QUERIES.items():
         query = CtrQuery.create(
@@ -209,11 +214,13 @@ def staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
     """The dashboard query's SQL from one client with the stale-arrivals branch and without it
     (medians, same process, alternating), and the stale table's computation."""
     from lake.coverage.staleness import stale_sql
-    from serving_layer.query import CtrQuery, ctr_sql
+    from serving_layer.ctr_sql import ctr_sql
+    from serving_layer.query import CtrQuery
+    from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
-    serving = ServingLayer(lake, refresh_s=3600)
-    snap = serving.snapshot()
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+    snap = serving.reader.snapshot()
     p = dashboard_params()
     query = CtrQuery.create(
         start=dt.datetime.fromisoformat(p["start"]),
@@ -221,13 +228,13 @@ def staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
         granularity="hour",
         group_by=["campaign_id"],
     )
-    within = serving.coverage(snap).within(query.start, query.end)
-    names = {**serving.sides(snap), "covered": "unused"}
-    arrivals = serving.relation_name(snap["master/arrivals"])
-    coverage = serving.relation_name(snap["batch/coverage"])
+    within = serving.reader.coverage(snap).within(query.start, query.end)
+    names = {**serving.reader.sides(snap), "covered": "unused"}
+    arrivals = serving.reader.relation_name(snap["master/arrivals"])
+    coverage = serving.reader.relation_name(snap["batch/coverage"])
     stale_rows = serving.ctr(query, snap)  # creates the stale table once
     timings: dict[str, list[float]] = {"without": [], "with": [], "stale_table": []}
-    with serving.cursor() as cur:
+    with serving.reader.cursor() as cur:
         stale = f"bench_stale_{arrivals}"
         batch = names["batch"]
         select = stale_sql(arrivals=arrivals, coverage=coverage, batch=batch)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from lake.settings import LakeSettings
-from serving_layer.tables import SCHEMAS
+from serving_layer.snapshots import SCHEMAS
 from views.columns import DIMENSIONS
 
 END = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.UTC)

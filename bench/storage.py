@@ -151,6 +151,7 @@ def _serve(lake: LakeSettings) -> tuple[float, float, float]:
     """The first answer's seconds, then the medians of a new snapshot (each table's log read
     again) and of the query over it."""
     from serving_layer.query import CtrQuery
+    from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
     query = CtrQuery.create(
@@ -158,7 +159,7 @@ def _serve(lake: LakeSettings) -> tuple[float, float, float]:
         granularity="hour", group_by=["campaign_id"],
     )  # fmt: skip
     started = time.perf_counter()
-    serving = ServingLayer(lake, refresh_s=0)
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
         if not serving.ctr(query).rows:
             raise RuntimeError("the serving layer answered no rows")
@@ -166,7 +167,7 @@ def _serve(lake: LakeSettings) -> tuple[float, float, float]:
         snapshots, queries = [], []
         for _ in range(QUERIES):
             started = time.perf_counter()
-            snap = serving.snapshot()
+            snap = serving.reader.snapshot()
             snapshots.append(time.perf_counter() - started)
             started = time.perf_counter()
             serving.ctr(query, snap)

@@ -13,7 +13,7 @@ from cli.console import console
 
 if TYPE_CHECKING:
     from serving_layer.sandbox.pool import SqlPool
-    from serving_layer.tables import SnapshotSource
+    from serving_layer.snapshots import SnapshotSource
 
 
 class Format(enum.StrEnum):
@@ -42,7 +42,7 @@ def sql(
 
     from lake.settings import LakeSettings
     from serving_layer.sandbox.pool import SqlPool
-    from serving_layer.tables import SnapshotSource
+    from serving_layer.snapshots import SnapshotSource
 
     try:
         memory_bytes = int(TypeAdapter(ByteSize).validate_python(memory))

@@ -3,7 +3,7 @@
 An append-only Delta table of events — ``building``, ``ready``, ``published``, ``retired`` — each
 with its time and reason. One event is one Delta commit, so a publish (or a rollback, which
 publishes the version published before) switches every reader at once: a reader pins one
-version of this table with the others (:mod:`serving_layer.tables`), and time travel over it
+version of this table with the others (:mod:`serving_layer.snapshots`), and time travel over it
 says what was published at any moment. Without any event, version 1 is published (a lake
 from before versions); a new lake records its first publish, of each view's newest version,
 when the archiver first starts on it (:func:`start_new_lake`).

@@ -15,14 +15,14 @@ from views.definitions import Definition
 
 if TYPE_CHECKING:
     from serving_layer.reader import SnapshotReader
-    from serving_layer.tables import LakeSnapshot
+    from serving_layer.snapshots import LakeSnapshot
 
 LARGEST: Final = 10
 
 
 def diff_sql(a: str, b: str) -> str:
     """Per (bucket, dimensions) of the merged rows ``a`` and ``b`` (relations or subqueries
-    with bucket_start, the dimensions and the counts of :func:`serving_layer.query.merged_sql`)
+    with bucket_start, the dimensions and the counts of :func:`serving_layer.merge_rule.merged_sql`)
     in [$start, $end): both sides' sums (``impressions_a``, ``impressions_b``, …), 0 where a
     side has no row; orphan and repeat clicks null on a side without attribution."""
     dims = ", ".join(DIMENSIONS)

@@ -29,7 +29,7 @@ from lake.coverage.staleness import (
 )
 from lake.registry import Registry
 from serving_layer.reader import SnapshotReader
-from serving_layer.tables import LakeSnapshot, TableSnapshot
+from serving_layer.snapshots import LakeSnapshot, TableSnapshot
 from views.definitions import Definition, versions
 
 

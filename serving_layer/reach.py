@@ -1,8 +1,8 @@
 """Reach and frequency of a CTR row: distinct users, exact where the batch layer can say it,
 else a sketch estimate with its bounds.
 
-Per row (a bucket and group of :func:`serving_layer.query.ctr_sql`), from what
-:func:`serving_layer.query.reach_sql` found for the same key:
+Per row (a bucket and group of :func:`serving_layer.ctr_sql.ctr_sql`), from what
+:func:`serving_layer.ctr_sql.reach_sql` found for the same key:
 
 - **exact** (``source`` "batch": every minute covered by a batch run, no late arrival since):
   the distinct users of the batch rows' user lists, under any group-by and filters;
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from lake.coverage.model import Source
 from views import sketches
@@ -38,19 +38,32 @@ class Reach:
     frequency: float | None
 
 
+class ReachFound(NamedTuple):
+    """What :func:`serving_layer.ctr_sql.reach_sql` found for a row's key: the exact distinct
+    ``users`` and ``clickers`` of its batch rows' lists, whether every row is ``listed``, every
+    row's sketches, and how many rows have events but no sketch (``unsketched``)."""
+
+    users: int
+    clickers: int
+    listed: bool
+    reach_sketches: list[bytes] | None
+    clicker_sketches: list[bytes] | None
+    unsketched: int
+
+
 NOT_MEASURED: Final = Reach(None, None, None, False, None, None)
 # What reach_sql finds for a key without rows (a bucket of late arrivals only): no users.
-_NO_ROWS: Final[tuple[object, ...]] = (0, 0, True, [], [], 0)
+_NO_ROWS: Final = ReachFound(0, 0, True, [], [], 0)
 
 
 def reach_of(
-    found: tuple[object, ...] | None, source: Source, impressions: int, stale_events: int
+    found: ReachFound | None, source: Source, impressions: int, stale_events: int
 ) -> Reach:
     """The reach of a row with ``source``, ``impressions`` and ``stale_events`` from
-    ``found``, the rest of reach_sql's row of its key (None: no row)."""
+    ``found``, what reach_sql found for its key (None: no row)."""
     users, clickers, listed, reach_sketches, clicker_sketches, unsketched = found or _NO_ROWS
     if listed and source in ("batch", "stale"):
-        counted, clicking = int(users), int(clickers)  # type: ignore[call-overload]
+        counted, clicking = int(users), int(clickers)
         high = counted + stale_events if source == "stale" else counted
         return Reach(
             counted, counted, high, source == "batch", clicking, _per_user(impressions, counted)
@@ -58,8 +71,8 @@ def reach_of(
     if unsketched:
         return NOT_MEASURED
     # DuckDB's list of no values is null.
-    estimate = sketches.union(reach_sketches or [])  # type: ignore[arg-type]
-    clicking_estimate = sketches.union(clicker_sketches or [])  # type: ignore[arg-type]
+    estimate = sketches.union(reach_sketches or [])
+    clicking_estimate = sketches.union(clicker_sketches or [])
     value = round(estimate.value)
     return Reach(
         value,

@@ -1,12 +1,13 @@
 """Reading one consistent snapshot of the lake for a view version: what both the CTR answers
 (:mod:`serving_layer.service`) and the inventory (:mod:`serving_layer.inventory`) read.
 
-Each request pins a :class:`~serving_layer.tables.LakeSnapshot` and queries that snapshot's
+Each request pins a :class:`~serving_layer.snapshots.LakeSnapshot` and queries that snapshot's
 relations (:class:`~serving_layer.relations.RelationCache`: one DuckDB relation per table
 version) through a cursor of its own, so concurrent requests never block each other and never
 see a half-written table. On top of the tables' own relations, this builds once per table
 version what every reader of a view version needs: its registry and coverage, its batch and
-speed sides with the five counts, its covered intervals and its stale arrivals.
+speed sides with the five counts (:mod:`serving_layer.sides`), its covered intervals and its
+stale arrivals.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from lake.coverage.model import Coverage, CoverageRuns
 from lake.coverage.staleness import stale_marks_sql, stale_sql
 from lake.registry import Registry
 from lake.settings import LakeSettings
-from serving_layer.query import merged_sql, side_rows_sql
+from serving_layer.merge_rule import merged_sql
 from serving_layer.relations import RelationCache
-from serving_layer.tables import LakeSnapshot, SnapshotSource, TableSnapshot
-from views.columns import DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
+from serving_layer.sides import VersionSides, view_suffix
+from serving_layer.snapshots import LakeSnapshot, SnapshotSource, TableSnapshot
 from views.definitions import Definition, definition
 
 
@@ -56,6 +57,7 @@ class SnapshotReader:
         self.timeout_s = timeout_s
         self.snapshots = SnapshotSource(lake, refresh_s=refresh_s, max_stale_s=max_stale_s)
         self.relations = RelationCache(threads=threads, memory_limit_bytes=memory_limit_bytes)
+        self.version_sides = VersionSides(self.relations)
 
     def close(self) -> None:
         self.snapshots.close()
@@ -106,9 +108,12 @@ class SnapshotReader:
     def cursor(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         return self.relations.cursor()
 
-    def fetch_all(self, sql: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
-        """The rows of ``sql``, interrupted at ``timeout_s``; :class:`QueryLimitError` when it
-        is stopped there or runs out of the database's memory."""
+    def fetch_all(
+        self, sql: str, params: dict[str, object]
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The column names and rows of ``sql``, interrupted at ``timeout_s``;
+        :class:`QueryLimitError` when it is stopped there or runs out of the database's
+        memory."""
         with self.cursor() as cur:
             timer = None
             if self.timeout_s is not None:
@@ -116,7 +121,9 @@ class SnapshotReader:
                 timer.daemon = True
                 timer.start()
             try:
-                return cur.execute(sql, params).fetchall()
+                result = cur.execute(sql, params)
+                rows = result.fetchall()
+                return [d[0] for d in result.description], rows
             except duckdb.InterruptException:
                 raise QueryLimitError(
                     f"the query was stopped at the time limit of {self.timeout_s:g} s: ask for "
@@ -135,21 +142,21 @@ class SnapshotReader:
         return self.relations.relation(table).name
 
     def sides(self, snapshot: LakeSnapshot, view: Definition | None = None) -> dict[str, str]:
-        """The ``batch`` and ``speed`` relations :func:`serving_layer.query.ctr_sql` reads for
+        """The ``batch`` and ``speed`` relations :func:`serving_layer.ctr_sql.ctr_sql` reads for
         ``view`` (default: the published version): its tables' rows with the five counts of
         :data:`views.columns.MEASURES` (a table's own relation lacks some)."""
         view = view or self.definition(snapshot)
         return {
-            "batch": self._batch_relation(snapshot, view),
-            "speed": self._speed_relation(snapshot[SPEED_CTR], view),
+            "batch": self.version_sides.batch(snapshot, view),
+            "speed": self.version_sides.speed(snapshot[SPEED_CTR], view),
         }
 
     def merged_relation(self, snapshot: LakeSnapshot, view: Definition) -> str:
         """The merge rule of ``view`` at minute grain over the snapshot, as a SELECT (columns
-        of :func:`serving_layer.query.merged_sql`)."""
+        of :func:`serving_layer.merge_rule.merged_sql`)."""
         return merged_sql(
-            batch=self._batch_relation(snapshot, view),
-            speed=self._speed_relation(snapshot[SPEED_CTR], view, per_key=True),
+            batch=self.version_sides.batch(snapshot, view),
+            speed=self.version_sides.speed(snapshot[SPEED_CTR], view, per_key=True),
             covered=self.covered_relation(snapshot, view),
             stale=self.stale_relation(snapshot, view),
         )
@@ -160,7 +167,7 @@ class SnapshotReader:
         table = snapshot[BATCH_COVERAGE]
 
         def create(name: str) -> str:
-            covered = f"covered_{name}_{_suffix(view.key)}"
+            covered = f"covered_{name}_{view_suffix(view.key)}"
             coverage = self.coverage(snapshot, view)
             self.relations.create_table(covered, coverage.to_arrow(), owner=table)
             return covered
@@ -198,108 +205,11 @@ class SnapshotReader:
         )
         return value.astimezone(dt.UTC) if isinstance(value, dt.datetime) else None
 
-    def _filtered(self, table: TableSnapshot, view: Definition) -> str:
-        """``table``'s rows that ``view`` counts (its ``where``), as a relation name."""
-        where = view.where
-        if where is None:
-            return self.relations.relation(table).name
-
-        def create(base: str) -> str:
-            filtered = f"{base}_{_suffix(view.key)}"
-            self.relations.create_table(
-                filtered, f"SELECT * FROM {base} WHERE {where}", owner=table
-            )
-            return filtered
-
-        return self.relations.derived(table, f"filtered:{view.key}", create)
-
-    def _columns(self, table: TableSnapshot) -> frozenset[str]:
-        """The columns ``table``'s relation has (a table written before a column was added to
-        its schema lacks it)."""
-
-        def load(name: str) -> frozenset[str]:
-            with self.cursor() as cur:
-                rows = cur.execute(
-                    "SELECT column_name FROM duckdb_columns() WHERE table_name = $name",
-                    {"name": name},
-                ).fetchall()
-            return frozenset(str(r[0]) for r in rows)
-
-        return self.relations.derived(table, "columns", load)
-
-    def _batch_relation(self, snapshot: LakeSnapshot, view: Definition) -> str:
-        """``view``'s batch rows with the five counts of :data:`views.columns.MEASURES`: its
-        table's relation, or a projection of it (a version without attribution)."""
-        table = snapshot[batch_table(view)]
-        name = self.relations.relation(table).name
-        columns = self._columns(table)
-        if view.attribution is not None and columns >= set(MEASURES):
-            return name
-        sql = side_rows_sql(
-            name, columns=columns, attribution=view.attribution is not None, speed=False
-        )
-        return f"({sql})"
-
-    def _speed_relation(
-        self, table: TableSnapshot, view: Definition, *, per_key: bool = False
-    ) -> str:
-        """``table``'s (speed/ctr's) rows that ``view`` counts (its ``where``), with the five
-        counts of :data:`views.columns.MEASURES` as ``view`` counts them
-        (:func:`serving_layer.query.side_rows_sql`): a relation name or a parenthesized SELECT.
-
-        ``per_key``: one row per key (speed/ctr holds partial counts, several rows per key
-        until the speed job rolls them up), for readers that match rows by key; the CTR query
-        sums them anyway and reads the rows as stored (a filtered version's rows are copied
-        once per table version)."""
-        base = self.relations.relation(table).name
-        rows = side_rows_sql(
-            base,
-            columns=self._columns(table),
-            attribution=view.attribution is not None,
-            speed=True,
-            where=view.where,
-        )
-        if view.where is None and not per_key:
-            return f"({rows})"
-
-        def create(_: str) -> str:
-            served = f"{base}_{'keyed_' if per_key else ''}{_suffix(view.key)}"
-            select = rows
-            if per_key:
-                key = ", ".join(["bucket_start", *DIMENSIONS])
-                sums = ", ".join(f"sum({m})::BIGINT AS {m}" for m in MEASURES)
-                select = f"SELECT {key}, {sums} FROM ({rows}) GROUP BY {key}"
-            self.relations.create_table(served, select, owner=table)
-            return served
-
-        return self.relations.derived(
-            table, f"{'keyed:' if per_key else ''}served:{view.key}", create
-        )
-
-    def reach_relation(self, table: TableSnapshot, where: str | None) -> str:
-        """``table``'s rows as :func:`serving_layer.query.reach_sql` reads them: the key, the
-        counts, :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES` (null
-        where the table has not got them: written before reach was measured), narrowed by
-        ``where`` (a version's trusted predicate)."""
-        base = self.relations.relation(table).name
-        columns = self._columns(table)
-        types = {
-            **dict.fromkeys(USER_LISTS, "VARCHAR[]"),
-            **dict.fromkeys(SKETCHES, "BLOB"),
-            "run_id": "VARCHAR",  # batch rows'
-        }
-        reach = ", ".join(
-            name if name in columns else f"NULL::{kind} AS {name}" for name, kind in types.items()
-        )
-        narrow = f" WHERE {where}" if where else ""
-        key = ", ".join(["bucket_start", *DIMENSIONS])
-        return f"(SELECT {key}, impressions, clicks, {reach} FROM {base}{narrow})"
-
     def _staleness_inputs(self, snap: LakeSnapshot, view: Definition) -> tuple[str, str, str]:
         """The relations a rule of :mod:`lake.coverage.staleness` reads for ``view``: the
         arrivals it counts, batch/coverage, and its batch table."""
         return (
-            self._filtered(snap[MASTER_ARRIVALS], view),
+            self.version_sides.filtered(snap[MASTER_ARRIVALS], view),
             self.relations.relation(snap[BATCH_COVERAGE]).name,
             self.relations.relation(snap[batch_table(view)]).name,
         )
@@ -323,8 +233,3 @@ class SnapshotReader:
         return self.relations.derived(
             arrivals, f"{kind}:{view.key}@{coverage.version}:{batch.version}", create
         )
-
-
-def _suffix(key: str) -> str:
-    """A view key as part of a DuckDB name: ``ctr@v2`` -> ``ctr_v2``."""
-    return key.replace("@", "_")

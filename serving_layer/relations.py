@@ -15,7 +15,7 @@ import pyarrow as pa
 from lake.catalog import BATCH_COVERAGE, SERVED
 from lake.storage import duckdb_object_store
 from runtime.object_store import ObjectStoreSettings
-from serving_layer.tables import TableSnapshot
+from serving_layer.snapshots import TableSnapshot
 from views import sketches
 
 _HIVE_TYPES: Final = {

@@ -1,23 +1,27 @@
 """The serving layer's answer: CTR rows by the merge rule (batch rows where the batch layer
 covers a bucket, speed rows elsewhere) with provenance and Wilson intervals, and how fresh they
-are, over one snapshot (:class:`~serving_layer.reader.SnapshotReader`). What each view holds
-(versions, runs, drift, stale buckets) is :mod:`serving_layer.inventory`'s; the SQL sandbox is
-:mod:`serving_layer.sandbox.database`'s.
+are, over one snapshot read through a :class:`~serving_layer.reader.SnapshotReader`: the
+query's SQL (:mod:`serving_layer.ctr_sql`) over the reader's relations, its rows read back by
+column name. What each view holds (versions, runs, drift, stale buckets) is
+:mod:`serving_layer.inventory`'s; the SQL sandbox is :mod:`serving_layer.sandbox.database`'s.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
 
 from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, SPEED_CTR, VIEW_REGISTRY, batch_table
 from lake.coverage.model import Source, source_of
 from runtime.times import from_micros
+from serving_layer.ctr_sql import MAX_PREDICATE_INTERVALS, ctr_sql, reach_sql
 from serving_layer.freshness import Freshness
-from serving_layer.query import MAX_PREDICATE_INTERVALS, CtrQuery, ctr_sql, reach_sql
-from serving_layer.reach import NOT_MEASURED, Reach, reach_of
+from serving_layer.query import CtrQuery
+from serving_layer.reach import NOT_MEASURED, Reach, ReachFound, reach_of
 from serving_layer.reader import SnapshotReader
-from serving_layer.tables import LakeSnapshot
+from serving_layer.snapshots import LakeSnapshot
 from serving_layer.wilson import wilson_interval
 from views.definitions import Definition
 
@@ -50,21 +54,49 @@ class CtrResult:
     view: Definition
 
 
-class ServingLayer(SnapshotReader):
-    """CTR answers over the lake; thread-safe, one instance per process."""
+class CtrRecord(NamedTuple):
+    """A row of :func:`~serving_layer.ctr_sql.ctr_sql` as DuckDB answers it, by column name."""
+
+    bucket_us: int  # bucket start, microseconds since the epoch
+    groups: tuple[str | None, ...]  # the query's group_by values, in its order
+    impressions: int
+    clicks: int
+    raw_clicks: int
+    orphan_clicks: int | None
+    repeat_clicks: int | None
+    ctr: float | None
+    stale_events: int | None
+    run_ids: list[str] | None
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """The row's bucket and group, as :func:`~serving_layer.ctr_sql.reach_sql` keys it."""
+        return (self.bucket_us, *self.groups)
+
+
+class ServingLayer:
+    """CTR answers over the lake, read through ``reader`` (which it closes); thread-safe, one
+    instance per process."""
+
+    def __init__(self, reader: SnapshotReader) -> None:
+        self.reader = reader
+
+    def close(self) -> None:
+        self.reader.close()
 
     def ctr_statement(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
     ) -> tuple[str, dict[str, object]]:
         """The SQL and bound parameters that answer ``query`` for ``view`` over ``snapshot``
-        (:func:`serving_layer.query.ctr_sql` over the snapshot's relations)."""
+        (:func:`serving_layer.ctr_sql.ctr_sql` over the snapshot's relations)."""
+        reader = self.reader
         return ctr_sql(
             query,
-            **self.sides(snapshot, view),
-            covered=self.covered_relation(snapshot, view),
-            stale=self.stale_relation(snapshot, view),
+            **reader.sides(snapshot, view),
+            covered=reader.covered_relation(snapshot, view),
+            stale=reader.stale_relation(snapshot, view),
             intervals=self._covered_within(query, snapshot, view),
-            marks=self.marks_relation(snapshot, view),
+            marks=reader.marks_relation(snapshot, view),
         )
 
     def ctr(
@@ -72,50 +104,45 @@ class ServingLayer(SnapshotReader):
     ) -> CtrResult:
         """Rows of ``query`` by the merge rule, with provenance and Wilson intervals, from the
         published version of the view (or ``version``)."""
-        snap = snapshot or self.snapshot()
-        view = self.definition(snap, version)
-        coverage = self.coverage(snap, view)
-        sql, params = self.ctr_statement(query, snap, view)
-        fetched = self.fetch_all(sql, params)
+        snap = snapshot or self.reader.snapshot()
+        view = self.reader.definition(snap, version)
+        coverage = self.reader.coverage(snap, view)
+        columns, fetched = self.reader.fetch_all(*self.ctr_statement(query, snap, view))
         truncated = len(fetched) > query.limit
-        groups = query.group_by
         reached = self.reach(query, snap, view) if query.reach else None
         # Grouped answers repeat each bucket once per group: its start and coverage once.
         buckets: dict[int, tuple[dt.datetime, float]] = {}
         rows = []
-        for record in fetched[: query.limit]:
-            bucket_us = record[0]
-            if bucket_us not in buckets:
-                start = from_micros(bucket_us)
-                buckets[bucket_us] = (start, coverage.fraction(*query.bucket(start)))
-            bucket, fraction = buckets[bucket_us]
-            impressions, clicks, raw_clicks, orphans, repeats, ctr, stale_events, run_ids = record[
-                -8:
-            ]
-            interval = wilson_interval(clicks, impressions)
+        for record in _records(columns, fetched[: query.limit], query.group_by):
+            if record.bucket_us not in buckets:
+                start = from_micros(record.bucket_us)
+                buckets[record.bucket_us] = (start, coverage.fraction(*query.bucket(start)))
+            bucket, fraction = buckets[record.bucket_us]
+            interval = wilson_interval(record.clicks, record.impressions)
+            stale_events = int(record.stale_events or 0)
             source = source_of(fraction)
             if stale_events and source == "batch":
                 source = "stale"
             reach = NOT_MEASURED
             if reached is not None:
-                key = tuple(record[: 1 + len(groups)])
-                reach = reach_of(reached.get(key), source, impressions, int(stale_events or 0))
+                found = reached.get(record.key)
+                reach = reach_of(found, source, record.impressions, stale_events)
             rows.append(
                 CtrRow(
                     bucket_start=bucket,
-                    dimensions=dict(zip(groups, record[1 : 1 + len(groups)], strict=True)),
-                    impressions=impressions,
-                    clicks=clicks,
-                    raw_clicks=raw_clicks,
-                    orphan_clicks=orphans,
-                    repeat_clicks=repeats,
-                    ctr=ctr,
+                    dimensions=dict(zip(query.group_by, record.groups, strict=True)),
+                    impressions=record.impressions,
+                    clicks=record.clicks,
+                    raw_clicks=record.raw_clicks,
+                    orphan_clicks=record.orphan_clicks,
+                    repeat_clicks=record.repeat_clicks,
+                    ctr=record.ctr,
                     ctr_ci_low=interval[0] if interval else None,
                     ctr_ci_high=interval[1] if interval else None,
                     source=source,
                     covered_fraction=fraction,
-                    stale_events=int(stale_events or 0),
-                    run_ids=tuple(run_ids or ()),
+                    stale_events=stale_events,
+                    run_ids=tuple(record.run_ids or ()),
                     reach=reach,
                 )
             )
@@ -123,24 +150,22 @@ class ServingLayer(SnapshotReader):
 
     def reach(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
-    ) -> dict[tuple[object, ...], tuple[object, ...]]:
-        """Who ``query``'s rows reached (:func:`serving_layer.query.reach_sql`), by
-        (bucket_us, *group values): (users, clickers, listed, reach_sketches,
-        clicker_sketches, unsketched)."""
-        batch = self.reach_relation(snapshot[batch_table(view)], None)
-        speed = self.reach_relation(snapshot[SPEED_CTR], view.where)
+    ) -> dict[tuple[object, ...], ReachFound]:
+        """Who ``query``'s rows reached (:func:`serving_layer.ctr_sql.reach_sql`), by
+        (bucket_us, *group values)."""
+        sides = self.reader.version_sides
         sketched, counted, params = reach_sql(
             query,
-            batch=batch,
-            speed=speed,
-            covered=self.covered_relation(snapshot, view),
+            batch=sides.reach(snapshot[batch_table(view)], None),
+            speed=sides.reach(snapshot[SPEED_CTR], view.where),
+            covered=self.reader.covered_relation(snapshot, view),
             intervals=self._covered_within(query, snapshot, view),
         )
-        width = 1 + len(query.group_by)
-        counts = {tuple(r[:width]): r[width:] for r in self.fetch_all(counted, params)}
+        keys = ["bucket_us", *query.group_by]
+        counts = dict(_keyed(*self.reader.fetch_all(counted, params), keys, _COUNTED))
         return {
-            tuple(r[:width]): (*counts.get(tuple(r[:width]), (0, 0)), *r[width:])
-            for r in self.fetch_all(sketched, params)
+            key: ReachFound(*counts.get(key, (0, 0)), *values)
+            for key, values in _keyed(*self.reader.fetch_all(sketched, params), keys, _SKETCHED)
         }
 
     def _covered_within(
@@ -148,18 +173,18 @@ class ServingLayer(SnapshotReader):
     ) -> list[tuple[dt.datetime, dt.datetime]] | None:
         """The covered intervals in ``query``'s range as a range predicate's bounds, or None
         when there are too many (the merge rule then joins the covered table)."""
-        within = self.coverage(snapshot, view).within(query.start, query.end)
+        within = self.reader.coverage(snapshot, view).within(query.start, query.end)
         return within if len(within) <= MAX_PREDICATE_INTERVALS else None
 
     def freshness(
         self, snapshot: LakeSnapshot | None = None, view: Definition | None = None
     ) -> Freshness:
-        snap = snapshot or self.snapshot()
-        view = view or self.definition(snap)
+        snap = snapshot or self.reader.snapshot()
+        view = view or self.reader.definition(snap)
         status = snap.status
         return Freshness(
-            latest_covered_bucket=self.coverage(snap, view).latest_bucket,
-            latest_speed_bucket=self.latest_speed_bucket(snap),
+            latest_covered_bucket=self.reader.coverage(snap, view).latest_bucket,
+            latest_speed_bucket=self.reader.latest_speed_bucket(snap),
             speed_updated_at=status.updated_at if status else None,
             speed_watermark=status.watermark if status else None,
             speed_lag_records=status.offsets_behind if status else None,
@@ -175,3 +200,32 @@ class ServingLayer(SnapshotReader):
                 )
             },
         )
+
+
+# The columns of reach_sql's two SELECTs besides the key, in ReachFound's order.
+_COUNTED: Final = ReachFound._fields[:2]
+_SKETCHED: Final = ReachFound._fields[2:]
+
+
+def _records(
+    columns: Sequence[str], rows: Iterable[Sequence[Any]], group_by: Sequence[str]
+) -> Iterator[CtrRecord]:
+    """``rows`` of ctr_sql as records, their values found by column name."""
+    at = {name: i for i, name in enumerate(columns)}
+    bucket, groups = at["bucket_us"], [at[d] for d in group_by]
+    measures = [at[name] for name in CtrRecord._fields[2:]]
+    for row in rows:
+        yield CtrRecord(row[bucket], tuple(row[i] for i in groups), *(row[i] for i in measures))
+
+
+def _keyed(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    keys: Sequence[str],
+    values: Sequence[str],
+) -> Iterator[tuple[tuple[object, ...], tuple[Any, ...]]]:
+    """(the ``keys`` columns' values, the ``values`` columns') of each row, by column name."""
+    at = {name: i for i, name in enumerate(columns)}
+    key_at, value_at = [at[k] for k in keys], [at[v] for v in values]
+    for row in rows:
+        yield tuple(row[i] for i in key_at), tuple(row[i] for i in value_at)

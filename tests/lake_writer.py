@@ -14,7 +14,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from lake.settings import LakeSettings
-from serving_layer.tables import SCHEMAS
+from serving_layer.snapshots import SCHEMAS
 from views import sketches
 from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
 

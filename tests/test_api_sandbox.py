@@ -29,7 +29,7 @@ from api.settings import ApiSettings
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.sandbox.pool import SqlPool
-from serving_layer.tables import SnapshotSource
+from serving_layer.snapshots import SnapshotSource
 from tests.api_server import running_app
 from tests.fake_clock import FakeClock
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from api.settings import ApiSettings
 from lake.settings import LakeSettings
 from serving_layer.delta_log import commit_ns, log_of
-from serving_layer.tables import SCHEMAS, AsOfError, SnapshotSource
+from serving_layer.snapshots import SCHEMAS, AsOfError, SnapshotSource
 from tests.api_server import running_api
 from tests.lake_writer import cover, ctr_row, minute, write_batch, write_speed
 

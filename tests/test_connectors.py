@@ -31,7 +31,7 @@ from runtime.connectors import read_delta, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import Periodic, StreamProgress
 from runtime.topics import ensure_topics
-from serving_layer.tables import SnapshotSource
+from serving_layer.snapshots import SnapshotSource
 from speed_layer.job import SpeedBatchWriter
 from speed_layer.settings import SpeedSettings
 from tests.wire_events import wire_event

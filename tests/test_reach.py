@@ -29,7 +29,8 @@ from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.catalog import SPEED_CTR
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
-from serving_layer.reach import NOT_MEASURED, Reach, reach_of
+from serving_layer.reach import NOT_MEASURED, Reach, ReachFound, reach_of
+from serving_layer.reader import SnapshotReader
 from serving_layer.sandbox.database import SqlError
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import CtrRow, ServingLayer
@@ -87,7 +88,7 @@ def served(
     distinct = list({e.event_id: e for e in reversed(traffic)}.values())
     speed = [e for e in distinct if e.event_time >= at(1).timestamp() * 1000]
     write_speed_rows(lake, speed)
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     yield layer, distinct
     layer.close()
 
@@ -254,13 +255,13 @@ def test_a_covered_part_of_an_hour_is_exact_and_a_speed_part_estimated(
 
 def test_rows_written_before_reach_was_measured_have_none() -> None:
     # A batch row without lists and sketches among the bucket's rows: not measured.
-    found: tuple[object, ...] = (0, 0, False, [], [], 3)
+    found = ReachFound(0, 0, False, [], [], 3)
     assert reach_of(found, "batch", 10, 0) == NOT_MEASURED
     assert reach_of(found, "speed", 10, 0) == NOT_MEASURED
 
 
 def test_a_stale_bucket_is_bounded_by_its_late_events() -> None:
-    found: tuple[object, ...] = (40, 5, True, [], [], 0)
+    found = ReachFound(40, 5, True, [], [], 0)
     assert reach_of(found, "stale", 100, 3) == Reach(40, 40, 43, False, 5, 2.5)
     assert reach_of(found, "batch", 100, 0) == Reach(40, 40, 40, True, 5, 2.5)
     # Late events in a covered bucket without batch rows: no users counted, up to one each.
@@ -271,7 +272,7 @@ def test_the_sql_sandbox_unions_the_sketches_and_hides_user_ids_from_analysts(
     served: tuple[ServingLayer, list[Event]],
 ) -> None:
     layer, events = served
-    snapshot = layer.snapshot()
+    snapshot = layer.reader.snapshot()
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
     try:
         # The merged view's sketches (batch rows where covered, speed rows elsewhere), unioned
@@ -313,7 +314,7 @@ def test_the_api_answers_reach_when_asked_in_json_and_csv(
         "group_by": "campaign_id",
     }
     with (
-        running_api(settings, layer.lake) as url,
+        running_api(settings, layer.reader.lake) as url,
         httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
         ) as client,
@@ -416,7 +417,7 @@ def test_the_dictionary_attack_recovers_every_user_of_an_admins_sketches(
         rows = pool.run(
             "SELECT reach_sketch, users FROM ctr_batch_v3 WHERE len(users) BETWEEN 2 AND 40 "
             "ORDER BY bucket_start, campaign_id, ad_id, site_id, country, device_type LIMIT 5",
-            layer.snapshot(),
+            layer.reader.snapshot(),
         ).rows
     finally:
         pool.close()
@@ -435,7 +436,7 @@ def test_sketches_below_admin_are_sealed_and_give_up_no_user(
     served: tuple[ServingLayer, list[Event]], dictionary: dict[bytes, str], access: Access
 ) -> None:
     layer, _ = served
-    snapshot = layer.snapshot()
+    snapshot = layer.reader.snapshot()
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
     try:
         blobs = [

@@ -23,7 +23,7 @@ from api.settings import ApiSettings
 from lake.settings import LakeSettings
 from serving_layer.sandbox.database import view_names
 from serving_layer.sandbox.pool import SqlPool
-from serving_layer.tables import LakeSnapshot, SnapshotSource
+from serving_layer.snapshots import LakeSnapshot, SnapshotSource
 from tests.api_server import running_api
 from tests.lake_writer import (
     build_sandbox_lake,

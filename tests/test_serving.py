@@ -12,6 +12,7 @@ import pytest
 from lake.coverage.model import Coverage
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
+from serving_layer.reader import SnapshotReader
 from serving_layer.service import ServingLayer
 from serving_layer.wilson import wilson_interval
 from tests.lake_writer import T0, cover, ctr_row, minute, write_batch, write_speed, write_status
@@ -26,7 +27,7 @@ def lake(tmp_path: Path) -> LakeSettings:
 
 @pytest.fixture
 def serving(lake: LakeSettings) -> Iterator[ServingLayer]:
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     yield layer
     layer.close()
 
@@ -293,7 +294,7 @@ def test_a_request_keeps_its_snapshot_while_tables_change(
     lake: LakeSettings, serving: ServingLayer
 ) -> None:
     write_speed(lake, [ctr_row(minute(1), 10, 1)])
-    pinned = serving.snapshot()
+    pinned = serving.reader.snapshot()
     write_speed(lake, [ctr_row(minute(2), 10, 1)])
     query = CtrQuery.create(start=T0, end=T0 + H, granularity="minute")
     assert len(serving.ctr(query, pinned).rows) == 1

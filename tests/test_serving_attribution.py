@@ -27,9 +27,11 @@ from api.settings import ApiSettings
 from cli.main import app
 from lake.registry import record
 from lake.settings import LakeSettings
+from serving_layer.ctr_sql import ctr_sql
 from serving_layer.diff import diff_versions
 from serving_layer.inventory import Inventory
-from serving_layer.query import CtrQuery, ctr_sql
+from serving_layer.query import CtrQuery
+from serving_layer.reader import SnapshotReader
 from serving_layer.sandbox.database import SANDBOX_VIEWS, execute, open_sandbox
 from serving_layer.service import CtrRow, ServingLayer
 from tests.api_server import running_api
@@ -105,7 +107,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
 
 @pytest.fixture
 def serving(lake: LakeSettings) -> Iterator[ServingLayer]:
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     yield layer
     layer.close()
 
@@ -170,7 +172,7 @@ def test_rolled_up_and_ordered_by_the_new_counts(serving: ServingLayer) -> None:
 def test_an_old_speed_table_without_the_attribution_columns(tmp_path: Path) -> None:
     lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
     write_old_speed(lake, [ctr_row(minute(30), 20, 5), ctr_row(minute(31), 7, 1)])
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
         assert per_minute(layer, 3) == [
             (minute(30), 20, 0, 5, 0, 0, "speed", 0),
@@ -181,7 +183,7 @@ def test_an_old_speed_table_without_the_attribution_columns(tmp_path: Path) -> N
             (minute(31), 7, 1, 1, None, None, "speed", 0),
         ]
         # The per-key rows the diff and the sandbox read.
-        result = diff_versions(layer, V1, V3, start=T0, end=T0 + H)
+        result = diff_versions(layer.reader, V1, V3, start=T0, end=T0 + H)
         assert (result.clicks, result.raw_clicks, result.orphan_clicks) == (
             (6, 0),
             (6, 6),
@@ -206,7 +208,7 @@ def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) ->
     cover(lake, "run-3", minute(0), minute(10), view="ctr@v3")
     # A late click at minute 8: its impression may be in any minute up to an hour before.
     write_arrivals(lake, 2, [ctr_row(minute(8), 0, 1)])
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
         assert per_minute(layer, 3) == [
             (minute(5), 10, 2, 2, 0, 0, "stale", 1),
@@ -225,7 +227,9 @@ def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) ->
         )
         # Minute 5 holds a row the click may belong to; minutes 0-4 and 6-7 hold none (no
         # impression there can take it): not stale.
-        assert [(b.bucket_start, b.events) for b in Inventory(layer).stale_buckets(view=V3)] == [
+        assert [
+            (b.bucket_start, b.events) for b in Inventory(layer.reader).stale_buckets(view=V3)
+        ] == [
             (minute(5), 1),
             (minute(8), 1),
         ]
@@ -251,7 +255,7 @@ def test_late_events_of_one_campaign_mark_its_rows_only(tmp_path: Path) -> None:
         2,
         [ctr_row(minute(30), 0, 2, campaign="cmp-1"), ctr_row(minute(10), 3, 0, campaign="cmp-1")],
     )
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
         minutes = per_minute(layer, 3, group_by=["campaign_id"])
         stale = {
@@ -291,7 +295,7 @@ def test_an_archiver_commits_rows_of_one_key_count_once_each_way(tmp_path: Path)
     write_v3(lake, "run-3", [attributed_row(minute(5), 10, 2, 2)])
     cover(lake, "run-3", minute(0), minute(60), view="ctr@v3")
     write_arrivals(lake, 2, [ctr_row(minute(30), 0, 1), ctr_row(minute(30), 0, 1)])
-    layer = ServingLayer(lake, refresh_s=0)
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
         total = CtrQuery.create(start=T0, end=minute(60), granularity="all")
         [row] = layer.ctr(total, version=3).rows
@@ -417,7 +421,7 @@ def test_attributed_clicks_never_pass_impressions(
         if arrivals:
             write_arrivals(lake, 2, arrivals)
         record(lake, "ctr", 3, "published", "attribution")
-        layer = ServingLayer(lake, refresh_s=0)
+        layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
         try:
             for query in asked:
                 result = layer.ctr(query)
@@ -522,8 +526,8 @@ def test_openapi_describes_the_new_fields(client: httpx.Client) -> None:
 @contextlib.contextmanager
 def _sandbox(lake: LakeSettings) -> Iterator[duckdb.DuckDBPyConnection]:
     """The SQL sandbox's database over the lake's current snapshot."""
-    layer = ServingLayer(lake, refresh_s=0)
-    snap = layer.snapshot()
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
+    snap = layer.reader.snapshot()
     con = open_sandbox(
         {view: snap[name] for view, name in SANDBOX_VIEWS.items()},
         memory_limit_bytes=256 * 2**20,
@@ -553,7 +557,7 @@ def test_the_sandbox_views_have_the_counts_per_version(lake: LakeSettings) -> No
 
 
 def test_the_diff_of_version_1_and_3(lake: LakeSettings, serving: ServingLayer) -> None:
-    result = diff_versions(serving, V1, V3, start=T0, end=T0 + 2 * H)
+    result = diff_versions(serving.reader, V1, V3, start=T0, end=T0 + 2 * H)
     assert (result.rows_compared, result.rows_changed) == (4, 3)
     assert (result.only_in_a, result.only_in_b) == (0, 0)
     assert result.impressions == (45, 45)
@@ -601,15 +605,15 @@ def test_dimensions_are_the_views() -> None:
 
 def test_ctr_sql_reads_the_sides_of_any_version(serving: ServingLayer) -> None:
     """What a caller of ctr_sql outside the service (the serving benchmark) passes it."""
-    snap = serving.snapshot()
+    snap = serving.reader.snapshot()
     query = CtrQuery.create(start=T0, end=minute(60), granularity="all")
     for view, expected in ((V1, (34, 34, 34, None, None)), (V3, (34, 13, 34, 4, 3))):
         sql, params = ctr_sql(
             query,
-            **serving.sides(snap, view),
+            **serving.reader.sides(snap, view),
             covered="unused",
-            intervals=serving.coverage(snap, view).within(query.start, query.end),
+            intervals=serving.reader.coverage(snap, view).within(query.start, query.end),
         )
-        with serving.cursor() as cur:
+        with serving.reader.cursor() as cur:
             [row] = cur.execute(sql, params).fetchall()
         assert row[1:6] == expected

@@ -1,5 +1,6 @@
 """SnapshotSource: when a refresh is due, ``cached()`` answers from the current snapshot at once
-and re-reads the Delta logs in the background, within ``max_stale_s`` (real Delta tables)."""
+and re-reads the Delta logs in the background, within ``max_stale_s`` (real Delta tables; the
+source's clock driven, real time still passing for its refresher thread)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,28 @@ from pathlib import Path
 import pytest
 
 from lake.settings import LakeSettings
-from serving_layer.tables import SnapshotSource
+from serving_layer.snapshots import SnapshotSource
 from tests.lake_writer import ctr_row, minute, write_speed
 
 TABLES = ("speed/ctr",)
+
+
+class Clock:
+    """Monotonic seconds that a test moves ahead: real time plus what it skipped."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.skipped
+
+    def advance(self, seconds: float) -> None:
+        self.skipped += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
 
 
 @pytest.fixture
@@ -33,14 +52,14 @@ def wait_for_version(source: SnapshotSource, version: int) -> None:
 
 
 def test_a_due_refresh_answers_with_the_current_snapshot_and_refreshes_in_background(
-    lake: LakeSettings,
+    lake: LakeSettings, clock: Clock
 ) -> None:
-    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60)
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60, clock=clock)
     assert source.cached() is None  # nothing read yet: the caller must use current()
     first = source.current()
     assert first["speed/ctr"].version == 0
     write_speed(lake, [ctr_row(minute(1), 20, 2)])
-    time.sleep(0.1)  # past refresh_s: a refresh is due
+    clock.advance(0.1)  # past refresh_s: a refresh is due
 
     assert source.cached() is first  # at once, without reading the log
     wait_for_version(source, 1)
@@ -48,20 +67,24 @@ def test_a_due_refresh_answers_with_the_current_snapshot_and_refreshes_in_backgr
     assert source.current()["speed/ctr"].version == 1
 
 
-def test_without_max_stale_a_due_refresh_is_left_to_current(lake: LakeSettings) -> None:
-    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05)
+def test_without_max_stale_a_due_refresh_is_left_to_current(
+    lake: LakeSettings, clock: Clock
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, clock=clock)
     source.current()
     write_speed(lake, [ctr_row(minute(1), 20, 2)])
-    time.sleep(0.1)
+    clock.advance(0.1)
     assert source.cached() is None
     assert source.background_refreshes == 0
     assert source.current()["speed/ctr"].version == 1
 
 
-def test_a_snapshot_older_than_refresh_plus_max_stale_is_not_served(lake: LakeSettings) -> None:
-    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=0.05)
+def test_a_snapshot_older_than_refresh_plus_max_stale_is_not_served(
+    lake: LakeSettings, clock: Clock
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=0.05, clock=clock)
     source.current()
-    time.sleep(0.15)
+    clock.advance(0.15)
     assert source.cached() is None
 
 
@@ -71,13 +94,13 @@ def test_negative_max_stale_is_refused(lake: LakeSettings) -> None:
 
 
 def test_once_read_the_snapshot_is_kept_current_and_subscribers_hear_of_each_new_one(
-    lake: LakeSettings,
+    lake: LakeSettings, clock: Clock
 ) -> None:
-    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60)
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60, clock=clock)
     heard: list[int] = []
     source.subscribe(lambda snap: heard.append(snap["speed/ctr"].version or 0))
     source.current()
-    time.sleep(0.1)
+    clock.advance(0.1)
     source.cached()  # a due refresh: the background refresher starts
     try:
         write_speed(lake, [ctr_row(minute(1), 20, 2)])
@@ -93,13 +116,14 @@ def test_once_read_the_snapshot_is_kept_current_and_subscribers_hear_of_each_new
         source.close()
 
 
-def test_the_refresher_stops_when_nobody_reads(lake: LakeSettings) -> None:
+def test_the_refresher_stops_when_nobody_reads(lake: LakeSettings, clock: Clock) -> None:
     source = SnapshotSource(lake, tables=TABLES, refresh_s=0.02, max_stale_s=60,
-                            keep_current_s=0.1)  # fmt: skip
+                            keep_current_s=0.1, clock=clock)  # fmt: skip
     source.current()
-    time.sleep(0.05)
+    clock.advance(0.05)
     source.cached()
-    time.sleep(0.5)  # past keep_current_s without a read
+    clock.advance(0.5)  # past keep_current_s without a read
+    time.sleep(0.2)  # the refresher thread notices (it waits 0.05 s between refreshes)
     stopped_at = source.background_refreshes
     assert stopped_at >= 1
     time.sleep(0.2)

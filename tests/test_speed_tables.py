@@ -22,7 +22,7 @@ from lake.retention import CHECKPOINT_INTERVAL
 from lake.settings import LakeSettings
 from serving_layer.relations import RelationCache
 from serving_layer.sandbox.database import SANDBOX_VIEWS, open_sandbox
-from serving_layer.tables import SnapshotSource
+from serving_layer.snapshots import SnapshotSource
 from speed_layer.rewrite import spark_rewrite
 from speed_layer.tables import SpeedTable, sum_per_key
 from speed_layer.tasks import closed_before

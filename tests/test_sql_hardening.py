@@ -19,17 +19,19 @@ from access.roles import Access, Scope
 from lake.settings import LakeSettings
 from serving_layer.sandbox.backoff import ClientBackoff
 from serving_layer.sandbox.database import (
-    ALLOWED_FUNCTIONS,
-    ALLOWED_TABLE_FUNCTIONS,
-    FUNCTION_GROUPS,
     FunctionRefusedError,
     SqlError,
     SqlRefusedError,
     check_read_only,
     tables_read,
 )
+from serving_layer.sandbox.functions import (
+    ALLOWED_FUNCTIONS,
+    ALLOWED_TABLE_FUNCTIONS,
+    FUNCTION_GROUPS,
+)
 from serving_layer.sandbox.pool import SqlBusyError, SqlPool
-from serving_layer.tables import LakeSnapshot, SnapshotSource
+from serving_layer.snapshots import LakeSnapshot, SnapshotSource
 from tests.fake_clock import FakeClock
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
 from views import sketches

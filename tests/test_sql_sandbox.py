@@ -25,7 +25,7 @@ from serving_layer.sandbox.database import (
     open_sandbox,
 )
 from serving_layer.sandbox.pool import SqlBusyError, SqlPool
-from serving_layer.tables import LakeSnapshot, SnapshotSource
+from serving_layer.snapshots import LakeSnapshot, SnapshotSource
 from tests.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest
 
 

@@ -26,7 +26,7 @@ from lake.coverage.staleness import (
 )
 from lake.coverage.staleness import stale_intervals as merge_stale
 from lake.settings import LakeSettings
-from serving_layer.tables import SCHEMAS
+from serving_layer.snapshots import SCHEMAS
 from tests.api_server import running_api
 from tests.lake_writer import (
     T0,

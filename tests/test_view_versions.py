@@ -26,6 +26,7 @@ from lake.registry import read_registry
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from serving_layer.diff import diff_versions
+from serving_layer.reader import SnapshotReader
 from serving_layer.service import ServingLayer
 from tests.api_server import running_api
 from tests.events_helper import archive, event
@@ -121,9 +122,9 @@ def totals(body: dict[str, object]) -> tuple[int, int]:
 
 def check_diff(lake: LakeSettings) -> None:
     """The diff of v1 and v2: exactly the 'other' rows, which only v1 has."""
-    serving = ServingLayer(lake, refresh_s=0)
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
-        result = diff_versions(serving, V1, V2, start=T0, end=T0 + dt.timedelta(hours=2))
+        result = diff_versions(serving.reader, V1, V2, start=T0, end=T0 + dt.timedelta(hours=2))
     finally:
         serving.close()
     # v1 has 11 (minute, dimensions) rows, 5 of them 'other'; v2 the 6 others, unchanged.

@@ -16,7 +16,7 @@ from lake.registry import RegistryEvent, read_registry, record
 from lake.settings import LakeSettings
 from runtime.times import EARLIEST, LATEST
 from serving_layer.diff import diff_versions
-from serving_layer.service import ServingLayer
+from serving_layer.reader import SnapshotReader
 from views.comparison import Comparison
 from views.definitions import Definition
 from workflows.build import missing
@@ -78,11 +78,11 @@ def diff(
 ) -> Comparison:
     """Version ``a`` against version ``b`` over [start, end) (default: all time), as readers
     would see them, in one snapshot of the lake."""
-    serving = ServingLayer(lake, refresh_s=0)
+    reader = SnapshotReader(lake, refresh_s=0)
     try:
-        return diff_versions(serving, a, b, start=start or EARLIEST, end=end or LATEST)
+        return diff_versions(reader, a, b, start=start or EARLIEST, end=end or LATEST)
     finally:
-        serving.close()
+        reader.close()
 
 
 def review(

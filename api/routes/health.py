@@ -23,7 +23,7 @@ router = APIRouter(tags=["operations"])
 async def healthz(serving: ServingDep, access: OptionalAccessDep) -> Health:
     if access is None or not access.sees_everything:
         return Health(status="ok")
-    snapshot = await run_in_threadpool(serving.snapshot)
+    snapshot = await run_in_threadpool(serving.reader.snapshot)
     return Health(status="ok", versions=snapshot.versions())
 
 

@@ -4,29 +4,22 @@ the answer as JSON or CSV. GET /api/v1/sql/functions: the functions a query may 
 from __future__ import annotations
 
 import functools
-import string
 from typing import Annotated, Final
-from urllib.parse import quote
 
-import orjson
 from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import AccessDep, ClientDep, ServingDep, SettingsDep, SqlPoolDep
 from api.errors import ParameterError
-from api.formats import CSV_MEDIA_TYPE, FormatParam, negotiate, openapi_responses
+from api.formats import FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
 from api.query_gate import QueryGate
+from api.rendering import render_sql
 from api.times import as_utc
-from serving_layer.csv_rows import csv_text
-from serving_layer.sandbox.database import (
-    ALLOWED_TABLE_FUNCTIONS,
-    FUNCTION_GROUPS,
-    SqlError,
-    SqlRefusedError,
-)
-from serving_layer.tables import AsOfError
+from serving_layer.sandbox.database import SqlError, SqlRefusedError
+from serving_layer.sandbox.functions import ALLOWED_TABLE_FUNCTIONS, FUNCTION_GROUPS
+from serving_layer.snapshots import AsOfError
 
 router = APIRouter(prefix="/api/v1", tags=["sql"])
 
@@ -40,8 +33,6 @@ CSV_HEADERS: Final = {
     "Ctr-Elapsed-Ms": "the query's time in the worker",
 }
 _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
-# Printable ASCII but the list's separator and the escape: kept as is in a header item.
-_HEADER_SAFE: Final = "".join(c for c in string.punctuation + " " if c not in ",%")
 
 
 @router.post(
@@ -78,11 +69,11 @@ async def post_sql(
     if body.max_rows is not None and body.max_rows > settings.sql_max_rows:
         raise ParameterError("max_rows", f"at most {settings.sql_max_rows}, got {body.max_rows}")
     if body.as_of is None:
-        snapshot = await run_in_threadpool(serving.snapshot)
+        snapshot = await run_in_threadpool(serving.reader.snapshot)
     else:
         as_of = as_utc(body.as_of, "as_of")
         try:
-            snapshot = await run_in_threadpool(serving.snapshots.at, as_of)
+            snapshot = await run_in_threadpool(serving.reader.snapshots.at, as_of)
         except AsOfError as exc:
             raise ParameterError("as_of", str(exc)) from None
     run = functools.partial(
@@ -111,29 +102,7 @@ async def post_sql(
         raise ParameterError("sql", f"refused: {exc}") from None
     except SqlError as exc:
         raise ParameterError("sql", f"query failed: {exc}") from None
-    elapsed_ms = round(result.elapsed_s * 1000, 3)
-    if output == "csv":
-        headers = {
-            "Ctr-Truncated": "true" if result.truncated else "false",
-            "Ctr-Truncated-By": result.truncated_by or "",
-            "Ctr-Column-Types": ",".join(quote(t, safe=_HEADER_SAFE) for t in result.types),
-            "Ctr-Elapsed-Ms": str(elapsed_ms),
-        }
-        text = csv_text(result.columns, result.rows)
-        return Response(text.encode(), media_type=CSV_MEDIA_TYPE, headers=headers)
-    return Response(
-        orjson.dumps(
-            {
-                "columns": result.columns,
-                "types": result.types,
-                "rows": result.rows,
-                "truncated": result.truncated,
-                "truncated_by": result.truncated_by,
-                "elapsed_ms": elapsed_ms,
-            }
-        ),
-        media_type="application/json",
-    )
+    return render_sql(result, output).response()
 
 
 @router.get(

@@ -34,7 +34,7 @@ def get_views(serving: ServingDep, access: AccessDep) -> ViewsResponse:
     """An advertiser key gets what holds for every campaign alike (versions, covered
     intervals, the latest buckets) and its own campaigns' stale intervals; no count over other
     campaigns: no rows, runs, table sizes or drift."""
-    snapshot = serving.snapshot()
+    snapshot = serving.reader.snapshot()
     everything = access.sees_everything
     views = [
         ViewInfoBody(
@@ -73,7 +73,7 @@ def get_views(serving: ServingDep, access: AccessDep) -> ViewsResponse:
             ],
             drift=DriftBody(**dataclasses.asdict(view.drift)) if everything else None,
         )
-        for view in Inventory(serving).views(snapshot, access.scope)
+        for view in Inventory(serving.reader).views(snapshot, access.scope)
     ]
     freshness = FreshnessBody.model_validate(
         freshness_json(serving.freshness(snapshot), scoped=not everything)

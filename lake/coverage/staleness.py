@@ -40,7 +40,7 @@ MINUTE: Final = dt.timedelta(minutes=1)
 def arrival_key_sql(alias: str) -> str:
     """SQL of the key of an arrivals row's events (alias ``alias``): its bucket, dimensions,
     master/events version and archiver batch. One late source counts once in a row however many
-    of the row's minutes it may change (:func:`serving_layer.query.ctr_sql`)."""
+    of the row's minutes it may change (:func:`serving_layer.ctr_sql.ctr_sql`)."""
     dims = ", ".join(f"{alias}.{d}" for d in DIMENSIONS)
     return f"hash({alias}.bucket_start, {dims}, {alias}.events_version, {alias}.batch_id)"
 

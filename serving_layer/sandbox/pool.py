@@ -62,7 +62,7 @@ from serving_layer.sandbox.database import (
     check_read_only,
     sandbox_views,
 )
-from serving_layer.tables import LakeSnapshot, TableSnapshot
+from serving_layer.snapshots import LakeSnapshot, TableSnapshot
 
 _START_TIMEOUT_S: Final = 60.0
 _WORKDIR_PREFIX: Final = "ctr-sql-"

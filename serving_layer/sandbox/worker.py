@@ -21,8 +21,8 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
 from access.roles import Access
+from serving_layer.sandbox.arrow_files import VIEW_TYPE_ERROR, view_typed_files
 from serving_layer.sandbox.database import (
-    VIEW_TYPE_ERROR,
     SqlError,
     SqlRefusedError,
     SqlResult,
@@ -31,9 +31,8 @@ from serving_layer.sandbox.database import (
     hidden_views,
     open_sandbox,
     tables_read,
-    view_typed_files,
 )
-from serving_layer.tables import TableSnapshot
+from serving_layer.snapshots import TableSnapshot
 
 if TYPE_CHECKING:
     import duckdb

@@ -1,0 +1,250 @@
+"""The DuckDB SQL that answers a :class:`~serving_layer.query.CtrQuery`, with bound values: its
+rows by the merge rule (:mod:`serving_layer.merge_rule`) rolled up to its buckets and groups,
+and who they reached.
+
+Only identifiers from fixed allow-lists (the dimensions, the measures, the registered table
+names) are written into the SQL text; every value a user sent travels as a bound parameter.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Final
+
+from lake.coverage.model import in_intervals_sql
+from serving_layer.merge_rule import Sides, merge_rule
+from serving_layer.query import CtrQuery
+from views.columns import DIMENSIONS
+from views.columns import MEASURES as COUNTS
+
+# Up to this many covered intervals in a query's range become a range predicate (fast, pushed
+# into the Parquet scan); beyond it the query as-of joins the covered-interval table.
+MAX_PREDICATE_INTERVALS: Final = 64
+
+
+def ctr_sql(
+    query: CtrQuery,
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    stale: str | None = None,
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+    marks: str | None = None,
+) -> tuple[str, dict[str, object]]:
+    """SQL and bound parameters for ``query`` over registered relations.
+
+    ``batch`` and ``speed`` hold a version's rows with the five counts of
+    :data:`views.columns.MEASURES` (:func:`serving_layer.sides.side_rows_sql` makes them
+    of a table's rows),
+    ``covered`` the disjoint covered intervals (``interval_start``, ``interval_end``), ``stale``
+    the late arrivals no batch run has counted yet (rows of
+    :func:`lake.coverage.staleness.stale_sql`, all in covered buckets); each a relation name or
+    a parenthesized SELECT. Per minute bucket the rule is: covered → batch rows plus its stale
+    arrivals, else speed rows. ``intervals``,
+    when given, are the same disjoint intervals as far as they meet the query's range (at most
+    :data:`MAX_PREDICATE_INTERVALS`); they turn the rule into a range predicate instead of an
+    as-of join. ``marks``, for a version with click attribution, are the covered rows a late
+    event in another minute may change (rows of :func:`lake.coverage.staleness.stale_marks_sql`:
+    no counts). A row's ``stale_events`` are the late events that may change it, of its own
+    buckets and dimensions (its stale arrivals and its marks), each counted once. Columns:
+    bucket_us (bucket start, microseconds since the epoch), the group_by dimensions,
+    impressions, clicks, raw_clicks, orphan_clicks, repeat_clicks (null for a version without
+    attribution), ctr, stale_events, run_ids. One row more than
+    ``query.limit``, so the caller can tell a truncated answer.
+    """
+    params: dict[str, object] = {}
+    where = _narrowing(query, params)
+    columns = ", ".join(["t.bucket_start", *(f"t.{d}" for d in query.group_by)])
+    merged = merge_rule(
+        Sides(batch, speed, covered, stale),
+        columns=columns,
+        where=where,
+        predicate=_covered_predicate(intervals, params),
+    )
+    bucket = _bucket(query, params)
+    groups = ["bucket_us", *query.group_by]
+    ordered = {k.column for k in query.order_by}
+    order = [
+        f"{'bucket_us' if k.column == 'bucket_start' else k.column} "
+        f"{'DESC' if k.descending else 'ASC'} NULLS LAST"
+        for k in query.order_by
+    ]
+    order += [
+        c
+        for c in groups
+        if c not in ordered and not (c == "bucket_us" and "bucket_start" in ordered)
+    ]
+    params["limit"] = query.limit + 1
+    stale_events = "0::BIGINT"
+    staled = joined = ""
+    sources = _late_sources(stale, marks)
+    if sources is not None:
+        # Each late source once per row, however many of the row's minutes it may change.
+        keys = "".join(f"{d}, " for d in query.group_by)
+        staled = f""",
+        staled AS (
+            SELECT bucket_us, {keys}sum(events) AS stale_events
+            FROM (
+                SELECT DISTINCT {bucket} AS bucket_us, {keys}arrival_key, events
+                FROM ({sources}) t WHERE {" AND ".join(where)}
+            ) GROUP BY ALL
+        )"""
+        joined = f" LEFT JOIN staled USING ({', '.join(groups)})"
+        stale_events = "coalesce(any_value(staled.stale_events), 0)::BIGINT"
+    # Two stages: sums per group and run first (cheap), then the run ids per group.
+    sql = f"""
+        WITH merged AS ({merged}),
+        per_run AS (
+            SELECT {bucket} AS bucket_us,
+                   {", ".join([*query.group_by, ""])}run_id,
+                   {", ".join(f"sum({m}) AS {m}" for m in COUNTS)}
+            FROM merged GROUP BY ALL
+        ){staled}
+        SELECT {", ".join(groups)},
+               {", ".join(f"sum({m})::BIGINT AS {m}" for m in COUNTS)},
+               CASE WHEN sum(impressions) > 0
+                    THEN sum(clicks)::DOUBLE / sum(impressions) END AS ctr,
+               {stale_events} AS stale_events,
+               list_sort(list(run_id) FILTER (WHERE run_id IS NOT NULL)) AS run_ids
+        FROM per_run{joined}
+        GROUP BY ALL
+        ORDER BY {", ".join(order)}
+        LIMIT $limit
+    """
+    return sql, params
+
+
+def reach_sql(
+    query: CtrQuery,
+    *,
+    batch: str,
+    speed: str,
+    covered: str,
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+) -> tuple[str, str, dict[str, object]]:
+    """Two SELECTs (and their bound parameters) of who ``query``'s rows reached: per bucket and
+    group (the rows of :func:`ctr_sql`, keyed the same: ``bucket_us`` and the group_by
+    dimensions), by the same merge rule over the same relations, but ``batch`` and ``speed``
+    as stored (with the :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES`
+    each has; ``speed`` already narrowed to the version's events).
+
+    The first: ``listed`` (every row a batch row with user lists), ``reach_sketches`` and
+    ``clicker_sketches`` (every row's sketch, to union), ``unsketched`` (rows with events but
+    no sketch: written before reach was measured). The second: ``users`` and ``clickers``, the
+    exact distinct counts of the batch rows' lists (the bucket's reach when every row is
+    listed); a distinct count over every user id of the range, DuckDB's hash aggregate over
+    the lists unnested (measured: 2-4x faster than distinct lists per group).
+    """
+    params: dict[str, object] = {}
+    where = _narrowing(query, params)
+    groups = "".join(f", t.{d}" for d in query.group_by)
+    merged = merge_rule(
+        Sides(batch, speed, covered),
+        columns=f"t.bucket_start{groups}",
+        where=where,
+        predicate=_covered_predicate(intervals, params),
+        extra=_REACH_COLUMNS,
+    )
+    bucket = _bucket(query, params)
+    keys = "".join(f", {d}" for d in query.group_by)
+    grouped = ", ".join(["bucket_us", *query.group_by])
+    sketched = f"""
+        SELECT {bucket} AS bucket_us{keys},
+               bool_and(users IS NOT NULL) AS listed,
+               list(reach_sketch) FILTER (WHERE reach_sketch IS NOT NULL) AS reach_sketches,
+               list(clicker_sketch) FILTER (WHERE clicker_sketch IS NOT NULL)
+                   AS clicker_sketches,
+               count(*) FILTER (
+                   WHERE reach_sketch IS NULL AND (impressions > 0 OR clicks > 0)
+               ) AS unsketched
+        FROM ({merged}) GROUP BY {grouped}
+    """
+    # Two lists unnested side by side: the shorter padded with nulls, which count nothing.
+    counted = f"""
+        SELECT bucket_us{keys}, count(DISTINCT u) AS users, count(DISTINCT c) AS clickers
+        FROM (
+            SELECT {bucket} AS bucket_us{keys}, unnest(users) AS u, unnest(clickers) AS c
+            FROM ({merged}) WHERE users IS NOT NULL
+        ) GROUP BY {grouped}
+    """
+    return sketched, counted, params
+
+
+def _late_sources(stale: str | None, marks: str | None) -> str | None:
+    """One SELECT of the late sources that may change a row: bucket_start, the dimensions,
+    arrival_key (one per arrival row and kind of event) and events. A stale arrival changes its own
+    row (its impressions and its clicks, two sources); a mark of
+    :func:`lake.coverage.staleness.stale_marks_sql` a row of another bucket."""
+    dims = ", ".join(DIMENSIONS)
+    parts = []
+    if stale is not None:
+        # An arrival key's rows summed (a bucket and dimensions can have a row per archiver
+        # task), as the marks sum them: one source, one count, whichever way it is reached.
+        for kind, column in (("i", "impressions"), ("c", "raw_clicks")):
+            parts.append(
+                f"SELECT bucket_start, {dims}, hash(arrival_key, '{kind}') AS arrival_key, "
+                f"sum({column}) AS events FROM {stale} WHERE {column} > 0 GROUP BY ALL"
+            )
+    if marks is not None:
+        parts.append(
+            f"SELECT bucket_start, {dims}, arrival_key, stale_events AS events FROM {marks}"
+        )
+    return " UNION ALL ".join(parts) if parts else None
+
+
+def _narrowing(query: CtrQuery, params: dict[str, object]) -> list[str]:
+    """The conditions on a side's rows (alias ``t``) that select ``query``'s range, filters
+    and scope, their values added to ``params``."""
+    params.update(start=query.start, end=query.end)
+    where = ["t.bucket_start >= $start", "t.bucket_start < $end"]
+    for name, values in query.filters:
+        placeholders = []
+        for i, value in enumerate(values):
+            params[f"{name}_{i}"] = value
+            placeholders.append(f"${name}_{i}")
+        where.append(f"t.{name} IN ({', '.join(placeholders)})")
+    if query.scope is not None:
+        condition, bound = query.scope.sql("t")
+        where.append(condition)
+        params.update(bound)
+    return where
+
+
+def _covered_predicate(
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None, params: dict[str, object]
+) -> str | None:
+    """The covered ``intervals`` as a range predicate on ``t.bucket_start`` (their bounds
+    added to ``params``); None without them (the merge rule then joins the covered table)."""
+    if intervals is None:
+        return None
+    if len(intervals) > MAX_PREDICATE_INTERVALS:
+        raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
+    bounds = []
+    for i, (start, end) in enumerate(intervals):
+        params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
+        bounds.append((f"$cov_start_{i}", f"$cov_end_{i}"))
+    return in_intervals_sql("t.bucket_start", bounds)
+
+
+def _bucket(query: CtrQuery, params: dict[str, object]) -> str:
+    """The SQL of a row's bucket start (``bucket_start``) in ``query``'s granularity.
+
+    Buckets as integer microseconds since the epoch: UTC minutes, hours and days are whole
+    multiples of their length, and integer division is far cheaper than date_trunc on a
+    TIMESTAMPTZ (which goes through the ICU calendar for every row). ``all`` is one bucket
+    starting at the range's start."""
+    if query.granularity == "all":
+        params["start_us"] = int(query.start.timestamp()) * 1_000_000  # whole minutes
+        return "$start_us::BIGINT"
+    params["step_us"] = query.step // dt.timedelta(microseconds=1)
+    return "(epoch_us(bucket_start) // $step_us) * $step_us"
+
+
+# What reach_sql reads of each side's rows besides the key: a speed row has no user lists.
+_REACH_COLUMNS: Final = {
+    "batch": "t.impressions, t.clicks, t.users, t.clickers, t.reach_sketch, t.clicker_sketch",
+    "speed": "t.impressions, t.clicks, NULL::VARCHAR[] AS users, NULL::VARCHAR[] AS clickers, "
+    "t.reach_sketch, t.clicker_sketch",
+}
