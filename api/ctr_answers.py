@@ -21,9 +21,9 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
 from access.roles import Access
-from api.errors import ParameterError
+from api.errors import GateBusyError, ParameterError
 from api.formats import Format
-from api.query_gate import GateBusyError, QueryGate
+from api.query_gate import QueryGate
 from api.rendering import Rendered, rendered_ctr
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings

@@ -1,24 +1,21 @@
-"""Error responses: every error is JSON; every 4xx says what is wrong and, for bad input, which
-parameter."""
+"""The API's own errors, under one base; :mod:`api.error_responses` maps them, and the layers'
+errors, to HTTP statuses."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable
+from typing import Final
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from runtime.errors import CtrError
 
-from api.formats import NotAcceptableError
-from api.query_gate import GateBusyError
-from api.security_headers import SECURITY_HEADERS
-from serving_layer.reader import QueryLimitError
-from serving_layer.sandbox.pool import SandboxUnavailableError, SqlBusyError
-
-_log = logging.getLogger(__name__)
+_QUOTED: Final = 80  # characters of an Accept header quoted back
 
 
-class ParameterError(Exception):
+class ApiError(CtrError):
+    """The one base of the errors the API raises itself."""
+
+
+class ParameterError(ApiError):
     """A request parameter is invalid: 400 naming it."""
 
     def __init__(self, parameter: str | None, message: str) -> None:
@@ -27,62 +24,19 @@ class ParameterError(Exception):
         self.message = message
 
 
-def install(app: FastAPI) -> None:
-    @app.exception_handler(ParameterError)
-    async def _parameter(request: Request, exc: ParameterError) -> JSONResponse:
-        detail = f"{exc.parameter}: {exc.message}" if exc.parameter else exc.message
-        return JSONResponse({"detail": detail, "parameter": exc.parameter}, status_code=400)
+class NotAcceptableError(ApiError):
+    """The Accept header allows none of the formats: 406."""
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's own checks (types, bounds, body shape) as 400s shaped like ours.
-        errors = exc.errors()
-        first = errors[0] if errors else {}
-        location = [str(part) for part in first.get("loc", ()) if part not in ("query", "body")]
-        parameter = ".".join(location) or None
-        message = str(first.get("msg", "invalid request"))
-        detail = f"{parameter}: {message}" if parameter else message
-        return JSONResponse({"detail": detail, "parameter": parameter}, status_code=400)
-
-    @app.exception_handler(NotAcceptableError)
-    async def _not_acceptable(request: Request, exc: NotAcceptableError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "parameter": "Accept"}, status_code=406)
-
-    @app.exception_handler(SqlBusyError)
-    async def _busy(request: Request, exc: SqlBusyError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": str(exc), "parameter": None},
-            status_code=429,
-            headers={"Retry-After": str(exc.retry_after_s)},
+    def __init__(self, accept: str, offered: Iterable[str]) -> None:
+        quoted = accept if len(accept) <= _QUOTED else f"{accept[:_QUOTED]}… ({len(accept)} chars)"
+        super().__init__(
+            f"Accept: {quoted!r} allows none of {', '.join(offered)} (or use format=json|csv)"
         )
 
-    @app.exception_handler(GateBusyError)
-    async def _gate_busy(request: Request, exc: GateBusyError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": str(exc), "parameter": None},
-            status_code=429,
-            headers={"Retry-After": str(exc.retry_after_s)},
-        )
 
-    @app.exception_handler(QueryLimitError)
-    async def _query_limit(request: Request, exc: QueryLimitError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "parameter": None}, status_code=400)
+class GateBusyError(ApiError, RuntimeError):
+    """No place to compute: the queue is full, or the wait timed out."""
 
-    @app.exception_handler(SandboxUnavailableError)
-    async def _unavailable(request: Request, exc: SandboxUnavailableError) -> JSONResponse:
-        _log.warning("SQL sandbox unavailable: %s", exc)
-        return JSONResponse(
-            {"detail": f"the SQL sandbox is unavailable: {exc}", "parameter": None},
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # Logged with its traceback by the server; the client gets JSON, not a closed connection.
-        # Sent by Starlette's outermost error layer, outside SecurityHeaders: its own headers.
-        return JSONResponse(
-            {"detail": f"internal error ({type(exc).__name__}); see the server log"},
-            status_code=500,
-            headers=dict(SECURITY_HEADERS),
-        )
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Final, Literal
 
 from fastapi import Query
 
+from api.errors import NotAcceptableError
 from api.models import ErrorResponse
 
 Format = Literal["json", "csv"]
@@ -26,18 +27,6 @@ FormatParam = Annotated[
 # Media ranges of an Accept header looked at; the rest is ignored (browsers send about ten).
 MAX_MEDIA_RANGES: Final = 64
 # How much of a refused Accept header the 406 quotes.
-_QUOTED: Final = 80
-
-
-class NotAcceptableError(Exception):
-    """The Accept header allows none of the formats: 406."""
-
-    def __init__(self, accept: str) -> None:
-        quoted = accept if len(accept) <= _QUOTED else f"{accept[:_QUOTED]}… ({len(accept)} chars)"
-        super().__init__(
-            f"Accept: {quoted!r} allows none of {', '.join(MEDIA_TYPES.values())} "
-            "(or use format=json|csv)"
-        )
 
 
 def negotiate(format_: Format | None, accept: str | None) -> Format:
@@ -59,7 +48,7 @@ def negotiate(format_: Format | None, accept: str | None) -> Format:
         if best is None or rank > best:
             best, chosen = rank, name
     if chosen is None:
-        raise NotAcceptableError(accept)
+        raise NotAcceptableError(accept, MEDIA_TYPES.values())
     return chosen
 
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from access.key_usage import UsageRecorder
 from access.key_watcher import KeyWatcher
-from api import errors
+from api import error_responses
 from api.authn import Authenticator, utc_now
 from api.deps import require_access
 from api.errors import ParameterError
@@ -148,7 +148,7 @@ def create_app(
         )
     )
     app.state.registry = registry
-    errors.install(app)
+    error_responses.install(app)
     protected = [Depends(require_access)]
     for router in (ctr.router, views.router, sql.router, access.router):
         app.include_router(router, dependencies=protected)

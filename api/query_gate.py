@@ -18,13 +18,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-
-class GateBusyError(RuntimeError):
-    """No place to compute: the queue is full, or the wait timed out."""
-
-    def __init__(self, message: str, retry_after_s: int = 1) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+from api.errors import GateBusyError
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Final, Literal, get_args
 from access.roles import Scope
 from events.countries import ISO_3166_ALPHA2
 from runtime.times import EARLIEST, LATEST
+from serving_layer.errors import ServingError
 from views.columns import DIMENSIONS
 from views.columns import MEASURES as COUNTS
 
@@ -30,7 +31,7 @@ MAX_FILTER_VALUES: Final = 100
 DEFAULT_RANGE: Final = dt.timedelta(hours=24)
 
 
-class QueryError(ValueError):
+class QueryError(ServingError, ValueError):
     """A query parameter is invalid; ``parameter`` names it."""
 
     def __init__(self, parameter: str, message: str) -> None:

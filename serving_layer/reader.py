@@ -27,6 +27,7 @@ from lake.coverage.model import Coverage, CoverageRuns
 from lake.coverage.staleness import stale_marks_sql, stale_sql
 from lake.registry import Registry
 from lake.settings import LakeSettings
+from serving_layer.errors import ServingError
 from serving_layer.merge_rule import merged_sql
 from serving_layer.relations import RelationCache
 from serving_layer.sides import VersionSides, view_suffix
@@ -34,7 +35,7 @@ from serving_layer.snapshots import LakeSnapshot, SnapshotSource, TableSnapshot
 from views.definitions import Definition, definition
 
 
-class QueryLimitError(RuntimeError):
+class QueryLimitError(ServingError, RuntimeError):
     """A query was stopped at a resource limit (time or memory): ask for less."""
 
 

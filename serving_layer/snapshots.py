@@ -34,6 +34,7 @@ from lake.speed_status import SpeedStatus, read_status, speed_status_path
 from lake.storage import arrow_filesystem, open_delta, store_path
 from runtime.times import EPOCH
 from serving_layer.delta_log import DeltaLog, commit_ns, first_true, log_of, log_span, version_at
+from serving_layer.errors import ServingError
 
 _log = logging.getLogger(__name__)
 SCHEMAS: Final[Mapping[str, pa.Schema]] = {t.name: t.schema for t in SERVED}
@@ -45,11 +46,11 @@ _UNSUPPORTED_FEATURES: Final = frozenset({"deletionVectors", "columnMapping"})
 _PAST_VERSIONS: Final = 32
 
 
-class UnsupportedTableError(RuntimeError):
+class UnsupportedTableError(ServingError, RuntimeError):
     """A table uses a Delta feature the serving layer cannot read (deletion vectors, ...)."""
 
 
-class AsOfError(ValueError):
+class AsOfError(ServingError, ValueError):
     """The lake cannot be read as of the moment asked: it is before the lake's first commit or
     in the future, or a table's version of then was removed (log cleanup or vacuum)."""
 

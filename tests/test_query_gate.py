@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from api.query_gate import GateBusyError, QueryGate
+from api.errors import GateBusyError
+from api.query_gate import QueryGate
 from tests.fake_clock import run_in_virtual_time
 
 

@@ -55,6 +55,7 @@ from lake.catalog import (
     SERVED,
     SERVED_BY_NAME,
 )
+from serving_layer.errors import ServingError
 from serving_layer.json_values import jsonable
 from serving_layer.sandbox.arrow_files import table_rows
 from serving_layer.sandbox.functions import (
@@ -95,7 +96,7 @@ TruncatedBy = Literal["max_rows", "max_bytes"]
 _T = TypeVar("_T")
 
 
-class SqlRefusedError(ValueError):
+class SqlRefusedError(ServingError, ValueError):
     """The statement is not a single read-only query (or calls a function not allowed)."""
 
 
@@ -107,7 +108,7 @@ class FunctionRefusedError(SqlRefusedError):
         self.function = function
 
 
-class SqlError(RuntimeError):
+class SqlError(ServingError, RuntimeError):
     """The query failed: a syntax error, an unknown table, a denied file, a resource limit, …"""
 
 

@@ -49,6 +49,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from access.roles import Access
+from serving_layer.errors import ServingError
 from serving_layer.sandbox.backoff import (
     STOPPED_STRIKES,
     WORKER_LOST_STRIKES,
@@ -75,7 +76,7 @@ _SIGNALS: Final = {
 }
 
 
-class SqlBusyError(RuntimeError):
+class SqlBusyError(ServingError, RuntimeError):
     """Every worker is busy and the queue is full (or the wait for a worker timed out)."""
 
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
@@ -83,7 +84,7 @@ class SqlBusyError(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
-class SandboxUnavailableError(RuntimeError):
+class SandboxUnavailableError(ServingError, RuntimeError):
     """The sandbox could not be set up: a worker did not start, or the lake is unreadable."""
 
 
