@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -24,9 +24,12 @@ demo-cluster: setup  ## make demo PROFILE=cluster: 3 brokers, the lake on the lo
 demo-down:  ## stop every process `make demo` started, by pid (traffic first, jobs drain)
 	@bash infra/demo-down.sh
 
-test: setup  ## run the test suite (starts its own broker on a free port)
+test: setup  ## run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
 	@bash infra/system-packages.sh chromium postgresql
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup  ## the unit tier only (no JVM, broker or browser): a pure change checked in seconds
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-faults: setup  ## the fault tests only, each fault repeated CTR_FAULT_ROUNDS times (default 5)
 	CTR_FAULT_ROUNDS=$${CTR_FAULT_ROUNDS:-5} $(PY) -m pytest -m faults $(PYTEST_ARGS)
@@ -83,7 +86,7 @@ dashboard:  ## re-vendor Chart.js and Swagger UI from npm (after changing dashbo
 
 dashboard-screenshot: setup  ## run the dashboard browser test and refresh docs/dashboard.png
 	@bash infra/system-packages.sh chromium
-	CTR_DASHBOARD_SCREENSHOT=docs/dashboard.png $(PY) -m pytest tests/test_dashboard.py
+	CTR_DASHBOARD_SCREENSHOT=docs/dashboard.png $(PY) -m pytest tests/e2e/test_dashboard.py
 
 demo-screenshot: setup  ## screenshots of the running demo's dashboard into docs/ (overview, filters, comparison, table)
 	@bash infra/system-packages.sh chromium

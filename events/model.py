@@ -44,7 +44,7 @@ Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 # text around it, so that two values that look alike are different rows (`cmp-001` and
 # `cmp-001\u200b`) or a value displays as another (`cmp-\u202egnp.exe` shows as `cmp-exe.png`).
 # Spelled out rather than read from unicodedata at run time, so that a record's verdict does not
-# change with Python's Unicode version; tests/test_validation.py holds it to the categories.
+# change with Python's Unicode version; tests/unit/test_validation.py holds it to the categories.
 _INVISIBLE_BMP: Final = (
     r"\x00-\x1f\x7f-\x9f"  # Cc: C0 and C1 controls and DEL (tab, CR, LF, NUL, NEL, ...)
     r"\xa0\u1680\u2000-\u200a\u202f\u205f\u3000"  # Zs but the ASCII space: no-break, em, ...

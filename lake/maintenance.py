@@ -109,7 +109,7 @@ def fold_key_uses(lake: LakeSettings) -> int:
     API process records one a minute per key in use, :mod:`access.key_usage`, which would grow
     the table, and each reload, without bound), in one commit that writes the table again;
     returns how many were dropped (0: no commit). Run before the table is compacted. A create or
-    revoke committed meanwhile is kept (tests/test_keys.py)."""
+    revoke committed meanwhile is kept (tests/unit/test_keys.py)."""
     from deltalake import write_deltalake
 
     path = API_KEYS.path(lake)

@@ -22,8 +22,8 @@ from runtime.kafka_settings import KafkaSettings
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
 from runtime.topics import delete_topics, ensure_topics
-from tests.api_server import running_api
-from tests.dashboard_lake import NOW, TOKEN, Lake
+from tests.support.api_server import running_api
+from tests.support.dashboard_lake import NOW, TOKEN, Lake
 
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
 # connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.
@@ -98,7 +98,7 @@ def dashboard_url(dashboard_lake: Lake) -> Iterator[str]:
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
     """A page of a fresh headless Chromium whose documents start at the dashboard lake's
-    :data:`~tests.dashboard_lake.NOW`; the test fails if the page threw."""
+    :data:`~tests.support.dashboard_lake.NOW`; the test fails if the page threw."""
     if chromium_binary() is None:
         pytest.fail(CHROMIUM_MISSING)
     with chromium_page(tmp_path / "chromium") as page:

@@ -3,8 +3,8 @@ dimensions and the batch/speed boundary.
 
 The format is the one Spark's ``hll_sketch_agg(user_id, 12)`` writes (HLL_8, the updatable
 serialization, Spark's default ``lgConfigK`` of 12, the same hash): Spark's sketches read here
-with Spark's estimate, and Spark reads these (``tests/test_sketches.py``), so either side may
-write one and the serving layer unions what both wrote. A full sketch is 4,136 bytes
+with Spark's estimate, and Spark reads these (``tests/integration/test_sketches.py``), so either
+side may write one and the serving layer unions what both wrote. A full sketch is 4,136 bytes
 (40 + 2^12); one of a few users a few dozen. Once unioned, its relative standard error is
 1.62 % (:data:`RELATIVE_ERROR`): the bounds of :func:`union` are two standard errors (about
 95 %). Null and empty ids are not users (as in Spark's aggregate).

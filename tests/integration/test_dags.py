@@ -1,0 +1,336 @@
+"""The Airflow DAGs: they import cleanly, have the expected shape, parse the same whatever the
+environment, and `airflow dags test` runs the batch job for real through the Spark provider's
+SparkSubmitOperator (temporary AIRFLOW_HOME, SQLite, a `spark_default` connection from the
+environment, real Spark, real Delta)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from lake.catalog import MASTER_EVENTS
+from lake.settings import LakeSettings
+from tests.support import ROOT
+from tests.support.events_helper import archive, event
+
+DAGS = ROOT / "dags"
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+# What the DAGs read from the environment at parse time before issue 17, and what the tasks read
+# when they run; none of it may change a parsed DAG.
+GARBAGE = {
+    "CTR_BATCH_SCHEDULE": "not a cron",
+    "CTR_BATCH_START_DATE": "yesterday",
+    "CTR_BATCH_LOOKBACK_HOURS": "many",
+    "CTR_BATCH_LOOKBACK_MINUTES": "-1",
+    "CTR_MAINTENANCE_SCHEDULE": "never",
+    "SPARK_MASTER": "nowhere",
+    "SPARK_CONF": "{not json",
+    "LAKE_ROOT": "/nonexistent/lake",
+    "CHECKPOINT_ROOT": "/nonexistent/checkpoints",
+    "CTR_JAR_CACHE": "/nonexistent/jars",
+}
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A scratch AIRFLOW_HOME, set in this process (for the in-process DagBag) until the
+    module's tests are done, and the environment for `airflow` subprocesses."""
+    home = tmp_path_factory.mktemp("airflow")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_HOME", str(home))
+        patch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        yield {
+            **os.environ,
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        }
+
+
+def dag_bag(patch: pytest.MonkeyPatch) -> Any:
+    """The DAG folder parsed afresh: the helper module too, not a copy cached in sys.modules."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    for name in [m for m in sys.modules if m == "dags" or m.startswith("dags.")]:
+        patch.delitem(sys.modules, name)
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag
+
+
+def serialized(bag: Any) -> dict[str, Any]:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    return {dag_id: DagSerialization.to_dict(dag) for dag_id, dag in sorted(bag.dags.items())}
+
+
+def airflow(
+    command: str, *args: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``airflow <command> <args>`` in a subprocess, its output captured."""
+    return subprocess.run(
+        [AIRFLOW, *command.split(), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_dag_folder_imports_cleanly_with_the_expected_dags(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    bag = dag_bag(monkeypatch)
+    assert sorted(bag.dag_ids) == [
+        "ctr_batch",
+        "ctr_maintenance",
+        "ctr_recompute_stale",
+        "ctr_reprocess",
+    ]
+
+    batch = bag.dags["ctr_batch"]
+    assert [t.task_id for t in batch.tasks] == ["recompute_ctr"]
+    assert getattr(batch.timetable, "summary", None) == "0 * * * *"
+    assert batch.catchup is False
+    assert batch.max_active_runs == 1
+    assert batch.default_args["retries"] == 2
+    assert batch.params["lookback_minutes"] == 120
+    assert batch.params["preview"] is False
+    submit = batch.get_task("recompute_ctr")
+    assert isinstance(submit, SparkSubmitOperator)
+    assert submit.application == str(ROOT / "cli" / "submit.py")
+    assert "params.lookback_minutes" in " ".join(submit.application_args or [])
+    assert "params.preview" in " ".join(submit.application_args or [])
+    assert {a.name for a in submit.outlets} == {"batch/ctr", "batch/coverage"}
+    assert submit.env_vars is not None
+    assert submit.env_vars["PYSPARK_PYTHON"] == sys.executable
+
+    stale = bag.dags["ctr_recompute_stale"]
+    assert [t.task_id for t in stale.tasks] == ["anything_stale", "recompute_stale"]
+    assert getattr(stale.timetable, "summary", None) == "*/10 * * * *"
+    assert stale.max_active_runs == 1
+    recompute = stale.get_task("recompute_stale")
+    assert isinstance(recompute, SparkSubmitOperator)
+    assert recompute.application_args == ["--stale"]
+    assert recompute.upstream_task_ids == {"anything_stale"}
+
+    reprocess = bag.dags["ctr_reprocess"]
+    assert [t.task_id for t in reprocess.tasks] == ["build", "review", "publish"]
+    assert reprocess.schedule is None
+    assert set(reprocess.params) == {"view", "version", "source", "max_changed_fraction"}
+    assert reprocess.get_task("build").application_args[:2] == ["--build", "{{ params.view }}"]
+    # Built from master/events or from a replay of the topic, as `ctr views build --from`.
+    assert reprocess.get_task("build").application_args[-2:] == ["--from", "{{ params.source }}"]
+    assert reprocess.params.get_param("source").schema["enum"] == ["master", "kafka"]
+
+    maintenance = bag.dags["ctr_maintenance"]
+    assert {t.task_id for t in maintenance.tasks} == {"compact_and_vacuum"}
+    assert str(maintenance.schedule) == "@daily"
+
+
+def test_parsing_reads_no_environment(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in GARBAGE:
+        monkeypatch.delenv(name, raising=False)
+    clean = serialized(dag_bag(monkeypatch))
+    for name, value in GARBAGE.items():
+        monkeypatch.setenv(name, value)
+    assert serialized(dag_bag(monkeypatch)) == clean
+
+
+def test_the_demo_schedule_is_a_call_of_the_same_definition(airflow_env: dict[str, str]) -> None:
+    # What infra/demo.sh generates: a run every 10 minutes, each with 20 minutes of lookback.
+    from dags.definitions import ctr_batch_dag
+
+    start = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.UTC)
+    demo = ctr_batch_dag(
+        schedule="*/10 * * * *", lookback_minutes=20, start_date=start, catchup=True
+    )
+    assert getattr(demo.timetable, "summary", None) == "*/10 * * * *"
+    assert demo.start_date == start
+    assert demo.catchup is True
+    assert demo.params["lookback_minutes"] == 20
+
+
+@pytest.mark.timeout(600)
+def test_airflow_dags_test_runs_the_batch_job(
+    airflow_env: dict[str, str],
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+    archive(
+        spark,
+        lake,
+        [
+            event("too-early", "impression", t - dt.timedelta(minutes=91)),
+            event("in-lookback", "impression", t - dt.timedelta(minutes=90)),
+            event("in-hour", "impression", t + dt.timedelta(minutes=30)),
+            event("click", "click", t + dt.timedelta(minutes=30, seconds=5)),
+            event("too-late", "impression", t + dt.timedelta(minutes=60)),
+        ],
+    )
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env.update(
+        LAKE_ROOT=str(lake.lake_root),
+        CHECKPOINT_ROOT=str(lake.checkpoint_root),
+        # Where Spark runs: the connection, not SPARK_MASTER.
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+        # The driver's size: spark-submit's --driver-memory (Spark's default would be 1 GiB).
+        SPARK_DRIVER_MEMORY="1536m",
+    )
+    migrate = airflow("db migrate", env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    # A manual run at 13:00 gets the data interval that ends then, [12:00, 13:00); with a
+    # lookback of 90 minutes (the run's conf, instead of the param's 120) it recomputes
+    # [10:30, 13:00).
+    conf = json.dumps({"lookback_minutes": 90})
+    done = airflow(
+        "dags test ctr_batch 2026-11-22T13:00:00+00:00", "--conf", conf, env=env, timeout=400
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert "spark master: local[1]" in output, output[-5000:]
+    heap = re.search(r"driver heap: ([\d,]+) MiB", output)
+    assert heap is not None, output[-5000:]
+    assert int(heap.group(1).replace(",", "")) > 1300  # 1536m less the JVM's survivor space
+    rows = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table().to_pylist()
+    assert sorted((r["bucket_start"], r["impressions"], r["clicks"]) for r in rows) == [
+        (t - dt.timedelta(minutes=90), 1, 0),
+        (t + dt.timedelta(minutes=30), 1, 1),
+    ]
+    [coverage] = DeltaTable(lake.table("batch/coverage")).to_pyarrow_table().to_pylist()
+    assert (coverage["interval_start"], coverage["interval_end"]) == (
+        t - dt.timedelta(minutes=90),
+        t + dt.timedelta(hours=1),
+    )
+    assert coverage["run_id"].startswith("ctr-")
+
+
+@pytest.mark.timeout(600)
+def test_airflow_dags_test_recomputes_what_late_events_made_stale(
+    airflow_env: dict[str, str],
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    from batch_layer.interval import Interval
+    from batch_layer.job import run
+    from lake.arrivals import arrival_rows, arrivals_table
+    from lake.coverage.staleness import read_stale
+    from views.ctr import ctr_arrow
+
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+    archive(spark, lake, [event("on-time", "impression", t + dt.timedelta(minutes=5))])
+    run(spark, Interval(t, t + dt.timedelta(hours=1)), lake=lake)
+    # Hours later, as the archiver would: two more events for 12:05, and their arrivals.
+    late = [
+        event("late-1", "impression", t + dt.timedelta(minutes=5, seconds=10)),
+        event("late-2", "click", t + dt.timedelta(minutes=5, seconds=20)),
+    ]
+    archive(spark, lake, late)
+    version = DeltaTable(MASTER_EVENTS.path(lake)).version()
+    rows = arrival_rows(
+        ctr_arrow(
+            spark.read.format("delta")
+            .load(MASTER_EVENTS.path(lake))
+            .where("event_id LIKE 'late-%'")
+            .toArrow()
+        ),
+        events_version=version,
+        batch_id=1,
+        archived_at=t + dt.timedelta(hours=6),
+    )
+    arrivals_table(lake).append(rows, app_id="test-archiver", version=1)
+    assert [b.events for b in read_stale(lake)] == [2]
+
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env.update(
+        LAKE_ROOT=str(lake.lake_root),
+        CHECKPOINT_ROOT=str(lake.checkpoint_root),
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+    )
+    migrate = airflow("db migrate", env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    done = airflow("dags test ctr_recompute_stale 2026-11-22T19:00:00+00:00", env=env, timeout=400)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert "spark master: local[1]" in output, output[-5000:]
+    rows = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table().to_pylist()
+    assert [(r["bucket_start"], r["impressions"], r["clicks"]) for r in rows] == [
+        (t + dt.timedelta(minutes=5), 2, 1)
+    ]
+    assert read_stale(lake) == []
+
+    # Nothing stale: the check skips the Spark task.
+    again = airflow("dags test ctr_recompute_stale 2026-11-22T19:10:00+00:00", env=env, timeout=400)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
+    assert "spark master" not in again.stdout + again.stderr
+
+
+@pytest.mark.timeout(600)
+def test_airflow_dags_test_reprocesses_a_view_version(
+    airflow_env: dict[str, str],
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    from batch_layer.interval import Interval
+    from batch_layer.job import run
+    from lake.registry import read_registry
+
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+    archive(
+        spark,
+        lake,
+        [
+            event("phone", "impression", t + dt.timedelta(minutes=5)),
+            {**event("bot", "impression", t + dt.timedelta(minutes=6)), "device_type": "other"},
+        ],
+    )
+    run(spark, Interval(t, t + dt.timedelta(hours=1)), lake=lake)
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env.update(
+        LAKE_ROOT=str(lake.lake_root),
+        CHECKPOINT_ROOT=str(lake.checkpoint_root),
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
+    )
+    migrate = airflow("db migrate", env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+
+    # Half the rows change (v2 drops the 'other' one): over a 10 % threshold, it stops for review.
+    strict = json.dumps({"view": "ctr", "version": 2, "max_changed_fraction": 0.1})
+    stopped = airflow(
+        "dags test ctr_reprocess 2026-11-22T19:00:00+00:00", "--conf", strict, env=env, timeout=400
+    )
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 0, output[-5000:]
+    assert "stopping for review" in output, output[-5000:]
+    registry = read_registry(lake)
+    assert (registry.published("ctr").version, registry.state("ctr", 2)) == (1, "ready")
+
+    lenient = json.dumps({"view": "ctr", "version": 2, "max_changed_fraction": 0.6})
+    done = airflow(
+        "dags test ctr_reprocess 2026-11-22T19:05:00+00:00", "--conf", lenient, env=env, timeout=400
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert read_registry(lake).published("ctr").version == 2
+    rows = DeltaTable(lake.table("batch/ctr_v2")).to_pyarrow_table().to_pylist()
+    assert [(r["bucket_start"], r["device_type"], r["impressions"]) for r in rows] == [
+        (t + dt.timedelta(minutes=5), "mobile", 1)
+    ]

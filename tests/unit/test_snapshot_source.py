@@ -1,0 +1,137 @@
+"""SnapshotSource: when a refresh is due, ``cached()`` answers from the current snapshot at once
+and re-reads the Delta logs in the background, within ``max_stale_s`` (real Delta tables; the
+source's clock driven, real time still passing for its refresher thread)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from lake.settings import LakeSettings
+from serving_layer.snapshots import SnapshotSource
+from tests.support.lake_writer import ctr_row, minute, write_speed
+
+TABLES = ("speed/ctr",)
+
+
+class Clock:
+    """Monotonic seconds that a test moves ahead: real time plus what it skipped."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.skipped
+
+    def advance(self, seconds: float) -> None:
+        self.skipped += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> LakeSettings:
+    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    write_speed(lake, [ctr_row(minute(0), 10, 1)])
+    return lake
+
+
+def wait_for_version(source: SnapshotSource, version: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        snap = source.cached()
+        if snap is not None and snap["speed/ctr"].version == version:
+            return
+        assert time.monotonic() < deadline, f"speed/ctr v{version} never became current"
+        time.sleep(0.01)
+
+
+def test_a_due_refresh_answers_with_the_current_snapshot_and_refreshes_in_background(
+    lake: LakeSettings, clock: Clock
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60, clock=clock)
+    assert source.cached() is None  # nothing read yet: the caller must use current()
+    first = source.current()
+    assert first["speed/ctr"].version == 0
+    write_speed(lake, [ctr_row(minute(1), 20, 2)])
+    clock.advance(0.1)  # past refresh_s: a refresh is due
+
+    assert source.cached() is first  # at once, without reading the log
+    wait_for_version(source, 1)
+    assert source.background_refreshes >= 1
+    assert source.current()["speed/ctr"].version == 1
+
+
+def test_without_max_stale_a_due_refresh_is_left_to_current(
+    lake: LakeSettings, clock: Clock
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, clock=clock)
+    source.current()
+    write_speed(lake, [ctr_row(minute(1), 20, 2)])
+    clock.advance(0.1)
+    assert source.cached() is None
+    assert source.background_refreshes == 0
+    assert source.current()["speed/ctr"].version == 1
+
+
+def test_a_snapshot_older_than_refresh_plus_max_stale_is_not_served(
+    lake: LakeSettings, clock: Clock
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=0.05, clock=clock)
+    source.current()
+    clock.advance(0.15)
+    assert source.cached() is None
+
+
+def test_negative_max_stale_is_refused(lake: LakeSettings) -> None:
+    with pytest.raises(ValueError, match="'max_stale_s' must be >= 0"):
+        SnapshotSource(lake, max_stale_s=-1)
+
+
+def test_once_read_the_snapshot_is_kept_current_and_subscribers_hear_of_each_new_one(
+    lake: LakeSettings, clock: Clock
+) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.05, max_stale_s=60, clock=clock)
+    heard: list[int] = []
+    source.subscribe(lambda snap: heard.append(snap["speed/ctr"].version or 0))
+    source.current()
+    clock.advance(0.1)
+    source.cached()  # a due refresh: the background refresher starts
+    try:
+        write_speed(lake, [ctr_row(minute(1), 20, 2)])
+        write_speed(lake, [ctr_row(minute(2), 30, 3)])
+        deadline = time.monotonic() + 30
+        while 2 not in heard:  # nobody calls cached() meanwhile
+            assert time.monotonic() < deadline, f"only heard of versions {heard}"
+            time.sleep(0.01)
+        assert heard == sorted(set(heard))  # each new snapshot once, in order
+        assert source.cached() is not None
+        assert source.cached()["speed/ctr"].version == 2  # type: ignore[index]
+    finally:
+        source.close()
+
+
+def test_the_refresher_stops_when_nobody_reads(lake: LakeSettings, clock: Clock) -> None:
+    source = SnapshotSource(lake, tables=TABLES, refresh_s=0.02, max_stale_s=60,
+                            keep_current_s=0.1, clock=clock)  # fmt: skip
+    source.current()
+    clock.advance(0.05)
+    source.cached()
+    clock.advance(0.5)  # past keep_current_s without a read
+    time.sleep(0.2)  # the refresher thread notices (it waits 0.05 s between refreshes)
+    stopped_at = source.background_refreshes
+    assert stopped_at >= 1
+    time.sleep(0.2)
+    assert source.background_refreshes == stopped_at
+    # A read starts it again.
+    source.cached()
+    deadline = time.monotonic() + 5
+    while source.background_refreshes == stopped_at:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    source.close()
