@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from lake.catalog import SPEED_CTR, Table, batch_table
 from lake.settings import LakeSettings
 from lake.storage import duckdb_object_store, is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 from views.definitions import versions
 
 RECENT_DAYS: Final = 30
@@ -53,7 +54,7 @@ def unseen_ids(
     files = [
         path
         for table in _view_tables()
-        for path in _candidate_files(table.path(lake), campaigns, since)
+        for path in _candidate_files(table.path(lake), lake.object_store, campaigns, since)
     ]
     seen: set[tuple[str, str]] = set()
     if files and campaigns:
@@ -62,7 +63,7 @@ def unseen_ids(
         )
         try:
             if lake.on_object_store:
-                duckdb_object_store(con)
+                duckdb_object_store(con, lake.object_store)
             rows = con.execute(
                 "SELECT DISTINCT campaign_id, ad_id FROM read_parquet($files, "
                 "union_by_name = true) WHERE campaign_id IN (SELECT unnest($campaigns)) "
@@ -87,12 +88,14 @@ def _view_tables() -> Iterable[Table]:
         yield batch_table(view)
 
 
-def _candidate_files(path: str, campaigns: Sequence[str], since: dt.datetime) -> list[str]:
+def _candidate_files(
+    path: str, store: ObjectStoreSettings, campaigns: Sequence[str], since: dt.datetime
+) -> list[str]:
     """The files of the table at ``path`` that may hold a row of ``campaigns`` from ``since``
     on, by the file statistics of its Delta log (a file without them is a candidate)."""
-    if not campaigns or not is_delta(path):
+    if not campaigns or not is_delta(path, store):
         return []
-    table = open_delta(path)
+    table = open_delta(path, store)
     actions = pa.table(table.get_add_actions(flatten=True))
     columns = set(actions.column_names)
     conditions = []

@@ -39,6 +39,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from lake.data_files import DataFile, partition_string
 from lake.storage import delta_options, ensure_properties, is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 
 log = logging.getLogger("ctr.lake")
 
@@ -68,18 +69,21 @@ class Maintained:
 
 
 class AppendTable:
-    """The Delta table at ``path`` (rows of ``schema``), held open between commits by its one
-    writer; ``properties`` are set when the table is created and kept on an existing one."""
+    """The Delta table at ``path`` (on the lake's object store ``store`` when it is there; rows
+    of ``schema``), held open between commits by its one writer; ``properties`` are set when the
+    table is created and kept on an existing one."""
 
     def __init__(
         self,
         path: str,
+        store: ObjectStoreSettings,
         schema: pa.Schema,
         *,
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
     ) -> None:
         self.path = path
+        self.store = store
         self.schema = schema
         self.partition_by = list(partition_by)
         self.properties = dict(properties or {})
@@ -89,9 +93,9 @@ class AppendTable:
     def table(self) -> DeltaTable | None:
         """The table, refreshed to its latest version; None while it does not exist."""
         if self._table is None:
-            if not is_delta(self.path):
+            if not is_delta(self.path, self.store):
                 return None
-            self._table = open_delta(self.path)
+            self._table = open_delta(self.path, self.store)
             self._ensure_properties(self._table)
         else:
             self._table.update_incremental()
@@ -112,9 +116,9 @@ class AppendTable:
         about ``target_size`` bytes (each partition apart), then VACUUM past the table's file
         retention: ``full_vacuum`` lists the directory (see the module's docstring), else lite.
         Uses a handle of its own: it may run in another thread than the commits."""
-        if not is_delta(self.path):
+        if not is_delta(self.path, self.store):
             return Maintained(self.path, 0, 0, 0, full_vacuum)
-        table = open_delta(self.path)
+        table = open_delta(self.path, self.store)
         chosen = _small_partitions(table, self.partition_by, target_size)
         removed = added = 0
         for partition in chosen[:partitions_per_pass]:
@@ -159,7 +163,7 @@ class AppendTable:
             mode="append",
             partition_by=self.partition_by or None,
             configuration=(self.properties or None) if table is None else None,
-            storage_options=delta_options(self.path) if table is None else None,
+            storage_options=delta_options(self.path, self.store) if table is None else None,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
@@ -194,7 +198,7 @@ class AppendTable:
                 self.schema,
                 partition_by=self.partition_by or None,
                 configuration=self.properties or None,
-                storage_options=delta_options(self.path),
+                storage_options=delta_options(self.path, self.store),
             )
             self._table = table
         actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]

@@ -30,6 +30,7 @@ from lake.coverage.log import read_runs
 from lake.coverage.model import delta_rs_timestamp, in_intervals_sql
 from lake.settings import LakeSettings
 from lake.storage import is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 
 log = logging.getLogger("ctr.lake")
 
@@ -56,6 +57,7 @@ def arrivals_table(lake: LakeSettings) -> AppendTable:
     """``master/arrivals``, appended to by its one writer, the archiver."""
     return AppendTable(
         MASTER_ARRIVALS.path(lake),
+        lake.object_store,
         MASTER_ARRIVALS.schema,
         properties=lake.retention(MASTER_ARRIVALS.name),
     )
@@ -115,14 +117,14 @@ def forget_settled(
     ]
     if not condition:
         return True
-    return _delete(MASTER_ARRIVALS.path(lake), " OR ".join(condition), attempts)
+    return _delete(MASTER_ARRIVALS.path(lake), lake.object_store, " OR ".join(condition), attempts)
 
 
 def _in_range(start: dt.datetime, end: dt.datetime) -> str:
     return in_intervals_sql("bucket_start", [(delta_rs_timestamp(start), delta_rs_timestamp(end))])
 
 
-def _delete(path: str, condition: str, attempts: int) -> bool:
+def _delete(path: str, store: ObjectStoreSettings, condition: str, attempts: int) -> bool:
     """Delete the rows of ``condition`` with delta-rs, ``attempts`` times at most.
 
     Not delta-spark: its DELETE conflicts with any append committed while it runs (the
@@ -133,11 +135,11 @@ def _delete(path: str, condition: str, attempts: int) -> bool:
     removed the same files does conflict, and the delete is tried again."""
     from deltalake.exceptions import CommitFailedError
 
-    if not is_delta(path):
+    if not is_delta(path, store):
         return True
     for attempt in range(1, attempts + 1):
         try:
-            open_delta(path).delete(condition)
+            open_delta(path, store).delete(condition)
         except CommitFailedError as exc:
             log.info("master/arrivals clean-up conflicted (attempt %d): %s", attempt, exc)
             time.sleep(0.2 * attempt)

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lake.storage import arrow_filesystem
+from runtime.object_store import ObjectStoreSettings
 
 STRING_STATS_CHARS: Final = 32
 # A task's answer to the driver: one row per data file written.
@@ -66,6 +67,7 @@ def files_of(rows: Iterable[Mapping[str, Any]], table: str) -> list[DataFile]:
 def write_files(
     table: str,
     root: str,  # the table's root: a local path or a URI
+    store: ObjectStoreSettings,  # the lake's object store (a task has it in its closure)
     rows: pa.Table,
     partition_by: Sequence[str] = (),
     *,
@@ -79,7 +81,7 @@ def write_files(
     if rows.num_rows == 0:
         return []
     if not partition_by:
-        return [_write(table, root, rows, {}, dictionary)]
+        return [_write(table, root, store, rows, {}, dictionary=dictionary)]
     keys = rows.select(list(partition_by)).group_by(list(partition_by)).aggregate([])
     files = []
     for key in keys.to_pylist():
@@ -93,22 +95,24 @@ def write_files(
             part = rows.filter(mask)
         values = {name: partition_string(value) for name, value in key.items()}
         part = part.drop_columns(list(partition_by))
-        files.append(_write(table, root, part, values, dictionary))
+        files.append(_write(table, root, store, part, values, dictionary=dictionary))
     return files
 
 
 def _write(
     table: str,
     root: str,
+    store: ObjectStoreSettings,
     rows: pa.Table,
     values: dict[str, str | None],
+    *,
     dictionary: Sequence[str] | None,
 ) -> DataFile:
     directory = "/".join(f"{name}={_escape(value)}" for name, value in values.items())
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     relative = f"{directory}/{name}" if directory else name
     # A local path or the lake's object store (lake.storage).
-    filesystem, base = arrow_filesystem(root)
+    filesystem, base = arrow_filesystem(root, store)
     target = f"{base.rstrip('/')}/{relative}"
     filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
     encode: bool | list[str] = True if dictionary is None else list(dictionary)
@@ -212,8 +216,16 @@ class HourFiles:
     ``column`` (:func:`lake.view_files.write` sorts them), one file is open at a time and a
     task holds at most that many rows, however many it writes."""
 
-    def __init__(self, table: str, root: str, schema: pa.Schema, column: str) -> None:
+    def __init__(
+        self,
+        table: str,
+        root: str,
+        store: ObjectStoreSettings,
+        schema: pa.Schema,
+        column: str,
+    ) -> None:
         self.table, self.root, self.schema, self.column = table, root, schema, column
+        self.store = store
         self._open: dict[dt.datetime, _OpenFile] = {}
         self.files: list[DataFile] = []
         self.counted: dict[str, int] = {}  # per file (its path): rows written with counted=True
@@ -234,7 +246,7 @@ class HourFiles:
 
     def _file(self, hour: dt.datetime) -> _OpenFile:
         if hour not in self._open:
-            self._open[hour] = _OpenFile(self.table, self.root, self.schema)
+            self._open[hour] = _OpenFile(self.table, self.root, self.store, self.schema)
         return self._open[hour]
 
     def close(self) -> list[DataFile]:
@@ -252,10 +264,12 @@ class HourFiles:
 class _OpenFile:
     """A Parquet file being written (see :class:`HourFiles`), with its statistics so far."""
 
-    def __init__(self, table: str, root: str, schema: pa.Schema) -> None:
+    def __init__(
+        self, table: str, root: str, store: ObjectStoreSettings, schema: pa.Schema
+    ) -> None:
         self.table = table
         self.relative = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        self.filesystem, base = arrow_filesystem(root)
+        self.filesystem, base = arrow_filesystem(root, store)
         self.target = f"{base.rstrip('/')}/{self.relative}"
         self.writer = pq.ParquetWriter(
             self.target, schema, filesystem=self.filesystem, compression="snappy"

@@ -20,14 +20,16 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lake.storage import delta_options, ensure_columns, is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def commit_frame(
+def commit_frame(  # noqa: PLR0913 - keyword-only options of one commit
     frame: DataFrame | pa.Table,
     path: str,
+    store: ObjectStoreSettings,
     schema: pa.Schema,
     *,
     predicate: str | None = None,
@@ -35,17 +37,17 @@ def commit_frame(
     properties: Mapping[str, str] | None = None,
     partition_by: Sequence[str] = (),
 ) -> bool:
-    """Commit ``frame``'s rows (collected as Arrow, in ``schema``) to the table at ``path``
-    in one commit: appended, or, with a ``predicate`` (SQL), replacing exactly the rows it
-    matches. ``txn`` = (application id, version) makes it
-    idempotent: nothing is written when the table holds that version of the application
-    already. ``properties`` and ``partition_by`` are the table's when this commit creates it.
-    Returns whether it wrote."""
+    """Commit ``frame``'s rows (collected as Arrow, in ``schema``) to the table at ``path`` (on
+    the lake's object store ``store`` when it is there) in one commit: appended, or, with a
+    ``predicate`` (SQL), replacing exactly the rows it matches. ``txn`` = (application id,
+    version) makes it idempotent: nothing is written when the table holds that version of the
+    application already. ``properties`` and ``partition_by`` are the table's when this commit
+    creates it. Returns whether it wrote."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     rows = frame if isinstance(frame, pa.Table) else frame.toArrow()
     rows = rows.select(schema.names).cast(schema)
-    table = open_delta(path) if is_delta(path) else None
+    table = open_delta(path, store) if is_delta(path, store) else None
     if txn is not None and table is not None:
         done = table.transaction_version(txn[0])
         if done is not None and done >= txn[1]:
@@ -60,7 +62,7 @@ def commit_frame(
         ensure_columns(table, schema)
     partitions = (list(partition_by) or None) if creating else None
     configuration = (dict(properties or {}) or None) if creating else None
-    options = delta_options(path) if creating else None
+    options = delta_options(path, store) if creating else None
     target = path if table is None else table
     if predicate is not None:
         write_deltalake(

@@ -65,7 +65,7 @@ def compact_and_vacuum(
     when the table does not exist yet. Through delta-rs, like every commit to the lake
     (:mod:`lake.frames`): a compaction racing a batch run's commit is a conflict, not a loss."""
     path = lake.table(table)
-    if not is_delta(path):
+    if not is_delta(path, lake.object_store):
         log.info("%s: no table yet", table)
         return None
     if retention_hours is not None and retention_hours != int(retention_hours):
@@ -74,15 +74,15 @@ def compact_and_vacuum(
         folded = fold_key_uses(lake)
         if folded:
             log.info("%s: %d superseded last-use events dropped", table, folded)
-    delta = open_delta(path)
+    delta = open_delta(path, lake.object_store)
     if table not in STREAMING_TABLES:  # those: their writer sets them (lake.append_table)
         ensure_properties(delta, lake.retention(table))
     if table in VIEW_TABLES:  # keeps the hour files batch runs replace (lake.view_files)
-        compacted = compact_hours(path, table=delta)
+        compacted = compact_hours(path, lake.object_store, table=delta)
         if compacted.hours_left:
             log.info("%s: %d hour(s) left to compact next pass", table, compacted.hours_left)
         if compacted.files_removed:
-            delta = open_delta(path)
+            delta = open_delta(path, lake.object_store)
         metrics = {
             "numFilesAdded": compacted.files_added,
             "numFilesRemoved": compacted.files_removed,

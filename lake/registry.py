@@ -130,9 +130,9 @@ def read_registry(lake: LakeSettings, *, version: int | None = None) -> Registry
     """The registry as it is (or at table ``version``), empty before its first event."""
 
     path = VIEW_REGISTRY.path(lake)
-    if not is_delta(path):
+    if not is_delta(path, lake.object_store):
         return Registry()
-    table = open_delta(path, version=version)
+    table = open_delta(path, lake.object_store, version=version)
     return Registry.from_rows(table.to_pyarrow_table().to_pylist())
 
 
@@ -159,7 +159,8 @@ def record(
     }
     data = pa.Table.from_pylist([row], schema=VIEW_REGISTRY.schema)
     path = VIEW_REGISTRY.path(lake)
-    write_deltalake(path, data, mode="append", storage_options=delta_options(path))
+    options = delta_options(path, lake.object_store)
+    write_deltalake(path, data, mode="append", storage_options=options)
     return entry
 
 
@@ -169,7 +170,7 @@ def start_new_lake(lake: LakeSettings) -> list[RegistryEvent]:
     until a build and publish move it. Returns the events recorded (none on an existing
     lake)."""
 
-    if is_delta(MASTER_EVENTS.path(lake)) or read_registry(lake).events:
+    if is_delta(MASTER_EVENTS.path(lake), lake.object_store) or read_registry(lake).events:
         return []
     return [
         record(lake, view, version, "published", "a new lake starts with the newest version")

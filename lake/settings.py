@@ -4,8 +4,10 @@ The defaults are under the project's own ``data/`` folder, whichever directory a
 from (a relative default made a new, empty lake beside every other working directory); a
 relative ``LAKE_ROOT`` or ``CHECKPOINT_ROOT`` given in the environment is taken from the
 working directory, as usual for a path. ``LAKE_ROOT`` may also name an S3-compatible object store,
-``s3://bucket/prefix`` (the store's endpoint and credentials: :mod:`lake.storage`); the streaming
-checkpoints stay on the driver's disk.
+``s3://bucket/prefix``: the store's endpoint and credentials (the AWS variables) are read with
+the lake's settings, at the entry point, into :attr:`LakeSettings.object_store`, which every
+function touching the lake is given (:mod:`lake.storage`); the streaming checkpoints stay on the
+driver's disk.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runtime.object_store import ObjectStoreSettings
 
 PROJECT_DATA: Final = Path(__file__).resolve().parents[1] / "data"
 
 
 class LakeSettings(BaseSettings):
-    """``LAKE_ROOT`` (the Delta tables) and ``CHECKPOINT_ROOT`` (Spark streaming state)."""
+    """``LAKE_ROOT`` (the Delta tables), ``CHECKPOINT_ROOT`` (Spark streaming state) and the
+    object store the lake may live on."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
@@ -40,6 +45,9 @@ class LakeSettings(BaseSettings):
     vacuum_retention_hours: float = Field(
         default=168.0, gt=0, validation_alias="LAKE_VACUUM_RETENTION_HOURS"
     )
+    # The store's settings, from the AWS variables when these settings are built (at the entry
+    # point); its lake_root is always this lake's (_same_lake), so object_store.in_use holds.
+    object_store: ObjectStoreSettings = Field(default_factory=ObjectStoreSettings)
 
     @field_validator("lake_root", mode="before")
     @classmethod
@@ -52,6 +60,13 @@ class LakeSettings(BaseSettings):
             return to_delta_uri(text).rstrip("/")
         return str(Path(text).absolute())
 
+    @model_validator(mode="after")
+    def _same_lake(self) -> LakeSettings:
+        lake_root = str(self.lake_root)
+        if self.object_store.lake_root != lake_root:
+            self.object_store = self.object_store.model_copy(update={"lake_root": lake_root})
+        return self
+
     @property
     def on_object_store(self) -> bool:
         from runtime.object_store import is_object_store
@@ -60,10 +75,12 @@ class LakeSettings(BaseSettings):
 
     def under(self, *parts: str) -> LakeSettings:
         """A lake of its own below this one (a replay's), its checkpoints likewise."""
+        lake_root = "/".join([str(self.lake_root), *parts])
         return self.model_copy(
             update={
-                "lake_root": "/".join([str(self.lake_root), *parts]),
+                "lake_root": lake_root,
                 "checkpoint_root": self.checkpoint_root.joinpath(*parts),
+                "object_store": self.object_store.model_copy(update={"lake_root": lake_root}),
             }
         )
 

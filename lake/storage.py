@@ -1,8 +1,9 @@
 """Where the lake's bytes are: a local folder, or an S3-compatible object store.
 
 ``LAKE_ROOT=s3://bucket/prefix`` puts every table in a bucket; the store is named by the
-standard AWS variables (:class:`runtime.object_store.ObjectStoreSettings`, read from the
-environment), handed to each client in its own dialect:
+standard AWS variables (:class:`runtime.object_store.ObjectStoreSettings`, read once at the
+entry point with the lake's settings: ``LakeSettings.object_store``) and passed down to every
+function that may touch it, which hands it to each client in its own dialect:
 
 * delta-rs (every commit to the lake, and the jobs' reads): :func:`delta_options`;
 * pyarrow (data files written in Spark tasks, the SQL sandbox's scans): :func:`arrow_filesystem`;
@@ -30,22 +31,17 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 
-def store() -> ObjectStoreSettings:
-    """The object-store settings, from the environment now."""
-    return ObjectStoreSettings()
-
-
-def delta_options(location: str) -> dict[str, str] | None:
-    """delta-rs ``storage_options`` for a table at ``location`` (None for a local path)."""
+def delta_options(location: str, store: ObjectStoreSettings) -> dict[str, str] | None:
+    """delta-rs ``storage_options`` for a table at ``location`` on ``store`` (None for a local
+    path)."""
     if not is_object_store(location):
         return None
-    s3 = store()
     return {
-        **s3.environment(),
+        **store.environment(),
         # Each log entry is created with If-None-Match: * (no lock service needed).
         "AWS_CONDITIONAL_PUT": "etag",
-        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not s3.uses_path_style).lower(),
-        "AWS_ALLOW_HTTP": str(not s3.secure).lower(),
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not store.uses_path_style).lower(),
+        "AWS_ALLOW_HTTP": str(not store.secure).lower(),
     }
 
 
@@ -66,14 +62,14 @@ def store_path(location: str) -> str:
     return os.path.abspath(location)
 
 
-def arrow_filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+def arrow_filesystem(location: str, store: ObjectStoreSettings) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path within it for ``location`` (a local path, a
-    ``file://`` URI or an object-store URI)."""
+    ``file://`` URI or an object-store URI on ``store``)."""
     import pyarrow.fs as pafs
 
     if not is_object_store(location):
         return pafs.LocalFileSystem(), store_path(location)
-    return _s3_filesystem(store()), store_path(location)
+    return _s3_filesystem(store), store_path(location)
 
 
 @cache
@@ -91,9 +87,9 @@ def _s3_filesystem(s3: ObjectStoreSettings) -> pafs.FileSystem:
     )
 
 
-def duckdb_object_store(con: duckdb.DuckDBPyConnection) -> None:
-    """Let ``con`` read the lake's object store: DuckDB's httpfs, loaded from its PyPI package
-    (no download at run time), and the store's secret."""
+def duckdb_object_store(con: duckdb.DuckDBPyConnection, store: ObjectStoreSettings) -> None:
+    """Let ``con`` read the object store ``store``: DuckDB's httpfs, loaded from its PyPI
+    package (no download at run time), and the store's secret."""
     from pathlib import Path
 
     import duckdb_extension_httpfs
@@ -101,13 +97,12 @@ def duckdb_object_store(con: duckdb.DuckDBPyConnection) -> None:
     package = Path(duckdb_extension_httpfs.__file__).parent
     [extension] = package.glob("extensions/*/httpfs.duckdb_extension")
     con.execute(f"LOAD '{extension}'")
-    con.execute(duckdb_secret_sql())
+    con.execute(duckdb_secret_sql(store))
 
 
-def duckdb_secret_sql() -> str:
-    """``CREATE SECRET`` for DuckDB's httpfs reading the store (only ever run on the API's own
+def duckdb_secret_sql(store: ObjectStoreSettings) -> str:
+    """``CREATE SECRET`` for DuckDB's httpfs reading ``store`` (only ever run on the API's own
     connections: the SQL sandbox reads through Arrow and holds no secret)."""
-    s3 = store()
 
     def literal(text: str) -> str:
         return "'" + text.replace("'", "''") + "'"
@@ -115,25 +110,27 @@ def duckdb_secret_sql() -> str:
     parts = [
         "TYPE s3",
         "PROVIDER config",
-        f"REGION {literal(s3.region)}",
-        f"URL_STYLE {literal('path' if s3.uses_path_style else 'vhost')}",
-        f"USE_SSL {str(s3.secure).lower()}",
+        f"REGION {literal(store.region)}",
+        f"URL_STYLE {literal('path' if store.uses_path_style else 'vhost')}",
+        f"USE_SSL {str(store.secure).lower()}",
     ]
-    if s3.endpoint_host:
-        parts.append(f"ENDPOINT {literal(s3.endpoint_host)}")
-    if s3.access_key_id:
-        parts.append(f"KEY_ID {literal(s3.access_key_id)}")
-    secret = s3.secret()
+    if store.endpoint_host:
+        parts.append(f"ENDPOINT {literal(store.endpoint_host)}")
+    if store.access_key_id:
+        parts.append(f"KEY_ID {literal(store.access_key_id)}")
+    secret = store.secret()
     if secret:
         parts.append(f"SECRET {literal(secret)}")
     return f"CREATE OR REPLACE SECRET ctr_lake ({', '.join(parts)})"
 
 
-def open_delta(location: str, *, version: int | None = None) -> DeltaTable:
+def open_delta(
+    location: str, store: ObjectStoreSettings, *, version: int | None = None
+) -> DeltaTable:
     """The delta-rs handle of the table at ``location`` (its latest version, or ``version``)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(location, version=version, storage_options=delta_options(location))
+    return DeltaTable(location, version=version, storage_options=delta_options(location, store))
 
 
 def ensure_properties(table: DeltaTable, wanted: Mapping[str, str]) -> None:
@@ -156,8 +153,9 @@ def ensure_columns(table: DeltaTable, schema: pa.Schema) -> list[str]:
     return [f.name for f in missing]
 
 
-def is_delta(location: str) -> bool:
+def is_delta(location: str, store: ObjectStoreSettings) -> bool:
     """Whether a Delta table exists at ``location``."""
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(location, storage_options=delta_options(location)))
+    options = delta_options(location, store)
+    return bool(DeltaTable.is_deltatable(location, storage_options=options))

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from lake.data_files import FILES_SCHEMA, DataFile, HourFiles
 from lake.storage import arrow_filesystem, delta_options, ensure_columns, is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 from views.columns import DIMENSIONS
 
 if TYPE_CHECKING:
@@ -92,24 +93,29 @@ class Replaced:
 
 
 def open_table(
-    path: str, schema: pa.Schema, *, properties: Mapping[str, str] | None = None
+    path: str,
+    store: ObjectStoreSettings,
+    schema: pa.Schema,
+    *,
+    properties: Mapping[str, str] | None = None,
 ) -> DeltaTable:
-    """The table at ``path``, created empty (with ``properties``) if it does not exist, its
+    """The table at ``path`` (on the lake's object store ``store`` when it is there), created
+    empty (with ``properties``) if it does not exist, its
     columns extended to ``schema``. The handle's version is what the commit is checked against:
     keep it until :func:`commit` (no refresh in between)."""
     from deltalake import DeltaTable
 
-    if not is_delta(path):
+    if not is_delta(path, store):
         DeltaTable.create(
             path,
             schema,
             mode="ignore",  # a concurrent run created it first: the same table
             configuration=dict(properties or {}) or None,
-            storage_options=delta_options(path),
+            storage_options=delta_options(path, store),
         )
-    table = open_delta(path)
+    table = open_delta(path, store)
     if ensure_columns(table, schema):
-        table = open_delta(path)
+        table = open_delta(path, store)
     return table
 
 
@@ -173,13 +179,15 @@ def write(  # noqa: PLR0913 - keyword-only options of one write
     *,
     name: str,
     path: str,
+    store: ObjectStoreSettings,
     schema: pa.Schema,
     interval: Interval,
     replaced: Sequence[ReplacedFile],
     input_bytes: int = 0,
 ) -> list[dict[str, object]]:
     """Spark tasks write ``view`` (the interval's rows, in ``schema``'s columns) and the rows of
-    the ``replaced`` files outside the interval as hour files under ``path``; the answer, one
+    the ``replaced`` files outside the interval as hour files under ``path`` (on ``store``, in
+    the tasks' closure); the answer, one
     row per file (:data:`ANSWER_SCHEMA`), is all that returns to the driver. ``input_bytes``:
     the size of the events the view is computed from (how many tasks an hour needs)."""
     from pyspark.sql import functions as F
@@ -214,7 +222,7 @@ def write(  # noqa: PLR0913 - keyword-only options of one write
     # Sorted by minute in each task: one file open at a time (HourFiles buffers a row group
     # per open file), and row groups readers skip by minute.
     spread = spread.sortWithinPartitions(COLUMN)
-    task = functools.partial(write_task, name=name, root=path, schema=schema)
+    task = functools.partial(write_task, name=name, root=path, store=store, schema=schema)
     answers = spread.mapInArrow(task, from_arrow_schema(ANSWER_SCHEMA))
     answer: list[dict[str, object]] = answers.toArrow().to_pylist()  # a short row per file
     return answer
@@ -266,11 +274,16 @@ def _hours(interval: Interval, replaced: Sequence[ReplacedFile]) -> int:
 
 
 def write_task(
-    batches: Iterator[pa.RecordBatch], *, name: str, root: str, schema: pa.Schema
+    batches: Iterator[pa.RecordBatch],
+    *,
+    name: str,
+    root: str,
+    store: ObjectStoreSettings,
+    schema: pa.Schema,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: one task's rows written as hour files (:class:`HourFiles`); yields
     a row per file (:data:`ANSWER_SCHEMA`)."""
-    files = HourFiles(name, root, schema, COLUMN)
+    files = HourFiles(name, root, store, schema, COLUMN)
     for batch in batches:
         rows = pa.Table.from_batches([batch])
         new = rows.column(_NEW)
@@ -336,6 +349,7 @@ def replace_interval(  # noqa: PLR0913 - keyword-only options of one replacement
     *,
     name: str,
     path: str,
+    store: ObjectStoreSettings,
     schema: pa.Schema,
     interval: Interval,
     run_id: str,
@@ -343,16 +357,16 @@ def replace_interval(  # noqa: PLR0913 - keyword-only options of one replacement
     properties: Mapping[str, str] | None = None,
     input_bytes: int = 0,
 ) -> Replaced:
-    """Replace the rows of ``interval`` in the table ``name`` at ``path`` with ``view``'s: the
-    tasks write, the driver commits (see the module's docstring). Nothing is written when the
-    table holds ``run_id``'s commit already."""
-    table = open_table(path, schema, properties=properties)
+    """Replace the rows of ``interval`` in the table ``name`` at ``path`` (on ``store``) with
+    ``view``'s: the tasks write, the driver commits (see the module's docstring). Nothing is
+    written when the table holds ``run_id``'s commit already."""
+    table = open_table(path, store, schema, properties=properties)
     if table.transaction_version(run_id) is not None:
         return Replaced(False, 0, 0, 0, 0)
     replaced = replaced_files(table, interval)
     answers = write(
-        spark, view, name=name, path=path, schema=schema, interval=interval, replaced=replaced,
-        input_bytes=input_bytes,
+        spark, view, name=name, path=path, store=store, schema=schema, interval=interval,
+        replaced=replaced, input_bytes=input_bytes,
     )  # fmt: skip
     files = [DataFile(**{k: a[k] for k in DataFile.__annotations__}) for a in answers]  # type: ignore[typeddict-item]
     commit(table, files, replaced, interval=interval, run_id=run_id, input_version=input_version)
@@ -376,7 +390,11 @@ class Compacted:
 
 
 def compact_hours(
-    path: str, *, hours_per_pass: int = COMPACT_HOURS_PER_PASS, table: DeltaTable | None = None
+    path: str,
+    store: ObjectStoreSettings,
+    *,
+    hours_per_pass: int = COMPACT_HOURS_PER_PASS,
+    table: DeltaTable | None = None,
 ) -> Compacted:
     """Compaction of a batch view table that keeps its hour layout: the small files of an hour
     rewritten as one, and a file of an older layout (straddling hours, or without statistics)
@@ -389,7 +407,7 @@ def compact_hours(
 
     from lake.append_table import add_action
 
-    table = table if table is not None else open_delta(path)
+    table = table if table is not None else open_delta(path, store)
     schema = pa.schema(table.schema().to_arrow())
     if COLUMN not in schema.names:  # not a view table: no hour to lay it out by
         return Compacted(0, 0, 0)
@@ -397,8 +415,8 @@ def compact_hours(
     chosen = sorted(groups)[:hours_per_pass]
     if not chosen:
         return Compacted(0, 0, 0)
-    files = HourFiles("compaction", path, schema, COLUMN)
-    filesystem, base = arrow_filesystem(path)
+    files = HourFiles("compaction", path, store, schema, COLUMN)
+    filesystem, base = arrow_filesystem(path, store)
     removed = [f for key in chosen for f in groups[key]]
     for old in removed:
         parquet = pq.ParquetFile(f"{base.rstrip('/')}/{old.path}", filesystem=filesystem)

@@ -2,13 +2,13 @@
 
 ``infra/jars.sh`` resolves each POM with Maven into ``$CTR_JAR_CACHE/<set>-<hash>`` (default
 ``~/.cache/ctr-lambda/jars``), the hash being that of the POM: this module finds the same
-directory, so a changed POM never runs on stale jars and nothing is fetched at run time.
+directory under the cache its caller names (``SparkSettings.jar_cache``), so a changed POM never
+runs on stale jars and nothing is fetched at run time.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Final
 
@@ -20,21 +20,14 @@ class JarsMissingError(RuntimeError):
     """The jar set was not fetched (run `make setup`)."""
 
 
-def cache_root() -> Path:
-    configured = os.environ.get("CTR_JAR_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ctr-lambda" / "jars"
-
-
-def jar_dir(jar_set: str) -> Path:
-    """The directory holding every jar of ``jar_set``; :class:`JarsMissingError` if absent."""
+def jar_dir(jar_set: str, cache: Path) -> Path:
+    """The directory holding every jar of ``jar_set`` in the jar cache ``cache``;
+    :class:`JarsMissingError` if absent."""
     pom = INFRA / jar_set / "pom.xml"
     if not pom.is_file():
         raise ValueError(f"'jar_set' names no POM: {pom} does not exist")
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
-    directory = cache_root() / f"{jar_set}-{digest}"
+    directory = cache / f"{jar_set}-{digest}"
     if not (directory / ".complete").is_file():
         raise JarsMissingError(
             f"the {jar_set} jars are not in {directory}: run 'make setup' "
@@ -43,6 +36,6 @@ def jar_dir(jar_set: str) -> Path:
     return directory
 
 
-def jars(jar_set: str) -> list[Path]:
-    """Every jar of ``jar_set``, sorted."""
-    return sorted(jar_dir(jar_set).glob("*.jar"))
+def jars(jar_set: str, cache: Path) -> list[Path]:
+    """Every jar of ``jar_set`` in the jar cache ``cache``, sorted."""
+    return sorted(jar_dir(jar_set, cache).glob("*.jar"))

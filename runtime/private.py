@@ -24,7 +24,12 @@ DEFAULT_UMASK: Final = 0o077
 
 def umask_setting(environ: os._Environ[str] | dict[str, str] | None = None) -> int:
     """``CTR_UMASK`` (octal, e.g. ``077`` or ``027``), default ``077``."""
-    text = (os.environ if environ is None else environ).get("CTR_UMASK", "").strip()
+    return parse_umask((os.environ if environ is None else environ).get("CTR_UMASK", ""))
+
+
+def parse_umask(text: str) -> int:
+    """A ``CTR_UMASK`` value (octal text; empty: the default ``077``)."""
+    text = text.strip()
     if not text:
         return DEFAULT_UMASK
     try:

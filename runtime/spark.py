@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from runtime.jars import jars
 from runtime.object_store import ObjectStoreSettings, spark_conf
-from runtime.private import umask_setting
 from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -40,13 +39,14 @@ _VERSIONED_JAR: Final = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 
 @cache
-def connector_jars() -> tuple[str, ...]:
-    """Local paths of the connector jars: the jar set ``spark`` less every artifact pyspark
-    already ships (Spark's own version of a shared library wins)."""
+def connector_jars(jar_cache: Path) -> tuple[str, ...]:
+    """Local paths of the connector jars (in the jar cache ``jar_cache``): the jar set
+    ``spark`` less every artifact pyspark already ships (Spark's own version of a shared
+    library wins)."""
     import pyspark
 
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return tuple(str(p) for p in jars("spark") if _artifact(p.name) not in shipped)
+    return tuple(str(p) for p in jars("spark", jar_cache) if _artifact(p.name) not in shipped)
 
 
 def _artifact(file_name: str) -> str:
@@ -55,17 +55,18 @@ def _artifact(file_name: str) -> str:
 
 
 @cache
-def s3_jars() -> tuple[str, ...]:
-    """Local paths of the S3 connector's jars (the jar set ``s3``)."""
-    return tuple(str(p) for p in jars("s3"))
+def s3_jars(jar_cache: Path) -> tuple[str, ...]:
+    """Local paths of the S3 connector's jars (the jar set ``s3`` in ``jar_cache``)."""
+    return tuple(str(p) for p in jars("s3", jar_cache))
 
 
-def connector_conf() -> dict[str, str]:
-    """The Spark settings that bring in the connectors and configure Delta; with the lake on
-    an object store, Hadoop's S3A too (``runtime.object_store``)."""
-    s3 = ObjectStoreSettings()
+def connector_conf(store: ObjectStoreSettings, *, umask: int, jar_cache: Path) -> dict[str, str]:
+    """The Spark settings that bring in the connectors (from the jar cache ``jar_cache``) and
+    configure Delta; with the lake on the object store ``store``, Hadoop's S3A too
+    (``runtime.object_store``). ``umask``: what Hadoop takes away from the permissions of its
+    files (``SparkSettings.umask``, as the process's own: ``runtime.private``)."""
     conf = {
-        "spark.jars": ",".join(connector_jars()),
+        "spark.jars": ",".join(connector_jars(jar_cache)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # INT96 timestamps (Spark's default) are a legacy encoding: micros, as Delta expects.
@@ -77,23 +78,26 @@ def connector_conf() -> dict[str, str]:
         "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token",
         # Hadoop sets the permissions of what it writes itself (data files, checkpoints), from
         # this setting, not from the process's umask (runtime.private).
-        "spark.hadoop.fs.permissions.umask-mode": f"{umask_setting():03o}",
+        "spark.hadoop.fs.permissions.umask-mode": f"{umask:03o}",
     }
     for name, value in DELTA_TABLE_DEFAULTS.items():
         conf[f"spark.databricks.delta.properties.defaults.{name}"] = value
-    if s3.in_use:
+    if store.in_use:
         # On the class path of the driver and the executors, not shipped with each application
         # (spark.jars): the AWS SDK bundle is 690 MB. A cluster's nodes have them at the same
         # path (make setup's jar cache here; an image's jars elsewhere).
-        classpath = os.pathsep.join(s3_jars())
+        classpath = os.pathsep.join(s3_jars(jar_cache))
         conf["spark.driver.extraClassPath"] = classpath
         conf["spark.executor.extraClassPath"] = classpath
-        conf.update(spark_conf(s3))
+        conf.update(spark_conf(store))
     return conf
 
 
-def spark_session(settings: SparkSettings, *, submitted: bool = False) -> SparkSession:
-    """Build (or return the running) SparkSession with the connectors on its classpath.
+def spark_session(
+    settings: SparkSettings, store: ObjectStoreSettings, *, submitted: bool = False
+) -> SparkSession:
+    """Build (or return the running) SparkSession with the connectors on its classpath, able
+    to read and write the lake's object store ``store`` when the lake is there.
 
     ``submitted``: the job runs under ``spark-submit``, which chose the master (``--master``):
     the session keeps it rather than setting ``settings.master``.
@@ -120,7 +124,11 @@ def spark_session(settings: SparkSettings, *, submitted: bool = False) -> SparkS
     )
     # The resources (spark.driver.memory among them) reach the JVM PySpark starts here as
     # spark-submit arguments; under spark-submit they came on its command line (submit_args).
-    conf: dict[str, Any] = {**connector_conf(), **settings.resources(), **settings.conf}
+    conf: dict[str, Any] = {
+        **connector_conf(store, umask=settings.umask, jar_cache=settings.jar_cache),
+        **settings.resources(),
+        **settings.conf,
+    }
     if not submitted and settings.log_file:
         conf["spark.driver.extraJavaOptions"] = " ".join(
             filter(
@@ -178,11 +186,12 @@ def _local_conf(master: str) -> dict[str, str]:
     return {"spark.databricks.delta.snapshotPartitions": str(count)}
 
 
-def submit_args(settings: SparkSettings) -> list[str]:
-    """``spark-submit`` arguments for the connectors and the resources of ``settings``: a job
-    under spark-submit has its JVM before it builds its session, so the jars and the driver's
-    memory must be on the command line."""
-    conf = connector_conf()
+def submit_args(settings: SparkSettings, store: ObjectStoreSettings) -> list[str]:
+    """``spark-submit`` arguments for the connectors (the lake's object store ``store``
+    among them) and the resources of ``settings``: a job under spark-submit has its JVM
+    before it builds its session, so the jars and the driver's memory must be on the command
+    line."""
+    conf = connector_conf(store, umask=settings.umask, jar_cache=settings.jar_cache)
     args = ["--jars", conf.pop("spark.jars")]
     for key, value in conf.items():
         if key.startswith("spark.executorEnv."):
@@ -192,4 +201,5 @@ def submit_args(settings: SparkSettings) -> list[str]:
 
 
 if __name__ == "__main__":
-    print(" ".join(submit_args(SparkSettings())))
+    # The store of the lake LAKE_ROOT names (runtime sits below lake.settings).
+    print(" ".join(submit_args(SparkSettings(), ObjectStoreSettings())))

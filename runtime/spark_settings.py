@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runtime.private import DEFAULT_UMASK, parse_umask
+
+
+def default_jar_cache() -> Path:
+    """Where ``make setup`` puts the jar sets when ``CTR_JAR_CACHE`` is not set (as
+    ``infra/jars.sh`` does): ``$XDG_CACHE_HOME/ctr-lambda/jars``, else ``~/.cache/...``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ctr-lambda" / "jars"
 
 
 class SparkSettings(BaseSettings):
@@ -39,6 +49,11 @@ class SparkSettings(BaseSettings):
     log_file: str = Field(
         default_factory=lambda: os.path.join(os.environ.get("RUN_DIR", "run"), "logs", "spark.log")
     )
+    # What Hadoop takes away from the permissions of the files it writes itself (data files,
+    # checkpoints): the platform's umask, CTR_UMASK (octal, e.g. 077; runtime.private).
+    umask: int = Field(default=DEFAULT_UMASK, ge=0, le=0o777, validation_alias="CTR_UMASK")
+    # The jar sets `make setup` fetched (runtime.jars): the connectors', the S3 connector's.
+    jar_cache: Path = Field(default_factory=default_jar_cache, validation_alias="CTR_JAR_CACHE")
 
     @field_validator("master")
     @classmethod
@@ -46,6 +61,16 @@ class SparkSettings(BaseSettings):
         if not value.startswith(("local", "spark://", "yarn", "k8s://")):
             raise ValueError(f"SPARK_MASTER={value!r} is not local[N], spark://…, yarn or k8s://…")
         return value
+
+    @field_validator("umask", mode="before")
+    @classmethod
+    def _octal(cls, value: object) -> object:
+        return parse_umask(value) if isinstance(value, str) else value
+
+    @field_validator("jar_cache", mode="before")
+    @classmethod
+    def _cache_or_default(cls, value: object) -> object:
+        return default_jar_cache() if value == "" else value
 
     def resources(self) -> dict[str, str]:
         """The Spark settings of the resources above (those set)."""

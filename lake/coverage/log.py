@@ -36,6 +36,7 @@ def record(lake: LakeSettings, run: CoverageRun) -> None:
     commit_frame(
         row,
         BATCH_COVERAGE.path(lake),
+        lake.object_store,
         BATCH_COVERAGE.schema,
         txn=(f"coverage:{run.run_id}:v{run.input_version}", 0),
         properties=lake.retention(BATCH_COVERAGE.name),
@@ -46,9 +47,10 @@ def read_runs(lake: LakeSettings) -> CoverageRuns:
     """Every run recorded now, read with delta-rs (no Spark); none before the first."""
 
     path = BATCH_COVERAGE.path(lake)
-    if not is_delta(path):
+    if not is_delta(path, lake.object_store):
         return CoverageRuns(())
-    return _runs(open_delta(path).to_pyarrow_table(columns=list(_COLUMNS)).to_pylist())
+    table = open_delta(path, lake.object_store)
+    return _runs(table.to_pyarrow_table(columns=list(_COLUMNS)).to_pylist())
 
 
 def runs_from_duckdb(cursor: duckdb.DuckDBPyConnection, relation: str) -> CoverageRuns:

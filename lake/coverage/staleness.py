@@ -29,6 +29,7 @@ from lake.coverage.model import Coverage, CoverageRuns
 from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.storage import arrow_filesystem, is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 from runtime.times import utc
 from views.columns import DIMENSIONS
 from views.definitions import Definition
@@ -260,7 +261,7 @@ def read_stale(
     (default: read now) the coverage, the rule run in DuckDB."""
     view = view or read_registry(lake).published("ctr")
     runs = runs if runs is not None else read_runs(lake)
-    arrivals = _read(MASTER_ARRIVALS.path(lake), MASTER_ARRIVALS.schema)
+    arrivals = _read(MASTER_ARRIVALS.path(lake), lake.object_store, MASTER_ARRIVALS.schema)
     if arrivals.num_rows == 0:
         return []  # staleness is arrivals no run counted: none, nothing stale
     # The batch rows the rule can reach: the hours of the arrivals' buckets, and the window
@@ -270,6 +271,7 @@ def read_stale(
     batch = batch_table(view)
     batch_rows = _read(
         batch.path(lake),
+        lake.object_store,
         batch.schema,
         ["bucket_start", "run_id", *DIMENSIONS],
         between=arrival_spans(arrivals["bucket_start"], reach),
@@ -325,6 +327,7 @@ def arrival_spans(
 
 def _read(
     path: str,
+    store: ObjectStoreSettings,
     schema: pa.Schema,
     columns: list[str] | None = None,
     *,
@@ -335,10 +338,10 @@ def _read(
     groups outside are skipped by their statistics)."""
     names = columns or schema.names
     empty = pa.schema([schema.field(n) for n in names]).empty_table()
-    if not is_delta(path):
+    if not is_delta(path, store):
         return empty
     if between is None:
-        return open_delta(path).to_pyarrow_table(columns=names)
+        return open_delta(path, store).to_pyarrow_table(columns=names)
     if not between:
         return empty
     bucket = ds.field("bucket_start")
@@ -347,7 +350,7 @@ def _read(
     for first, last in between:
         span = (bucket >= pa.scalar(first, kind)) & (bucket <= pa.scalar(last, kind))
         where = span if where is None else where | span
-    table = open_delta(path)
+    table = open_delta(path, store)
     if table.metadata().partition_columns:
         return table.to_pyarrow_dataset().to_table(columns=names, filter=where)
     # The files whose bucket_start range (the log's statistics) meets a span, and only those
@@ -356,7 +359,7 @@ def _read(
     files = view_files.files_between(table, between)
     if not files:
         return empty
-    filesystem, base = arrow_filesystem(path)
+    filesystem, base = arrow_filesystem(path, store)
     paths = [f"{base.rstrip('/')}/{unquote(f.path)}" for f in files]
     read = pa.schema(
         [field for field in pa.schema(table.schema().to_arrow()) if field.name in names]
