@@ -42,7 +42,7 @@ def record_drift(
     from pyspark.sql import functions as F
 
     speed_path, late_path = SPEED_CTR.path(lake), SPEED_LATE.path(lake)
-    if not _is_delta(spark, speed_path):
+    if not is_delta(speed_path, lake.object_store):
         return 0
     before = coverage_log.read_runs(lake).of(definition.key)
     fresh = Coverage(before.gaps(interval.start, interval.end))
@@ -68,7 +68,7 @@ def record_drift(
         )
     )
     seen = counted.select("bucket_start")
-    if _is_delta(spark, late_path):
+    if is_delta(late_path, lake.object_store):
         late_fresh = fresh.sql_predicate("bucket_start")  # speed/late has no dimensions
         seen = seen.union(read_delta(spark, late_path).where(late_fresh).select("bucket_start"))
     batch = view.groupBy("bucket_start").agg(
@@ -105,6 +105,7 @@ def record_drift(
             commit_frame(
                 drift,
                 BATCH_DRIFT.path(lake),
+                lake.object_store,
                 BATCH_DRIFT.schema,
                 txn=(key, 0),
                 properties=lake.retention(BATCH_DRIFT.name),
@@ -112,7 +113,3 @@ def record_drift(
         return minutes
     finally:
         drift.unpersist()
-
-
-def _is_delta(spark: SparkSession, path: str) -> bool:
-    return is_delta(path)

@@ -111,7 +111,7 @@ def dedup_partitions(input_bytes: int, parallelism: int) -> int:
 
 def _require_events(lake: LakeSettings) -> None:
 
-    if not is_delta(MASTER_EVENTS.path(lake)):
+    if not is_delta(MASTER_EVENTS.path(lake), lake.object_store):
         raise MissingTableError(
             f"master/events does not exist at {MASTER_EVENTS.path(lake)}: run `ctr archive` first "
             "(or point LAKE_ROOT at the lake)"
@@ -144,7 +144,7 @@ def compute_view(
     from pyspark.sql import functions as F
 
     path = replay.events if replay else MASTER_EVENTS.path(lake)
-    table = open_delta(path)
+    table = open_delta(path, lake.object_store)
     read = table.version()
     version = replay.input_version if replay else read
     prefix = definition.key.replace("@", "-") + ("-replay" if replay else "")
@@ -279,6 +279,7 @@ class BatchJob:
             view,
             name=target.name,
             path=target.path(lake),
+            store=lake.object_store,
             schema=target.schema,
             interval=interval,
             run_id=run_id,

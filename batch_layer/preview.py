@@ -35,7 +35,7 @@ def preview(
     after, version, _, _ = compute_view(spark, interval, lake=lake, definition=definition)
     path = batch_table(definition).path(lake)
     keys = ["bucket_start", *DIMENSIONS]
-    if is_delta(path):
+    if is_delta(path, lake.object_store):
         now = read_delta(spark, path).where(interval.sql_predicate("bucket_start"))
     else:
         now = after.limit(0)

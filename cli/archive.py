@@ -52,7 +52,7 @@ def archive(
     from runtime.spark import spark_session
 
     log_lines_unless_a_terminal()
-    spark = spark_session(spark_settings)
+    spark = spark_session(spark_settings, lake.object_store)
 
     def rate(progress: StreamProgress) -> str:
         return f"{progress.processed_rows_per_second:,.0f} rows/s"

@@ -63,8 +63,9 @@ def batch(
     from workflows.batch import recompute
 
     interval = _interval(start, end, ("--start", "--end"))
-    spark = spark_session(SparkSettings())
-    runs = recompute(spark, LakeSettings(), [interval], on_step=console.print, unsettled=unsettled)
+    lake = LakeSettings()
+    spark = spark_session(SparkSettings(), lake.object_store)
+    runs = recompute(spark, lake, [interval], on_step=console.print, unsettled=unsettled)
     for result in runs:
         console.print(
             f"done: run {result.run_id}, {result.rows_written:,} rows for {result.interval}"
@@ -84,7 +85,7 @@ def _recompute_stale() -> None:
         f"{stale.buckets:,} stale minute(s) with {stale.events:,} late event(s); recomputing "
         f"{len(stale.intervals)} interval(s)"
     )
-    spark = spark_session(SparkSettings())
+    spark = spark_session(SparkSettings(), lake.object_store)
     with progress_bar("intervals", total_known=True) as bar:
         task = bar.add_task("recomputing", total=len(stale.intervals))
 
@@ -125,8 +126,8 @@ def backfill(
 
     interval = _interval(start, end, ("--from", "--to"))
     hours = list(interval.hours())
-    spark = spark_session(SparkSettings())
     lake = LakeSettings()
+    spark = spark_session(SparkSettings(), lake.object_store)
     with progress_bar("hours", total_known=True) as bar:
         task = bar.add_task("previewing" if preview else "backfilling", total=len(hours))
 

@@ -69,7 +69,7 @@ def speed(
     from runtime.spark import spark_session
 
     log_lines_unless_a_terminal()
-    spark = spark_session(spark_settings)
+    spark = spark_session(spark_settings, lake.object_store)
 
     def duration(progress: StreamProgress) -> str:
         return f"{progress.batch_duration_ms} ms"

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from batch_layer.interval import Interval
+    from lake.settings import LakeSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,21 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--start and --end are required (or --stale)")
 
     from batch_layer.interval import Interval, IntervalError
+    from lake.settings import LakeSettings
 
     try:
         interval = Interval.parse(args.start, args.end)
     except IntervalError as exc:
         parser.error(str(exc))
+    lake = LakeSettings()
     if args.mode == "preview":
-        return _guarded(lambda: _preview(_spark(), interval))
-    return _guarded(lambda: _recompute(_spark(), interval, args.run_id))
+        return _guarded(lambda: _preview(_spark(lake), lake, interval))
+    return _guarded(lambda: _recompute(_spark(lake), lake, interval, args.run_id))
 
 
-def _spark() -> SparkSession:
+def _spark(lake: LakeSettings) -> SparkSession:
+    """The session spark-submit started, able to reach ``lake``'s object store."""
     from runtime.spark import spark_session
     from runtime.spark_settings import SparkSettings
 
-    spark = spark_session(SparkSettings(), submitted=True)
+    spark = spark_session(SparkSettings(), lake.object_store, submitted=True)
     print(f"spark master: {spark.sparkContext.master}")
     # What the driver got, not what was asked (a running driver ignores spark.driver.memory:
     # SPARK_DRIVER_MEMORY reaches it as spark-submit's --driver-memory).
@@ -96,11 +100,12 @@ def _guarded(step: Callable[[], int]) -> int:
         return 1
 
 
-def _recompute(spark: SparkSession, interval: Interval, run_id: str | None) -> int:
-    from lake.settings import LakeSettings
+def _recompute(
+    spark: SparkSession, lake: LakeSettings, interval: Interval, run_id: str | None
+) -> int:
     from workflows.batch import recompute
 
-    runs = recompute(spark, LakeSettings(), [interval], run_id=run_id, on_step=print)
+    runs = recompute(spark, lake, [interval], run_id=run_id, on_step=print)
     for result in runs:
         print(f"done: run {result.run_id}, {result.rows_written} rows for {result.interval}")
     return 0
@@ -118,7 +123,7 @@ def _stale() -> int:
     print(f"{stale.buckets} stale minute(s), {stale.events} late event(s)")
 
     def run() -> int:
-        runs = recompute(_spark(), lake, stale, on_interval=lambda i: print(f"recomputing {i}"))
+        runs = recompute(_spark(lake), lake, stale, on_interval=lambda i: print(f"recomputing {i}"))
         for done in runs:
             print(f"done: run {done.run_id}, {done.rows_written} rows for {done.interval}")
         return 0
@@ -126,14 +131,13 @@ def _stale() -> int:
     return _guarded(run)
 
 
-def _preview(spark: SparkSession, interval: Interval) -> int:
+def _preview(spark: SparkSession, lake: LakeSettings, interval: Interval) -> int:
     from rich.console import Console
 
     from cli.comparison import print_comparison
-    from lake.settings import LakeSettings
     from workflows.batch import previews
 
-    [result] = previews(spark, LakeSettings(), [interval])
+    [result] = previews(spark, lake, [interval])
     print_comparison(result, Console(highlight=False))
     print("nothing was replaced")
     return 0
@@ -156,7 +160,7 @@ def _build(view: str, version: int, source: str) -> int:
         def replay() -> int:
             print(f"{target.key}: replaying the event topic from its earliest offset")
             plan, _ = replay_and_build(
-                _spark(),
+                _spark(lake),
                 lake,
                 KafkaSettings(),
                 target,
@@ -170,7 +174,7 @@ def _build(view: str, version: int, source: str) -> int:
         return _guarded(replay)
     plan = plan_build(lake, target)
     print(f"{target.key}: {len(plan.done)} hour(s) built, {len(plan.intervals)} to build")
-    spark = _spark() if plan.intervals else None
+    spark = _spark(lake) if plan.intervals else None
 
     def run() -> int:
         build(spark, lake, plan, on_interval=lambda i: print(f"building {i}"))

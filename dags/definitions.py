@@ -43,15 +43,18 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
     keeps the connection's master (``spark_session(submitted=True)``)."""
 
     def execute(self, context: Context) -> None:
+        from lake.settings import LakeSettings
         from runtime.spark import connector_conf
         from runtime.spark_settings import SparkSettings
 
-        conf = connector_conf()
-        self.jars = ",".join(filter(None, [conf.pop("spark.jars"), self.jars]))
-        # The worker's SPARK_* settings, as `ctr batch` takes them: the driver's and the
-        # executors' resources as spark-submit flags (a running driver ignores them as conf),
-        # SPARK_CONF and dynamic allocation as --conf.
+        # The worker's SPARK_* settings, as `ctr batch` takes them: the connectors from its
+        # jar cache, the lake's object store; the driver's and the executors' resources as
+        # spark-submit flags (a running driver ignores them as conf), SPARK_CONF and dynamic
+        # allocation as --conf.
         settings = SparkSettings()
+        store = LakeSettings().object_store
+        conf = connector_conf(store, umask=settings.umask, jar_cache=settings.jar_cache)
+        self.jars = ",".join(filter(None, [conf.pop("spark.jars"), self.jars]))
         resources = settings.resources()
         self._driver_memory = self._driver_memory or settings.driver_memory
         self._executor_memory = self._executor_memory or settings.executor_memory

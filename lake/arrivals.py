@@ -77,7 +77,7 @@ def forget_counted(
     covering run's input version are never stale (:mod:`lake.coverage.staleness`), and the next run
     covering those minutes deletes them."""
     condition = f"{_in_range(start, end)} AND events_version <= {int(input_version)}"
-    return _delete(MASTER_ARRIVALS.path(lake), condition, attempts)
+    return _delete(MASTER_ARRIVALS.path(lake), lake.object_store, condition, attempts)
 
 
 def forget_settled(

@@ -52,6 +52,7 @@ from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.connectors import read_kafka
 from runtime.kafka_settings import KafkaSettings
+from runtime.object_store import ObjectStoreSettings
 from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive, query_id
 from views.ctr import ctr_arrow
 
@@ -125,14 +126,18 @@ class ArchiveBatchWriter:
         self.full_vacuum_due = Periodic(self.settings.full_vacuum_seconds, first_after_s=0)
         self._maintenance: threading.Thread | None = None
         self.phases = RecentPhases()
+        # The lake's object store, given to the tasks too (in their closure).
+        self.store = lake.object_store
         self.events = AppendTable(
             MASTER_EVENTS.path(lake),
+            self.store,
             EVENTS_SCHEMA,
             partition_by=MASTER_EVENTS.partition_by,
             properties=lake.retention(MASTER_EVENTS.name),
         )
         self.rejected = AppendTable(
             MASTER_REJECTED.path(lake),
+            self.store,
             REJECTED_SCHEMA,
             properties=lake.retention(MASTER_REJECTED.name),
         )
@@ -160,6 +165,7 @@ class ArchiveBatchWriter:
             archive_records,
             events_root=self.events.path if events_due else None,
             rejected_root=self.rejected.path if rejected_due else None,
+            store=self.store,
         )
         answers = one_task_per_core(batch).mapInArrow(task, from_arrow_schema(TASK_SCHEMA))
         rows = answers.toArrow().to_pylist()
@@ -245,12 +251,17 @@ class Maintainable(Protocol):
 
 
 def archive_records(
-    batches: Iterator[pa.RecordBatch], *, events_root: str | None, rejected_root: str | None
+    batches: Iterator[pa.RecordBatch],
+    *,
+    events_root: str | None,
+    rejected_root: str | None,
+    store: ObjectStoreSettings,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow function, one Spark task's share of a micro-batch (Kafka source columns):
     parse every record, write the valid events' files under ``events_root`` and the rejected
-    records' under ``rejected_root`` (None: that table holds the batch already), count the
-    valid events (:func:`views.ctr.ctr_arrow`). Yields a row per file and one with the counts."""
+    records' under ``rejected_root`` (None: that table holds the batch already; both on the
+    lake's object store ``store`` when it is there), count the valid events
+    (:func:`views.ctr.ctr_arrow`). Yields a row per file and one with the counts."""
     clock = PhaseClock()
     parsed = [parse(b) for b in batches]
     clock.lap("parse")
@@ -264,13 +275,14 @@ def archive_records(
         files += write_files(
             MASTER_EVENTS.name,
             events_root,
+            store,
             events,
             MASTER_EVENTS.partition_by,
             dictionary=_EVENTS_DICTIONARY,
         )
     if rejected_root is not None:
         files += write_files(
-            MASTER_REJECTED.name, rejected_root, rejected, dictionary=_REJECTED_DICTIONARY
+            MASTER_REJECTED.name, rejected_root, store, rejected, dictionary=_REJECTED_DICTIONARY
         )
     clock.lap("write")
     counts = _ipc_bytes(ctr_arrow(events))

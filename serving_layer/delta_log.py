@@ -19,6 +19,7 @@ from typing import Final
 import pyarrow.fs as pafs
 
 from lake.storage import arrow_filesystem
+from runtime.object_store import ObjectStoreSettings
 
 _COMMIT_FILE: Final = re.compile(r"(\d{20})\.json")
 
@@ -31,9 +32,9 @@ class DeltaLog:
     path: str
 
 
-def log_of(table: str | Path) -> DeltaLog:
-    """The log of the Delta table at ``table`` (a path or an object-store URI)."""
-    filesystem, base = arrow_filesystem(str(table))
+def log_of(table: str | Path, store: ObjectStoreSettings) -> DeltaLog:
+    """The log of the Delta table at ``table`` (a path, or an object-store URI on ``store``)."""
+    filesystem, base = arrow_filesystem(str(table), store)
     return DeltaLog(filesystem, f"{base}/_delta_log")
 
 

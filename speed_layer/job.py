@@ -136,9 +136,9 @@ def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
     """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
 
     path = SPEED_CTR.path(lake)
-    if (Path(checkpoint) / "metadata").exists() or not is_delta(path):
+    if (Path(checkpoint) / "metadata").exists() or not is_delta(path, lake.object_store):
         return
-    if open_delta(path).to_pyarrow_dataset().head(1).num_rows:
+    if open_delta(path, lake.object_store).to_pyarrow_dataset().head(1).num_rows:
         raise SpeedStateError(
             f"{path} holds counts but the speed checkpoint {checkpoint} is missing, so the job "
             "would count the retained log again; run `ctr speed --reset` to rebuild speed/ctr "
@@ -153,8 +153,13 @@ class SpeedBatchWriter:
 
     def __init__(self, lake: LakeSettings, checkpoint: str, settings: SpeedSettings) -> None:
         retention = settings.vacuum_retention_hours
-        self.ctr = SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=retention)
-        self.late = SpeedTable(SPEED_LATE.path(lake), SPEED_LATE.schema, retention_hours=retention)
+        store = lake.object_store
+        self.ctr = SpeedTable(
+            SPEED_CTR.path(lake), store, SPEED_CTR.schema, retention_hours=retention
+        )
+        self.late = SpeedTable(
+            SPEED_LATE.path(lake), store, SPEED_LATE.schema, retention_hours=retention
+        )
         self.lake = lake
         self.checkpoint = checkpoint
         self.settings = settings
@@ -202,6 +207,7 @@ class SpeedBatchWriter:
             ctr_root=self.ctr.path,
             late_root=self.late.path if late_due else None,
             state_root=self.state_root,
+            store=self.lake.object_store,
             query=query,
             window=ATTRIBUTION,
             previous=dict(self._state_batches),
@@ -292,7 +298,9 @@ class SpeedBatchWriter:
 
     def _expire_state(self, watermark_ms: int) -> None:
         try:
-            expired = state.expire(self.state_root, open_from_ms(watermark_ms))
+            expired = state.expire(
+                self.state_root, self.lake.object_store, open_from_ms(watermark_ms)
+            )
             if expired:
                 log.info("attribution state: %d file(s) of closed buckets deleted", expired)
         except Exception as exc:  # maintenance must never stop the stream
@@ -327,7 +335,9 @@ def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
 
     retention = settings.vacuum_retention_hours
     for table in (SPEED_CTR, SPEED_LATE):
-        SpeedTable(table.path(lake), table.schema, retention_hours=retention).reset()
+        SpeedTable(
+            table.path(lake), lake.object_store, table.schema, retention_hours=retention
+        ).reset()
     shutil.rmtree(lake.checkpoint(settings.checkpoint_name), ignore_errors=True)
 
 

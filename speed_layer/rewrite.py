@@ -20,6 +20,7 @@ import pyarrow.dataset as ds
 
 from lake.data_files import FILES_SCHEMA, DataFile, write_files
 from lake.storage import arrow_filesystem
+from runtime.object_store import ObjectStoreSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,9 +43,11 @@ class Rewritten:
     rows_out: int
 
 
-# (table root, groups of file paths relative to it, the table's schema, the summing) -> a
-# Rewritten per group, in order.
-Rewrite = Callable[[str, Sequence[Sequence[str]], pa.Schema, Summer], list[Rewritten]]
+# (table root, its object store, groups of file paths relative to the root, the table's schema,
+# the summing) -> a Rewritten per group, in order.
+Rewrite = Callable[
+    [str, ObjectStoreSettings, Sequence[Sequence[str]], pa.Schema, Summer], list[Rewritten]
+]
 
 
 def spark_rewrite(spark: SparkSession) -> Rewrite:
@@ -52,7 +55,11 @@ def spark_rewrite(spark: SparkSession) -> Rewrite:
     most)."""
 
     def rewrite(
-        root: str, groups: Sequence[Sequence[str]], schema: pa.Schema, summed: Summer
+        root: str,
+        store: ObjectStoreSettings,
+        groups: Sequence[Sequence[str]],
+        schema: pa.Schema,
+        summed: Summer,
     ) -> list[Rewritten]:
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -61,7 +68,9 @@ def spark_rewrite(spark: SparkSession) -> Rewrite:
         rows = [(n, json.dumps(list(paths))) for n, paths in enumerate(groups)]
         tasks = min(len(groups), spark.sparkContext.defaultParallelism)
         frame = spark.createDataFrame(rows, "group long, paths string").repartition(tasks)
-        task = functools.partial(rewrite_groups, root=root, schema=schema, summed=summed)
+        task = functools.partial(
+            rewrite_groups, root=root, store=store, schema=schema, summed=summed
+        )
         answers = frame.mapInArrow(task, from_arrow_schema(REWRITE_SCHEMA)).toArrow()
         done = [Rewritten([], 0, 0) for _ in groups]
         for row in answers.to_pylist():
@@ -75,12 +84,18 @@ def spark_rewrite(spark: SparkSession) -> Rewrite:
 
 
 def rewrite_groups(
-    batches: Iterator[pa.RecordBatch], *, root: str, schema: pa.Schema, summed: Summer
+    batches: Iterator[pa.RecordBatch],
+    *,
+    root: str,
+    store: ObjectStoreSettings,
+    schema: pa.Schema,
+    summed: Summer,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: each group's files (``paths``, JSON) read (columns the table's
     ``schema`` gained since a file was written read null), summed per key and written as one
-    file under ``root``. Yields :data:`REWRITE_SCHEMA` rows."""
-    filesystem, base = arrow_filesystem(root)
+    file under ``root`` (on ``store``, from the task's closure). Yields :data:`REWRITE_SCHEMA`
+    rows."""
+    filesystem, base = arrow_filesystem(root, store)
     for batch in batches:
         for group, paths in zip(
             batch.column("group").to_pylist(), batch.column("paths").to_pylist(), strict=True
@@ -89,7 +104,7 @@ def rewrite_groups(
             rows = ds.dataset(names, schema=schema, format="parquet", filesystem=filesystem)
             read = rows.to_table()
             out = summed(read).select(schema.names).cast(schema)
-            files = write_files("speed", root, out)
+            files = write_files("speed", root, store, out)
             answer = [{**f, "group": group, "rows_in": 0, "rows_out": 0} for f in files]
             if answer:
                 answer[0] |= {"rows_in": read.num_rows, "rows_out": out.num_rows}

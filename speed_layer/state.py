@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from lake.storage import arrow_filesystem
+from runtime.object_store import ObjectStoreSettings
 from speed_layer.attribution import BUCKET_MS, EVENTS_SCHEMA, Attribution
 
 # Where the open-bucket boundary a file's batch ran under is kept (schema metadata).
@@ -82,6 +83,7 @@ class StateFile:
 
 def attribute(  # noqa: PLR0913, PLR0917
     root: str,
+    store: ObjectStoreSettings,
     query: str,
     partition: int,
     batch: int,
@@ -92,7 +94,8 @@ def attribute(  # noqa: PLR0913, PLR0917
 ) -> Attributed:
     """Attribute micro-batch ``batch``'s ``events`` of Kafka ``partition``
     (:data:`speed_layer.attribution.EVENTS_SCHEMA`, in offset order) against the partition's
-    state, and save them as the batch's change to it.
+    state, and save them as the batch's change to it, under ``root`` (on ``store`` if it is
+    an object-store URI).
 
     ``previous``: the last micro-batch that changed this partition's state, if the driver knows
     it (None: read the partition's files to find out). ``open_from_ms``: the start of the first
@@ -102,13 +105,13 @@ def attribute(  # noqa: PLR0913, PLR0917
     fresh = held is not None and held.batch < batch and previous == held.batch
     files_read = 0
     if not fresh:
-        held, files_read = _caught_up(root, partition, batch, open_from_ms, held, window)
+        held, files_read = _caught_up(root, store, partition, batch, open_from_ms, held, window)
     assert held is not None
     on_time = _on_time(events, open_from_ms)
     increments = held.attribution.process(on_time, open_from_ms)
     saved = on_time.num_rows > 0
     if saved:
-        _save(root, partition, batch, on_time, open_from_ms)
+        _save(root, store, partition, batch, on_time, open_from_ms)
         held.batch = batch
     _HELD[key] = held
     return Attributed(increments, held.attribution.impressions, saved, files_read)
@@ -129,6 +132,7 @@ def _on_time(events: pa.Table, open_from_ms: int) -> pa.Table:
 
 def _caught_up(  # noqa: PLR0917
     root: str,
+    store: ObjectStoreSettings,
     partition: int,
     batch: int,
     open_from_ms: int,
@@ -142,10 +146,10 @@ def _caught_up(  # noqa: PLR0917
         held = _Held(-1, Attribution(window))
     files = [
         f
-        for f in state_files(root, partition)
+        for f in state_files(root, store, partition)
         if held.batch < f.batch < batch and f.newest_bucket_ms >= open_from_ms
     ]
-    filesystem, _ = arrow_filesystem(root)
+    filesystem, _ = arrow_filesystem(root, store)
     for f in files:
         with filesystem.open_input_file(f.path) as source:
             table = pa.ipc.open_file(source).read_all()
@@ -155,9 +159,16 @@ def _caught_up(  # noqa: PLR0917
     return held, len(files)
 
 
-def _save(root: str, partition: int, batch: int, events: pa.Table, open_from_ms: int) -> None:
+def _save(  # noqa: PLR0917
+    root: str,
+    store: ObjectStoreSettings,
+    partition: int,
+    batch: int,
+    events: pa.Table,
+    open_from_ms: int,
+) -> None:
     newest = int(np.max(events["event_ms"].to_numpy())) // BUCKET_MS * BUCKET_MS
-    filesystem, base = arrow_filesystem(root)
+    filesystem, base = arrow_filesystem(root, store)
     directory = f"{base.rstrip('/')}/partition={partition}"
     filesystem.create_dir(directory, recursive=True)
     table = events.replace_schema_metadata({_OPEN_FROM: str(open_from_ms).encode()})
@@ -169,9 +180,11 @@ def _save(root: str, partition: int, batch: int, events: pa.Table, open_from_ms:
         writer.write_table(table)
 
 
-def state_files(root: str, partition: int | None = None) -> list[StateFile]:
+def state_files(
+    root: str, store: ObjectStoreSettings, partition: int | None = None
+) -> list[StateFile]:
     """The state's files (of one ``partition``, or of all), in batch order."""
-    filesystem, base = arrow_filesystem(root)
+    filesystem, base = arrow_filesystem(root, store)
     base = base.rstrip("/")
     directory = base if partition is None else f"{base}/partition={partition}"
     selector = pafs.FileSelector(directory, allow_not_found=True, recursive=partition is None)
@@ -183,11 +196,11 @@ def state_files(root: str, partition: int | None = None) -> list[StateFile]:
     return sorted(found, key=lambda f: (f.batch, f.path))
 
 
-def expire(root: str, open_from_ms: int) -> int:
+def expire(root: str, store: ObjectStoreSettings, open_from_ms: int) -> int:
     """Delete the files whose newest bucket is before ``open_from_ms`` (closed: no rebuild
     reads them again); returns how many. The driver calls it between micro-batches."""
-    filesystem, _ = arrow_filesystem(root)
-    closed = [f for f in state_files(root) if f.newest_bucket_ms < open_from_ms]
+    filesystem, _ = arrow_filesystem(root, store)
+    closed = [f for f in state_files(root, store) if f.newest_bucket_ms < open_from_ms]
     for f in closed:
         filesystem.delete_file(f.path)
     return len(closed)

@@ -48,6 +48,7 @@ from lake.append_table import AppendTable, add_action
 from lake.coverage.model import Coverage, delta_rs_timestamp, in_intervals_sql
 from lake.retention import retention_properties
 from lake.storage import ensure_columns
+from runtime.object_store import ObjectStoreSettings
 from speed_layer.rewrite import Rewrite
 from views.columns import DIMENSIONS, SKETCHES
 from views.sketches import union_sketch
@@ -90,6 +91,7 @@ class SpeedTable(AppendTable):
     def __init__(
         self,
         path: str,
+        store: ObjectStoreSettings,
         schema: pa.Schema,
         *,
         retention_hours: float,
@@ -97,7 +99,7 @@ class SpeedTable(AppendTable):
     ) -> None:
         """``rewrite``: how roll-ups and compactions rewrite files (Spark tasks:
         :func:`speed_layer.rewrite.spark_rewrite`); a table without one only appends."""
-        super().__init__(path, schema, properties=table_properties(retention_hours))
+        super().__init__(path, store, schema, properties=table_properties(retention_hours))
         self.rewrite = rewrite
 
     def _ensure_properties(self, table: DeltaTable) -> None:
@@ -191,7 +193,7 @@ class SpeedTable(AppendTable):
         if self.rewrite is None:
             raise RuntimeError(f"{self.path}: a SpeedTable needs a rewrite to roll up or compact")
         paths = [[f["path"] for f in files] for files in groups]
-        done = self.rewrite(self.path, paths, self.schema, sum_per_key)
+        done = self.rewrite(self.path, self.store, paths, self.schema, sum_per_key)
         now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
         actions: list[AddAction | RemoveAction] = [
             RemoveAction(

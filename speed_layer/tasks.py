@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from events.records import parse
 from lake.catalog import SPEED_CTR, SPEED_LATE
 from lake.data_files import FILES_SCHEMA, DataFile, write_files
+from runtime.object_store import ObjectStoreSettings
 from runtime.streaming import PhaseClock
 from runtime.times import EPOCH
 from speed_layer import state
@@ -55,6 +56,9 @@ class MicroBatch:
     ctr_root: str | None  # where to write speed/ctr's files (None: the table holds the batch)
     late_root: str | None  # speed/late's (None: the table holds the batch)
     state_root: str  # the attribution state (speed_layer.state)
+    # The lake's object store (the tables' roots and the state's may be on it): the tasks
+    # take it from here, not from their executor's environment.
+    store: ObjectStoreSettings
     query: str  # the streaming query's id
     window: dt.timedelta  # the attribution window
     # Per Kafka partition, the last micro-batch that changed its state, as far as the driver
@@ -114,7 +118,7 @@ def _write(plan: MicroBatch, on_time: pa.Table, late: pa.Table) -> list[DataFile
         late = late.append_column("recorded_at", pa.array([stamp] * n))
         schema = SPEED_LATE.schema
         files += write_files(
-            SPEED_LATE.name, plan.late_root, late.select(schema.names).cast(schema)
+            SPEED_LATE.name, plan.late_root, plan.store, late.select(schema.names).cast(schema)
         )
     if plan.ctr_root is not None and on_time.num_rows:
         rows = on_time.append_column("updated_at", pa.array([stamp] * on_time.num_rows))
@@ -124,7 +128,7 @@ def _write(plan: MicroBatch, on_time: pa.Table, late: pa.Table) -> list[DataFile
              for f in schema],
             schema=schema,
         )  # fmt: skip
-        files += write_files(SPEED_CTR.name, plan.ctr_root, rows)
+        files += write_files(SPEED_CTR.name, plan.ctr_root, plan.store, rows)
     return files
 
 
@@ -162,6 +166,7 @@ def _attribute(events: pa.Table, plan: MicroBatch) -> tuple[pa.Table, dict[str, 
         rows = events if one else events.filter(pc.equal(partitions, partition))
         done = state.attribute(
             plan.state_root,
+            plan.store,
             plan.query,
             int(partition),
             plan.batch_id,

@@ -79,9 +79,10 @@ def replayed_since(replay: LakeSettings) -> dt.datetime | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not is_delta(MASTER_EVENTS.path(replay)):
+    path, store = MASTER_EVENTS.path(replay), replay.object_store
+    if not is_delta(path, store):
         return None
-    table = open_delta(MASTER_EVENTS.path(replay))
+    table = open_delta(path, store)
     files = pa.table(table.get_add_actions(flatten=True))
     if not files.num_rows:
         return None
@@ -159,9 +160,8 @@ def replay_and_build(
     from master_dataset.settings import ArchiverSettings
     from runtime.offsets import topic_offsets
 
-    before = (
-        open_delta(MASTER_EVENTS.path(lake)).version() if is_delta(MASTER_EVENTS.path(lake)) else -1
-    )
+    events, store = MASTER_EVENTS.path(lake), lake.object_store
+    before = open_delta(events, store).version() if is_delta(events, store) else -1
     private = replay_lake(lake, target)
     settings = ArchiverSettings(starting_offsets="earliest")
     truncated = any(o.earliest > 0 for o in topic_offsets(kafka, kafka.topic))
