@@ -71,7 +71,8 @@ def _run(kafka: KafkaSettings, work: Path, events: int) -> dict[str, object]:
     with EventProducer(kafka, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=events)
     spark_settings = SparkSettings()
-    spark = spark_session(spark_settings)
+    # Every lake of the run is under work: local (no object store in use).
+    spark = spark_session(spark_settings, LakeSettings(lake_root=work).object_store)
     copies = [_plain_copy(spark, kafka, work / "copy-1", events)]
     # First the live-sized batches: they also start the Python workers the bulk run then uses,
     # as a running archiver's are. Then the archiver and the copy in turn, twice: each side's

@@ -227,7 +227,7 @@ def _choose(uniform_key: np.ndarray, weights: np.ndarray) -> np.ndarray:
 def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     interval = Interval(DAY, DAY + dt.timedelta(days=1))
     spark_settings = SparkSettings()
-    spark = spark_session(spark_settings)
+    spark = spark_session(spark_settings, lake.object_store)
     # Warm the session as a long-running one is: one small run (a minute) loads Delta's and
     # Parquet's code paths; its rows are replaced by the measured run.
     run(spark, Interval(DAY, DAY + dt.timedelta(minutes=1)), lake=lake, run_id="warm-up")

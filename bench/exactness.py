@@ -146,8 +146,8 @@ def _late_counts(
     versions = runs.input_versions(key, lo, hi)
     path = MASTER_ARRIVALS.path(lake)
     late: dict[str, int] = defaultdict(int)
-    if is_delta(path):
-        arrivals = open_delta(path).to_pyarrow_table(
+    if is_delta(path, lake.object_store):
+        arrivals = open_delta(path, lake.object_store).to_pyarrow_table(
             columns=["bucket_start", "campaign_id", "impressions", "clicks", "events_version"]
         )
         in_range = pc.and_(

@@ -205,6 +205,7 @@ def _accepts(function: Callable[..., object], name: str) -> bool:
 def _measure(lake: LakeSettings, days: int) -> dict[str, float]:
     events = AppendTable(
         MASTER_EVENTS.path(lake),
+        lake.object_store,
         EVENTS_SCHEMA,
         partition_by=MASTER_EVENTS.partition_by,
         properties=lake.retention(MASTER_EVENTS.name),

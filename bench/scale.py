@@ -266,7 +266,8 @@ def _submit(master: str, lake: LakeSettings, logs: Path, workers: int, events: i
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYTHONPATH": str(ROOT),
     }
-    command = [str(BIN / "spark-submit"), *submit_args(SparkSettings()), "--master", master]
+    command = [str(BIN / "spark-submit"), *submit_args(SparkSettings(), lake.object_store)]
+    command += ["--master", master]
     command += ["--driver-memory", DRIVER_MEMORY, "--executor-memory", EXECUTOR_MEMORY]
     command += ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={logs}"]
     # One plain JSON file (Spark 4 rolls and compresses event logs by default).

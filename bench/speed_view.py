@@ -29,6 +29,7 @@ def view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
 
     from events.records import parse_records
     from lake.catalog import SPEED_CTR
+    from lake.settings import LakeSettings
     from runtime.connectors import read_kafka
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
@@ -38,7 +39,9 @@ def view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     from views.columns import DIMENSIONS
     from views.ctr import ctr, ctr_arrow
 
-    spark = spark_session(SparkSettings())
+    # The scratch tables are under work: a local lake's (no object store in use).
+    store = LakeSettings(lake_root=work).object_store
+    spark = spark_session(SparkSettings(), store)
     parts = topic_offsets(kafka, kafka.topic)
     each = max(1, VIEW_RECORDS // len(parts))
     starting = {kafka.topic: {str(p.partition): p.earliest for p in parts}}
@@ -65,7 +68,7 @@ def view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     )
     spark_path, rs_table = (
         str(work / "spark-append"),
-        SpeedTable(str(work / "rs-append"), SPEED_CTR.schema, retention_hours=48),
+        SpeedTable(str(work / "rs-append"), store, SPEED_CTR.schema, retention_hours=48),
     )
     version = iter(range(1_000))
     steps: dict[str, Callable[[], object]] = {

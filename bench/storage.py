@@ -63,7 +63,8 @@ def _s3(work: Path) -> Iterator[LocalS3]:
     store.start()
     saved = os.environ.copy()
     os.environ.update(store.environment())
-    # The session built below gets the S3 connector (runtime.object_store: LAKE_ROOT on S3).
+    # The store's credentials for the settings built below, and LAKE_ROOT on S3 as for a
+    # `ctr` command run against it.
     os.environ["LAKE_ROOT"] = "s3://bench/lake"
     try:
         yield store
@@ -85,8 +86,10 @@ def _run(store: LocalS3, kafka: KafkaSettings, work: Path, events: int) -> dict[
     with EventProducer(kafka, ProducerSettings(), validate_records=False) as producer:
         produce(TrafficGenerator(config), producer, limit=events)
         producer.flush(120)
-    spark = spark_session(SparkSettings(master="local[2]", app_name="bench-storage"))
     lakes = {"local": str(work / "lake"), "s3": "s3://bench/lake"}
+    # The S3 lake's store (its credentials set by _s3): the session gets the S3 connector.
+    bucket = LakeSettings(lake_root=lakes["s3"]).object_store
+    spark = spark_session(SparkSettings(master="local[2]", app_name="bench-storage"), bucket)
     figures: dict[str, dict[str, list[float]]] = {
         step: {side: [] for side in lakes}
         for step in ("archive", "batch", "first", "snapshot", "query")

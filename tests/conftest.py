@@ -19,6 +19,7 @@ from infra.broker import scratch_broker
 from infra.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
+from runtime.object_store import ObjectStoreSettings
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
 from runtime.topics import delete_topics, ensure_topics
@@ -73,7 +74,8 @@ def spark_settings() -> SparkSettings:
 @pytest.fixture(scope="session")
 def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
     """The test session's one SparkSession (started on first use: ~8 s)."""
-    session = spark_session(spark_settings)
+    # The store the environment names (the tests' lakes are local: none in use).
+    session = spark_session(spark_settings, ObjectStoreSettings())
     yield session
     session.stop()
 

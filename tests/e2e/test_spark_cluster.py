@@ -120,7 +120,8 @@ def test_batch_job_on_a_standalone_cluster_matches_local_mode(
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
-    submit = [str(BIN / "spark-submit"), *submit_args(SparkSettings()), "--master", spark_cluster]
+    submit = [str(BIN / "spark-submit"), *submit_args(SparkSettings(), cluster.object_store)]
+    submit += ["--master", spark_cluster]
     submit += ["--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2"]
     job = [str(ROOT / "cli" / "submit.py")]
     job += ["--start", "2026-11-22T10:00:00Z", "--end", "2026-11-22T12:00:00Z"]

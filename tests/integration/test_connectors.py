@@ -29,6 +29,7 @@ from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
 from runtime.connectors import read_delta, read_kafka
 from runtime.kafka_settings import KafkaSettings
+from runtime.object_store import ObjectStoreSettings
 from runtime.streaming import Periodic, StreamProgress
 from runtime.topics import ensure_topics
 from serving_layer.snapshots import SnapshotSource
@@ -50,7 +51,8 @@ ARROW_SCHEMA = pa.schema(
 
 
 def write(rows: DataFrame, path: Path, **options: object) -> bool:
-    return commit_frame(rows, str(path), ARROW_SCHEMA, **options)  # type: ignore[arg-type]
+    local = ObjectStoreSettings()  # a local path: the store is never asked
+    return commit_frame(rows, str(path), local, ARROW_SCHEMA, **options)  # type: ignore[arg-type]
 
 
 # Reader features delta-rs and DuckDB's delta extension cannot serve from a plain file list.

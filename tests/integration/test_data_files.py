@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from lake.append_table import AppendTable
 from lake.data_files import STRING_STATS_CHARS, file_stats, write_files
 from lake.duckdb_delta import delta_duckdb
+from runtime.object_store import ObjectStoreSettings
 
 SCHEMA = pa.schema(
     [
@@ -28,6 +29,8 @@ SCHEMA = pa.schema(
 )
 T0 = dt.datetime(2026, 11, 22, 10, 0, 0, 123_456, tzinfo=dt.UTC)
 LONG = "x" * (STRING_STATS_CHARS + 5)
+# The tables here are local paths: the object store is never asked (lake.storage).
+LOCAL = ObjectStoreSettings()
 
 
 def rows(*items: tuple[str | None, dt.datetime, int | None, dt.date | None]) -> pa.Table:
@@ -84,7 +87,7 @@ def test_a_column_of_nulls_has_no_bounds() -> None:
 def test_one_file_per_partition_without_the_partition_column(tmp_path: Path) -> None:
     d1, d2 = dt.date(2026, 11, 22), dt.date(2026, 11, 23)
     table = rows(("a", T0, 1, d1), ("b", T0, 2, d2), ("c", T0, 3, d1))
-    files = write_files("t", str(tmp_path), table, ["day"], dictionary=["id"])
+    files = write_files("t", str(tmp_path), LOCAL, table, ["day"], dictionary=["id"])
     by_day = {json.loads(f["partition_values"])["day"]: f for f in files}
     assert sorted(by_day) == ["2026-11-22", "2026-11-23"]
     first = by_day["2026-11-22"]
@@ -100,28 +103,30 @@ def test_one_file_per_partition_without_the_partition_column(tmp_path: Path) -> 
     encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(4)}
     assert any("DICTIONARY" in e for e in encodings["id"])
     assert not any("DICTIONARY" in e for e in encodings["n"])
-    assert write_files("t", str(tmp_path), table.slice(0, 0), ["day"]) == []
+    assert write_files("t", str(tmp_path), LOCAL, table.slice(0, 0), ["day"]) == []
 
 
 def test_a_partition_value_that_needs_escaping_is_refused(tmp_path: Path) -> None:
     table = pa.table({"k": ["a/b"], "v": [1]})
     with pytest.raises(ValueError, match="escaping"):
-        write_files("t", str(tmp_path), table, ["k"])
+        write_files("t", str(tmp_path), LOCAL, table, ["k"])
 
 
 def test_committed_files_read_alike_everywhere_and_a_replay_adds_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     path = str(tmp_path / "t")
-    table = AppendTable(path, SCHEMA, partition_by=["day"], properties={"delta.appendOnly": "true"})
+    table = AppendTable(
+        path, LOCAL, SCHEMA, partition_by=["day"], properties={"delta.appendOnly": "true"}
+    )
     day = T0.date()
     latest = T0 + dt.timedelta(microseconds=1)  # between two milliseconds
     first = rows(("a", T0, 1, day), ("b", latest, 2, day))
-    assert table.commit(write_files("t", path, first, ["day"]), app_id="w", version=0)
+    assert table.commit(write_files("t", path, LOCAL, first, ["day"]), app_id="w", version=0)
     # A replay of version 0 (its files written again, as Spark's retry would) commits nothing.
-    assert not table.commit(write_files("t", path, first, ["day"]), app_id="w", version=0)
+    assert not table.commit(write_files("t", path, LOCAL, first, ["day"]), app_id="w", version=0)
     second = rows(("c", T0, 3, day + dt.timedelta(days=1)))
-    assert table.commit(write_files("t", path, second, ["day"]), app_id="w", version=1)
+    assert table.commit(write_files("t", path, LOCAL, second, ["day"]), app_id="w", version=1)
 
     rs = DeltaTable(path)
     assert rs.version() == 2  # created, then two appends
@@ -151,12 +156,12 @@ def test_maintain_packs_small_files_and_vacuums_what_no_version_needs(tmp_path: 
     attempt wrote and never committed (which only a full VACUUM finds)."""
     path = str(tmp_path / "t")
     keep_none = {"delta.deletedFileRetentionDuration": "interval 0 minutes"}
-    table = AppendTable(path, SCHEMA, partition_by=["day"], properties=keep_none)
+    table = AppendTable(path, LOCAL, SCHEMA, partition_by=["day"], properties=keep_none)
     day = T0.date()
     for n in range(4):
         batch = rows((f"e{n}", T0, n, day), (f"f{n}", T0, n, day + dt.timedelta(days=1)))
-        assert table.commit(write_files("t", path, batch, ["day"]), app_id="w", version=n)
-    orphan = write_files("t", path, rows(("lost", T0, 9, day)), ["day"])  # never committed
+        assert table.commit(write_files("t", path, LOCAL, batch, ["day"]), app_id="w", version=n)
+    orphan = write_files("t", path, LOCAL, rows(("lost", T0, 9, day)), ["day"])  # never committed
     assert len(DeltaTable(path).file_uris()) == 8
 
     done = table.maintain()
@@ -171,7 +176,7 @@ def test_maintain_packs_small_files_and_vacuums_what_no_version_needs(tmp_path: 
     on_disk = {p.name for p in (tmp_path / "t").rglob("*.parquet")}
     assert on_disk == {Path(uri).name for uri in rs.file_uris()}
     assert rs.transaction_version("w") == 3
-    assert not table.commit(write_files("t", path, batch, ["day"]), app_id="w", version=3)
+    assert not table.commit(write_files("t", path, LOCAL, batch, ["day"]), app_id="w", version=3)
     assert table.maintain().files_removed == 0  # nothing small left to pack
 
 
@@ -183,15 +188,17 @@ def test_a_pass_compacts_the_latest_partitions_first_and_a_lite_vacuum_leaves_or
     files the log removed, and only a full one the files no commit ever named."""
     path = str(tmp_path / "t")
     keep_none = {"delta.deletedFileRetentionDuration": "interval 0 minutes"}
-    table = AppendTable(path, SCHEMA, partition_by=["day"], properties=keep_none)
+    table = AppendTable(path, LOCAL, SCHEMA, partition_by=["day"], properties=keep_none)
     day = T0.date()
     version = 0
     for offset in (0, 1, 2):  # the later day written last
         for n in range(2):
             batch = rows((f"d{offset}-{n}", T0, n, day + dt.timedelta(days=offset)))
-            assert table.commit(write_files("t", path, batch, ["day"]), app_id="w", version=version)
+            assert table.commit(
+                write_files("t", path, LOCAL, batch, ["day"]), app_id="w", version=version
+            )
             version += 1
-    orphan = write_files("t", path, rows(("lost", T0, 9, day)), ["day"])  # never committed
+    orphan = write_files("t", path, LOCAL, rows(("lost", T0, 9, day)), ["day"])  # never committed
 
     first = table.maintain(partitions_per_pass=1, full_vacuum=False)
 
@@ -218,5 +225,5 @@ def test_a_relative_root_is_under_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    [written] = write_files("t", "lake/t", rows(("a", T0, 1, T0.date())))
+    [written] = write_files("t", "lake/t", LOCAL, rows(("a", T0, 1, T0.date())))
     assert (tmp_path / "lake" / "t" / written["path"]).stat().st_size == written["size"]

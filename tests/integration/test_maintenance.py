@@ -46,7 +46,8 @@ def test_a_batch_view_is_compacted_hour_by_hour(lake: LakeSettings) -> None:
              "impressions": m, "clicks": 0, "run_id": "r"}
             for m in minutes
         ]  # fmt: skip
-        commit_frame(pa.Table.from_pylist(rows, BATCH_CTR.schema), path, BATCH_CTR.schema)
+        frame = pa.Table.from_pylist(rows, BATCH_CTR.schema)
+        commit_frame(frame, path, lake.object_store, BATCH_CTR.schema)
 
     for minutes in ((5,), (20,), (65,), (90,), (125, 185)):  # the last: one file, two hours
         append(*minutes)
@@ -129,7 +130,7 @@ def test_a_lite_vacuum_leaves_files_no_commit_named_for_the_full_one(lake: LakeS
     """A failed run's files (written, never committed) are found only by listing the table:
     the lite passes leave them, the day's full one deletes them."""
     path = lake.table("batch/coverage")
-    commit_frame(pa.table({"n": [1]}), path, pa.schema([("n", pa.int64())]))
+    commit_frame(pa.table({"n": [1]}), path, lake.object_store, pa.schema([("n", pa.int64())]))
     orphan = Path(path) / "part-00000-never-committed.snappy.parquet"
     pq.write_table(pa.table({"n": [2]}), orphan)
     lite = compact_and_vacuum(lake, "batch/coverage", retention_hours=0, full_vacuum=False)

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from pyspark.sql import SparkSession
 
 from infra.airflow_config import on_loopback
 from lake.settings import LakeSettings
 from runtime.private import owner_only, umask_setting
+from runtime.spark_settings import SparkSettings
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -167,6 +169,11 @@ def test_the_umask_setting(monkeypatch: pytest.MonkeyPatch, open_dir: Path) -> N
     assert umask_setting({"CTR_UMASK": "027"}) == 0o027
     with pytest.raises(ValueError, match="CTR_UMASK must be an octal umask like 077, got '9'"):
         umask_setting({"CTR_UMASK": "9"})
+    monkeypatch.setenv("CTR_UMASK", "027")
+    assert SparkSettings().umask == 0o027  # what Spark's Hadoop files get (runtime.spark)
+    monkeypatch.setenv("CTR_UMASK", "9")
+    with pytest.raises(ValidationError, match="CTR_UMASK must be an octal umask like 077, got '9'"):
+        SparkSettings()
     old = os.umask(0o022)
     try:
         owner_only([open_dir, None, "s3://bucket/lake", open_dir / "missing"], 0o027)

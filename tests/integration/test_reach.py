@@ -113,7 +113,9 @@ def write_speed_rows(lake: LakeSettings, events: list[Event]) -> None:
     view = view.append_column(
         "updated_at", pa.array([dt.datetime.now(dt.UTC)] * view.num_rows, pa.timestamp("us", "UTC"))
     )
-    speed = SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=24)
+    speed = SpeedTable(
+        SPEED_CTR.path(lake), lake.object_store, SPEED_CTR.schema, retention_hours=24
+    )
     assert speed.append(view, app_id="test-reach", version=0)
 
 

@@ -307,9 +307,11 @@ def _backfill(env: dict[str, str], hours: list[int]) -> None:
         row: dict[str, object] = {name: None for name in BATCH_CTR.schema.names}
         row.update(bucket_start=start, impressions=hour, clicks=0, run_id=f"run-{hour}")
         for _ in range(30):
-            table = view_files.open_table(path, BATCH_CTR.schema)
+            table = view_files.open_table(path, lake.object_store, BATCH_CTR.schema)
             replaced = view_files.replaced_files(table, interval)
-            files = HourFiles(BATCH_CTR.name, path, BATCH_CTR.schema, "bucket_start")
+            files = HourFiles(
+                BATCH_CTR.name, path, lake.object_store, BATCH_CTR.schema, "bucket_start"
+            )
             files.write(pa.Table.from_pylist([row], BATCH_CTR.schema))
             try:
                 view_files.commit(table, files.close(), replaced, interval=interval,
@@ -346,7 +348,7 @@ def test_conflicting_writers_on_s3_lose_no_commit(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     lake = LakeSettings()
-    arrivals = open_delta(MASTER_ARRIVALS.path(lake))
+    arrivals = open_delta(MASTER_ARRIVALS.path(lake), lake.object_store)
     assert arrivals.transaction_version("archiver") == APPENDS - 1
     minutes = sorted(
         int((b - T0).total_seconds() // 60)
@@ -358,7 +360,7 @@ def test_conflicting_writers_on_s3_lose_no_commit(
     assert len(minutes) == len(set(minutes))
     # Each of the four hours was replaced twice, once by each worker: one row per hour, the
     # later run's, never both (a run that lost the race reran over the winner's file).
-    view = open_delta(BATCH_CTR.path(lake)).to_pyarrow_table()
+    view = open_delta(BATCH_CTR.path(lake), lake.object_store).to_pyarrow_table()
     by_hour = sorted(zip(view.column("bucket_start").to_pylist(),
                          view.column("run_id").to_pylist(), strict=True))  # fmt: skip
     assert [b for b, _ in by_hour] == [T0 + dt.timedelta(hours=h) for h in range(4)]

@@ -4,6 +4,8 @@ the JVM that `ctr` starts itself."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -41,6 +43,17 @@ def test_the_environment_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.resources()["spark.executor.memory"] == "6g"
     assert settings.resources()["spark.executor.cores"] == "3"
     assert settings.resources()["spark.dynamicAllocation.enabled"] == "true"
+
+
+def test_the_jar_cache_is_where_make_setup_puts_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """infra/jars.sh's rule: $CTR_JAR_CACHE, else $XDG_CACHE_HOME/ctr-lambda/jars."""
+    monkeypatch.delenv("CTR_JAR_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert SparkSettings().jar_cache == tmp_path / "ctr-lambda" / "jars"
+    monkeypatch.setenv("CTR_JAR_CACHE", str(tmp_path / "jars"))
+    assert SparkSettings().jar_cache == tmp_path / "jars"
 
 
 def test_the_driver_ctr_starts_has_the_memory_asked(

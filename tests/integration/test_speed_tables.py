@@ -49,7 +49,13 @@ def rows(*entries: tuple[int, str, int, int]) -> pa.Table:
 def table(lake: LakeSettings, spark: SparkSession | None = None) -> SpeedTable:
     """speed/ctr's table; with ``spark``, its rewrites (roll-ups, compaction) as Spark tasks."""
     rewrite = spark_rewrite(spark) if spark is not None else None
-    return SpeedTable(SPEED_CTR.path(lake), SPEED_CTR.schema, retention_hours=48, rewrite=rewrite)
+    return SpeedTable(
+        SPEED_CTR.path(lake),
+        lake.object_store,
+        SPEED_CTR.schema,
+        retention_hours=48,
+        rewrite=rewrite,
+    )
 
 
 def totals(lake: LakeSettings) -> Counter[tuple[dt.datetime, str]]:

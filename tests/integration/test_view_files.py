@@ -22,6 +22,7 @@ from lake.catalog import BATCH_CTR
 from lake.data_files import DataFile, HourFiles, merge_stats
 from lake.frames import commit_frame
 from lake.settings import LakeSettings
+from runtime.object_store import ObjectStoreSettings
 from tests.support.events_helper import archive, event
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -92,7 +93,7 @@ def test_a_file_of_an_older_layout_is_rewritten_as_hour_files(
         for m in (10, 70, 130)
     ]  # fmt: skip
     commit_frame(pa.Table.from_pylist(legacy, BATCH_CTR.schema), lake.table("batch/ctr"),
-                 BATCH_CTR.schema)  # fmt: skip
+                 lake.object_store, BATCH_CTR.schema)  # fmt: skip
     assert len(file_ranges(lake)) == 1  # one file over three hours
     archive(spark, lake, [event("a", "impression", at(75))])
     second_hour = run(spark, Interval(at(60), at(120)), lake=lake)
@@ -124,7 +125,9 @@ def write_hour(lake: LakeSettings, hour: dt.datetime, run_id: str) -> list[DataF
     """Files of one row at ``hour``, written as a task would (not committed)."""
     row = {**dict.fromkeys(BATCH_CTR.schema.names), "bucket_start": hour, "impressions": 1,
            "clicks": 0, "run_id": run_id}  # fmt: skip
-    files = HourFiles("batch/ctr", lake.table("batch/ctr"), BATCH_CTR.schema, "bucket_start")
+    files = HourFiles(
+        "batch/ctr", lake.table("batch/ctr"), lake.object_store, BATCH_CTR.schema, "bucket_start"
+    )
     files.write(pa.Table.from_pylist([row], BATCH_CTR.schema), counted=True)
     return files.close()
 
@@ -136,8 +139,8 @@ def test_two_runs_over_the_same_hours_conflict_even_where_no_file_was(
     it), also when the hours held no file to remove; runs over other hours both land."""
     path = lake.table("batch/ctr")
     hour = Interval(at(0), at(60))
-    first = view_files.open_table(path, BATCH_CTR.schema)
-    second = view_files.open_table(path, BATCH_CTR.schema)
+    first = view_files.open_table(path, lake.object_store, BATCH_CTR.schema)
+    second = view_files.open_table(path, lake.object_store, BATCH_CTR.schema)
     assert view_files.replaced_files(first, hour) == []
     view_files.commit(first, write_hour(lake, at(0), "a"), [], interval=hour, run_id="a",
                       input_version=1)  # fmt: skip
@@ -145,7 +148,7 @@ def test_two_runs_over_the_same_hours_conflict_even_where_no_file_was(
         view_files.commit(second, write_hour(lake, at(0), "b"), [], interval=hour, run_id="b",
                           input_version=1)  # fmt: skip
     # Rerun on a fresh handle: it replaces the first run's file.
-    again = view_files.open_table(path, BATCH_CTR.schema)
+    again = view_files.open_table(path, lake.object_store, BATCH_CTR.schema)
     replaced = view_files.replaced_files(again, hour)
     assert len(replaced) == 1
     view_files.commit(again, write_hour(lake, at(0), "b"), replaced, interval=hour, run_id="b",
@@ -164,8 +167,9 @@ def test_a_run_committed_before_commits_nothing(spark: SparkSession, lake: LakeS
     first = run(spark, Interval(at(0), at(60)), lake=lake)
     version = DeltaTable(lake.table("batch/ctr")).version()
     again = view_files.replace_interval(
-        spark, view, name="batch/ctr", path=lake.table("batch/ctr"), schema=BATCH_CTR.schema,
-        interval=Interval(at(0), at(60)), run_id=first.run_id, input_version=0,
+        spark, view, name="batch/ctr", path=lake.table("batch/ctr"), store=lake.object_store,
+        schema=BATCH_CTR.schema, interval=Interval(at(0), at(60)), run_id=first.run_id,
+        input_version=0,
     )  # fmt: skip
     assert not again.committed
     assert DeltaTable(lake.table("batch/ctr")).version() == version
@@ -206,7 +210,8 @@ def test_a_task_splits_its_rows_by_hour_and_rolls_files_over(
 ) -> None:
     monkeypatch.setattr("lake.data_files.ROWS_PER_FILE", 2)
     schema = pa.schema([("bucket_start", pa.timestamp("us", tz="UTC")), ("n", pa.int64())])
-    files = HourFiles("t", str(tmp_path), schema, "bucket_start")
+    local = ObjectStoreSettings()  # a local path: the store is never asked
+    files = HourFiles("t", str(tmp_path), local, schema, "bucket_start")
     batch = [{"bucket_start": at(m), "n": m} for m in (1, 2, 3, 61)]
     files.write(pa.Table.from_pylist(batch, schema), counted=True)
     files.write(pa.Table.from_pylist([{"bucket_start": at(62), "n": 62}], schema))
@@ -243,7 +248,7 @@ def test_a_view_larger_than_the_drivers_result_limit_is_written(
         for n in range(40_000)
     ]  # fmt: skip
     commit_frame(pa.Table.from_pylist(events, EVENTS_SCHEMA), MASTER_EVENTS.path(lake),
-                 EVENTS_SCHEMA, partition_by=["event_date"])  # fmt: skip
+                 lake.object_store, EVENTS_SCHEMA, partition_by=["event_date"])  # fmt: skip
     env = {
         **os.environ,
         "LAKE_ROOT": str(lake.lake_root),

@@ -45,7 +45,13 @@ def archive(spark: SparkSession, lake: LakeSettings, rows: list[dict[str, object
         [tuple(r[name] for name in EVENTS_SCHEMA.names) for r in rows],
         from_arrow_schema(EVENTS_SCHEMA),
     )
-    commit_frame(frame, MASTER_EVENTS.path(lake), EVENTS_SCHEMA, partition_by=["event_date"])
+    commit_frame(
+        frame,
+        MASTER_EVENTS.path(lake),
+        lake.object_store,
+        EVENTS_SCHEMA,
+        partition_by=["event_date"],
+    )
 
 
 def archived(e: Event, offset: int) -> dict[str, object]:

@@ -203,7 +203,7 @@ def test_a_vacuumed_version_is_a_400_saying_so_and_from_when_the_table_can_be_re
     DeltaTable(lake.table("batch/ctr")).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
-    rerun_at = commit_ns(log_of(lake.table("batch/ctr")), 1)
+    rerun_at = commit_ns(log_of(lake.table("batch/ctr"), lake.object_store), 1)
     assert rerun_at is not None
 
     status, parameter, detail = error(
@@ -257,7 +257,7 @@ def log(lake: LakeSettings, table: str) -> Path:
 
 def committed(lake: LakeSettings, table: str, version: int) -> dt.datetime:
     """The commit time of ``version``, rounded up to the microsecond."""
-    ns = commit_ns(log_of(lake.table(table)), version)
+    ns = commit_ns(log_of(lake.table(table), lake.object_store), version)
     assert ns is not None
     return dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=-(-ns // 1000))
 

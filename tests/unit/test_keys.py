@@ -165,7 +165,7 @@ def test_maintenance_keeps_only_each_keys_newest_use(lake: LakeSettings) -> None
     before = read_keys(lake)
     report = compact_and_vacuum(lake, API_KEYS.name, retention_hours=0)
     assert report is not None
-    events = open_delta(API_KEYS.path(lake)).to_pyarrow_table()
+    events = open_delta(API_KEYS.path(lake), lake.object_store).to_pyarrow_table()
     assert sorted(zip(events["name"].to_pylist(), events["event"].to_pylist(), strict=True)) == [
         ("busy", "created"),
         ("busy", "used"),
@@ -176,9 +176,9 @@ def test_maintenance_keeps_only_each_keys_newest_use(lake: LakeSettings) -> None
     assert after.get("busy").last_used_at == start + dt.timedelta(minutes=4)  # type: ignore[union-attr]
     assert after.verify(secret, dt.datetime.now(dt.UTC)) is not None
     # Nothing superseded: no commit.
-    version = open_delta(API_KEYS.path(lake)).version()
+    version = open_delta(API_KEYS.path(lake), lake.object_store).version()
     assert fold_key_uses(lake) == 0
-    assert open_delta(API_KEYS.path(lake)).version() == version
+    assert open_delta(API_KEYS.path(lake), lake.object_store).version() == version
 
 
 def test_a_revoke_committed_while_uses_are_folded_stays(
@@ -192,8 +192,8 @@ def test_a_revoke_committed_while_uses_are_folded_stays(
 
     revoked: list[bool] = []
 
-    def read_then_revoke(path: str, **kwargs: object) -> object:
-        table = read(path, **kwargs)  # type: ignore[arg-type]
+    def read_then_revoke(path: str, *args: object, **kwargs: object) -> object:
+        table = read(path, *args, **kwargs)  # type: ignore[arg-type]
         if not revoked:  # another process, between the fold's read and its commit
             revoked.append(True)
             revoke_key(lake, "leaver")
@@ -216,7 +216,7 @@ def test_a_created_key_verifies_and_only_its_hash_is_stored(lake: LakeSettings) 
     stored = [p.read_bytes() for p in Path(API_KEYS.path(lake)).rglob("*") if p.is_file()]
     assert len(stored) >= 2  # a log entry and a data file
     assert not any(secret.encode() in data or secret[4:].encode() in data for data in stored)
-    assert open_delta(API_KEYS.path(lake)).to_pyarrow_table().column("key_hash").to_pylist() == [
+    assert open_delta(API_KEYS.path(lake), lake.object_store).to_pyarrow_table().column("key_hash").to_pylist() == [
         hash_key(secret)
     ]
 
@@ -330,12 +330,12 @@ def test_last_uses_are_committed_by_close_the_latest_per_key(lake: LakeSettings)
     recorder.touch("a", at(2))
     recorder.touch("a", at(1))
     recorder.touch("b", at(3))
-    version = open_delta(API_KEYS.path(lake)).version()
+    version = open_delta(API_KEYS.path(lake), lake.object_store).version()
     recorder.close()
     assert [(k.name, k.last_used_at) for k in read_keys(lake).keys] == [("a", at(2)), ("b", at(3))]
-    assert open_delta(API_KEYS.path(lake)).version() == version + 1  # one commit
+    assert open_delta(API_KEYS.path(lake), lake.object_store).version() == version + 1  # one commit
     record_use(lake, {})  # nothing used: no commit
-    assert open_delta(API_KEYS.path(lake)).version() == version + 1
+    assert open_delta(API_KEYS.path(lake), lake.object_store).version() == version + 1
 
 
 def test_a_failed_flush_keeps_its_uses_for_the_next_one(

@@ -33,7 +33,7 @@ def test_a_relative_lake_root_is_taken_from_the_working_directory(
 
 def test_an_s3_lake_hands_one_store_to_every_client(monkeypatch: pytest.MonkeyPatch) -> None:
     from lake.storage import delta_options, store_path
-    from runtime.object_store import ObjectStoreSettings, spark_conf
+    from runtime.object_store import spark_conf
     from runtime.spark import submit_args
 
     monkeypatch.setenv("LAKE_ROOT", "s3a://bucket/lake/")
@@ -41,21 +41,43 @@ def test_an_s3_lake_hands_one_store_to_every_client(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3-secret-0451")
     lake = LakeSettings()
+    # Read once, here (the entry point): nothing below reads the environment again.
+    for name in ("LAKE_ROOT", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    store = lake.object_store
     assert lake.on_object_store
+    assert store.in_use
     assert MASTER_EVENTS.path(lake) == "s3://bucket/lake/master/events"  # one path, every client
     assert store_path(MASTER_EVENTS.path(lake)) == "bucket/lake/master/events"
-    options = delta_options(MASTER_EVENTS.path(lake))
+    options = delta_options(MASTER_EVENTS.path(lake), store)
     assert options is not None
     assert options["AWS_CONDITIONAL_PUT"] == "etag"
     assert options["AWS_ALLOW_HTTP"] == "true"
     assert options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "false"
-    assert delta_options("/tmp/lake/master/events") is None
-    conf = spark_conf(ObjectStoreSettings())
+    assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:8333"
+    assert delta_options("/tmp/lake/master/events", store) is None
+    conf = spark_conf(store)
     assert conf["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert conf["spark.executorEnv.AWS_SECRET_ACCESS_KEY"] == "s3-secret-0451"
     # Never on a spark-submit command line (which names 'secret' in its redaction pattern).
-    assert "s3-secret-0451" not in " ".join(submit_args(SparkSettings()))
+    assert "s3-secret-0451" not in " ".join(submit_args(SparkSettings(), store))
     assert any(
-        "hadoop-aws" in arg for arg in submit_args(SparkSettings())
+        "hadoop-aws" in arg for arg in submit_args(SparkSettings(), store)
     )  # the S3 connector's class path
+
+
+def test_the_object_store_is_where_the_lake_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's lake_root is always its lake's, whatever LAKE_ROOT says: a lake given
+    explicitly, normalised, or below another (a replay's)."""
+    monkeypatch.setenv("LAKE_ROOT", "s3://elsewhere/lake")
+    local = LakeSettings(lake_root="/tmp/lake")
+    assert local.object_store.lake_root == "/tmp/lake"
+    assert not local.object_store.in_use
+    remote = LakeSettings(lake_root="s3a://bucket/lake/")
+    assert remote.object_store.lake_root == "s3://bucket/lake"
+    assert remote.object_store.in_use
+    replay = remote.under("replays", "ctr_v2")
+    assert replay.object_store.lake_root == "s3://bucket/lake/replays/ctr_v2"
+    assert replay.object_store.lake_root == replay.lake_root
+    assert remote.object_store.lake_root == "s3://bucket/lake"  # the lake itself unchanged

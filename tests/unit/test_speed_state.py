@@ -12,10 +12,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from runtime.object_store import ObjectStoreSettings
 from speed_layer import state
 from tests.unit.test_speed_attribution import HOUR, batch, counts, ms
 
 QUERY = "query-1"
+# The state is in a local directory here: the object store is never asked.
+LOCAL = ObjectStoreSettings()
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +33,7 @@ def attribute(
 ) -> state.Attributed:
     return state.attribute(
         str(root),
+        LOCAL,
         QUERY,
         0,
         batch_id,
@@ -65,7 +69,7 @@ def test_a_replayed_batch_gives_the_same_increments(tmp_path: Path) -> None:
     again = attribute(tmp_path, 1, clicks, previous=0)
     assert counts(once.increments) == counts(again.increments) == {(0, "a"): (1, 0, 1)}
     assert again.files_read == 1
-    assert [f.batch for f in state.state_files(str(tmp_path), 0)] == [0, 1]  # overwritten
+    assert [f.batch for f in state.state_files(str(tmp_path), LOCAL, 0)] == [0, 1]  # overwritten
 
 
 def test_a_worker_behind_catches_up_on_the_batches_another_worker_did(tmp_path: Path) -> None:
@@ -83,8 +87,8 @@ def test_a_worker_behind_catches_up_on_the_batches_another_worker_did(tmp_path: 
 def test_the_files_of_closed_buckets_are_deleted_and_never_needed(tmp_path: Path) -> None:
     attribute(tmp_path, 0, batch((1, "impression", 0.5, "a")), previous=None)
     attribute(tmp_path, 1, batch((2, "impression", 5.5, "a")), previous=0)
-    assert state.expire(str(tmp_path), ms(5)) == 1  # minute 0 closed: batch 0's file
-    assert [f.batch for f in state.state_files(str(tmp_path))] == [1]
+    assert state.expire(str(tmp_path), LOCAL, ms(5)) == 1  # minute 0 closed: batch 0's file
+    assert [f.batch for f in state.state_files(str(tmp_path), LOCAL)] == [1]
     state.forget()
     later = attribute(
         tmp_path, 2, batch((2, "click", 6, "a"), (1, "click", 6, "a")), previous=None, open_from=5
@@ -97,4 +101,4 @@ def test_the_files_of_closed_buckets_are_deleted_and_never_needed(tmp_path: Path
 def test_late_events_change_nothing(tmp_path: Path) -> None:
     done = attribute(tmp_path, 0, batch((1, "impression", 0.5, "a")), previous=None, open_from=3)
     assert (done.saved, done.open_impressions) == (False, 0)
-    assert state.state_files(str(tmp_path)) == []
+    assert state.state_files(str(tmp_path), LOCAL) == []
