@@ -141,8 +141,11 @@ wait_for() {
 commits() {
     if [[ "$LAKE_ROOT" == s3://* ]]; then
         "$ROOT/.venv/bin/python" -c 'import sys
+from lake.settings import LakeSettings
 from lake.storage import is_delta, open_delta
-print(open_delta(sys.argv[1]).version() + 1 if is_delta(sys.argv[1]) else 0)' "$LAKE_ROOT/$1"
+store = LakeSettings().object_store
+print(open_delta(sys.argv[1], store).version() + 1 if is_delta(sys.argv[1], store) else 0)' \
+            "$LAKE_ROOT/$1"
     else
         compgen -G "$LAKE_ROOT/$1/_delta_log/*.json" | wc -l
     fi
