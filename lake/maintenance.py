@@ -113,9 +113,9 @@ def fold_key_uses(lake: LakeSettings) -> int:
     from deltalake import write_deltalake
 
     path = API_KEYS.path(lake)
-    if not is_delta(path):
+    if not is_delta(path, lake.object_store):
         return 0
-    table = open_delta(path)
+    table = open_delta(path, lake.object_store)
     rows = table.to_pyarrow_table().to_pylist()
     unique, used = [], set()
     for row in sorted(rows, key=lambda r: r["at"].astimezone(dt.UTC), reverse=True):

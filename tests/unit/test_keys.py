@@ -216,9 +216,9 @@ def test_a_created_key_verifies_and_only_its_hash_is_stored(lake: LakeSettings) 
     stored = [p.read_bytes() for p in Path(API_KEYS.path(lake)).rglob("*") if p.is_file()]
     assert len(stored) >= 2  # a log entry and a data file
     assert not any(secret.encode() in data or secret[4:].encode() in data for data in stored)
-    assert open_delta(API_KEYS.path(lake), lake.object_store).to_pyarrow_table().column("key_hash").to_pylist() == [
-        hash_key(secret)
-    ]
+    assert open_delta(API_KEYS.path(lake), lake.object_store).to_pyarrow_table().column(
+        "key_hash"
+    ).to_pylist() == [hash_key(secret)]
 
 
 def test_revoke_expiry_and_a_new_key_for_the_name(lake: LakeSettings) -> None:
