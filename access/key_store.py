@@ -28,6 +28,7 @@ from events.model import id_problem
 from lake.catalog import API_KEYS
 from lake.settings import LakeSettings
 from lake.storage import delta_options, is_delta, open_delta
+from runtime.object_store import ObjectStoreSettings
 
 PREFIX: Final = "ctr_"
 NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,64}")
@@ -45,14 +46,14 @@ class KeyStoreError(AccessError, ValueError):
 
 def read_keys(lake: LakeSettings) -> KeyRing:
     """The keys as they are now (none before the first is created)."""
-    return read_keys_and_version(API_KEYS.path(lake))[1]
+    return read_keys_and_version(API_KEYS.path(lake), lake.object_store)[1]
 
 
-def read_keys_and_version(path: str) -> tuple[int, KeyRing]:
+def read_keys_and_version(path: str, store: ObjectStoreSettings) -> tuple[int, KeyRing]:
     """The latest version of the table at ``path`` (-1: no table yet) and its keys."""
-    if not is_delta(path):
+    if not is_delta(path, store):
         return -1, KeyRing()
-    table = open_delta(path)
+    table = open_delta(path, store)
     return table.version(), KeyRing.from_rows(table.to_pyarrow_table().to_pylist())
 
 
@@ -161,7 +162,8 @@ def _append(lake: LakeSettings, rows: list[dict[str, object]]) -> None:
 
     data = pa.Table.from_pylist(rows, schema=API_KEYS.schema)
     path = API_KEYS.path(lake)
-    write_deltalake(path, data, mode="append", storage_options=delta_options(path))
+    options = delta_options(path, lake.object_store)
+    write_deltalake(path, data, mode="append", storage_options=options)
 
 
 def _access(name: str, role: str, campaigns: Iterable[str], ads: Iterable[str]) -> Access:

@@ -55,7 +55,8 @@ class KeyWatcher:
         self.reloads = 0
         self._clock = clock
         self._remote = lake.on_object_store
-        self._filesystem, root = arrow_filesystem(self.path)
+        self._store = lake.object_store
+        self._filesystem, root = arrow_filesystem(self.path, self._store)
         self._log = f"{root}/_delta_log"
         self._loaded: _Loaded | None = None
         self._lock = threading.Lock()
@@ -74,7 +75,7 @@ class KeyWatcher:
         with self._lock:
             loaded = self._loaded
             if loaded is seen:  # not read again by another thread meanwhile
-                version, ring = read_keys_and_version(self.path)
+                version, ring = read_keys_and_version(self.path, self._store)
                 loaded = self._loaded = _Loaded(version, ring, self._clock())
                 self.reloads += 1
             assert loaded is not None

@@ -62,6 +62,6 @@ def _private_files() -> None:
         roots: list[str | Path | None] = [lake.lake_root, lake.checkpoint_root]
     except ValidationError:
         roots = []
-    mask = umask_setting()
+    mask = umask_setting(os.environ)
     owner_only(roots, mask)
     close_run_dir(os.environ.get("RUN_DIR"), mask)

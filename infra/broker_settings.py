@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runtime.spark_settings import default_jar_cache
 
 
 class BrokerSettings(BaseSettings):
@@ -25,6 +28,10 @@ class BrokerSettings(BaseSettings):
         default=None, ge=1, le=65535, validation_alias="KAFKA_CONTROLLER_PORT"
     )
     java_home: Path | None = Field(default=None, validation_alias="JAVA_HOME")
+    # The jar set `make setup` fetched (runtime.jars), as SparkSettings.jar_cache.
+    jar_cache: Path = Field(
+        default_factory=lambda: default_jar_cache(os.environ), validation_alias="CTR_JAR_CACHE"
+    )
     # Authentication on the brokers' listener: "none", or SCRAM ("scram" is SCRAM-SHA-256).
     # Unset: what the cluster under kafka_dir was formatted with, else none.
     # Normalised to "none", "SCRAM-SHA-256" or "SCRAM-SHA-512".

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
 DEFAULT_UMASK: Final = 0o077
 
 
-def umask_setting(environ: os._Environ[str] | dict[str, str] | None = None) -> int:
-    """``CTR_UMASK`` (octal, e.g. ``077`` or ``027``), default ``077``."""
-    return parse_umask((os.environ if environ is None else environ).get("CTR_UMASK", ""))
+def umask_setting(environ: Mapping[str, str]) -> int:
+    """``CTR_UMASK`` of ``environ`` (octal, e.g. ``077`` or ``027``), default ``077``."""
+    return parse_umask(environ.get("CTR_UMASK", ""))
 
 
 def parse_umask(text: str) -> int:

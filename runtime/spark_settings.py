@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -12,10 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from runtime.private import DEFAULT_UMASK, parse_umask
 
 
-def default_jar_cache() -> Path:
+def default_jar_cache(environ: Mapping[str, str]) -> Path:
     """Where ``make setup`` puts the jar sets when ``CTR_JAR_CACHE`` is not set (as
     ``infra/jars.sh`` does): ``$XDG_CACHE_HOME/ctr-lambda/jars``, else ``~/.cache/...``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ctr-lambda" / "jars"
 
 
@@ -53,7 +54,9 @@ class SparkSettings(BaseSettings):
     # checkpoints): the platform's umask, CTR_UMASK (octal, e.g. 077; runtime.private).
     umask: int = Field(default=DEFAULT_UMASK, ge=0, le=0o777, validation_alias="CTR_UMASK")
     # The jar sets `make setup` fetched (runtime.jars): the connectors', the S3 connector's.
-    jar_cache: Path = Field(default_factory=default_jar_cache, validation_alias="CTR_JAR_CACHE")
+    jar_cache: Path = Field(
+        default_factory=lambda: default_jar_cache(os.environ), validation_alias="CTR_JAR_CACHE"
+    )
 
     @field_validator("master")
     @classmethod
@@ -70,7 +73,7 @@ class SparkSettings(BaseSettings):
     @field_validator("jar_cache", mode="before")
     @classmethod
     def _cache_or_default(cls, value: object) -> object:
-        return default_jar_cache() if value == "" else value
+        return default_jar_cache(os.environ) if value == "" else value
 
     def resources(self) -> dict[str, str]:
         """The Spark settings of the resources above (those set)."""

@@ -57,7 +57,9 @@ class SnapshotReader:
         self.lake = lake
         self.timeout_s = timeout_s
         self.snapshots = SnapshotSource(lake, refresh_s=refresh_s, max_stale_s=max_stale_s)
-        self.relations = RelationCache(threads=threads, memory_limit_bytes=memory_limit_bytes)
+        self.relations = RelationCache(
+            lake.object_store, threads=threads, memory_limit_bytes=memory_limit_bytes
+        )
         self.version_sides = VersionSides(self.relations)
 
     def close(self) -> None:

@@ -106,7 +106,13 @@ class RelationCache:
     in-memory copy of ``batch/coverage`` (small), plus values derived once per version.
     Relations of superseded versions are dropped a while later. Thread-safe."""
 
-    def __init__(self, *, threads: int = 2, memory_limit_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStoreSettings,
+        *,
+        threads: int = 2,
+        memory_limit_bytes: int | None = None,
+    ) -> None:
         config: dict[str, str | bool | int | float | list[str]] = {
             "autoinstall_known_extensions": False,
             "autoload_known_extensions": False,
@@ -124,10 +130,10 @@ class RelationCache:
             config["temp_directory"] = ""
         self._db = duckdb.connect(config=config)
         self._db.execute("SET TimeZone = 'UTC'")
-        if ObjectStoreSettings().in_use:
+        if store.in_use:
             # The lake's files are s3:// URIs: this database (never the SQL sandbox's) reads
             # them with the store's secret.
-            duckdb_object_store(self._db)
+            duckdb_object_store(self._db, store)
         self._db.execute("SET parquet_metadata_cache = true")
         sketches.register(self._db)  # sketch_union, sketch_estimate (lake.catalog.rows_sql)
         self._lock = threading.Lock()

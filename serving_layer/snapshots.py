@@ -32,6 +32,7 @@ from lake.catalog import SERVED, Table
 from lake.settings import LakeSettings
 from lake.speed_status import SpeedStatus, read_status, speed_status_path
 from lake.storage import arrow_filesystem, open_delta, store_path
+from runtime.object_store import ObjectStoreSettings
 from runtime.times import EPOCH
 from serving_layer.delta_log import DeltaLog, commit_ns, first_true, log_of, log_span, version_at
 from serving_layer.errors import ServingError
@@ -77,6 +78,9 @@ class LakeSnapshot:
 
     tables: Mapping[str, TableSnapshot]
     status: SpeedStatus | None
+    # Where the tables' files are (a local lake: never asked): the SQL sandbox's workers read
+    # them with it.
+    store: ObjectStoreSettings
     status_stamp: int | None = None
 
     def __getitem__(self, table: str | Table) -> TableSnapshot:
@@ -233,15 +237,17 @@ class SnapshotSource:
             status = previous.status
         else:
             status = read_status(self.lake) if stamp is not None else None
-        return LakeSnapshot(tables=tables, status=status, status_stamp=stamp)
+        return LakeSnapshot(
+            tables=tables, status=status, store=self.lake.object_store, status_stamp=stamp
+        )
 
     def _table(self, name: str, old: TableSnapshot | None) -> TableSnapshot:
         path = self.lake.table(name)
         handle = self._handles.get(name)
         if handle is None:
-            if not _log_exists(path):
+            if not _log_exists(path, self.lake.object_store):
                 return TableSnapshot(name, path, None, (), (), SCHEMAS[name])
-            handle = self._handles[name] = open_delta(path)
+            handle = self._handles[name] = open_delta(path, self.lake.object_store)
         else:
             handle.update_incremental()
         if old is not None and old.version == handle.version():
@@ -268,7 +274,7 @@ class SnapshotSource:
         first_commits = []
         for name in self.tables:
             path = self.lake.table(name)
-            log = log_of(path)
+            log = log_of(path, self.lake.object_store)
             hint = current.tables[name].version if current is not None else None
             span = log_span(log, hint)
             if span is None:
@@ -292,7 +298,7 @@ class SnapshotSource:
         if not any(table.exists for table in tables.values()):
             since = f" ({_commit_iso(min(first_commits))})" if first_commits else ", none yet"
             raise AsOfError(f"{_iso(moment)} is before the lake's first commit{since}")
-        return LakeSnapshot(tables=tables, status=None)
+        return LakeSnapshot(tables=tables, status=None, store=self.lake.object_store)
 
     def _table_at(
         self, name: str, log: DeltaLog, version: int, last: int, moment: dt.datetime
@@ -304,11 +310,12 @@ class SnapshotSource:
                 self._past.move_to_end((name, version))
         try:
             if table is None:
-                table = _table_snapshot(name, path, open_delta(path, version=version))
+                handle = open_delta(path, self.lake.object_store, version=version)
+                table = _table_snapshot(name, path, handle)
         except DeltaError:
             removed = "its log was cleaned up"
         else:
-            if _files_exist(table):
+            if _files_exist(table, self.lake.object_store):
                 with self._past_lock:
                     self._past[(name, version)] = table
                     while len(self._past) > _PAST_VERSIONS:
@@ -327,7 +334,8 @@ class SnapshotSource:
 
         def readable(version: int) -> bool:
             try:
-                return _files_exist(_table_snapshot(name, path, open_delta(path, version=version)))
+                handle = open_delta(path, self.lake.object_store, version=version)
+                return _files_exist(_table_snapshot(name, path, handle), self.lake.object_store)
             except DeltaError:
                 return False
 
@@ -356,21 +364,21 @@ def _table_snapshot(name: str, path: str, handle: DeltaTable) -> TableSnapshot:
     )
 
 
-def _log_exists(path: str) -> bool:
+def _log_exists(path: str, store: ObjectStoreSettings) -> bool:
     """Whether the table at ``path`` has a log yet: its first commit, or a checkpoint once
     that was cleaned up. Two stats through pyarrow, which releases the GIL while it waits (an
     object store's round trips overlap across tables); delta-rs' is_deltatable holds it."""
-    log = log_of(path)
+    log = log_of(path, store)
     if commit_ns(log, 0) is not None:
         return True
     info = log.filesystem.get_file_info(f"{log.path}/_last_checkpoint")
     return bool(info.type != pafs.FileType.NotFound)
 
 
-def _files_exist(table: TableSnapshot) -> bool:
+def _files_exist(table: TableSnapshot, store: ObjectStoreSettings) -> bool:
     if not table.files:
         return True
-    filesystem, _ = arrow_filesystem(table.path)
+    filesystem, _ = arrow_filesystem(table.path, store)
     paths = [store_path(f) for f in table.files]
     return all(info.type != pafs.FileType.NotFound for info in filesystem.get_file_info(paths))
 

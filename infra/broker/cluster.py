@@ -171,7 +171,7 @@ class LocalKafka:
         layout and the clients' settings recorded; their pids by node id."""
         java = check_java(self.settings.java)
         try:
-            classpath = f"{jar_dir('kafka')}/*"
+            classpath = f"{jar_dir('kafka', self.settings.jar_cache)}/*"
         except JarsMissingError as exc:
             raise BrokerError(str(exc)) from None
         if layout.network is not None:  # first: the controller's address is the bridge's

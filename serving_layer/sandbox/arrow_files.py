@@ -16,11 +16,15 @@ import pyarrow.parquet as pq
 
 from lake.catalog import SERVED_BY_NAME
 from lake.storage import arrow_filesystem, store_path
+from runtime.object_store import ObjectStoreSettings
 from serving_layer.snapshots import TableSnapshot
 
 
 def table_rows(
-    con: duckdb.DuckDBPyConnection, table: TableSnapshot, view_files: Collection[str]
+    con: duckdb.DuckDBPyConnection,
+    table: TableSnapshot,
+    view_files: Collection[str],
+    store: ObjectStoreSettings,
 ) -> duckdb.DuckDBPyRelation:
     """The table's files as Arrow datasets (partition values from the paths, as Delta writes
     them), or an empty table of its schema; columns of the catalog's schema that the table
@@ -36,11 +40,11 @@ def table_rows(
     viewed = [f for f in table.files if f in view_files]
     parts = []
     if plain:
-        parts.append(con.from_arrow(_dataset(table, plain, schema)))
+        parts.append(con.from_arrow(_dataset(table, plain, schema, store)))
     if viewed:
         typed = view_typed(schema, keep=table.partition_columns)
         # DuckDB pushes no filter through a LIMIT: Arrow only projects these files' columns.
-        parts.append(con.from_arrow(_dataset(table, viewed, typed)).limit(_NO_LIMIT))
+        parts.append(con.from_arrow(_dataset(table, viewed, typed, store)).limit(_NO_LIMIT))
     # UNION ALL: the same columns in the same order.
     return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
 
@@ -51,8 +55,10 @@ _NO_LIMIT: Final = 2**63 - 1
 VIEW_TYPE_ERROR: Final = re.compile(r"has no kernel matching input types \([^)]*_view")
 
 
-def _dataset(table: TableSnapshot, files: Sequence[str], schema: pa.Schema) -> ds.Dataset:
-    filesystem, root = arrow_filesystem(table.path)
+def _dataset(
+    table: TableSnapshot, files: Sequence[str], schema: pa.Schema, store: ObjectStoreSettings
+) -> ds.Dataset:
+    filesystem, root = arrow_filesystem(table.path, store)
     partitioning = None
     if table.partition_columns:
         partitioning = ds.partitioning(
@@ -68,7 +74,9 @@ def _dataset(table: TableSnapshot, files: Sequence[str], schema: pa.Schema) -> d
     )
 
 
-def view_typed_files(tables: Iterable[TableSnapshot], known: Mapping[str, bool]) -> dict[str, bool]:
+def view_typed_files(
+    tables: Iterable[TableSnapshot], known: Mapping[str, bool], store: ObjectStoreSettings
+) -> dict[str, bool]:
     """Whether each file of ``tables`` not in ``known`` records a view type (its footer, read
     with Arrow): the files :func:`open_sandbox` must read without filter pushdown."""
     found: dict[str, bool] = {}
@@ -76,7 +84,7 @@ def view_typed_files(tables: Iterable[TableSnapshot], known: Mapping[str, bool])
         unknown = [f for f in table.files if f not in known and f not in found]
         if not unknown:
             continue
-        filesystem, _ = arrow_filesystem(table.path)
+        filesystem, _ = arrow_filesystem(table.path, store)
         for path in unknown:
             physical = pq.read_schema(store_path(path), filesystem=filesystem)
             found[path] = any(_has_view(f.type) for f in physical)

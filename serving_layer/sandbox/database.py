@@ -55,6 +55,7 @@ from lake.catalog import (
     SERVED,
     SERVED_BY_NAME,
 )
+from runtime.object_store import ObjectStoreSettings
 from serving_layer.errors import ServingError
 from serving_layer.json_values import jsonable
 from serving_layer.sandbox.arrow_files import table_rows
@@ -281,6 +282,7 @@ def hidden_views(access: Access | None = None) -> frozenset[str]:
 
 def open_sandbox(
     tables: Mapping[str, TableSnapshot],
+    store: ObjectStoreSettings,
     *,
     memory_limit_bytes: int,
     threads: int = 1,
@@ -320,7 +322,7 @@ def open_sandbox(
         seal = sketches.SketchSeal() if users_hidden else None
         sketches.register(con, seal)
         for view, name in allowed.items():
-            rows = table_rows(con, tables[view], view_files)
+            rows = table_rows(con, tables[view], view_files, store)
             table = SERVED_BY_NAME[name]
             if seal is not None:
                 rows = _without_users(rows, seal)

@@ -49,6 +49,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from access.roles import Access
+from runtime.object_store import ObjectStoreSettings
 from serving_layer.errors import ServingError
 from serving_layer.sandbox.backoff import (
     STOPPED_STRIKES,
@@ -202,6 +203,7 @@ class SqlPool:
                     worker,
                     statement,
                     tables,
+                    snapshot.store,
                     max_rows=max_rows,
                     max_bytes=max_bytes,
                     timeout_s=timeout_s,
@@ -233,6 +235,7 @@ class SqlPool:
         worker: _Worker,
         sql: str,
         tables: Mapping[str, TableSnapshot],
+        store: ObjectStoreSettings,
         *,
         max_rows: int,
         max_bytes: int,
@@ -245,7 +248,7 @@ class SqlPool:
         self._count("queries")
         try:
             kind, payload = worker.ask(
-                (sql, dict(tables), access, max_rows, max_bytes, timeout_s, self.grace_s),
+                (sql, dict(tables), store, access, max_rows, max_bytes, timeout_s, self.grace_s),
                 wait_s=timeout_s + self.grace_s,
             )
         except TimeoutError:

@@ -16,11 +16,12 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
 from access.roles import Access
+from runtime.object_store import ObjectStoreSettings
 from serving_layer.sandbox.arrow_files import VIEW_TYPE_ERROR, view_typed_files
 from serving_layer.sandbox.database import (
     SqlError,
@@ -54,7 +55,7 @@ def main(argv: list[str]) -> None:
     conn.send("ready")
     while True:
         try:
-            sql, tables, access, max_rows, max_bytes, timeout_s, grace_s = conn.recv()
+            sql, tables, store, access, max_rows, max_bytes, timeout_s, grace_s = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return
         _limit_cpu(timeout_s + grace_s, threads)
@@ -62,6 +63,7 @@ def main(argv: list[str]) -> None:
             answer(
                 sql,
                 tables,
+                store,
                 access=access,
                 max_rows=max_rows,
                 max_bytes=max_bytes,
@@ -76,6 +78,7 @@ def main(argv: list[str]) -> None:
 def answer(  # noqa: PLR0913 - keyword-only limits of one query
     sql: str,
     tables: Mapping[str, TableSnapshot],
+    store: ObjectStoreSettings,
     *,
     max_rows: int,
     max_bytes: int,
@@ -85,23 +88,34 @@ def answer(  # noqa: PLR0913 - keyword-only limits of one query
     access: Access | None = None,
 ) -> tuple[str, object]:
     """One request's reply: ``("ok", SqlResult)`` or ``(kind, message)`` with kind one of
-    refused, error, timeout, unavailable; over the tables and rows ``access`` may read."""
+    refused, error, timeout, unavailable; over the tables and rows ``access`` may read, their
+    files in ``store`` (the lake's, sent with the request: nothing read from the environment)."""
     started = time.monotonic()
     try:
         statement = check_read_only(sql, access)
         try:
             result = _execute(
-                statement, tables, access, timeout_s, (max_rows, max_bytes, memory_bytes, threads)
+                statement,
+                tables,
+                access,
+                timeout_s,
+                (max_rows, max_bytes, memory_bytes, threads),
+                store=store,
             )
         except SqlError as exc:
             if not VIEW_TYPE_ERROR.search(str(exc)) or not _learn_view_files(
-                tables_read(statement, tables)
+                tables_read(statement, tables), store
             ):
                 raise
             # A file delta-rs rewrote: again, reading such files without filter pushdown.
             left_s = max(timeout_s - (time.monotonic() - started), 0.001)
             result = _execute(
-                statement, tables, access, left_s, (max_rows, max_bytes, memory_bytes, threads)
+                statement,
+                tables,
+                access,
+                left_s,
+                (max_rows, max_bytes, memory_bytes, threads),
+                store=store,
             )
     except SqlError as exc:
         return _failure(_explained(exc, access))
@@ -123,19 +137,21 @@ def _execute(
     access: Access | None,
     timeout_s: float,
     limits: tuple[int, int, int, int],
+    *,
+    store: ObjectStoreSettings,
 ) -> SqlResult:
     max_rows, max_bytes, memory_bytes, threads = limits
-    con = _open(tables, memory_bytes, threads, access, _VIEWED)
+    con = _open(tables, store, memory_bytes, threads, access)
     try:
         return execute(con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s)
     finally:
         con.close()
 
 
-def _learn_view_files(tables: list[TableSnapshot]) -> bool:
+def _learn_view_files(tables: list[TableSnapshot], store: ObjectStoreSettings) -> bool:
     """Read the footers of ``tables``' files not seen yet (the tables the failed query can
     read); whether any of them records view types."""
-    found = view_typed_files(tables, _VIEW_FILES)
+    found = view_typed_files(tables, _VIEW_FILES, store)
     _VIEW_FILES.update(found)
     _VIEWED.update(f for f, viewed in found.items() if viewed)
     while len(_VIEW_FILES) > _MAX_KNOWN_FILES:
@@ -166,18 +182,19 @@ class _OpenFailedError(Exception):
 
 def _open(
     tables: Mapping[str, TableSnapshot],
+    store: ObjectStoreSettings,
     memory_bytes: int,
     threads: int,
     access: Access | None,
-    view_files: Collection[str],
 ) -> duckdb.DuckDBPyConnection:
     try:
         return open_sandbox(
             tables,
+            store,
             memory_limit_bytes=memory_bytes,
             threads=threads,
             access=access,
-            view_files=view_files,
+            view_files=_VIEWED,
         )
     except MemoryError:
         raise _OpenFailedError(

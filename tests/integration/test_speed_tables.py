@@ -225,7 +225,7 @@ def served(lake: LakeSettings, *queries: Callable[[str], str]) -> list[list[tupl
     """The rows of each query over speed/ctr as the serving layer loads it (``base``: its
     relation's name)."""
     snapshot = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0).current()
-    cache = RelationCache()
+    cache = RelationCache(lake.object_store)
     try:
         base = cache.relation(snapshot["speed/ctr"]).name
         with cache.cursor() as cur:
@@ -315,7 +315,9 @@ def test_the_sql_sandbox_shows_one_row_per_key(lake: LakeSettings) -> None:
     speed.append(rows((0, "a", 2, 1)), app_id=APP, version=1)
     snapshot = SnapshotSource(lake, refresh_s=0).current()
     con = open_sandbox(
-        {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()}, memory_limit_bytes=2**28
+        {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()},
+        lake.object_store,
+        memory_limit_bytes=2**28,
     )
     try:
         found = con.execute(

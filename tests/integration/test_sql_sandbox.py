@@ -16,6 +16,7 @@ import duckdb
 import pytest
 
 from lake.settings import LakeSettings
+from runtime.object_store import ObjectStoreSettings
 from serving_layer.sandbox.database import (
     SANDBOX_VIEWS,
     VIEW_NAMES,
@@ -116,7 +117,7 @@ def test_syntax_errors_are_reported() -> None:
 @pytest.fixture
 def sandbox(snapshot: LakeSnapshot) -> Iterator[duckdb.DuckDBPyConnection]:
     tables = {view: snapshot[name] for view, name in SANDBOX_VIEWS.items()}
-    con = open_sandbox(tables, memory_limit_bytes=256 * 2**20)
+    con = open_sandbox(tables, ObjectStoreSettings(), memory_limit_bytes=256 * 2**20)
     yield con
     con.close()
 

@@ -530,6 +530,7 @@ def _sandbox(lake: LakeSettings) -> Iterator[duckdb.DuckDBPyConnection]:
     snap = layer.reader.snapshot()
     con = open_sandbox(
         {view: snap[name] for view, name in SANDBOX_VIEWS.items()},
+        lake.object_store,
         memory_limit_bytes=256 * 2**20,
     )
     try:
