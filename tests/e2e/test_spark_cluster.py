@@ -25,7 +25,7 @@ from lake.settings import LakeSettings
 from runtime.spark import submit_args
 from runtime.spark_settings import SparkSettings
 from tests.support import ROOT
-from tests.support.events_helper import archive, event
+from tests.support.events import archive, event
 
 BIN = Path(sys.executable).parent
 

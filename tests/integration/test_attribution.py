@@ -21,7 +21,7 @@ from lake.catalog import MASTER_EVENTS
 from lake.coverage.staleness import read_stale
 from lake.registry import read_registry, start_new_lake
 from lake.settings import LakeSettings
-from tests.support.events_helper import archive, archived, event
+from tests.support.events import archive, archived, event
 from views.definitions import definition
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)

@@ -13,7 +13,7 @@ from batch_layer.interval import Interval, IntervalError
 from batch_layer.job import MissingTableError, dedup_partitions, deduplicate, interval_events, run
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
-from tests.support.events_helper import archive, event
+from tests.support.events import archive, event
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 HOUR = Interval(T0, T0 + dt.timedelta(hours=1))

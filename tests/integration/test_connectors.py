@@ -35,7 +35,7 @@ from runtime.topics import ensure_topics
 from serving_layer.snapshots import SnapshotSource
 from speed_layer.job import SpeedBatchWriter
 from speed_layer.settings import SpeedSettings
-from tests.support.wire_events import wire_event
+from tests.support.events import wire_event
 
 ROWS = [
     (1, "a", dt.date(2026, 1, 1), dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)),

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from tests.support import ROOT
-from tests.support.events_helper import archive, event
+from tests.support.events import archive, event
 
 DAGS = ROOT / "dags"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))

@@ -44,7 +44,7 @@ from speed_layer.job import run as run_speed
 from speed_layer.settings import SpeedSettings
 from tests.support import faults
 from tests.support.api_server import running_api
-from tests.support.events_helper import event
+from tests.support.events import event
 
 pytestmark = pytest.mark.faults
 

@@ -35,7 +35,7 @@ from speed_layer.job import run as run_speed
 from speed_layer.settings import SpeedSettings
 from tests.support import lake_writer
 from tests.support.api_server import running_api
-from tests.support.wire_events import send, wire_event
+from tests.support.events import send, wire_event
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 TOKEN = "test-token-0123456789"

@@ -36,7 +36,7 @@ from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import CtrRow, ServingLayer
 from speed_layer.tables import SpeedTable
 from tests.support.api_server import running_api
-from tests.support.events_helper import archive, archived
+from tests.support.events import archive, archived
 from views import sketches
 from views.columns import DIMENSIONS
 from views.ctr import ctr_arrow

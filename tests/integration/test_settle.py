@@ -16,7 +16,7 @@ from lake.catalog import MASTER_EVENTS
 from lake.coverage.staleness import read_stale
 from lake.registry import read_registry, record
 from lake.settings import LakeSettings
-from tests.support.events_helper import archive, event
+from tests.support.events import archive, event
 from tests.support.lake_writer import ctr_row, write_arrivals
 from views.definitions import definition
 from workflows.batch import recompute

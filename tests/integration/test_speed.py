@@ -29,8 +29,8 @@ from speed_layer.settings import SpeedSettings
 from speed_layer.tables import sum_per_key
 from tests.support import faults
 from tests.support.consume import read_topic
-from tests.support.wire_events import send
-from tests.support.wire_events import wire_event as event
+from tests.support.events import send
+from tests.support.events import wire_event as event
 from views import sketches
 from views.columns import DIMENSIONS, SKETCHES
 from views.ctr import ctr as the_view

@@ -23,7 +23,7 @@ from lake.data_files import DataFile, HourFiles, merge_stats
 from lake.frames import commit_frame
 from lake.settings import LakeSettings
 from runtime.object_store import ObjectStoreSettings
-from tests.support.events_helper import archive, event
+from tests.support.events import archive, event
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 

@@ -29,7 +29,7 @@ from serving_layer.diff import diff_versions
 from serving_layer.reader import SnapshotReader
 from serving_layer.service import ServingLayer
 from tests.support.api_server import running_api
-from tests.support.events_helper import archive, event
+from tests.support.events import archive, event
 from views.definitions import definition
 from workflows.build import build, plan_build
 
@@ -277,7 +277,7 @@ def test_a_kappa_build_replays_the_log_into_the_same_rows(
 
     from master_dataset.archiver import run as archive_topic
     from master_dataset.settings import ArchiverSettings
-    from tests.support.wire_events import send, wire_event
+    from tests.support.events import send, wire_event
     from workflows.build import replay_and_build
 
     wire = [

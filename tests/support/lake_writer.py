@@ -15,6 +15,7 @@ from deltalake import write_deltalake
 
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
+from tests.support.events import archived_row, wire_event
 from views import sketches
 from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
 
@@ -223,25 +224,9 @@ def write_status(lake: LakeSettings, **fields: object) -> None:
 
 
 def event(n: int) -> dict[str, object]:
-    """A master/events row at ``minute(n)``."""
-    at = minute(n)
-    return {
-        "event_id": f"e{n}",
-        "event_type": "impression",
-        "event_time": at,
-        "impression_id": f"i{n}",
-        "ad_id": "ad-1",
-        "campaign_id": "cmp-1",
-        "site_id": "site-1",
-        "country": "US",
-        "device_type": "mobile",
-        "user_id": "u1",
-        "schema_version": 1,
-        "event_date": at.date(),
-        "kafka_partition": 0,
-        "kafka_offset": n,
-        "ingest_time": at,
-    }
+    """A master/events row at ``minute(n)`` (impression ``i<n>`` of user ``u1``, offset n)."""
+    wire = wire_event(f"e{n}", "impression", minute(n), impression_id=f"i{n}", user_id="u1")
+    return archived_row(wire, offset=n)
 
 
 def build_sandbox_lake(root: Path) -> LakeSettings:
