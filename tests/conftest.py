@@ -25,6 +25,7 @@ from runtime.spark_settings import SparkSettings
 from runtime.topics import delete_topics, ensure_topics
 from tests.support.api_server import running_api
 from tests.support.dashboard_lake import NOW, TOKEN, Lake
+from tests.support.lakes import new_lake
 
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
 # connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.
@@ -82,7 +83,7 @@ def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
 
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeSettings:
-    return LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    return new_lake(tmp_path)
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ from starlette.routing import Route
 from api.security_headers import SecurityHeaders
 from api.settings import ApiSettings
 from infra.browser import Page
-from lake.settings import LakeSettings
 from tests.support import ROOT
 from tests.support.api_server import running_api
 from tests.support.dashboard_lake import TOKEN as DASHBOARD_TOKEN
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch
+from tests.support.lakes import new_lake
 
 TOKEN: Final = "security-headers-token-0123"
 AUTH: Final = {"Authorization": f"Bearer {TOKEN}"}
@@ -57,7 +57,7 @@ FETCHED: Final = """[...performance.getEntriesByType("navigation"),
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("headers-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(lake, "run-a", [ctr_row(minute(5), 100, 10), ctr_row(minute(6), 50, 1)])
     cover(lake, "run-a", minute(0), minute(30))
     settings = ApiSettings(token=SecretStr(TOKEN), refresh_s=0, max_body_bytes=ByteSize(MAX_BODY))

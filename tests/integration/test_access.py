@@ -37,6 +37,7 @@ from tests.support.lake_writer import (
     write_speed,
     write_status,
 )
+from tests.support.lakes import new_lake
 
 TOKEN: Final = "access-test-token-0123456789"
 CAMPAIGNS: Final = ("c1", "c2", "c3", "c4")
@@ -71,7 +72,7 @@ def _rows(minutes: range, factor: int) -> list[dict[str, object]]:
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
     root = tmp_path_factory.mktemp("access-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(lake, "run-a", _rows(range(0, 30, 3), 2))
     cover(lake, "run-a", minute(0), minute(30))
     write_speed(lake, _rows(range(0, 90, 4), 1))

@@ -16,9 +16,9 @@ from pydantic import ByteSize, SecretStr
 
 from api.edge import EdgeLimits
 from api.settings import ApiSettings
-from lake.settings import LakeSettings
 from tests.support.api_server import running_api
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch
+from tests.support.lakes import new_lake
 
 TOKEN = "edge-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -27,7 +27,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("edge-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(lake, "run-a", [ctr_row(minute(5), 100, 10)])
     cover(lake, "run-a", minute(0), minute(30))
     settings = ApiSettings(

@@ -23,6 +23,7 @@ from api.settings import ApiSettings
 from lake.settings import LakeSettings
 from tests.support.api_server import running_api
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch, write_speed
+from tests.support.lakes import new_lake
 
 TOKEN = "limits-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -47,7 +48,7 @@ FORMULAS = [
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
     root = tmp_path_factory.mktemp("limits-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(lake, "run-a", [ctr_row(minute(5), 10, 1, campaign=value) for value in FORMULAS])
     cover(lake, "run-a", minute(0), minute(30))
     # 600 minutes x 400 combinations: 240,000 speed rows.

@@ -20,9 +20,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from lake.catalog import MASTER_EVENTS
-from lake.settings import LakeSettings
 from tests.support import ROOT
 from tests.support.events import archive, event
+from tests.support.lakes import new_lake
 
 DAGS = ROOT / "dags"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -172,7 +172,7 @@ def test_airflow_dags_test_runs_the_batch_job(
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    lake = new_lake(tmp_path)
     t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
     archive(
         spark,
@@ -234,7 +234,7 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     from lake.coverage.staleness import read_stale
     from views.ctr import ctr_arrow
 
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    lake = new_lake(tmp_path)
     t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
     archive(spark, lake, [event("on-time", "impression", t + dt.timedelta(minutes=5))])
     run(spark, Interval(t, t + dt.timedelta(hours=1)), lake=lake)
@@ -293,7 +293,7 @@ def test_airflow_dags_test_reprocesses_a_view_version(
     from batch_layer.job import run
     from lake.registry import read_registry
 
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    lake = new_lake(tmp_path)
     t = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
     archive(
         spark,

@@ -25,12 +25,12 @@ from infra.broker import LocalKafka, scratch_cluster
 from ingest.producer import EventProducer
 from ingest.settings import ProducerSettings
 from lake.catalog import MASTER_EVENTS
-from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.offsets import topic_offsets
 from runtime.topics import admin_client, ensure_topics
 from tests.support import faults
 from tests.support.consume import coordinates, read_topic
+from tests.support.lakes import new_lake
 
 pytestmark = pytest.mark.faults
 
@@ -77,7 +77,7 @@ def wait_until(condition: object, what: str, timeout_s: float = 60) -> None:
 def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: Path) -> None:
     with scratch_cluster(tmp_path / "run", topic="sigkilled") as (kafka, broker):
         ensure_topics(kafka)
-        lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+        lake = new_lake(tmp_path)
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
         env.update(
             KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,

@@ -25,7 +25,6 @@ from infra.broker import LocalKafka
 from infra.broker_settings import BrokerSettings
 from infra.netns import BrokerNetwork
 from lake.catalog import MASTER_REJECTED
-from lake.settings import LakeSettings
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
 from runtime.kafka_settings import KafkaSettings
@@ -38,6 +37,7 @@ from tests.integration.test_kafka_faults import (
 )
 from tests.support import faults
 from tests.support.consume import read_topic
+from tests.support.lakes import new_lake
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 
@@ -133,7 +133,7 @@ def test_a_partitioned_leader_loses_no_acknowledged_record_and_catches_up(
         timeout_s=90,
     )
     # And the pipeline reads everything, once.
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    lake = new_lake(tmp_path)
     run_archiver(spark, kafka=topic, lake=lake, settings=ArchiverSettings(), available_now=True)
     # (the values are not events: each record lands in master/rejected, with its reason)
     rejected = (

@@ -22,6 +22,7 @@ from infra.airflow_config import on_loopback
 from lake.settings import LakeSettings
 from runtime.private import owner_only, umask_setting
 from runtime.spark_settings import SparkSettings
+from tests.support.lakes import new_lake
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -82,7 +83,7 @@ def test_the_check_sees_a_readable_file(open_dir: Path) -> None:
 
 
 def test_the_cli_closes_the_lake_and_the_run_directory(open_dir: Path) -> None:
-    lake = LakeSettings(lake_root=open_dir / "lake", checkpoint_root=open_dir / "checkpoints")
+    lake = new_lake(open_dir)
     run_dir = open_dir / "run"
     old = os.umask(0o022)
     try:  # as an earlier version left them: open folders, readable files

@@ -18,6 +18,7 @@ from lake.registry import read_registry, record
 from lake.settings import LakeSettings
 from tests.support.events import archive, event
 from tests.support.lake_writer import ctr_row, write_arrivals
+from tests.support.lakes import new_lake
 from views.definitions import definition
 from workflows.batch import recompute
 
@@ -78,7 +79,7 @@ def test_a_run_covers_the_settled_minutes_only_so_a_click_in_time_leaves_nothing
     13:00) has settled: the run skips it and says so. A click at 12:55 on the impression of
     12:05 arrives on time (13:01); at 14:30 a run over [12:00, 14:30) covers [12:00, 13:20),
     counts the click exactly, and nothing is stale."""
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    lake = new_lake(tmp_path)
     _impression_and_its_click(spark, lake)
     assert read_registry(lake).published("ctr").version == 3
     notes: list[str] = []
@@ -113,7 +114,7 @@ def test_covering_unsettled_minutes_makes_an_on_time_click_stale(
     """What the settle delay prevents: asked to cover the unsettled hour at 13:00
     (``unsettled``), the run makes 12:05 exact too early; the same click, on time at 13:01,
     marks the impression's minute stale (and its own)."""
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    lake = new_lake(tmp_path)
     _impression_and_its_click(spark, lake)
     at_13 = H + 60 * MINUTE
     [run] = recompute(spark, lake, [Interval(H, at_13)], unsettled=True, clock=lambda: at_13)

@@ -16,6 +16,7 @@ from deltalake import write_deltalake
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
 from tests.support.events import archived_row, wire_event
+from tests.support.lakes import new_lake
 from views import sketches
 from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
 
@@ -232,7 +233,7 @@ def event(n: int) -> dict[str, object]:
 def build_sandbox_lake(root: Path) -> LakeSettings:
     """A lake with every table the SQL sandbox reads: batch, coverage, speed, two events,
     one rejected record."""
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "ck")
+    lake = new_lake(root)
     write_batch(lake, "run-a", [ctr_row(minute(0), 10, 1), ctr_row(minute(1), 20, 2)])
     cover(lake, "run-a", minute(0), minute(1))
     write_speed(lake, [ctr_row(minute(0), 99, 9), ctr_row(minute(1), 30, 3)])

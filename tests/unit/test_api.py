@@ -27,6 +27,7 @@ from tests.support.lake_writer import (
     write_speed,
     write_status,
 )
+from tests.support.lakes import new_lake
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -37,7 +38,7 @@ RANGE = {"start": "2026-11-22T10:00:00Z", "end": "2026-11-22T12:00:00Z"}
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
     root = tmp_path_factory.mktemp("api-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(
         lake,
         "run-a",
@@ -485,7 +486,7 @@ def test_openapi_and_docs(base_url: str) -> None:
 
 
 def test_a_fresh_deployment_answers_empty(tmp_path: Path) -> None:
-    empty = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    empty = new_lake(tmp_path)
     for url in serve(ApiSettings(token=SecretStr(TOKEN), refresh_s=0), empty):
         ctr = httpx.get(f"{url}/api/v1/ctr", params=RANGE, headers=AUTH)
         assert ctr.status_code == 200

@@ -20,9 +20,9 @@ from schemathesis.checks import (
 from schemathesis.generation import GenerationMode
 
 from api.settings import ApiSettings
-from lake.settings import LakeSettings
 from tests.support.api_server import running_api
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch, write_speed
+from tests.support.lakes import new_lake
 
 TOKEN = "schema-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -31,7 +31,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesis.BaseSchema]:
     root = tmp_path_factory.mktemp("schema-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(lake, "run-a", [ctr_row(minute(5), 100, 10)])
     cover(lake, "run-a", minute(0), minute(30))
     write_speed(lake, [ctr_row(minute(45), 40, 4)])

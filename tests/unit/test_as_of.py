@@ -24,6 +24,7 @@ from serving_layer.delta_log import commit_ns, log_of
 from serving_layer.snapshots import SCHEMAS, AsOfError, SnapshotSource
 from tests.support.api_server import running_api
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch, write_speed
+from tests.support.lakes import new_lake
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -66,7 +67,7 @@ def rerun_batch(
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeSettings:
     """run-a covers 10:00-10:30; speed rows at 10:02 (covered) and 10:40."""
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "ck")
+    lake = new_lake(tmp_path)
     write_batch(lake, "run-a", [ctr_row(minute(1), 100, 10), ctr_row(minute(2), 50, 5)])
     time.sleep(PAUSE_S)
     cover(lake, "run-a", minute(0), minute(30))

@@ -29,11 +29,6 @@ H = dt.timedelta(hours=1)
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> LakeSettings:
-    return LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
-
-
-@pytest.fixture
 def serving(lake: LakeSettings) -> Iterator[ServingLayer]:
     layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     yield layer

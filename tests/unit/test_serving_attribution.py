@@ -48,6 +48,7 @@ from tests.support.lake_writer import (
     write_old_speed,
     write_speed,
 )
+from tests.support.lakes import new_lake
 from views.columns import DIMENSIONS
 from views.definitions import definition
 
@@ -66,7 +67,7 @@ def build(root: Path) -> LakeSettings:
     """Both versions over the same events. Covered minutes 0 and 90 (more than the window
     apart, so a late event in one cannot change the other); speed rows at minute 0 (covered:
     not read) and minute 30 (two partial rows of one key); late arrivals at minute 90."""
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "checkpoints")
+    lake = new_lake(root)
     write_batch(
         lake,
         "run-1",
@@ -170,7 +171,7 @@ def test_rolled_up_and_ordered_by_the_new_counts(serving: ServingLayer) -> None:
 
 
 def test_an_old_speed_table_without_the_attribution_columns(tmp_path: Path) -> None:
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    lake = new_lake(tmp_path)
     write_old_speed(lake, [ctr_row(minute(30), 20, 5), ctr_row(minute(31), 7, 1)])
     layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
     try:
@@ -203,7 +204,7 @@ def test_an_old_speed_table_without_the_attribution_columns(tmp_path: Path) -> N
 
 
 def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) -> None:
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    lake = new_lake(tmp_path)
     write_v3(lake, "run-3", [attributed_row(minute(5), 10, 2, 2)])
     cover(lake, "run-3", minute(0), minute(10), view="ctr@v3")
     # A late click at minute 8: its impression may be in any minute up to an hour before.
@@ -240,7 +241,7 @@ def test_a_late_click_marks_the_covered_minutes_it_may_change(tmp_path: Path) ->
 def test_late_events_of_one_campaign_mark_its_rows_only(tmp_path: Path) -> None:
     """A late click and a late impression of cmp-1 mark cmp-1's rows in the minutes they may
     change, with cmp-1's own count; cmp-2's rows in the same minutes stay exact."""
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    lake = new_lake(tmp_path)
     rows = [
         attributed_row(minute(m), 100, 3, 3, campaign=campaign)
         for m in (5, 20, 40)
@@ -291,7 +292,7 @@ def test_an_archiver_commits_rows_of_one_key_count_once_each_way(tmp_path: Path)
     """Two tasks of one archiver commit each counted a late click of the same minute and
     dimensions (two rows, one arrival key): the row that may hold their impressions and their
     own row count 2 late events, as the archiver's rows sum, however the sources are reached."""
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    lake = new_lake(tmp_path)
     write_v3(lake, "run-3", [attributed_row(minute(5), 10, 2, 2)])
     cover(lake, "run-3", minute(0), minute(60), view="ctr@v3")
     write_arrivals(lake, 2, [ctr_row(minute(30), 0, 1), ctr_row(minute(30), 0, 1)])

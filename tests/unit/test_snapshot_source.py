@@ -12,6 +12,7 @@ import pytest
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SnapshotSource
 from tests.support.lake_writer import ctr_row, minute, write_speed
+from tests.support.lakes import new_lake
 
 TABLES = ("speed/ctr",)
 
@@ -36,7 +37,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeSettings:
-    lake = LakeSettings(lake_root=tmp_path / "lake", checkpoint_root=tmp_path / "checkpoints")
+    lake = new_lake(tmp_path)
     write_speed(lake, [ctr_row(minute(0), 10, 1)])
     return lake
 

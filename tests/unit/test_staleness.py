@@ -38,6 +38,7 @@ from tests.support.lake_writer import (
     write_batch,
     write_speed,
 )
+from tests.support.lakes import new_lake
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -78,7 +79,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> LakeSettings:
     """10:00-10:30 covered by a run that read master/events v1; arrivals: v1 (counted by that
     run) for 10:01, v3 (after it) for 10:02 in two sites; speed rows everywhere."""
     root = tmp_path_factory.mktemp("stale-lake")
-    lake = LakeSettings(lake_root=root / "lake", checkpoint_root=root / "ck")
+    lake = new_lake(root)
     write_batch(
         lake,
         "run-a",
