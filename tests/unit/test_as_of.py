@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -33,9 +32,35 @@ COUNTS = (
     "SELECT (SELECT count(*) FROM ctr_batch), (SELECT count(*) FROM ctr_speed), "
     "(SELECT count(*) FROM coverage)"
 )
-# Apart enough that commits after a recorded moment get a later modification time than it
-# (file systems stamp with a coarse clock).
-PAUSE_S = 0.05
+
+
+class Commits:
+    """Commit times given, not waited for: a Delta commit's time is its log entry's
+    modification time (:mod:`serving_layer.delta_log`), so each new entry is stamped a second
+    after the last, from an hour ago on; :meth:`moment` is a time after every stamped commit and
+    before the next."""
+
+    def __init__(self, lake: LakeSettings) -> None:
+        self.lake = lake
+        self.root = Path(str(lake.lake_root))
+        self.at = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=1)
+        self.stamped: set[Path] = set()
+
+    def stamp(self) -> None:
+        for entry in sorted(self.root.glob("**/_delta_log/*.json")):
+            if entry not in self.stamped:
+                self.at += dt.timedelta(seconds=1)
+                ns = (self.at - EPOCH) // dt.timedelta(microseconds=1) * 1000
+                os.utime(entry, ns=(ns, ns))
+                self.stamped.add(entry)
+
+    def moment(self) -> dt.datetime:
+        self.stamp()
+        self.at += dt.timedelta(seconds=1)
+        return self.at
+
+
+EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
 def now() -> dt.datetime:
@@ -65,14 +90,21 @@ def rerun_batch(
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> LakeSettings:
-    """run-a covers 10:00-10:30; speed rows at 10:02 (covered) and 10:40."""
-    lake = new_lake(tmp_path)
+def commits(tmp_path: Path) -> Commits:
+    return Commits(new_lake(tmp_path))
+
+
+@pytest.fixture
+def lake(commits: Commits) -> LakeSettings:
+    """run-a covers 10:00-10:30; speed rows at 10:02 (covered) and 10:40; each commit a second
+    after the one before."""
+    lake = commits.lake
     write_batch(lake, "run-a", [ctr_row(minute(1), 100, 10), ctr_row(minute(2), 50, 5)])
-    time.sleep(PAUSE_S)
+    commits.stamp()
     cover(lake, "run-a", minute(0), minute(30))
-    time.sleep(PAUSE_S)
+    commits.stamp()
     write_speed(lake, [ctr_row(minute(2), 999, 99), ctr_row(minute(40), 7, 1)])
+    commits.stamp()
     return lake
 
 
@@ -130,11 +162,13 @@ def error(response: httpx.Response) -> tuple[int, str | None, str]:
 # -- GET /api/v1/ctr ------------------------------------------------------------------------------
 
 
-def test_as_of_answers_what_the_api_answered_then(client: httpx.Client, lake: LakeSettings) -> None:
+def test_as_of_answers_what_the_api_answered_then(
+    client: httpx.Client, lake: LakeSettings, commits: Commits
+) -> None:
     before = ctr(client)
-    then = now()
-    time.sleep(PAUSE_S)
+    then = commits.moment()
     change(lake)
+    commits.stamp()
     after = ctr(client)
     assert summary(before) == [
         ("10:01", 100, "batch", ["run-a"]),
@@ -164,11 +198,11 @@ def test_end_defaults_to_as_of(client: httpx.Client) -> None:
 
 
 def test_an_as_of_answer_is_never_a_cached_answer_of_another_snapshot(
-    lake: LakeSettings,
+    lake: LakeSettings, commits: Commits
 ) -> None:
-    then = now()
-    time.sleep(PAUSE_S)
+    then = commits.moment()
     change(lake)
+    commits.stamp()
     # Within cache_stale_s, the response cache serves an entry of an older snapshot while it
     # recomputes: never to an as-of request, and never an as-of entry to a current request.
     for client in serve(lake, cache_stale_s=60):
@@ -195,11 +229,11 @@ def test_bad_moments_are_400s_naming_as_of(client: httpx.Client, as_of: str, mes
 
 
 def test_a_vacuumed_version_is_a_400_saying_so_and_from_when_the_table_can_be_read(
-    client: httpx.Client, lake: LakeSettings
+    client: httpx.Client, lake: LakeSettings, commits: Commits
 ) -> None:
-    then = now()
-    time.sleep(PAUSE_S)
+    then = commits.moment()
     change(lake)
+    commits.stamp()
     assert summary(ctr(client, as_of=iso(then)))[1] == ("10:02", 50, "batch", ["run-a"])
     DeltaTable(lake.table("batch/ctr")).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
@@ -232,10 +266,12 @@ def test_a_vacuumed_version_is_a_400_saying_so_and_from_when_the_table_can_be_re
 # -- POST /api/v1/sql -----------------------------------------------------------------------------
 
 
-def test_sql_as_of_reads_the_versions_of_then(client: httpx.Client, lake: LakeSettings) -> None:
-    then = now()
-    time.sleep(PAUSE_S)
+def test_sql_as_of_reads_the_versions_of_then(
+    client: httpx.Client, lake: LakeSettings, commits: Commits
+) -> None:
+    then = commits.moment()
     change(lake)
+    commits.stamp()
     assert sql_counts(client) == [3, 3, 2]
     assert sql_counts(client, as_of=iso(then)) == [2, 2, 1]
 
@@ -263,10 +299,12 @@ def committed(lake: LakeSettings, table: str, version: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=-(-ns // 1000))
 
 
-def test_at_picks_the_last_version_committed_at_or_before_the_moment(lake: LakeSettings) -> None:
+def test_at_picks_the_last_version_committed_at_or_before_the_moment(
+    lake: LakeSettings, commits: Commits
+) -> None:
     for n in range(3):
-        time.sleep(PAUSE_S)
         write_speed(lake, [ctr_row(minute(50 + n), 1, 0)])
+        commits.stamp()
     source = SnapshotSource(lake, tables=("speed/ctr", "master/events"))
     tick = dt.timedelta(microseconds=1)
     for version in range(4):
@@ -287,19 +325,19 @@ def test_a_table_first_committed_after_the_moment_did_not_exist_yet(lake: LakeSe
     assert snapshot.status is None
 
 
-def test_at_never_replaces_the_current_snapshot(lake: LakeSettings) -> None:
+def test_at_never_replaces_the_current_snapshot(lake: LakeSettings, commits: Commits) -> None:
     source = SnapshotSource(lake, refresh_s=60)
     current = source.current()
-    time.sleep(PAUSE_S)
     change(lake)
+    commits.stamp()
     assert source.at(now())["batch/ctr"].version == 1
     assert source.current() is current
 
 
-def test_a_cleaned_up_log_is_an_as_of_error(lake: LakeSettings) -> None:
-    then = now()
-    time.sleep(PAUSE_S)
+def test_a_cleaned_up_log_is_an_as_of_error(lake: LakeSettings, commits: Commits) -> None:
+    then = commits.moment()
     change(lake)
+    commits.stamp()
     # What log cleanup leaves: a checkpoint of the latest version, the older commits gone.
     DeltaTable(lake.table("batch/ctr")).create_checkpoint()
     os.remove(log(lake, "batch/ctr") / f"{0:020d}.json")
