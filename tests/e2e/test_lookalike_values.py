@@ -24,6 +24,7 @@ from infra.browser import Page
 from lake.settings import LakeSettings
 from tests.support import lake_writer
 from tests.support.api_server import running_api
+from tests.support.dashboard_lake import NOW
 
 TOKEN: Final = "lookalike-test-token"
 RLO: Final = "cmp-\u202egnp.exe"  # displays as cmp-exe.png
@@ -55,10 +56,11 @@ CAMPAIGN_BARS = "ctrDashboard.charts.campaign_id.chart.data.labels"
 
 @pytest.fixture
 def lookalike_url(tmp_path: Path) -> Iterator[str]:
-    """The API over a lake of the campaigns of PER_MINUTE, in the last few minutes."""
+    """The API over a lake of the campaigns of PER_MINUTE, in the few minutes before the
+    dashboard lake's NOW (where the ``page`` fixture's clock starts)."""
     root = tmp_path / "lake"
     lake = LakeSettings(lake_root=root, checkpoint_root=root / "checkpoints")
-    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    now = NOW.replace(second=0, microsecond=0)
     rows = [
         lake_writer.ctr_row(now - dt.timedelta(minutes=m), *PER_MINUTE[c], campaign=c)
         for m in range(1, MINUTES + 1)
