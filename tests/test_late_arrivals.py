@@ -10,7 +10,6 @@ import datetime as dt
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from speed_layer.job import run as run_speed
 from speed_layer.settings import SpeedSettings
 from tests import lake_writer
 from tests.api_server import running_api
+from tests.waiting import wait_until
 from tests.wire_events import send, wire_event
 
 CTR = str(Path(sys.executable).with_name("ctr"))
@@ -265,8 +265,7 @@ def test_the_arrivals_clean_up_survives_the_archivers_appends(lake: LakeSettings
     thread = threading.Thread(target=archiver)
     thread.start()
     try:
-        while len(appended) < 3:
-            time.sleep(0.01)
+        wait_until(lambda: len(appended) >= 3, timeout_s=60, what="three appends")
         # Under the appends, the counted rows go and every newer one stays.
         assert forget_counted(lake, start=since, end=until, input_version=1, attempts=2)
     finally:
