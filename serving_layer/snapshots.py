@@ -172,6 +172,11 @@ class SnapshotSource:
             ).start()
         return current
 
+    @property
+    def keeping_current(self) -> bool:
+        """Whether the background refresher is running."""
+        return self._refreshing.locked()
+
     def subscribe(self, callback: Callable[[LakeSnapshot], None]) -> None:
         """Call ``callback(snapshot)`` with every new snapshot (other versions than before)."""
         self._subscribers.append(callback)

@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from infra.broker import free_port
 from tests.support import ROOT
+from tests.support.waiting import wait_until
 
 POSTGRES = ROOT / "infra" / "postgres.sh"
 DAG_IDS = ["ctr_batch", "ctr_maintenance", "ctr_recompute_stale", "ctr_reprocess"]
@@ -170,7 +170,7 @@ def test_airflow_runs_on_postgres_with_the_local_executor(
             dags = db.execute(sa.text("SELECT dag_id FROM dag WHERE NOT is_stale ORDER BY 1"))
             assert dags.scalars().all() == DAG_IDS
             assert db.execute(sa.text("SELECT count(*) FROM import_error")).scalar() == 0
-        state = _finished_run(postgres, "ctr_recompute_stale", timeout=150)
+        state = _finished_run(postgres, "ctr_recompute_stale", timeout=240)
         with postgres.engine().connect() as db:
             tasks = db.execute(
                 sa.text(
@@ -224,11 +224,11 @@ def _spark_master(env: dict[str, str]) -> str:
 
 def _finished_run(cluster: Cluster, dag_id: str, *, timeout: float) -> str:
     """The state of ``dag_id``'s first run once it is done, waiting up to ``timeout`` s."""
-    deadline = time.monotonic() + timeout
     query = sa.text("SELECT state FROM dag_run WHERE dag_id = :dag ORDER BY id LIMIT 1")
-    while True:
+
+    def finished() -> str | None:
         with cluster.engine().connect() as db:
             state = db.execute(query, {"dag": dag_id}).scalar()
-        if state in ("success", "failed") or time.monotonic() > deadline:
-            return str(state)
-        time.sleep(2)
+        return str(state) if state in ("success", "failed") else None
+
+    return wait_until(finished, timeout_s=timeout, what=f"{dag_id}'s first run finished", poll_s=2)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 
 from infra.browser import Page, chromium_page
 from tests.support.dashboard_lake import NOW, TOKEN, Keep, Lake, ci, everything, where
+from tests.support.waiting import wait_until
 
 # The answer on the page is the one for the current selection.
 SETTLED = (
@@ -291,14 +291,13 @@ def _table_params(page: Page, **table: str) -> dict[str, str]:
     return {"start": start, "end": end, "limit": "1000", "reach": "true", **table}
 
 
-def _downloaded(directory: Path, timeout: float = 20) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = [p for p in directory.glob("*.csv") if p.stat().st_size > 0]
-        if done:
-            return done[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no CSV downloaded into {directory}")
+def _downloaded(directory: Path) -> Path:
+    [done, *_] = wait_until(
+        lambda: [p for p in directory.glob("*.csv") if p.stat().st_size > 0],
+        timeout_s=60,
+        what=f"a CSV was downloaded into {directory}",
+    )
+    return done
 
 
 def test_the_table_sorts_and_its_csv_download_equals_the_api_rows(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -27,6 +26,7 @@ from tests.support.api_server import running_api
 from tests.support.dashboard_lake import TOKEN as DASHBOARD_TOKEN
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch
 from tests.support.lakes import new_lake
+from tests.support.waiting import wait_until
 
 TOKEN: Final = "security-headers-token-0123"
 AUTH: Final = {"Authorization": f"Bearer {TOKEN}"}
@@ -204,10 +204,11 @@ def test_the_dashboard_works_under_the_policy(
     page.evaluate("""document.querySelector('#data-table thead button[data-sort="ctr"]').click()""")
     page.wait_for("location.search.includes('table_sort=')")
     page.evaluate("document.getElementById('download-csv').click()")
-    deadline = time.monotonic() + 20
-    while not [p for p in downloads.glob("*.csv") if p.stat().st_size > 0]:
-        assert time.monotonic() < deadline, f"no CSV downloaded into {downloads}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: [p for p in downloads.glob("*.csv") if p.stat().st_size > 0],
+        timeout_s=60,
+        what=f"a CSV was downloaded into {downloads}",
+    )
 
     violations, foreign = _violations_and_foreign_fetches(page, dashboard_url)
     assert (violations, foreign) == ([], [])

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from runtime.spark import submit_args
 from runtime.spark_settings import SparkSettings
 from tests.support import ROOT
 from tests.support.events import archive, event
+from tests.support.waiting import wait_until
 
 BIN = Path(sys.executable).parent
 
@@ -75,11 +75,14 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             )
         )
     try:
-        deadline = time.monotonic() + 90
-        while (work / "master.log").read_text(errors="replace").count("Registering worker") < 2:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"workers did not register: {(work / 'master.log').read_text()}")
-            time.sleep(0.5)
+        wait_until(
+            lambda: (
+                (work / "master.log").read_text(errors="replace").count("Registering worker") >= 2
+            ),
+            timeout_s=180,
+            what="both workers registered with the master (see master.log)",
+            poll_s=0.5,
+        )
         yield url
     finally:
         for process in processes:

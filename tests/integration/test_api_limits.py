@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import csv
 import io
+import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ByteSize, SecretStr
 from starlette.types import Message, Receive, Scope, Send
 
+from api.main import create_app
 from api.metrics import RequestMetrics
+from api.query_gate import QueryGate
 from api.settings import ApiSettings
 from lake.settings import LakeSettings
-from tests.support.api_server import running_api
+from runtime.kafka_settings import KafkaSettings
+from tests.support.api_server import running_api, running_app
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch, write_speed
 from tests.support.lakes import new_lake
 
@@ -90,12 +96,47 @@ def _heavy(n: int) -> dict[str, str]:
     return {**HEAVY, "end": minute(600 - n).isoformat()}
 
 
+@contextlib.contextmanager
+def _holding_the_ctr_place(app: FastAPI) -> Iterator[None]:
+    """The CTR gate's one place taken (on the server's loop, where the gate lives) for the block:
+    a computation that overlaps every request sent meanwhile, whatever the machine's speed."""
+    gate: QueryGate = app.state.ctr_gate
+    loop: asyncio.AbstractEventLoop = app.state.server_loop
+    held = threading.Event()
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with gate.place("the test"):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.run_coroutine_threadsafe(hold(), loop)
+    assert held.wait(60), holder
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(release.set)
+        holder.result(timeout=60)
+
+
 def test_one_at_a_time_then_429(lake: LakeSettings) -> None:
-    for client in _serve(lake, ctr_workers=1, ctr_queue=0):
-        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+    settings = ApiSettings(
+        token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0, ctr_workers=1, ctr_queue=0
+    )
+    app = create_app(settings, lake, KafkaSettings())
+    with (
+        running_app(app, settings) as url,
+        httpx.Client(base_url=url, headers=AUTH, timeout=60) as client,
+    ):
+        # Five heavy requests while one computation holds the place, then a sixth on its own.
+        with (
+            _holding_the_ctr_place(app),
+            concurrent.futures.ThreadPoolExecutor(5) as pool,
+        ):
             answers = list(
-                pool.map(lambda n, c=client: c.get("/api/v1/ctr", params=_heavy(n)), range(6))
+                pool.map(lambda n, c=client: c.get("/api/v1/ctr", params=_heavy(n)), range(5))
             )
+        answers.append(client.get("/api/v1/ctr", params=_heavy(5)))
         statuses = sorted(a.status_code for a in answers)
         assert set(statuses) == {200, 429}, statuses
         busy = next(a for a in answers if a.status_code == 429)

@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from serving_layer.snapshots import SnapshotSource
 from tests.support.api_server import running_app
 from tests.support.fake_clock import FakeClock
 from tests.support.lake_writer import RUNAWAY_REGEX, build_sandbox_lake, lake_digest
+from tests.support.waiting import wait_until
 
 TOKEN = "attack-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -292,9 +292,8 @@ def test_heavy_queries_do_not_take_the_servers_memory(
 
     def sample() -> None:
         nonlocal peak
-        while not done.is_set():
+        while not done.wait(0.02):  # a sample every 20 ms until the queries are answered
             peak = max(peak, rss_mb())
-            time.sleep(0.02)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -318,11 +317,12 @@ def running_queries(app: FastAPI, client: httpx.Client, running: int, queued: in
     """Once ``running`` queries have reached their workers and ``queued`` more wait: the
     process ids of those workers (ending one ends its query, whatever its speed)."""
     pool: SqlPool = app.state.sql_pool
-    deadline = time.monotonic() + 60
-    while len(pids := pool.query_pids()) != running or metric(client, "ctr_sql_queued") != queued:
-        assert time.monotonic() < deadline, f"never {running} queries running, {queued} queued"
-        time.sleep(0.05)
-    return pids
+
+    def reached() -> list[int] | None:
+        pids = pool.query_pids()
+        return pids if len(pids) == running and metric(client, "ctr_sql_queued") == queued else None
+
+    return wait_until(reached, timeout_s=120, what=f"{running} queries running, {queued} queued")
 
 
 def kill_workers(pids: list[int]) -> None:

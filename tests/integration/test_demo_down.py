@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import ROOT
+from tests.support.waiting import wait_until
 
 RUN_ID = "20261123T100000Z-1"
 
@@ -94,9 +94,9 @@ def test_a_cluster_demo_that_failed_early_still_stops_its_services(
     assert done.returncode == 0, done.stderr
     assert "demo: spark: stopped" in done.stdout
     assert "nothing else to stop" in done.stdout
-    deadline = time.monotonic() + 30
-    while (alive(master) or alive(worker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(
+        lambda: not (alive(master) or alive(worker)), timeout_s=60, what="spark's processes ended"
+    )
     assert not alive(master)
     assert not alive(worker)
 
@@ -127,12 +127,12 @@ def test_its_own_process_groups_are_stopped_children_included(
     batch_loop = start(spawn, "trap 'exit 0' TERM; sleep 60 & wait", marker=RUN_ID)
     stranger = start(spawn, "sleep 60", marker=None)
     record(tmp_path, archiver=archiver, batch_loop=batch_loop)
-    deadline = time.monotonic() + 10
-    while True:  # until both have started their child
+
+    def both_started_their_child() -> dict[int, list[int]] | None:
         groups = {pid: [int(p) for p in _members(pid)] for pid in (archiver, batch_loop)}
-        if all(len(members) == 2 for members in groups.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        return groups if all(len(members) == 2 for members in groups.values()) else None
+
+    groups = wait_until(both_started_their_child, timeout_s=60, what="both started their child")
     assert all(len(members) == 2 for members in groups.values()), groups
 
     done = demo_down(tmp_path)

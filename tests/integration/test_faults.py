@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from speed_layer.settings import SpeedSettings
 from tests.support import faults
 from tests.support.api_server import running_api
 from tests.support.events import event
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -175,10 +175,14 @@ def test_the_api_never_serves_half_a_rewrite(
         for client in clients:
             client.start()
         try:
-            time.sleep(1)
+            wait_until(lambda: answers, timeout_s=120, what="the clients were answered")
             for _ in range(faults.ROUNDS):
                 run_batch(spark, INTERVAL, lake=lake)
-            time.sleep(1)
+            # One answer more than there are clients: at least one asked after the last rewrite.
+            after = len(answers) + len(clients) + 1
+            wait_until(
+                lambda: len(answers) >= after, timeout_s=120, what="answers after the rewrites"
+            )
         finally:
             done.set()
             for client in clients:

@@ -27,6 +27,7 @@ from runtime.kafka_settings import KafkaSettings
 from runtime.offsets import partition_offsets, topic_offsets
 from runtime.topics import ensure_topics
 from tests.support.consume import read_topic
+from tests.support.waiting import wait_until
 
 START_MS = 1_790_000_000_000  # 2026-09-21T14:13:20Z
 CTR = str(Path(sys.executable).with_name("ctr"))
@@ -257,12 +258,13 @@ def test_sigterm_stops_produce_cleanly_and_loses_nothing(kafka_env: dict[str, st
         stderr=subprocess.PIPE,
         text=True,
     ) as process:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            offsets = partition_offsets(settings, [(settings.topic, p) for p in range(6)])
-            if sum(o.records for o in offsets) >= 500:
-                break
-            time.sleep(0.2)
+        coordinates = [(settings.topic, p) for p in range(6)]
+        wait_until(
+            lambda: sum(o.records for o in partition_offsets(settings, coordinates)) >= 500,
+            timeout_s=120,
+            what="500 records reached the topic",
+            poll_s=0.2,
+        )
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr

@@ -31,6 +31,7 @@ from runtime.topics import admin_client, ensure_topics
 from tests.support import faults
 from tests.support.consume import coordinates, read_topic
 from tests.support.lakes import new_lake
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -47,14 +48,18 @@ def fresh_topic(kafka: KafkaSettings) -> KafkaSettings:
 def partitions(kafka: KafkaSettings) -> dict[int, tuple[int, tuple[int, ...]]]:
     """partition -> (leader, in-sync replicas) of the event topic, once the broker asked knows
     every partition (a broker learns a new topic's partitions a moment after it is created)."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def every_partition() -> dict[int, tuple[int, tuple[int, ...]]] | None:
         metadata = admin_client(kafka).list_topics(kafka.topic, timeout=10)
         topic = metadata.topics.get(kafka.topic)
         found = topic.partitions if topic is not None and topic.error is None else {}
-        if len(found) == kafka.topic_partitions or time.monotonic() > deadline:
-            return {p: (m.leader, tuple(sorted(m.isrs))) for p, m in found.items()}
-        time.sleep(0.2)
+        if len(found) != kafka.topic_partitions:
+            return None
+        return {p: (m.leader, tuple(sorted(m.isrs))) for p, m in found.items()}
+
+    return wait_until(
+        every_partition, timeout_s=60, what=f"every partition of {kafka.topic} known", poll_s=0.2
+    )
 
 
 def committed_version(path: str | Path) -> int:
@@ -64,13 +69,6 @@ def committed_version(path: str | Path) -> int:
         return DeltaTable(path).version()
     except (TableNotFoundError, DeltaError, OSError):
         return -1
-
-
-def wait_until(condition: object, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.2)
 
 
 @pytest.mark.timeout(faults.timeout(600))
@@ -110,8 +108,9 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
         try:
             wait_until(
                 lambda: committed_version(MASTER_EVENTS.path(lake)) >= 0,
-                "the archiver committed to master/events",
                 timeout_s=240,
+                what="the archiver committed to master/events",
+                poll_s=0.2,
             )
             options = f"--events {events} --rate 400 --seed 3 --duplicates 0 --late 0.02"
             producer = subprocess.Popen(
@@ -121,20 +120,25 @@ def test_a_killed_broker_under_produce_and_the_archiver_loses_nothing(tmp_path: 
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            # The broker goes down only once the producer has sent: killed before the producer's
-            # start-up check reached it (a slow start on a loaded machine), the producer rightly
-            # says no broker answered and exits, which is not the fault under test.
-            wait_until(
-                lambda: sum(p.records for p in topic_offsets(kafka, kafka.topic)) > warm_up,
-                "the producer's first records reached the topic",
-                timeout_s=120,
-            )
+
+            def arrived() -> int:
+                return sum(p.records for p in topic_offsets(kafka, kafka.topic))
+
             for _ in range(faults.ROUNDS):
-                time.sleep(1)
+                # The broker goes down only once the producer is sending (after a restart, once
+                # it reaches the broker again): killed before the producer's start-up check
+                # reached it (a slow start on a loaded machine), the producer rightly says no
+                # broker answered and exits, which is not the fault under test.
+                before = arrived()
+                wait_until(
+                    lambda: arrived() > before,  # noqa: B023
+                    timeout_s=120,
+                    what="the producer's records reached the topic",
+                    poll_s=0.2,
+                )
                 broker.kill(1)
-                time.sleep(3)
+                time.sleep(3)  # the fault: 3 s with no broker, for the producer and the archiver
                 broker.start()
-                time.sleep(4)
             output, _ = producer.communicate(timeout=300)
         finally:
             if producer is not None:
@@ -245,7 +249,9 @@ def test_acks_all_is_refused_without_two_in_sync_replicas(healthy3: LocalKafka) 
         # The controller fences them after broker.session.timeout.ms; the ISRs shrink to one.
         wait_until(
             lambda: all(isr == (1,) for _, isr in partitions(topic).values()),  # noqa: B023
-            "the in-sync replicas shrank to broker 1",
+            timeout_s=60,
+            what="the in-sync replicas shrank to broker 1",
+            poll_s=0.2,
         )
         quick = ProducerSettings(delivery_timeout_ms=5000, delivery_reports="all")
         with EventProducer(topic, quick, validate_records=False) as producer:
@@ -260,7 +266,9 @@ def test_acks_all_is_refused_without_two_in_sync_replicas(healthy3: LocalKafka) 
         healthy3.start(nodes=[2])  # one broker back: two in sync again
         wait_until(
             lambda: all(len(isr) >= 2 for _, isr in partitions(topic).values()),  # noqa: B023
-            "broker 2 rejoined the in-sync replicas",
+            timeout_s=60,
+            what="broker 2 rejoined the in-sync replicas",
+            poll_s=0.2,
         )
         with EventProducer(topic, quick, validate_records=False) as producer:
             producer.send_many([(b"accepted-%d" % n, b"%d" % n) for n in range(50)])

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -33,11 +34,11 @@ from tests.integration.test_kafka_faults import (
     acks_all_producer,
     fresh_topic,
     partitions,
-    wait_until,
 )
 from tests.support import faults
 from tests.support.consume import read_topic
 from tests.support.lakes import new_lake
+from tests.support.waiting import wait_until
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 
@@ -84,6 +85,45 @@ def test_the_brokers_listen_in_their_own_namespaces(
         assert inode != os.stat("/proc/self/ns/net").st_ino
 
 
+Layout = dict[int, tuple[int, tuple[int, ...]]]  # partition -> (leader, in-sync replicas)
+
+
+def _produce_across_a_cut(
+    producer: Producer, topic: KafkaSettings, network: BrokerNetwork, victim: int
+) -> tuple[int, Layout]:
+    """Records all along: 3 s, then ``victim`` cut off until the controller has fenced it
+    (broker.session.timeout.ms 4 s; 120 s at most, however slow the machine), 5 s more cut off,
+    then 12 s healed. Returns the records sent and the partitions as seen once it was fenced
+    (empty if it never was)."""
+    sent = 0
+    cut_at: float | None = None
+    looked_at = 0.0
+    during: Layout = {}
+    fenced_at: float | None = None
+    healed_at: float | None = None
+    started = time.monotonic()
+    while healed_at is None or time.monotonic() - healed_at < 12:
+        for _ in range(100):
+            producer.produce(topic.topic, value=b"p-%d" % sent, key=b"%d" % sent)
+            sent += 1
+        producer.poll(0.05)
+        now = time.monotonic()
+        if cut_at is None and now - started > 3:
+            network.partition(victim)
+            cut_at = now
+        if cut_at is not None and fenced_at is None and now - looked_at > 1:
+            layout, looked_at = partitions(topic), now
+            if all(leader != victim and victim not in isr for leader, isr in layout.values()):
+                during, fenced_at = layout, now
+            elif now - cut_at > 120:  # never fenced: the test's assertions say so
+                network.heal(victim)
+                break
+        if fenced_at is not None and healed_at is None and now - fenced_at > 5:
+            network.heal(victim)
+            healed_at = now
+    return sent, during
+
+
 @pytest.mark.timeout(faults.timeout(300))
 def test_a_partitioned_leader_loses_no_acknowledged_record_and_catches_up(
     isolated: tuple[LocalKafka, BrokerNetwork], spark: SparkSession, tmp_path: Path
@@ -93,26 +133,8 @@ def test_a_partitioned_leader_loses_no_acknowledged_record_and_catches_up(
     acks = Acks()
     producer = acks_all_producer(topic, acks)
     victim = partitions(topic)[0][0]
-    sent = 0
-    cut_at: float | None = None
-    during: dict[int, tuple[int, tuple[int, ...]]] = {}
-    healed = False
-    started = time.monotonic()
     try:
-        while time.monotonic() - started < 30:
-            for _ in range(100):
-                producer.produce(topic.topic, value=b"p-%d" % sent, key=b"%d" % sent)
-                sent += 1
-            producer.poll(0.05)
-            elapsed = time.monotonic() - started
-            if cut_at is None and elapsed > 3:
-                network.partition(victim)
-                cut_at = elapsed
-            if cut_at is not None and not during and elapsed > cut_at + 10:
-                during = partitions(topic)  # fenced by now (broker.session.timeout.ms 4 s)
-            if cut_at is not None and not healed and elapsed > cut_at + 15:
-                network.heal(victim)
-                healed = True
+        sent, during = _produce_across_a_cut(producer, topic, network, victim)
         assert network.is_partitioned(victim) is False
         assert producer.flush(150) == 0, f"{len(acks.acked)} of {sent} acknowledged"
     finally:
@@ -129,8 +151,9 @@ def test_a_partitioned_leader_loses_no_acknowledged_record_and_catches_up(
     # Healed, it catches up: back in the in-sync replicas of every partition.
     wait_until(
         lambda: all(victim in isr for _, isr in partitions(topic).values()),
-        "the healed broker back in every ISR",
-        timeout_s=90,
+        timeout_s=120,
+        what="the healed broker back in every ISR",
+        poll_s=0.2,
     )
     # And the pipeline reads everything, once.
     lake = new_lake(tmp_path)

@@ -10,7 +10,6 @@ import datetime as dt
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from speed_layer.settings import SpeedSettings
 from tests.support import lake_writer
 from tests.support.api_server import running_api
 from tests.support.events import send, wire_event
+from tests.support.waiting import wait_until
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 TOKEN = "test-token-0123456789"
@@ -265,8 +265,7 @@ def test_the_arrivals_clean_up_survives_the_archivers_appends(lake: LakeSettings
     thread = threading.Thread(target=archiver)
     thread.start()
     try:
-        while len(appended) < 3:
-            time.sleep(0.01)
+        wait_until(lambda: len(appended) >= 3, timeout_s=60, what="three appends")
         # Under the appends, the counted rows go and every newer one stays.
         assert forget_counted(lake, start=since, end=until, input_version=1, attempts=2)
     finally:

@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
+from tests.support.waiting import wait_until
 
 CTR = str(Path(sys.executable).with_name("ctr"))
 TOKEN = "s3-test-token-0123456789"
@@ -91,14 +91,14 @@ def serving(env: dict[str, str]) -> Iterator[httpx.Client]:
         with httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
         ) as client:
-            deadline = time.monotonic() + 90
-            while True:
+
+            def healthy() -> bool:
                 assert process.poll() is None, log.read_text()
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get("/healthz").status_code == 200:
-                        break
-                assert time.monotonic() < deadline, "the API did not start"
-                time.sleep(0.5)
+                    return client.get("/healthz").status_code == 200
+                return False
+
+            wait_until(healthy, timeout_s=180, what="the API answers /healthz", poll_s=0.5)
             yield client
     finally:
         process.terminate()
@@ -318,7 +318,7 @@ def _backfill(env: dict[str, str], hours: list[int]) -> None:
                                   run_id=f"run-{hour}", input_version=hour)  # fmt: skip
                 break
             except CommitFailedError:
-                time.sleep(0.05)  # the batch job reruns (runtime.connectors.is_commit_conflict)
+                continue  # the batch job reruns at once (runtime.connectors.is_commit_conflict)
         else:
             raise AssertionError(f"hour {hour} kept conflicting")
 

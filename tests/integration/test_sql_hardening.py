@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from serving_layer.sandbox.pool import SqlBusyError, SqlPool
 from serving_layer.snapshots import LakeSnapshot, SnapshotSource
 from tests.support.fake_clock import FakeClock
 from tests.support.lake_writer import RUNAWAY_REGEX, build_sandbox_lake
+from tests.support.waiting import wait_until
 from views import sketches
 
 # 1 GB in one string: twice the pool's memory, DuckDB's "Out of Memory Error" in a moment.
@@ -301,9 +301,7 @@ def test_a_crashed_worker_backs_off(timed_pool: SqlPool, snapshot: LakeSnapshot)
     def crash() -> None:
         """The worker dies by a signal while it runs the query (as pandas_scan's segfault did):
         once the query has reached it, however long that takes."""
-        deadline = time.monotonic() + 60
-        while not (pids := pool.query_pids()) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        pids = wait_until(pool.query_pids, timeout_s=120, what="the query reached its worker")
         os.kill(pids[0], signal.SIGSEGV)
         crashed.extend(pids)
 

@@ -3,22 +3,16 @@ error is not, SIGTERM reaches the command and ends the loop. Real processes, sma
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from tests.support import ROOT
+from tests.support.waiting import wait_until
 
 SUPERVISE = str(ROOT / "infra" / "supervise.sh")
-
-
-def wait_until(condition, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -48,11 +42,13 @@ def child(tmp_path: Path) -> int | None:
 def test_a_killed_command_is_started_again_and_the_restart_is_recorded(tmp_path: Path) -> None:
     loop = supervise(tmp_path, "sleep", "300")
     try:
-        wait_until(lambda: child(tmp_path) is not None)
+        wait_until(lambda: child(tmp_path) is not None, timeout_s=60, what="the command started")
         first = child(tmp_path)
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        wait_until(lambda: child(tmp_path) not in (None, first))
+        wait_until(
+            lambda: child(tmp_path) not in (None, first), timeout_s=60, what="it started again"
+        )
         second = child(tmp_path)
         assert second is not None
         assert alive(second)
@@ -70,10 +66,13 @@ def test_a_killed_command_is_started_again_and_the_restart_is_recorded(tmp_path:
 
 def test_sigterm_reaches_the_command_which_finishes_its_work(tmp_path: Path) -> None:
     done = tmp_path / "flushed"
-    script = f"trap 'echo flushed > {done}; exit 0' TERM; while true; do sleep 0.1; done"
+    trapped = tmp_path / "trapped"
+    script = (
+        f"trap 'echo flushed > {done}; exit 0' TERM; touch {trapped}; "
+        "while true; do sleep 0.1; done"
+    )
     loop = supervise(tmp_path, "bash", "-c", script)
-    wait_until(lambda: child(tmp_path) is not None)
-    time.sleep(0.3)  # the command's trap is set
+    wait_until(trapped.exists, timeout_s=60, what="the command set its trap")
     loop.send_signal(signal.SIGTERM)
     loop.communicate(timeout=20)
     assert done.read_text() == "flushed\n"
@@ -92,11 +91,20 @@ def test_a_usage_error_is_not_restarted(tmp_path: Path) -> None:
 def test_a_crash_loop_backs_off(tmp_path: Path) -> None:
     loop = supervise(tmp_path, "bash", "-c", "exit 1")
     try:
-        wait_until((tmp_path / "restarts.log").exists, 10)
-        wait_until(lambda: len((tmp_path / "restarts.log").read_text().splitlines()) >= 3, 15)
-        time.sleep(2)
-        # 1 s, 2 s, 4 s between starts: no more than 4 restarts in the first ~9 s.
-        assert len((tmp_path / "restarts.log").read_text().splitlines()) <= 4
+        log = tmp_path / "restarts.log"
+        wait_until(log.exists, timeout_s=60, what="the first restart")
+        wait_until(
+            lambda: len(log.read_text().splitlines()) >= 4, timeout_s=60, what="four restarts"
+        )
+        # 1 s, 2 s, 4 s between starts: no more than 4 restarts in the first ~9 s, each at
+        # least its back-off after the one before (epoch seconds, the log's first column).
+        restarts = log.read_text().splitlines()
+        assert len(restarts) <= 4
+        epochs = [int(line.split()[0]) for line in restarts]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(epochs)]
+        assert [gap >= least for gap, least in zip(gaps, (1, 2, 4), strict=True)] == [True] * 3, (
+            gaps
+        )
     finally:
         loop.terminate()
         loop.communicate(timeout=20)

@@ -9,7 +9,6 @@ import datetime as dt
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from serving_layer.reader import SnapshotReader
 from serving_layer.service import ServingLayer
 from tests.support.api_server import running_api
 from tests.support.events import archive, event
+from tests.support.waiting import wait_until
 from views.definitions import definition
 from workflows.build import build, plan_build
 
@@ -153,9 +153,11 @@ def publish_while_reading(client: httpx.Client, lake: LakeSettings) -> None:
     threads = [threading.Thread(target=reader) for _ in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
+    wait_until(lambda: len(seen) >= 4, timeout_s=120, what="the readers were answered")
     published = ctr_cli(lake, "views", "publish", "ctr", "2", "--reason", "drop unclassified")
-    time.sleep(0.5)
+    # One answer more than there are readers: at least one asked after the publish.
+    after = len(seen) + len(threads) + 1
+    wait_until(lambda: len(seen) >= after, timeout_s=120, what="answers after the publish")
     stop.set()
     for thread in threads:
         thread.join()
@@ -185,15 +187,13 @@ def test_build_diff_publish_rollback_and_as_of(
     assert totals(preview) == TOTALS[2]
     bad = client.get("/api/v1/ctr", params={**RANGE, "version": "7"})
     assert (bad.status_code, bad.json()["parameter"]) == (400, "version")
-    v1_moment = dt.datetime.now(dt.UTC)
-    time.sleep(0.05)
+    v1_moment = dt.datetime.now(dt.UTC)  # before the publish, a CLI process started after it
 
     publish_while_reading(client, lake)
     after = answer(client)
     assert after["view"] == {"name": "ctr", "version": 2}
     assert after["rows"] == preview["rows"]
-    v2_moment = dt.datetime.now(dt.UTC)
-    time.sleep(0.05)
+    v2_moment = dt.datetime.now(dt.UTC)  # after the publish, before the rollback's process
 
     # The SQL sandbox follows the registry too, and keeps every version at hand.
     sql = client.post(

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn._compat import asyncio_run
 
 from api.authn import utc_now
 from api.main import create_app
@@ -18,6 +19,7 @@ from api.settings import ApiSettings
 from infra.broker import free_port
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
+from tests.support.waiting import wait_until
 
 
 @contextlib.contextmanager
@@ -38,15 +40,26 @@ def running_api(
 def running_app(app: FastAPI, settings: ApiSettings) -> Iterator[str]:
     """Serve ``app`` (made by ``create_app``, with a clock of the test's, say) in a thread;
     yields its base URL, stops it afterwards. Its state (``app.state.sql_pool``) is the test's
-    to look at once the server has started."""
+    to look at once the server has started, and ``app.state.server_loop`` is the event loop
+    it serves on (for a test that acts on the gates, which live there)."""
     server = uvicorn.Server(server_config(app, settings, host="127.0.0.1", port=free_port()))
-    thread = threading.Thread(target=server.run, name="test-api", daemon=True)
+
+    async def serve() -> None:
+        app.state.server_loop = asyncio.get_running_loop()
+        await server.serve()
+
+    def run() -> None:
+        asyncio_run(serve(), loop_factory=server.config.get_loop_factory())
+
+    thread = threading.Thread(target=run, name="test-api", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the API server did not start (see the captured log)")
-        time.sleep(0.02)
+    wait_until(
+        lambda: server.started or not thread.is_alive(),
+        timeout_s=120,
+        what="the API server started",
+    )
+    if not server.started:
+        raise RuntimeError("the API server did not start (see the captured log)")
     try:
         yield f"http://127.0.0.1:{server.config.port}"
     finally:

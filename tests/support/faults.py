@@ -91,7 +91,9 @@ def sigkill_repeatedly(
                 start_new_session=True,
             )
             try:
-                time.sleep(rng.uniform(*alive_s))
+                # The job's time alive, as a wait on it: ending within it, it died on its own.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=rng.uniform(*alive_s))
                 if process.poll() is not None:
                     stderr.seek(0)
                     tail = stderr.read().decode(errors="replace")[-4000:]

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
 from api.response_cache import ResponseCache
 from tests.support.fake_clock import FakeClock
-
-
-def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait (5 s at most) for ``condition``, which another thread makes true."""
-    deadline = time.monotonic() + 5
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.01)
+from tests.support.waiting import wait_until
 
 
 def test_hit_per_version_and_recompute_on_a_new_one() -> None:
@@ -36,7 +28,7 @@ def test_concurrent_misses_compute_once() -> None:
     def compute() -> bytes:
         nonlocal calls
         calls += 1
-        gate.wait(5)
+        gate.wait(60)
         return b"body"
 
     results: list[bytes] = []
@@ -46,7 +38,11 @@ def test_concurrent_misses_compute_once() -> None:
     ]
     for thread in threads:
         thread.start()
-    until(lambda: cache.hits == 7, "seven requests wait for the first one's computation")
+    wait_until(
+        lambda: cache.hits == 7,
+        timeout_s=60,
+        what="seven requests wait for the first one's computation",
+    )
     gate.set()
     for thread in threads:
         thread.join()
@@ -59,12 +55,16 @@ def test_stale_answer_while_the_new_version_is_computed() -> None:
     gate = threading.Event()
 
     def slow() -> bytes:
-        gate.wait(5)
+        gate.wait(60)
         return b"v2"
 
     assert cache.get("q", 2, slow) == b"v1"
     gate.set()
-    until(lambda: cache.get("q", 2, slow) == b"v2", "the background computation answers")
+    wait_until(
+        lambda: cache.get("q", 2, slow) == b"v2",
+        timeout_s=60,
+        what="the background computation answers",
+    )
     cache.close()
 
 
@@ -104,12 +104,16 @@ def test_peek_answers_from_the_cache_and_never_computes_on_the_caller() -> None:
     gate = threading.Event()
 
     def refresh() -> bytes:
-        gate.wait(5)
+        gate.wait(60)
         return b"v2"
 
     assert cache.peek("q", 2, refresh) == b"v1"  # stale, while the background computes v2
     gate.set()
-    until(lambda: cache.peek("q", 2, must_not_run) == b"v2", "the background computation answers")
+    wait_until(
+        lambda: cache.peek("q", 2, must_not_run) == b"v2",
+        timeout_s=60,
+        what="the background computation answers",
+    )
     cache.close()
     assert ResponseCache[bytes](0).peek("q", 1, must_not_run) is None  # caching off
 
@@ -153,11 +157,12 @@ def test_one_claim_owns_a_computation_and_the_others_wait_for_it() -> None:
 
 
 def wait_for(cache: ResponseCache[bytes], key: str, version: int, body: bytes) -> None:
-    until(
+    wait_until(
         lambda: (
             cache.peek(key, version, lambda: pytest.fail("computed on the request path")) == body
         ),
-        f"{key} at v{version} becomes {body!r}",
+        timeout_s=60,
+        what=f"{key} at v{version} becomes {body!r}",
     )
 
 

@@ -13,6 +13,7 @@ from lake.settings import LakeSettings
 from serving_layer.snapshots import SnapshotSource
 from tests.support.lake_writer import ctr_row, minute, write_speed
 from tests.support.lakes import new_lake
+from tests.support.waiting import wait_until
 
 TABLES = ("speed/ctr",)
 
@@ -43,13 +44,11 @@ def lake(tmp_path: Path) -> LakeSettings:
 
 
 def wait_for_version(source: SnapshotSource, version: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
+    def current() -> bool:
         snap = source.cached()
-        if snap is not None and snap["speed/ctr"].version == version:
-            return
-        assert time.monotonic() < deadline, f"speed/ctr v{version} never became current"
-        time.sleep(0.01)
+        return snap is not None and snap["speed/ctr"].version == version
+
+    wait_until(current, timeout_s=60, what=f"speed/ctr v{version} became current")
 
 
 def test_a_due_refresh_answers_with_the_current_snapshot_and_refreshes_in_background(
@@ -106,10 +105,9 @@ def test_once_read_the_snapshot_is_kept_current_and_subscribers_hear_of_each_new
     try:
         write_speed(lake, [ctr_row(minute(1), 20, 2)])
         write_speed(lake, [ctr_row(minute(2), 30, 3)])
-        deadline = time.monotonic() + 30
-        while 2 not in heard:  # nobody calls cached() meanwhile
-            assert time.monotonic() < deadline, f"only heard of versions {heard}"
-            time.sleep(0.01)
+        wait_until(  # nobody calls cached() meanwhile
+            lambda: 2 in heard, timeout_s=60, what=f"heard of version 2 (heard of {heard})"
+        )
         assert heard == sorted(set(heard))  # each new snapshot once, in order
         assert source.cached() is not None
         assert source.cached()["speed/ctr"].version == 2  # type: ignore[index]
@@ -124,15 +122,18 @@ def test_the_refresher_stops_when_nobody_reads(lake: LakeSettings, clock: Clock)
     clock.advance(0.05)
     source.cached()
     clock.advance(0.5)  # past keep_current_s without a read
-    time.sleep(0.2)  # the refresher thread notices (it waits 0.05 s between refreshes)
+    wait_until(
+        lambda: not source.keeping_current, timeout_s=60, what="the refresher thread stopped"
+    )
     stopped_at = source.background_refreshes
     assert stopped_at >= 1
-    time.sleep(0.2)
     assert source.background_refreshes == stopped_at
-    # A read starts it again.
+    # A read, once a refresh is due, starts it again.
+    clock.advance(0.05)
     source.cached()
-    deadline = time.monotonic() + 5
-    while source.background_refreshes == stopped_at:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(
+        lambda: source.background_refreshes > stopped_at,
+        timeout_s=60,
+        what="the refresher thread started again",
+    )
     source.close()
