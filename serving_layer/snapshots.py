@@ -294,7 +294,7 @@ class SnapshotSource:
             elif version is None:
                 raise AsOfError(
                     f"{name} cannot be read as of {_iso(moment)}: its log was cleaned up "
-                    f"(retention){self._readable_from(name, log, first, last)}"
+                    f"(retention){_readable_from(self.lake, name, log, first, last)}"
                 )
             elif current is not None and current.tables[name].version == version:
                 tables[name] = current.tables[name]
@@ -329,26 +329,27 @@ class SnapshotSource:
             removed = "its data files were vacuumed"
         raise AsOfError(
             f"{name} version {version}, its version at {_iso(moment)}, cannot be read: {removed} "
-            f"(retention){self._readable_from(name, log, version + 1, last)}"
+            f"(retention){_readable_from(self.lake, name, log, version + 1, last)}"
         )
 
-    def _readable_from(self, name: str, log: DeltaLog, low: int, high: int) -> str:
-        """``; <name> can be read as of <time> or later``: the commit time of the first version
-        of ``low..high`` whose log and files are there ("" if none is)."""
-        path = self.lake.table(name)
 
-        def readable(version: int) -> bool:
-            try:
-                handle = open_delta(path, self.lake.object_store, version=version)
-                return _files_exist(_table_snapshot(name, path, handle), self.lake.object_store)
-            except DeltaError:
-                return False
+def _readable_from(lake: LakeSettings, name: str, log: DeltaLog, low: int, high: int) -> str:
+    """``; <name> can be read as of <time> or later``: the commit time of the first version
+    of ``low..high`` whose log and files are there ("" if none is)."""
+    path = lake.table(name)
 
-        # Retention removes versions from the oldest on: the readable ones are the newest.
-        if high < low or not readable(high):
-            return ""
-        committed = commit_ns(log, first_true(readable, low, high))
-        return f"; {name} can be read as of {_commit_iso(committed)} or later" if committed else ""
+    def readable(version: int) -> bool:
+        try:
+            handle = open_delta(path, lake.object_store, version=version)
+            return _files_exist(_table_snapshot(name, path, handle), lake.object_store)
+        except DeltaError:
+            return False
+
+    # Retention removes versions from the oldest on: the readable ones are the newest.
+    if high < low or not readable(high):
+        return ""
+    committed = commit_ns(log, first_true(readable, low, high))
+    return f"; {name} can be read as of {_commit_iso(committed)} or later" if committed else ""
 
 
 def _table_snapshot(name: str, path: str, handle: DeltaTable) -> TableSnapshot:
