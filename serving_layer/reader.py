@@ -118,11 +118,11 @@ class SnapshotReader:
         :class:`QueryLimitError` when it is stopped there or runs out of the database's
         memory."""
         with self.cursor() as cur:
-            timer = None
+            done = threading.Event()
             if self.timeout_s is not None:
-                timer = threading.Timer(self.timeout_s, cur.interrupt)
-                timer.daemon = True
-                timer.start()
+                threading.Thread(
+                    target=_interrupt_until_done, args=(cur, self.timeout_s, done), daemon=True
+                ).start()
             try:
                 result = cur.execute(sql, params)
                 rows = result.fetchall()
@@ -138,8 +138,7 @@ class SnapshotReader:
                     "range, a coarser granularity or fewer group_by dimensions"
                 ) from None
             finally:
-                if timer is not None:
-                    timer.cancel()
+                done.set()
 
     def relation_name(self, table: TableSnapshot) -> str:
         return self.relations.relation(table).name
@@ -236,3 +235,17 @@ class SnapshotReader:
         return self.relations.derived(
             arrivals, f"{kind}:{view.key}@{coverage.version}:{batch.version}", create
         )
+
+
+def _interrupt_until_done(
+    cur: duckdb.DuckDBPyConnection, timeout_s: float, done: threading.Event
+) -> None:
+    """At ``timeout_s``, interrupt ``cur``'s query, and again every 50 ms until it is done: an
+    interrupt before the query starts (a busy machine can be that slow) is lost, and a single
+    one would let the query run unbounded."""
+    if done.wait(timeout_s):
+        return
+    while True:
+        cur.interrupt()
+        if done.wait(0.05):
+            return

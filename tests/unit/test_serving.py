@@ -344,3 +344,25 @@ def test_bounds_round_up_to_the_minute() -> None:
         start=T0 + dt.timedelta(seconds=1), end=T0 + dt.timedelta(minutes=5, seconds=30)
     )
     assert (query.start, query.end) == (minute(1), minute(6))
+
+
+def test_a_time_limit_reached_before_the_query_starts_still_stops_it() -> None:
+    """The time limit's interrupt is repeated until the query is done: one that lands before
+    DuckDB started the query (on a busy machine) is lost, and the query would run unbounded."""
+    import threading
+
+    import duckdb
+
+    from serving_layer.reader import _interrupt_until_done
+
+    con = duckdb.connect()
+    done = threading.Event()
+    interrupter = threading.Thread(target=_interrupt_until_done, args=(con, 0.0, done))
+    interrupter.start()  # already past its limit: interrupting an idle connection, then the query
+    try:
+        with pytest.raises(duckdb.InterruptException):
+            con.execute("SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b")
+    finally:
+        done.set()
+        interrupter.join()
+        con.close()
