@@ -28,6 +28,7 @@ from events.model import id_problem
 from lake.catalog import API_KEYS
 from lake.settings import LakeSettings
 from lake.storage import delta_options, is_delta, open_delta
+from runtime.errors import BadArgumentError
 from runtime.object_store import ObjectStoreSettings
 
 PREFIX: Final = "ctr_"
@@ -35,13 +36,8 @@ NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 _TICK: Final = dt.timedelta(microseconds=1)
 
 
-class KeyStoreError(AccessError, ValueError):
+class KeyStoreError(AccessError, BadArgumentError):
     """A key change that cannot be: ``parameter`` names the argument that is wrong."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"{parameter}: {message}")
-        self.parameter = parameter
-        self.message = message
 
 
 def read_keys(lake: LakeSettings) -> KeyRing:

@@ -19,19 +19,15 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from access.errors import AccessError
+from runtime.errors import BadArgumentError
 
 Role = Literal["admin", "analyst", "advertiser"]
 ROLES: Final = get_args(Role)
 MAX_SCOPE_VALUES: Final = 1000
 
 
-class ScopeError(AccessError, ValueError):
+class ScopeError(AccessError, BadArgumentError):
     """A scope or an access that cannot be: ``parameter`` names what is wrong."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"{parameter}: {message}")
-        self.parameter = parameter
-        self.message = message
 
 
 @dataclass(frozen=True)

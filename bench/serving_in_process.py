@@ -51,22 +51,26 @@ def _closed_loop(
     return latencies
 
 
-def dashboard_floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
-    """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
-    from serving_layer.ctr_sql import ctr_sql
-    from serving_layer.query import CtrQuery
-    from serving_layer.reader import SnapshotReader
-    from serving_layer.service import ServingLayer
-
-    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
-    snap = serving.reader.snapshot()
+def dashboard_query() -> CtrQuery:
+    """The dashboard's default query (:func:`bench.serving_lake.dashboard_params`) as a value."""
     p = dashboard_params()
-    query = CtrQuery.create(
+    return CtrQuery.create(
         start=dt.datetime.fromisoformat(p["start"]),
         end=dt.datetime.fromisoformat(p["end"]),
         granularity="hour",
         group_by=["campaign_id"],
     )
+
+
+def dashboard_floor(lake: LakeSettings, duration_s: float, clients: int) -> dict[str, float]:
+    """The same query's SQL in-process in DuckDB over the same snapshot, uncached."""
+    from serving_layer.ctr_sql import ctr_sql
+    from serving_layer.reader import SnapshotReader
+    from serving_layer.service import ServingLayer
+
+    serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+    snap = serving.reader.snapshot()
+    query = dashboard_query()
     coverage = serving.reader.coverage(snap)
     sql, params = ctr_sql(
         query,
@@ -215,19 +219,12 @@ def staleness_cost(lake: LakeSettings, repeats: int = 60) -> dict[str, float]:
     (medians, same process, alternating), and the stale table's computation."""
     from lake.coverage.staleness import stale_sql
     from serving_layer.ctr_sql import ctr_sql
-    from serving_layer.query import CtrQuery
     from serving_layer.reader import SnapshotReader
     from serving_layer.service import ServingLayer
 
     serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
     snap = serving.reader.snapshot()
-    p = dashboard_params()
-    query = CtrQuery.create(
-        start=dt.datetime.fromisoformat(p["start"]),
-        end=dt.datetime.fromisoformat(p["end"]),
-        granularity="hour",
-        group_by=["campaign_id"],
-    )
+    query = dashboard_query()
     within = serving.reader.coverage(snap).within(query.start, query.end)
     names = {**serving.reader.sides(snap), "covered": "unused"}
     arrivals = serving.reader.relation_name(snap["master/arrivals"])

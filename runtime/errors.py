@@ -40,6 +40,16 @@ class CtrError(Exception):
     to do, so the CLI prints it as it is and the API maps it to a status in one place."""
 
 
+class BadArgumentError(CtrError, ValueError):
+    """Input that cannot be, naming what is wrong: ``parameter`` (an argument, an option, a
+    query parameter) and ``message``; the layers' own kinds derive from it and their base."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(f"{parameter}: {message}")
+        self.parameter = parameter
+        self.message = message
+
+
 class SetupError(CtrError):
     """What this process needs from its machine or its cluster is missing or refuses it: a
     broker that does not answer, a login refused, settings that do not fit, jars not fetched."""

@@ -9,6 +9,7 @@ from typing import Final, Literal, get_args
 
 from access.roles import Scope
 from events.countries import ISO_3166_ALPHA2
+from runtime.errors import BadArgumentError
 from runtime.times import EARLIEST, LATEST
 from serving_layer.errors import ServingError
 from views.columns import DIMENSIONS
@@ -31,13 +32,8 @@ MAX_FILTER_VALUES: Final = 100
 DEFAULT_RANGE: Final = dt.timedelta(hours=24)
 
 
-class QueryError(ServingError, ValueError):
+class QueryError(ServingError, BadArgumentError):
     """A query parameter is invalid; ``parameter`` names it."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"{parameter}: {message}")
-        self.parameter = parameter
-        self.message = message
 
 
 @dataclass(frozen=True)
