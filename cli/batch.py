@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -45,6 +48,14 @@ def batch(
         ),
     ] = False,
     unsettled: Annotated[bool, typer.Option("--unsettled", help=UNSETTLED_HELP)] = False,
+    pause_after: Annotated[
+        str | None,
+        typer.Option(
+            hidden=True,
+            help="Stop this process (SIGSTOP) right after it prints a step containing TEXT: "
+            "the fault tests' kill point, which a kill sent on seeing the line could overtake.",
+        ),
+    ] = None,
 ) -> None:
     """Recompute batch/ctr for [START, END) from master/events, exactly (deduplicated).
 
@@ -65,11 +76,24 @@ def batch(
     interval = _interval(start, end, ("--start", "--end"))
     lake = LakeSettings()
     spark = spark_session(SparkSettings(), lake.object_store)
-    runs = recompute(spark, lake, [interval], on_step=console.print, unsettled=unsettled)
+    on_step = _pausing(console.print, pause_after) if pause_after else console.print
+    runs = recompute(spark, lake, [interval], on_step=on_step, unsettled=unsettled)
     for result in runs:
         console.print(
             f"done: run {result.run_id}, {result.rows_written:,} rows for {result.interval}"
         )
+
+
+def _pausing(print_step: Callable[[str], None], text: str) -> Callable[[str], None]:
+    """``print_step`` that stops the process once it has printed a step containing ``text``
+    (the caller then kills or continues it): nothing after the step's line has run."""
+
+    def on_step(step: str) -> None:
+        print_step(step)
+        if text in step:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    return on_step
 
 
 def _recompute_stale() -> None:

@@ -94,23 +94,39 @@ def rewritten_lake(
 
 
 def _kill_batch_at(step: str, lake: LakeSettings, env: dict[str, str]) -> None:
-    """Run `ctr batch` for INTERVAL and SIGKILL it (driver and JVM) once it prints ``step``."""
+    """Run `ctr batch` for INTERVAL, let it stop itself right after printing ``step``
+    (--pause-after), then SIGKILL it (driver and JVM): it dies exactly there, however busy the
+    machine (a kill sent on reading the line could land steps later)."""
     with subprocess.Popen(
-        [CTR, "batch", "--start", INTERVAL.start.isoformat(), "--end", INTERVAL.end.isoformat()],
+        [
+            CTR, "batch", "--start", INTERVAL.start.isoformat(), "--end", INTERVAL.end.isoformat(),
+            "--pause-after", step,
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-    ) as process:
+    ) as process:  # fmt: skip
         assert process.stderr is not None
         for line in process.stderr:
             if step in line:
+                wait_until(
+                    lambda: _stopped(process.pid),
+                    timeout_s=60,
+                    what=f"`ctr batch` stopped itself after {step!r}",
+                )
                 os.killpg(process.pid, signal.SIGKILL)
                 break
         else:
             pytest.fail(f"`ctr batch` ended without printing {step!r} (exit {process.wait()})")
         process.wait(timeout=30)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (state T in /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
 
 
 @pytest.mark.timeout(faults.timeout(600))
