@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from bench import archive, batch, ingest, passes, report, scale, serving, speed, storage
+from bench import archive, batch, ingest, passes, reach, report, scale, serving, speed, storage
 
 BENCHMARKS = {
     "ingest": ingest.main,
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "passes": passes.main,
     "speed": speed.main,
     "serving": serving.main,
+    "reach": reach.main,
     "storage": storage.main,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
@@ -89,10 +90,16 @@ def with_reach(table: pa.Table, seed: int, *, lists: bool) -> pa.Table:
     return table
 
 
-def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
+def build_lake(
+    lake: LakeSettings,
+    *,
+    end: dt.datetime = END,
+    on_rows: Callable[[pa.Table], None] | None = None,
+) -> int:
     """batch/ctr hour by hour with coverage for the first COVERED_HOURS, speed/ctr for the
     last hour covered (not pruned yet) and the uncovered rest, in 1-minute commits' worth of
-    files. Returns the rows written."""
+    files. ``on_rows`` is given each part's rows before they are written, every one with its
+    user lists (bench.reach writes their events). Returns the rows written."""
     dims = combos()
     start = end - dt.timedelta(hours=HOURS)
     rows = 0
@@ -100,6 +107,8 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
         at = start + dt.timedelta(hours=hour)
         run_id = f"run-{hour:02d}"
         table = with_reach(minute_rows(at, 60, dims, seed=hour), seed=hour, lists=True)
+        if on_rows is not None:
+            on_rows(table)
         table = table.append_column("run_id", pa.array([run_id] * len(table)))
         batch_schema = SCHEMAS["batch/ctr"]
         write_deltalake(
@@ -126,7 +135,9 @@ def build_lake(lake: LakeSettings, *, end: dt.datetime = END) -> int:
     speed_start = start + dt.timedelta(hours=COVERED_HOURS - 1)
     for chunk in range(0, (HOURS - COVERED_HOURS + 1) * 60, 10):
         table = minute_rows(speed_start + dt.timedelta(minutes=chunk), 10, dims, seed=1000 + chunk)
-        table = with_reach(table, seed=1000 + chunk, lists=False)
+        table = with_reach(table, seed=1000 + chunk, lists=on_rows is not None)
+        if on_rows is not None and chunk >= 60:  # the covered hour's events are the batch's
+            on_rows(table)
         table = table.append_column(
             "updated_at", pa.array([end] * len(table), pa.timestamp("us", tz="UTC"))
         )

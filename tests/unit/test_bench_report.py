@@ -211,3 +211,19 @@ def test_the_passes_goal_counts_the_regular_passes_not_the_daily_full_vacuum() -
     assert "full VACUUM of batch/ctr (daily) ×1.97" in row.measured
     slow = {**ratios, "staleness check (read_stale)": 3.81}
     assert report.summarize("passes", {"days": [3, 30], "ratios": slow}).met is False
+
+
+def _reach_query(with_ms: float, scan_ms: float) -> dict[str, float]:
+    return {"with_ms": with_ms, "reference_scan_ms": scan_ms}
+
+
+def test_the_reach_goal_needs_every_query_within_300_ms_and_half_the_scan() -> None:
+    fast = {"queries": {"day": _reach_query(120, 400), "total": _reach_query(90, 300)}}
+    row = report.summarize("reach", fast)
+    assert (row.met, row.ratio) == (True, "0.30")
+    assert "slowest 120 ms (day)" in row.measured
+    assert row.reference == "DuckDB's exact distinct scan of the events: 400, 300 ms"
+    slow = {"queries": {"day": _reach_query(3182, 1000), "total": _reach_query(90, 300)}}
+    assert report.summarize("reach", slow).met is False
+    over_half = {"queries": {"day": _reach_query(250, 400)}}
+    assert report.summarize("reach", over_half).met is False

@@ -1,0 +1,354 @@
+"""Reach benchmark (issue 51): what ``reach=true`` costs per dashboard query, and where its
+time goes.
+
+The serving benchmark's lake (:mod:`bench.serving_lake`: 24 h x 300 dimension combinations,
+17M impressions a day from an audience of 1M users; batch/ctr covered for the first 22 h with
+user lists and sketches, speed/ctr with sketches for the rest), and beside it an events table
+with the same impressions and clicks, one row per event and the user it was drawn for: the
+reference, DuckDB's exact ``count(DISTINCT user_id)`` scanning it (delta_scan, as it would
+scan master/events).
+
+Per query of :data:`bench.serving_in_process.REACH_QUERIES`, in process, one client, the better
+of 3 runs of each figure:
+- the answer without reach and with it (``ServingLayer.ctr``);
+- the parts of reach: the CTR SQL (the answer without reach), the exact distinct count over the
+  batch rows' user lists (``counted``), the fetch of every row's sketches (``sketched``), the
+  sketches' unions in Python, and the rest;
+- what reach reads: the rows, the user ids unnested, the sketches unioned and their bytes, and
+  how many of them the answer used (exact buckets use the counts, the others the sketches);
+- the reference scan.
+
+Results to bench/results/reach.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import json
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import write_deltalake
+
+from bench.serving_in_process import REACH_QUERIES
+from bench.serving_lake import END, build_lake
+from lake.catalog import SPEED_CTR, batch_table
+from lake.duckdb_delta import delta_duckdb
+from lake.settings import LakeSettings
+from serving_layer.ctr_sql import reach_sql
+from serving_layer.query import CtrQuery
+from serving_layer.reader import SnapshotReader
+from serving_layer.service import ServingLayer
+from views import sketches
+from views.columns import DIMENSIONS
+
+RESULTS: Final = Path("bench/results")
+REPEATS: Final = 3
+EVENTS_SCHEMA: Final = pa.schema(
+    [
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        *((name, pa.string()) for name in DIMENSIONS),
+        ("event_type", pa.string()),
+        ("user_id", pa.string()),
+    ]
+)
+
+
+def main(events: int | None = None) -> dict[str, object]:
+    """``events`` is ignored (the lake's size is the serving benchmark's)."""
+    with tempfile.TemporaryDirectory(prefix="ctr-bench-reach-") as scratch:
+        lake = LakeSettings(lake_root=Path(scratch) / "lake", checkpoint_root=Path(scratch) / "ck")
+        events_path = Path(scratch) / "events"
+        print("bench reach: writing the lake and its events ...", flush=True)
+        started = time.perf_counter()
+        rows = build_lake(lake, on_rows=lambda table: _write_events(events_path, table))
+        print(f"bench reach: {rows:,} rows in {time.perf_counter() - started:.0f} s", flush=True)
+        queries = {name: _query(shape) for name, shape in REACH_QUERIES.items()}
+        serving = ServingLayer(SnapshotReader(lake, refresh_s=3600))
+        try:
+            figures = {name: _measure(serving, query) for name, query in queries.items()}
+        finally:
+            serving.close()
+        con = delta_duckdb()
+        for name, query in queries.items():
+            figures[name]["reference_scan_ms"] = _best(
+                functools.partial(_scan, con, events_path, query)
+            )
+        event_rows = con.execute(f"SELECT count(*) FROM delta_scan('{events_path}')").fetchone()
+        print("bench reach: what-ifs: the exact count over other shapes of lists ...", flush=True)
+        shapes = what_ifs(str(lake.table("batch/ctr")))
+    result = {
+        "machine": {"cpus": _cpus(), "python": platform.python_version()},
+        "lake_rows": rows,
+        "event_rows": event_rows[0] if event_rows else 0,
+        "queries": figures,
+        "what_ifs": shapes,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "reach.json").write_text(json.dumps(result, indent=2) + "\n")
+    _print(result)
+    return result
+
+
+def _query(shape: dict[str, Any] | Any) -> CtrQuery:
+    return CtrQuery.create(
+        start=END - dt.timedelta(hours=int(shape["hours"])),
+        end=END,
+        granularity=str(shape["granularity"]),
+        group_by=[str(shape["group_by"])] if "group_by" in shape else [],
+    )
+
+
+def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
+    """The figures of one query (module docstring), ms and counts."""
+    reader = serving.reader
+    snap = reader.snapshot()
+    view = reader.definition(snap)
+    figures: dict[str, Any] = {
+        "without_ms": _best(lambda: serving.ctr(query, snap)),
+        "with_ms": _best(lambda: serving.ctr(dataclasses.replace(query, reach=True), snap)),
+    }
+    sides = reader.version_sides
+    batch = sides.reach(snap[batch_table(view)], None)
+    speed = sides.reach(snap[SPEED_CTR], view.where)
+    within = reader.coverage(snap, view).within(query.start, query.end)
+    sketched, counted, params = reach_sql(
+        query, batch=batch, speed=speed, covered=reader.covered_relation(snap, view),
+        intervals=within,
+    )  # fmt: skip
+    figures["counted_ms"] = _best(lambda: reader.fetch_all(counted, params))
+    figures["sketched_ms"] = _best(lambda: reader.fetch_all(sketched, params))
+    columns, found = reader.fetch_all(sketched, params)
+    at = {name: i for i, name in enumerate(columns)}
+    lists = [
+        row[at[name]] or [] for row in found for name in ("reach_sketches", "clicker_sketches")
+    ]
+    figures["sketch_unions_ms"] = _best(lambda: [sketches.union(s) for s in lists])
+    figures["rest_ms"] = max(
+        figures["with_ms"]
+        - figures["without_ms"]
+        - figures["counted_ms"]
+        - figures["sketched_ms"]
+        - figures["sketch_unions_ms"],
+        0.0,
+    )
+    # What the answer used: the buckets wholly covered take the exact counts, the others the
+    # sketches (serving_layer.reach.reach_of).
+    answer = serving.ctr(dataclasses.replace(query, reach=True), snap)
+    exact_keys = {
+        (int(r.bucket_start.timestamp() * 1_000_000), *r.dimensions.values())
+        for r in answer.rows
+        if r.reach.exact
+    }
+    key_at = [at["bucket_us"], *(at[d] for d in query.group_by)]
+    used = [s for row in found if tuple(row[i] for i in key_at) not in exact_keys for s in (
+        row[at["reach_sketches"]] or [], row[at["clicker_sketches"]] or [])]  # fmt: skip
+    figures["sketches_fetched"] = sum(len(s) for s in lists)
+    figures["sketch_bytes_fetched"] = sum(len(b) for s in lists for b in s)
+    figures["sketches_used"] = sum(len(s) for s in used)
+    figures["rows"] = len(answer.rows)
+    figures["exact_rows"] = sum(1 for r in answer.rows if r.reach.exact)
+    figures.update(_read_counts(reader, batch, query))
+    return figures
+
+
+def _read_counts(reader: SnapshotReader, batch: str, query: CtrQuery) -> dict[str, int]:
+    """The batch rows in ``query``'s range and the user ids their lists hold (what ``counted``
+    unnests)."""
+    sql = f"""
+        SELECT count(*), coalesce(sum(len(users)), 0) + coalesce(sum(len(clickers)), 0)
+        FROM {batch} t WHERE t.bucket_start >= $start AND t.bucket_start < $end
+    """
+    _, [(rows, ids)] = reader.fetch_all(sql, {"start": query.start, "end": query.end})
+    return {"batch_rows_in_range": int(rows), "user_ids_in_range": int(ids)}
+
+
+def _scan(con: Any, path: Path, query: CtrQuery) -> None:
+    """The reference: the exact reach of ``query``'s rows straight from the events."""
+    if query.granularity == "all":
+        bucket = "0"
+    else:
+        step = query.step // dt.timedelta(microseconds=1)
+        bucket = f"epoch_us(event_time) // {step} * {step}"
+    groups = "".join(f", {d}" for d in query.group_by)
+    con.execute(
+        f"""SELECT {bucket} AS bucket_us{groups}, count(DISTINCT user_id) AS reach
+            FROM delta_scan('{path}')
+            WHERE event_type = 'impression' AND event_time >= $start AND event_time < $end
+            GROUP BY ALL""",
+        {"start": query.start, "end": query.end},
+    ).fetchall()
+
+
+def _write_events(path: Path, table: pa.Table) -> None:
+    """The events of ``table``'s rows (with user lists): per row, its impressions and clicks,
+    each with a user of the row's list (every listed user at least once), spread over the
+    row's minute."""
+    parts = []
+    kinds = (("impression", "impressions", "users"), ("click", "clicks", "clickers"))
+    for kind, count, listed in kinds:
+        n = table[count].to_numpy()
+        users = pc.list_flatten(table[listed]).to_numpy(zero_copy_only=False)
+        lengths = pc.list_value_length(table[listed]).fill_null(0).to_numpy()
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        row = np.repeat(np.arange(len(n)), n)
+        k = np.arange(len(row)) - np.repeat(np.cumsum(n) - n, n)
+        picked = users[offsets[row] + k % np.maximum(lengths[row], 1)]
+        minute = table["bucket_start"].cast(pa.int64()).to_numpy()[row]
+        columns = {
+            "event_time": pa.array(minute + (k % 60) * 1_000_000, pa.int64()).cast(
+                EVENTS_SCHEMA.field("event_time").type
+            ),
+            **{d: table[d].take(pa.array(row)) for d in DIMENSIONS},
+            "event_type": pa.array(np.full(len(row), kind)),
+            "user_id": pa.array(picked, pa.string()),
+        }
+        parts.append(pa.table(columns).cast(EVENTS_SCHEMA))
+    write_deltalake(str(path), pa.concat_tables(parts), mode="append")
+
+
+def _best(work: Callable[[], object]) -> float:
+    """The better of REPEATS runs of ``work``, ms."""
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times) * 1000
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"bench reach: {result['lake_rows']:,} lake rows, {result['event_rows']:,} events; "
+        "in process, one client, the better of 3 (ms)"
+    )
+    header = (
+        f"{'query':<48} {'without':>8} {'with':>8} {'counted':>8} {'sketched':>8} "
+        f"{'unions':>8} {'rest':>7} {'scan':>7}  read"
+    )
+    print(header)
+    for name, f in result["queries"].items():
+        print(
+            f"{name:<48} {f['without_ms']:>8.0f} {f['with_ms']:>8.0f} {f['counted_ms']:>8.0f} "
+            f"{f['sketched_ms']:>8.0f} {f['sketch_unions_ms']:>8.0f} {f['rest_ms']:>7.0f} "
+            f"{f['reference_scan_ms']:>7.0f}  {f['batch_rows_in_range']:,} batch rows, "
+            f"{f['user_ids_in_range']:,} ids; {f['sketches_fetched']:,} sketches "
+            f"({f['sketch_bytes_fetched'] / 2**20:.0f} MiB), {f['sketches_used']:,} used; "
+            f"{f['exact_rows']}/{f['rows']} rows exact"
+        )
+    shapes = result["what_ifs"]
+    print(
+        f"what-ifs, the covered hours' exact reach ({shapes['rows']['minute_rows']:,} minute "
+        f"rows, {shapes['rows']['hour_rows']:,} hour rows, {shapes['rows']['users']:,} users), ms:"
+    )
+    for shape in ("the day per hour", "the day's total"):
+        kinds = ["strings", "integers", "hourly", *(["roaring"] if "roaring" in shapes else [])]
+        values = [
+            shapes[kind][shape] if kind == "roaring" else shapes[shape][kind] for kind in kinds
+        ]
+        print(
+            f"  {shape}: " + ", ".join(f"{k} {v:.0f}" for k, v in zip(kinds, values, strict=True))
+        )
+
+
+def what_ifs(batch_path: str) -> dict[str, dict[str, float]]:
+    """Where the exact count's time could go instead: the exact reach of the day per hour and of
+    the day (the covered hours' batch rows), as DuckDB's distinct count over the user lists in
+    memory: as stored (strings), as dense integers (a dictionary of the users), and as integers
+    rolled up per hour and combination (a time hierarchy); and, with pyroaring installed, as
+    a Roaring bitmap per hour and combination unioned. ms, the better of REPEATS."""
+    con = delta_duckdb()
+    dims = ", ".join(DIMENSIONS)
+    con.execute(
+        f"CREATE TABLE strings AS SELECT row_number() OVER () AS rid, bucket_start, {dims}, "
+        f"users FROM delta_scan('{batch_path}')"
+    )
+    con.execute(
+        "CREATE TABLE dictionary AS SELECT u AS user_id, (row_number() OVER ())::INTEGER AS "
+        "user_no FROM (SELECT DISTINCT unnest(users) AS u FROM strings)"
+    )
+    con.execute(
+        """CREATE TABLE integers AS
+            SELECT any_value(bucket_start) AS bucket_start, list(user_no) AS users
+            FROM (SELECT rid, bucket_start, unnest(users) AS u FROM strings) r
+            JOIN dictionary d ON r.u = d.user_id GROUP BY rid"""
+    )
+    con.execute(
+        f"""CREATE TABLE hourly AS
+            SELECT date_trunc('hour', bucket_start) AS bucket_start, {dims},
+                   list(DISTINCT user_no ORDER BY user_no) AS users
+            FROM (SELECT bucket_start, {dims}, unnest(users) AS u FROM strings) r
+            JOIN dictionary d ON r.u = d.user_id GROUP BY ALL"""
+    )
+    per_hour = (
+        "SELECT epoch_us(bucket_start) // 3600000000 AS h, count(DISTINCT u) FROM "
+        "(SELECT bucket_start, unnest(users) AS u FROM {t}) GROUP BY h"
+    )
+    total = "SELECT count(DISTINCT u) FROM (SELECT unnest(users) AS u FROM {t})"
+    figures: dict[str, dict[str, float]] = {}
+    for shape, sql in (("the day per hour", per_hour), ("the day's total", total)):
+        figures[shape] = {
+            table: _best(functools.partial(_fetch, con, sql.format(t=table)))
+            for table in ("strings", "integers", "hourly")
+        }
+    counts = con.execute(
+        "SELECT (SELECT count(*) FROM strings), (SELECT count(*) FROM hourly), "
+        "(SELECT count(*) FROM dictionary)"
+    ).fetchone()
+    figures["rows"] = dict(zip(("minute_rows", "hour_rows", "users"), counts or (), strict=True))
+    figures.update(_roaring(con))
+    con.close()
+    return figures
+
+
+def _fetch(con: Any, sql: str) -> object:
+    return con.execute(sql).fetchall()
+
+
+def _roaring(con: Any) -> dict[str, dict[str, float]]:
+    """The same two counts from a Roaring bitmap per hourly row (serialized, as a column would
+    hold it): deserialized and unioned per hour, and all of them."""
+    try:
+        from pyroaring import BitMap
+    except ImportError:
+        print("bench reach: pyroaring is not installed: no bitmap figures", flush=True)
+        return {}
+    rows = con.execute(
+        "SELECT epoch_us(bucket_start) // 3600000000 AS h, users FROM hourly"
+    ).fetch_arrow_table()
+    hours = rows["h"].to_numpy()
+    stored = [BitMap(u).serialize() for u in rows["users"].to_pylist()]
+
+    def per_hour() -> dict[int, int]:
+        grouped: dict[int, list[bytes]] = {}
+        for hour, data in zip(hours.tolist(), stored, strict=True):
+            grouped.setdefault(hour, []).append(data)
+        return {
+            h: len(BitMap.union(*(BitMap.deserialize(d) for d in ds))) for h, ds in grouped.items()
+        }
+
+    def total() -> int:
+        return len(BitMap.union(*(BitMap.deserialize(d) for d in stored)))
+
+    return {
+        "roaring": {
+            "the day per hour": _best(per_hour),
+            "the day's total": _best(total),
+            "bytes": float(sum(len(d) for d in stored)),
+        }
+    }
