@@ -12,8 +12,8 @@ Per query of :data:`bench.serving_in_process.REACH_QUERIES`, in process, one cli
 of 3 runs of each figure:
 - the answer without reach and with it (``ServingLayer.ctr``);
 - the parts of reach: the CTR SQL (the answer without reach), the exact distinct count over the
-  batch rows' user lists (``counted``), the fetch of every row's sketches (``sketched``), the
-  sketches' unions in Python, and the rest;
+  batch rows' user lists where buckets are wholly covered (``counted``), the fetch of the other
+  rows' sketches (``sketched``), the sketches' unions in Python, and the rest;
 - what reach reads: the rows, the user ids unnested, the sketches unioned and their bytes, and
   how many of them the answer used (exact buckets use the counts, the others the sketches);
 - the reference scan.
@@ -122,9 +122,13 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
     speed = sides.reach(snap[SPEED_CTR], view.where)
     within = reader.coverage(snap, view).within(query.start, query.end)
     sketched, counted, params = reach_sql(
-        query, batch=batch, speed=speed, covered=reader.covered_relation(snap, view),
+        query,
+        batch=batch,
+        speed=speed,
+        covered=reader.covered_relation(snap, view),
         intervals=within,
-    )  # fmt: skip
+        exact=query.whole_buckets(within),  # the parts ServingLayer.ctr counts exactly
+    )
     figures["counted_ms"] = _best(lambda: reader.fetch_all(counted, params))
     figures["sketched_ms"] = _best(lambda: reader.fetch_all(sketched, params))
     columns, found = reader.fetch_all(sketched, params)

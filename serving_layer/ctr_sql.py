@@ -123,6 +123,7 @@ def reach_sql(
     speed: str,
     covered: str,
     intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+    exact: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
 ) -> tuple[str, str, dict[str, object]]:
     """Two SELECTs (and their bound parameters) of who ``query``'s rows reached: per bucket and
     group (the rows of :func:`ctr_sql`, keyed the same: ``bucket_us`` and the group_by
@@ -130,23 +131,38 @@ def reach_sql(
     as stored (with the :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES`
     each has; ``speed`` already narrowed to the version's events).
 
-    The first: ``listed`` (every row a batch row with user lists), ``reach_sketches`` and
-    ``clicker_sketches`` (every row's sketch, to union), ``unsketched`` (rows with events but
-    no sketch: written before reach was measured). The second: ``users`` and ``clickers``, the
-    exact distinct counts of the batch rows' lists (the bucket's reach when every row is
-    listed); a distinct count over every user id of the range, DuckDB's hash aggregate over
-    the lists unnested (measured: 2-4x faster than distinct lists per group).
+    The first, ``sketched``: ``listed`` (every row a batch row with user lists),
+    ``reach_sketches`` and ``clicker_sketches`` (every row's sketch, to union), ``unsketched``
+    (rows with events but no sketch: written before reach was measured). The second,
+    ``counted``: ``users`` and ``clickers``, the exact distinct counts of the batch rows'
+    lists (the bucket's reach when every row is listed), and ``listed`` again; a distinct count
+    over every user id of the range, DuckDB's hash aggregate over the lists unnested
+    (measured: 2-4x faster than distinct lists per group).
+
+    ``exact``, when given, are the parts of the range whose buckets lie wholly in covered
+    minutes (at most :data:`MAX_PREDICATE_INTERVALS`), the buckets whose reach is the exact
+    count: ``counted`` then reads only those and ``sketched`` only the rest (``bench reach``:
+    otherwise a day's exact count read every sketch of the day, and a mixed bucket's estimate
+    counted every user id exactly for nothing). Without it, both read the whole range.
     """
     params: dict[str, object] = {}
     where = _narrowing(query, params)
     groups = "".join(f", t.{d}" for d in query.group_by)
-    merged = merge_rule(
-        Sides(batch, speed, covered),
-        columns=f"t.bucket_start{groups}",
-        where=where,
-        predicate=_covered_predicate(intervals, params),
-        extra=_REACH_COLUMNS,
-    )
+    predicate = _covered_predicate(intervals, params)
+    counted_where, sketched_where = where, where
+    if exact is not None:
+        inside = _bounded("t.bucket_start", "exact", exact, params)
+        counted_where, sketched_where = [*where, inside], [*where, f"NOT {inside}"]
+
+    def merged(narrowing: list[str]) -> str:
+        return merge_rule(
+            Sides(batch, speed, covered),
+            columns=f"t.bucket_start{groups}",
+            where=narrowing,
+            predicate=predicate,
+            extra=_REACH_COLUMNS,
+        )
+
     bucket = _bucket(query, params)
     keys = "".join(f", {d}" for d in query.group_by)
     grouped = ", ".join(["bucket_us", *query.group_by])
@@ -159,17 +175,38 @@ def reach_sql(
                count(*) FILTER (
                    WHERE reach_sketch IS NULL AND (impressions > 0 OR clicks > 0)
                ) AS unsketched
-        FROM ({merged}) GROUP BY {grouped}
+        FROM ({merged(sketched_where)}) GROUP BY {grouped}
     """
-    # Two lists unnested side by side: the shorter padded with nulls, which count nothing.
+    # Two lists unnested side by side: the shorter padded with nulls, which count nothing. A
+    # row without lists (written before reach was measured) unnests one null, so its group
+    # stays, unlisted.
     counted = f"""
-        SELECT bucket_us{keys}, count(DISTINCT u) AS users, count(DISTINCT c) AS clickers
+        SELECT bucket_us{keys}, count(DISTINCT u) AS users, count(DISTINCT c) AS clickers,
+               bool_and(listed) AS listed
         FROM (
-            SELECT {bucket} AS bucket_us{keys}, unnest(users) AS u, unnest(clickers) AS c
-            FROM ({merged}) WHERE users IS NOT NULL
+            SELECT {bucket} AS bucket_us{keys}, users IS NOT NULL AS listed,
+                   unnest(coalesce(users, [NULL])) AS u, unnest(clickers) AS c
+            FROM ({merged(counted_where)})
         ) GROUP BY {grouped}
     """
     return sketched, counted, params
+
+
+def _bounded(
+    column: str,
+    name: str,
+    intervals: Sequence[tuple[dt.datetime, dt.datetime]],
+    params: dict[str, object],
+) -> str:
+    """``column`` in one of ``intervals`` as SQL, their bounds added to ``params`` as
+    ``{name}_start_i`` and ``{name}_end_i``."""
+    if len(intervals) > MAX_PREDICATE_INTERVALS:
+        raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} {name!r}, got {len(intervals)}")
+    bounds = []
+    for i, (start, end) in enumerate(intervals):
+        params[f"{name}_start_{i}"], params[f"{name}_end_{i}"] = start, end
+        bounds.append((f"${name}_start_{i}", f"${name}_end_{i}"))
+    return in_intervals_sql(column, bounds)
 
 
 def _late_sources(stale: str | None, marks: str | None) -> str | None:
@@ -219,13 +256,7 @@ def _covered_predicate(
     added to ``params``); None without them (the merge rule then joins the covered table)."""
     if intervals is None:
         return None
-    if len(intervals) > MAX_PREDICATE_INTERVALS:
-        raise ValueError(f"at most {MAX_PREDICATE_INTERVALS} 'intervals', got {len(intervals)}")
-    bounds = []
-    for i, (start, end) in enumerate(intervals):
-        params[f"cov_start_{i}"], params[f"cov_end_{i}"] = start, end
-        bounds.append((f"$cov_start_{i}", f"$cov_end_{i}"))
-    return in_intervals_sql("t.bucket_start", bounds)
+    return _bounded("t.bucket_start", "cov", intervals, params)
 
 
 def _bucket(query: CtrQuery, params: dict[str, object]) -> str:

@@ -10,7 +10,7 @@ from typing import Final, Literal, get_args
 from access.roles import Scope
 from events.countries import ISO_3166_ALPHA2
 from runtime.errors import BadArgumentError
-from runtime.times import EARLIEST, LATEST
+from runtime.times import EARLIEST, EPOCH, LATEST
 from serving_layer.errors import ServingError
 from views.columns import DIMENSIONS
 from views.columns import MEASURES as COUNTS
@@ -135,6 +135,37 @@ class CtrQuery:
     def bucket(self, start: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
         """The part of the bucket starting at ``start`` that lies in the query's range."""
         return max(start, self.start), min(start + self.step, self.end)
+
+    def whole_buckets(
+        self, intervals: Sequence[tuple[dt.datetime, dt.datetime]]
+    ) -> list[tuple[dt.datetime, dt.datetime]]:
+        """The parts of the range made of whole buckets (as :meth:`bucket` clips them to the
+        range) that lie in ``intervals`` (disjoint, in order), in order, adjacent ones joined."""
+        joined: list[tuple[dt.datetime, dt.datetime]] = []
+        for start, end in intervals:
+            lo, hi = max(start, self.start), min(end, self.end)
+            if lo >= hi:
+                continue
+            if joined and joined[-1][1] >= lo:
+                joined[-1] = (joined[-1][0], max(joined[-1][1], hi))
+            else:
+                joined.append((lo, hi))
+        parts = []
+        for lo, hi in joined:
+            first = lo if lo == self.start else self._boundary(lo, up=True)
+            last = hi if hi == self.end else self._boundary(hi, up=False)
+            if first < last:
+                parts.append((first, last))
+        return parts
+
+    def _boundary(self, moment: dt.datetime, *, up: bool) -> dt.datetime:
+        """The bucket boundary at or after (``up``) or at or before ``moment``: whole multiples
+        of the bucket's length since the epoch (``all``: the range's end or start)."""
+        if self.granularity == "all":
+            return self.end if up else self.start
+        step = self.step
+        floor = EPOCH + (moment - EPOCH) // step * step
+        return floor + step if up and floor != moment else floor
 
 
 def _names(value: str | Sequence[str]) -> Sequence[str]:

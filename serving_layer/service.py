@@ -109,7 +109,11 @@ class ServingLayer:
         coverage = self.reader.coverage(snap, view)
         columns, fetched = self.reader.fetch_all(*self.ctr_statement(query, snap, view))
         truncated = len(fetched) > query.limit
-        reached = self.reach(query, snap, view) if query.reach else None
+        reached = None
+        if query.reach:
+            whole = query.whole_buckets(coverage.within(query.start, query.end))
+            exact = whole if len(whole) <= MAX_PREDICATE_INTERVALS else None
+            reached = self.reach(query, snap, view, exact=exact)
         # Grouped answers repeat each bucket once per group: its start and coverage once.
         buckets: dict[int, tuple[dt.datetime, float]] = {}
         rows = []
@@ -149,10 +153,16 @@ class ServingLayer:
         return CtrResult(query, rows, truncated, self.freshness(snap, view), view)
 
     def reach(
-        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
+        self,
+        query: CtrQuery,
+        snapshot: LakeSnapshot,
+        view: Definition,
+        exact: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
     ) -> dict[tuple[object, ...], ReachFound]:
         """Who ``query``'s rows reached (:func:`serving_layer.ctr_sql.reach_sql`), by
-        (bucket_us, *group values)."""
+        (bucket_us, *group values). ``exact``: the parts of the range whose buckets are wholly
+        covered (:meth:`CtrQuery.whole_buckets`; their reach is the exact count: no sketch is read
+        there, no user counted elsewhere)."""
         sides = self.reader.version_sides
         sketched, counted, params = reach_sql(
             query,
@@ -160,13 +170,23 @@ class ServingLayer:
             speed=sides.reach(snapshot[SPEED_CTR], view.where),
             covered=self.reader.covered_relation(snapshot, view),
             intervals=self._covered_within(query, snapshot, view),
+            exact=exact,
         )
         keys = ["bucket_us", *query.group_by]
         counts = dict(_keyed(*self.reader.fetch_all(counted, params), keys, _COUNTED))
-        return {
-            key: ReachFound(*counts.get(key, (0, 0)), *values)
+        found = {
+            key: ReachFound(*counts.get(key, (0, 0))[:2], *values)
             for key, values in _keyed(*self.reader.fetch_all(sketched, params), keys, _SKETCHED)
         }
+        if exact is None:
+            return found
+        for key, (users, clickers, listed) in counts.items():
+            if not listed:
+                # A covered bucket with rows written before reach was measured: its answer
+                # needs every row's sketch (or says it was not measured). Rare: once over.
+                return self.reach(query, snapshot, view)
+            found.setdefault(key, ReachFound(users, clickers, True, [], [], 0))
+        return found
 
     def _covered_within(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
@@ -203,7 +223,7 @@ class ServingLayer:
 
 
 # The columns of reach_sql's two SELECTs besides the key, in ReachFound's order.
-_COUNTED: Final = ReachFound._fields[:2]
+_COUNTED: Final = ReachFound._fields[:3]
 _SKETCHED: Final = ReachFound._fields[2:]
 
 
