@@ -39,6 +39,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from lake.data_files import DataFile, partition_string
 from lake.storage import delta_options, ensure_properties, is_delta, open_delta
+from runtime.connectors import is_commit_conflict
 from runtime.object_store import ObjectStoreSettings
 
 log = logging.getLogger("ctr.lake")
@@ -47,6 +48,8 @@ log = logging.getLogger("ctr.lake")
 COMPACT_TARGET_BYTES: Final = 128 * 1024 * 1024
 # Partitions one maintenance pass compacts at most (a bounded slice; the next pass goes on).
 PARTITIONS_PER_PASS: Final = 8
+# Tries of an append refused for a concurrent commit's removals (AppendTable.append).
+APPEND_ATTEMPTS: Final = 5
 
 
 @dataclass(frozen=True)
@@ -153,22 +156,39 @@ class AppendTable:
 
     def append(self, rows: pa.Table, *, app_id: str, version: int) -> bool:
         """Append ``rows`` in one commit carrying (``app_id``, ``version``); nothing if the
-        table holds that commit already. Returns whether it wrote."""
-        table = self.table
-        if self._replayed(table, app_id, version):
-            return False
-        write_deltalake(
-            table if table is not None else self.path,
-            rows.select(self.schema.names).cast(self.schema),
-            mode="append",
-            partition_by=self.partition_by or None,
-            configuration=(self.properties or None) if table is None else None,
-            storage_options=delta_options(self.path, self.store) if table is None else None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)]
-            ),
-        )
-        return True
+        table holds that commit already. Returns whether it wrote.
+
+        delta-rs refuses an append when another writer's commit removed files after the
+        append read the table ("a concurrent transaction deleted data this operation read":
+        the batch job's clean-up of master/arrivals, a compaction), the wider the window the
+        busier the machine. The append is then tried again on the newer version, up to
+        :data:`APPEND_ATTEMPTS` times: it adds rows only, and the transaction makes a retry
+        of a commit that did land a no-op."""
+        data = rows.select(self.schema.names).cast(self.schema)
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            table = self.table
+            if self._replayed(table, app_id, version):
+                return False
+            try:
+                write_deltalake(
+                    table if table is not None else self.path,
+                    data,
+                    mode="append",
+                    partition_by=self.partition_by or None,
+                    configuration=(self.properties or None) if table is None else None,
+                    storage_options=(
+                        delta_options(self.path, self.store) if table is None else None
+                    ),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id=app_id, version=version)]
+                    ),
+                )
+                return True
+            except Exception as exc:
+                if not is_commit_conflict(exc) or attempt == APPEND_ATTEMPTS:
+                    raise
+                log.info("%s: append conflicted (attempt %d), retried: %s", self.path, attempt, exc)
+        raise AssertionError("unreachable")
 
     def _replayed(self, table: DeltaTable | None, app_id: str, version: int) -> bool:
         if not _holds(table, app_id, version):

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 import batch_layer.job
 from api.settings import ApiSettings
 from batch_layer.interval import Interval
-from lake.arrivals import forget_counted
+from lake.arrivals import arrivals_table, forget_counted
 from lake.settings import LakeSettings
 from master_dataset.archiver import run as archive
 from master_dataset.settings import ArchiverSettings
@@ -242,20 +242,24 @@ def test_drift_equals_the_injected_duplicates_and_the_dropped_late_events(
 
 def test_the_arrivals_clean_up_survives_the_archivers_appends(lake: LakeSettings) -> None:
     # Counted arrivals (version 1) and the archiver appending newer ones (version 2 and up)
-    # every few milliseconds while the batch job deletes what it counted: the clean-up must
-    # neither fail the run nor delete the newer rows (delta-spark failed such a delete every
-    # time; delta-rs's gets through).
+    # every few milliseconds through its own writer while the batch job deletes what it
+    # counted: the clean-up must neither fail the run nor delete the newer rows (delta-spark
+    # failed such a delete every time; delta-rs's gets through), and the archiver's appends
+    # get through the delete's commits (delta-rs refuses an append whose read a concurrent
+    # removal overtook: on a busy machine, often).
     counted = [lake_writer.ctr_row(lake_writer.minute(5), 10, 1)]
     lake_writer.write_arrivals(lake, 1, counted)
     stop = threading.Event()
     appended = []
+    writer = arrivals_table(lake)
 
     def archiver() -> None:
         version = 2
         while not stop.is_set():
-            lake_writer.write_arrivals(
-                lake, version, [lake_writer.ctr_row(lake_writer.minute(6), 1, 0)]
+            rows = lake_writer.arrival_rows(
+                lake_writer.ctr_row(lake_writer.minute(6), 1, 0), events_version=version
             )
+            writer.append(rows, app_id="test-archiver", version=version)
             appended.append(version)
             version += 1
             stop.wait(0.05)

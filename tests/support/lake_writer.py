@@ -208,6 +208,18 @@ def write_arrivals(
     )
 
 
+def arrival_rows(row: dict[str, object], *, events_version: int) -> pa.Table:
+    """One ctr row as an archiver commit's arrivals (as :func:`write_arrivals` writes them),
+    for the archiver's own writer (``lake.arrivals.arrivals_table``)."""
+    full = {
+        **row,
+        "events_version": events_version,
+        "batch_id": events_version,
+        "archived_at": T0 + dt.timedelta(hours=6),
+    }
+    return pa.Table.from_pylist([full], schema=SCHEMAS["master/arrivals"])
+
+
 def write_status(lake: LakeSettings, **fields: object) -> None:
     status = {
         "updated_at": "2026-11-22T12:00:00Z",
