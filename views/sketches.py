@@ -8,6 +8,15 @@ side may write one and the serving layer unions what both wrote. A full sketch i
 (40 + 2^12); one of a few users a few dozen. Once unioned, its relative standard error is
 1.62 % (:data:`RELATIVE_ERROR`): the bounds of :func:`union` are two standard errors (about
 95 %). Null and empty ids are not users (as in Spark's aggregate).
+
+**One answer per set of users.** A sketch past its small modes estimates with its HIP
+accumulator, which follows the order its users came in: the union of a day's minute sketches
+and the union of the same day's hour sketches (themselves unions) would say different numbers
+for the same users, and so would two orders of the same minutes. :func:`estimate` always reads
+such a sketch by its registers (DataSketches' composite estimator, the one a union of large
+sketches uses anyway): the registers are the maximum over the users' hashes, the same whatever
+the order or grouping of the unions. A sketch in its small modes holds its users' coupons, a set:
+the same too.
 """
 
 from __future__ import annotations
@@ -61,15 +70,46 @@ def union(sketches: Iterable[bytes | None]) -> Estimate:
 
 
 def estimate(sketch: ds.hll_sketch) -> Estimate:
+    """The distinct users of ``sketch`` and their bounds, by its registers (see the module's
+    docstring): the same for every sketch of the same users."""
+    settled = _by_registers(sketch)
     return Estimate(
-        sketch.get_estimate(), sketch.get_lower_bound(STD_DEVS), sketch.get_upper_bound(STD_DEVS)
+        settled.get_estimate(),
+        settled.get_lower_bound(STD_DEVS),
+        settled.get_upper_bound(STD_DEVS),
     )
+
+
+# The serialized sketch's preamble (DataSketches' HLL format): the flags byte, its
+# out-of-order flag, the mode byte and, in its low bits, the mode of a sketch past its small
+# ones.
+_FLAGS_BYTE: Final = 5
+_OUT_OF_ORDER: Final = 16
+_MODE_BYTE: Final = 7
+_HLL_MODE: Final = 2
+
+
+def _by_registers(sketch: ds.hll_sketch) -> ds.hll_sketch:
+    """``sketch`` marked out of order when it is past its small modes: DataSketches then
+    estimates from its registers (the composite estimator), as it does for a union of large
+    sketches, instead of from the HIP accumulator its order of updates built."""
+    data = bytearray(sketch.serialize_updatable())
+    if data[_MODE_BYTE] & 3 != _HLL_MODE or data[_FLAGS_BYTE] & _OUT_OF_ORDER:
+        return sketch
+    data[_FLAGS_BYTE] |= _OUT_OF_ORDER
+    return ds.hll_sketch.deserialize(bytes(data))
+
+
+def sketch_estimate(data: bytes) -> float:
+    """The distinct users of the serialized sketch ``data`` (:func:`estimate`'s value)."""
+    return float(estimate(ds.hll_sketch.deserialize(data)).value)
 
 
 def _union(sketches: Iterable[bytes | None]) -> ds.hll_sketch:
     """The union of ``sketches``, the same whatever their order: an HLL union's estimator
     state depends on the order it was given its sketches (the SQL sandbox's ``list()`` of a
-    parallel aggregate has none), so they are unioned in the order of their bytes."""
+    parallel aggregate has none), so they are unioned in the order of their bytes (the same
+    bytes; :func:`estimate` reads the same number whatever the order)."""
     merged = ds.hll_union(LG_K)
     for data in sorted(s for s in sketches if s is not None):
         merged.update(ds.hll_sketch.deserialize(data))
@@ -158,10 +198,7 @@ def register(con: duckdb.DuckDBPyConnection, seal: SketchSeal | None = None) -> 
 
     def estimates(blobs: pa.Array) -> pa.Array:
         return pa.array(
-            [
-                None if s is None else ds.hll_sketch.deserialize(opened(s)).get_estimate()
-                for s in blobs.to_pylist()
-            ],
+            [None if s is None else sketch_estimate(opened(s)) for s in blobs.to_pylist()],
             pa.float64(),
         )
 

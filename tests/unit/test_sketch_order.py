@@ -1,6 +1,8 @@
 """One answer per question: the union of the same reach sketches gives the same sketch and the
 same estimate whatever order it is given them in, in Python (the API's rows) and in DuckDB's
-``sketch_union(list(...))`` (the SQL sandbox, whose parallel ``list()`` has no order)."""
+``sketch_union(list(...))`` (the SQL sandbox, whose parallel ``list()`` has no order), and the
+same estimate whatever their grouping (a day's minute sketches, or its hour sketches made of
+them, as the batch layer's hour rows hold)."""
 
 from __future__ import annotations
 
@@ -60,3 +62,36 @@ def test_duckdbs_parallel_union_says_what_the_api_says() -> None:
         for _ in range(10)
     }
     assert estimates == {expected}
+
+
+def _hip(sketch: bytes) -> float:
+    """What DataSketches itself says of ``sketch`` (its HIP estimate past the small modes)."""
+    return float(ds.hll_sketch.deserialize(sketch).get_estimate())
+
+
+def test_the_same_users_give_the_same_estimate_in_minutes_or_in_hours() -> None:
+    rng = random.Random(5)
+    minutes = [
+        sketches.sketch(f"user-{rng.randrange(200_000)}" for _ in range(rng.choice([3, 10, 40])))
+        for _ in range(1_200)
+    ]
+    hours = [sketches.union_sketch(minutes[i : i + 60]) for i in range(0, len(minutes), 60)]
+    shuffled = minutes[:]
+    rng.shuffle(shuffled)
+    by_minute, by_hour = sketches.union(minutes), sketches.union(hours)
+    assert by_minute == by_hour == sketches.union(shuffled)
+    # The sandbox's functions say the same of either.
+    con = duckdb.connect()
+    sketches.register(con)
+    for parts in (minutes, hours):
+        con.register("rows", pa.table({"s": pa.array(parts, pa.binary())}))
+        sql = "SELECT sketch_estimate(sketch_union(list(s))) FROM rows"
+        assert con.execute(sql).fetchone() == (by_minute.value,)
+    # Without reading the registers, the two unions say different numbers: the guard's point.
+    assert _hip(sketches.union_sketch(minutes)) != _hip(sketches.union_sketch(hours))
+
+
+def test_a_small_union_is_its_users_count() -> None:
+    users = [f"user-{n}" for n in range(50)]
+    parts = [sketches.sketch(users[i : i + 7]) for i in range(0, 50, 7)]
+    assert round(sketches.union(parts).value) == 50
