@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from batch_layer.drift import record_drift
 from batch_layer.errors import BatchError
+from batch_layer.hours import write_hours
 from batch_layer.interval import Interval
 from events.records import EVENTS_SCHEMA
 from lake import view_files
@@ -307,6 +308,16 @@ class BatchJob:
         else:
             rows = written.count()
             on_step(f"this run ({run_id}) was committed before: {rows:,} rows")
+        if reach:
+            hours = write_hours(
+                spark, lake, written, interval, definition=definition, run_id=run_id,
+                input_version=version, on_step=on_step,
+            )  # fmt: skip
+            if hours.committed:
+                on_step(
+                    f"wrote {hours.rows:,} hour rows for {hours.hours:,} whole hour(s) "
+                    f"({hours.users_added:,} new users numbered)"
+                )
         minutes = record_drift(
             spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()
         )

@@ -41,10 +41,11 @@ from deltalake import write_deltalake
 
 from bench.serving_in_process import REACH_QUERIES
 from bench.serving_lake import END, build_lake
-from lake.catalog import SPEED_CTR, batch_table
+from lake.catalog import SPEED_CTR, batch_table, hours_table
 from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
 from serving_layer.ctr_sql import reach_sql
+from serving_layer.hour_rows import subtract
 from serving_layer.query import CtrQuery
 from serving_layer.reader import SnapshotReader
 from serving_layer.service import ServingLayer
@@ -121,17 +122,35 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
     batch = sides.reach(snap[batch_table(view)], None)
     speed = sides.reach(snap[SPEED_CTR], view.where)
     within = reader.coverage(snap, view).within(query.start, query.end)
-    sketched, counted, params = reach_sql(
+    exact = query.whole_buckets(within)  # the parts ServingLayer.ctr counts exactly
+    # As ServingLayer.reach goes: the hours whose hour rows stand in for their minutes, the
+    # buckets counted from their bitmaps, the rest counted from the minute rows' lists, and
+    # the estimated buckets' sketches.
+    figures["hour_check_ms"] = _best(lambda: serving.hours_used(query, snap, view))
+    used = serving.hours_used(query, snap, view)
+    by_bitmaps = query.whole_buckets(used) if used else []
+    hours_base = reader.relation_name(snap[hours_table(view)])
+    figures["bitmaps_ms"] = (
+        _best(lambda: serving.bitmap_counts(query, hours_base, by_bitmaps)) if by_bitmaps else 0.0
+    )
+    hour_rows = (
+        f"(SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, clicks, run_id, "
+        f"reach_sketch, clicker_sketch FROM {hours_base})"
+    )
+    statements = reach_sql(
         query,
         batch=batch,
         speed=speed,
         covered=reader.covered_relation(snap, view),
         intervals=within,
-        exact=query.whole_buckets(within),  # the parts ServingLayer.ctr counts exactly
+        exact=exact,
+        counted=subtract(exact, by_bitmaps),
+        hours=(hour_rows, used) if used else None,
     )
-    figures["counted_ms"] = _best(lambda: reader.fetch_all(counted, params))
-    figures["sketched_ms"] = _best(lambda: reader.fetch_all(sketched, params))
-    columns, found = reader.fetch_all(sketched, params)
+    counted = statements.counted
+    figures["counted_ms"] = _best(lambda: reader.fetch_all(*counted)) if counted else 0.0
+    figures["sketched_ms"] = _best(lambda: reader.fetch_all(*statements.sketched))
+    columns, found = reader.fetch_all(*statements.sketched)
     at = {name: i for i, name in enumerate(columns)}
     lists = [
         row[at[name]] or [] for row in found for name in ("reach_sketches", "clicker_sketches")
@@ -140,11 +159,14 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
     figures["rest_ms"] = max(
         figures["with_ms"]
         - figures["without_ms"]
+        - figures["hour_check_ms"]
+        - figures["bitmaps_ms"]
         - figures["counted_ms"]
         - figures["sketched_ms"]
         - figures["sketch_unions_ms"],
         0.0,
     )
+    figures["hours_used"] = sum(int((e - s) / dt.timedelta(hours=1)) for s, e in used)
     # What the answer used: the buckets wholly covered take the exact counts, the others the
     # sketches (serving_layer.reach.reach_of).
     answer = serving.ctr(dataclasses.replace(query, reach=True), snap)
@@ -154,11 +176,11 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
         if r.reach.exact
     }
     key_at = [at["bucket_us"], *(at[d] for d in query.group_by)]
-    used = [s for row in found if tuple(row[i] for i in key_at) not in exact_keys for s in (
+    unioned = [s for row in found if tuple(row[i] for i in key_at) not in exact_keys for s in (
         row[at["reach_sketches"]] or [], row[at["clicker_sketches"]] or [])]  # fmt: skip
     figures["sketches_fetched"] = sum(len(s) for s in lists)
     figures["sketch_bytes_fetched"] = sum(len(b) for s in lists for b in s)
-    figures["sketches_used"] = sum(len(s) for s in used)
+    figures["sketches_used"] = sum(len(s) for s in unioned)
     figures["rows"] = len(answer.rows)
     figures["exact_rows"] = sum(1 for r in answer.rows if r.reach.exact)
     figures.update(_read_counts(reader, batch, query))
@@ -242,18 +264,19 @@ def _print(result: dict[str, Any]) -> None:
         "in process, one client, the better of 3 (ms)"
     )
     header = (
-        f"{'query':<48} {'without':>8} {'with':>8} {'counted':>8} {'sketched':>8} "
-        f"{'unions':>8} {'rest':>7} {'scan':>7}  read"
+        f"{'query':<48} {'without':>8} {'with':>8} {'check':>6} {'bitmaps':>8} {'counted':>8} "
+        f"{'sketched':>8} {'unions':>8} {'rest':>7} {'scan':>7}  read"
     )
     print(header)
     for name, f in result["queries"].items():
         print(
-            f"{name:<48} {f['without_ms']:>8.0f} {f['with_ms']:>8.0f} {f['counted_ms']:>8.0f} "
+            f"{name:<48} {f['without_ms']:>8.0f} {f['with_ms']:>8.0f} "
+            f"{f['hour_check_ms']:>6.0f} {f['bitmaps_ms']:>8.0f} {f['counted_ms']:>8.0f} "
             f"{f['sketched_ms']:>8.0f} {f['sketch_unions_ms']:>8.0f} {f['rest_ms']:>7.0f} "
             f"{f['reference_scan_ms']:>7.0f}  {f['batch_rows_in_range']:,} batch rows, "
             f"{f['user_ids_in_range']:,} ids; {f['sketches_fetched']:,} sketches "
             f"({f['sketch_bytes_fetched'] / 2**20:.0f} MiB), {f['sketches_used']:,} used; "
-            f"{f['exact_rows']}/{f['rows']} rows exact"
+            f"{f['exact_rows']}/{f['rows']} rows exact; {f['hours_used']} hour(s) from hour rows"
         )
     shapes = result["what_ifs"]
     print(

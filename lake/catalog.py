@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
-from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES, USER_LISTS
+from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES, USER_BITMAPS, USER_LISTS
 from views.definitions import DEFINITIONS, Definition
 
 if TYPE_CHECKING:
@@ -248,6 +248,41 @@ API_KEYS: Final = Table(
 )
 
 
+# Per hour a batch run covered whole, and combination of dimensions: the hour's counts and who
+# it reached, as bitmaps of user numbers (exact) and the hour's sketches unioned (estimates),
+# written by the run after its minute rows (batch_layer.hours). The serving layer reads an
+# hour's row in place of its 60 minute rows while the minute rows are that run's.
+_HOUR_SCHEMA: Final = pa.schema(
+    [
+        *_CTR_KEY,
+        *_MEASURES,
+        ("run_id", pa.string()),
+        *((name, pa.binary()) for name in USER_BITMAPS),
+        *_SKETCHES,
+    ]
+)
+# The user dictionary: one dense number per user id (from 1), given by the batch run that
+# first saw the user (batch_layer.users). User ids: never served.
+BATCH_USERS: Final = Table(
+    "batch/users",
+    pa.schema([("user_id", pa.string()), ("user_no", pa.int32())]),
+    "users",
+    writers=(
+        "batch runs (appends of the users they number; two at once conflict, one reruns)",
+        "ctr_maintenance (compaction, VACUUM)",
+    ),
+)
+
+
+def hours_table(definition: Definition) -> Table:
+    """The hour rows of a view version (:data:`_HOUR_SCHEMA`): ``batch/ctr_hours`` for
+    version 1, ``batch/ctr_vN_hours`` after."""
+    batch = batch_table(definition)
+    return Table(
+        f"{batch.name}_hours", _HOUR_SCHEMA, f"{batch.sql_name}_hours", writers=_BATCH_WRITERS
+    )
+
+
 def batch_table(definition: Definition) -> Table:
     """The batch rows of a view version: ``batch/ctr`` for version 1, ``batch/ctr_vN`` after
     (same schema, plus the attribution measures for a version with attribution; coverage rows
@@ -264,6 +299,7 @@ def batch_table(definition: Definition) -> Table:
 
 
 VERSIONED: Final = tuple(batch_table(d) for d in DEFINITIONS if d.version != 1)
+HOURS: Final = tuple(hours_table(d) for d in DEFINITIONS)
 
 # What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own;
 # access/keys, the API keys' hashes, is read by the API's key check alone: access.key_watcher).
@@ -277,6 +313,7 @@ SERVED: Final = (
     BATCH_DRIFT,
     VIEW_REGISTRY,
     *VERSIONED,
+    *HOURS,
 )
 # Every served table by its name (``speed/ctr`` -> SPEED_CTR).
 SERVED_BY_NAME: Final = {t.name: t for t in SERVED}
@@ -288,5 +325,7 @@ MAINTAINED: Final = (
     BATCH_DRIFT,
     VIEW_REGISTRY,
     API_KEYS,
+    BATCH_USERS,
     *VERSIONED,
+    *HOURS,
 )

@@ -9,8 +9,9 @@ names) are written into the SQL text; every value a user sent travels as a bound
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 from lake.coverage.model import in_intervals_sql
 from serving_layer.merge_rule import Sides, merge_rule
@@ -116,7 +117,7 @@ def ctr_sql(
     return sql, params
 
 
-def reach_sql(
+def reach_sql(  # noqa: PLR0913 - keyword-only relations and parts of one query
     query: CtrQuery,
     *,
     batch: str,
@@ -124,8 +125,10 @@ def reach_sql(
     covered: str,
     intervals: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
     exact: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
-) -> tuple[str, str, dict[str, object]]:
-    """Two SELECTs (and their bound parameters) of who ``query``'s rows reached: per bucket and
+    counted: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
+    hours: tuple[str, Sequence[tuple[dt.datetime, dt.datetime]]] | None = None,
+) -> ReachStatements:
+    """Two SELECTs (each with its bound parameters) of who ``query``'s rows reached: per bucket and
     group (the rows of :func:`ctr_sql`, keyed the same: ``bucket_us`` and the group_by
     dimensions), by the same merge rule over the same relations, but ``batch`` and ``speed``
     as stored (with the :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES`
@@ -144,6 +147,13 @@ def reach_sql(
     count: ``counted`` then reads only those and ``sketched`` only the rest (``bench reach``:
     otherwise a day's exact count read every sketch of the day, and a mixed bucket's estimate
     counted every user id exactly for nothing). Without it, both read the whole range.
+    ``counted``, when given, narrows the exact count further (the rest of ``exact`` is counted
+    from hour rows' bitmaps: :func:`bitmap_sql`); empty, there is no ``counted`` SELECT (None).
+
+    ``hours``: a relation of hour rows (as ``batch`` has them) and the whole hours where they
+    stand in for the batch minute rows (:mod:`serving_layer.hour_rows`): ``sketched`` then
+    unions an hour's sketch instead of its 60 minutes' (the same estimate: the registers are
+    the same, :func:`views.sketches.estimate`).
     """
     params: dict[str, object] = {}
     where = _narrowing(query, params)
@@ -154,7 +164,18 @@ def reach_sql(
         inside = _bounded("t.bucket_start", "exact", exact, params)
         counted_where, sketched_where = [*where, inside], [*where, f"NOT {inside}"]
 
-    def merged(narrowing: list[str]) -> str:
+    sketch_batch = batch
+    if hours is not None:
+        relation, used = hours
+        in_hours = _bounded("bucket_start", "hours", used, params)
+        sketch_batch = (
+            f"(SELECT * FROM {batch} WHERE NOT {in_hours} "
+            f"UNION ALL BY NAME SELECT * FROM {relation} WHERE {in_hours})"
+        )
+    if counted is not None:
+        counted_where = [*where, _bounded("t.bucket_start", "counted", counted, params)]
+
+    def merged(narrowing: list[str], batch: str = batch) -> str:
         return merge_rule(
             Sides(batch, speed, covered),
             columns=f"t.bucket_start{groups}",
@@ -175,12 +196,14 @@ def reach_sql(
                count(*) FILTER (
                    WHERE reach_sketch IS NULL AND (impressions > 0 OR clicks > 0)
                ) AS unsketched
-        FROM ({merged(sketched_where)}) GROUP BY {grouped}
+        FROM ({merged(sketched_where, sketch_batch)}) GROUP BY {grouped}
     """
+    if counted is not None and not counted:
+        return ReachStatements(_with_params(sketched, params), None)
     # Two lists unnested side by side: the shorter padded with nulls, which count nothing. A
     # row without lists (written before reach was measured) unnests one null, so its group
     # stays, unlisted.
-    counted = f"""
+    counted_sql = f"""
         SELECT bucket_us{keys}, count(DISTINCT u) AS users, count(DISTINCT c) AS clickers,
                bool_and(listed) AS listed
         FROM (
@@ -189,7 +212,58 @@ def reach_sql(
             FROM ({merged(counted_where)})
         ) GROUP BY {grouped}
     """
-    return sketched, counted, params
+    return ReachStatements(_with_params(sketched, params), _with_params(counted_sql, params))
+
+
+class ReachStatements(NamedTuple):
+    """:func:`reach_sql`'s SELECTs, each with the parameters it binds."""
+
+    sketched: tuple[str, dict[str, object]]
+    counted: tuple[str, dict[str, object]] | None
+
+
+def _with_params(sql: str, params: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """``sql`` with the ``params`` it names (DuckDB refuses a parameter a statement lacks)."""
+    return sql, {k: v for k, v in params.items() if re.search(rf"\${re.escape(k)}\b", sql)}
+
+
+def bitmap_sql(
+    query: CtrQuery, *, hours: str, parts: Sequence[tuple[dt.datetime, dt.datetime]]
+) -> tuple[str, dict[str, object]]:
+    """SELECT (and its bound parameters) of the hour rows in ``parts`` (whole hours, whole
+    buckets: :mod:`serving_layer.hour_rows`) of the relation ``hours``, within ``query``'s
+    filters and scope: per row its ``bucket_us`` and group values (keyed as :func:`reach_sql`
+    keys them) and its bitmaps of user numbers, whose unions per key are the exact reach."""
+    params: dict[str, object] = {}
+    where = [*_narrowing(query, params), _bounded("t.bucket_start", "bitmaps", parts, params)]
+    keys = "".join(f", t.{d}" for d in query.group_by)
+    sql = f"""
+        SELECT {_bucket(query, params)} AS bucket_us{keys}, t.user_bitmap, t.clicker_bitmap
+        FROM {hours} t WHERE {" AND ".join(where)}
+    """
+    return sql, params
+
+
+def hour_check_sql(
+    *, batch: str, hours: str, start: dt.datetime, end: dt.datetime
+) -> tuple[str, dict[str, object]]:
+    """SELECT (and parameters) of the hours in [``start``, ``end``) (whole hours) whose hour
+    rows may not stand in for their minute rows, as ``hour_us`` (the hour's start in
+    microseconds since the epoch): the minute rows of ``batch`` and the hour rows of ``hours``
+    are not all one run's, the same run (an hour with neither is not one of them: it holds
+    nothing either way)."""
+    params: dict[str, object] = {"check_start": start, "check_end": end}
+    runs = """
+        SELECT epoch_us(bucket_start) // 3600000000 * 3600000000 AS hour_us,
+               min(run_id) AS first, max(run_id) AS last
+        FROM {} WHERE bucket_start >= $check_start AND bucket_start < $check_end GROUP BY 1
+    """
+    sql = f"""
+        SELECT hour_us
+        FROM ({runs.format(batch)}) m FULL JOIN ({runs.format(hours)}) h USING (hour_us)
+        WHERE (m.first = m.last AND h.first = h.last AND m.first = h.first) IS NOT TRUE
+    """
+    return sql, params
 
 
 def _bounded(

@@ -13,16 +13,32 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from lake.catalog import BATCH_COVERAGE, MASTER_ARRIVALS, SPEED_CTR, VIEW_REGISTRY, batch_table
+from lake.catalog import (
+    BATCH_COVERAGE,
+    MASTER_ARRIVALS,
+    SPEED_CTR,
+    VIEW_REGISTRY,
+    batch_table,
+    hours_table,
+)
 from lake.coverage.model import Source, source_of
 from runtime.times import from_micros
-from serving_layer.ctr_sql import MAX_PREDICATE_INTERVALS, ctr_sql, reach_sql
+from serving_layer.ctr_sql import (
+    MAX_PREDICATE_INTERVALS,
+    bitmap_sql,
+    ctr_sql,
+    hour_check_sql,
+    reach_sql,
+)
 from serving_layer.freshness import Freshness
+from serving_layer.hour_rows import candidate_hours, hours_of, joined, subtract
 from serving_layer.query import CtrQuery
 from serving_layer.reach import NOT_MEASURED, Reach, ReachFound, reach_of
 from serving_layer.reader import SnapshotReader
 from serving_layer.snapshots import LakeSnapshot
 from serving_layer.wilson import wilson_interval
+from views import bitmaps
+from views.columns import DIMENSIONS, SKETCHES
 from views.definitions import Definition
 
 
@@ -162,21 +178,36 @@ class ServingLayer:
         """Who ``query``'s rows reached (:func:`serving_layer.ctr_sql.reach_sql`), by
         (bucket_us, *group values). ``exact``: the parts of the range whose buckets are wholly
         covered (:meth:`CtrQuery.whole_buckets`; their reach is the exact count: no sketch is read
-        there, no user counted elsewhere)."""
+        there, no user counted elsewhere). Where the batch layer's hour rows stand in for their
+        minutes (:mod:`serving_layer.hour_rows`), a bucket made of such hours is counted from
+        their bitmaps and an estimate unions their sketches."""
         sides = self.reader.version_sides
-        sketched, counted, params = reach_sql(
+        hours_base = self.reader.relation_name(snapshot[hours_table(view)])
+        used = self.hours_used(query, snapshot, view)
+        by_bitmaps = query.whole_buckets(used) if used and exact is not None else []
+        hour_rows = (
+            f"(SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, clicks, run_id, "
+            f"{', '.join(SKETCHES)} FROM {hours_base})"
+        )
+        sketched, counted = reach_sql(
             query,
             batch=sides.reach(snapshot[batch_table(view)], None),
             speed=sides.reach(snapshot[SPEED_CTR], view.where),
             covered=self.reader.covered_relation(snapshot, view),
             intervals=self._covered_within(query, snapshot, view),
             exact=exact,
+            counted=subtract(exact, by_bitmaps) if exact is not None else None,
+            hours=(hour_rows, used) if used else None,
         )
         keys = ["bucket_us", *query.group_by]
-        counts = dict(_keyed(*self.reader.fetch_all(counted, params), keys, _COUNTED))
+        counts: dict[tuple[object, ...], tuple[Any, ...]] = {}
+        if counted is not None:
+            counts = dict(_keyed(*self.reader.fetch_all(*counted), keys, _COUNTED))
+        if by_bitmaps:
+            counts.update(self.bitmap_counts(query, hours_base, by_bitmaps))
         found = {
             key: ReachFound(*counts.get(key, (0, 0))[:2], *values)
-            for key, values in _keyed(*self.reader.fetch_all(sketched, params), keys, _SKETCHED)
+            for key, values in _keyed(*self.reader.fetch_all(*sketched), keys, _SKETCHED)
         }
         if exact is None:
             return found
@@ -187,6 +218,44 @@ class ServingLayer:
                 return self.reach(query, snapshot, view)
             found.setdefault(key, ReachFound(users, clickers, True, [], [], 0))
         return found
+
+    def hours_used(
+        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
+    ) -> list[tuple[dt.datetime, dt.datetime]]:
+        """The whole covered hours of ``query``'s range whose hour rows stand in for their
+        minute rows (:mod:`serving_layer.hour_rows`), adjacent ones joined; none when there
+        would be more parts than a range predicate takes."""
+        covered = self.reader.coverage(snapshot, view).within(query.start, query.end)
+        candidates = candidate_hours(query, covered)
+        if not candidates:
+            return []
+        sql, params = hour_check_sql(
+            batch=self.reader.relation_name(snapshot[batch_table(view)]),
+            hours=self.reader.relation_name(snapshot[hours_table(view)]),
+            start=candidates[0][0],
+            end=candidates[-1][1],
+        )
+        invalid = {from_micros(r[0]) for r in self.reader.fetch_all(sql, params)[1]}
+        used = joined(h for h in hours_of(candidates) if h not in invalid)
+        return used if len(used) <= MAX_PREDICATE_INTERVALS else []
+
+    def bitmap_counts(
+        self, query: CtrQuery, hours: str, parts: Sequence[tuple[dt.datetime, dt.datetime]]
+    ) -> dict[tuple[object, ...], tuple[int, int, bool]]:
+        """The exact (users, clickers, listed) per key of the buckets in ``parts``: the sizes
+        of the unions of their hour rows' bitmaps (:func:`views.bitmaps.union_size`)."""
+        sql, params = bitmap_sql(query, hours=hours, parts=parts)
+        _, rows = self.reader.fetch_all(sql, params)  # the key, then the two bitmaps
+        width = 1 + len(query.group_by)
+        grouped: dict[tuple[object, ...], tuple[list[bytes], list[bytes]]] = {}
+        for row in rows:
+            seen, clicked = grouped.setdefault(tuple(row[:width]), ([], []))
+            seen.append(row[width])
+            clicked.append(row[width + 1])
+        return {
+            key: (bitmaps.union_size(seen), bitmaps.union_size(clicked), True)
+            for key, (seen, clicked) in grouped.items()
+        }
 
     def _covered_within(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition

@@ -21,3 +21,7 @@ MEASURES: Final = ("impressions", "clicks", *ATTRIBUTION_MEASURES)
 # impression in the row; ``clickers``/``clicker_sketch``: users with a click event.
 USER_LISTS: Final = ("users", "clickers")
 SKETCHES: Final = ("reach_sketch", "clicker_sketch")
+# Who an hour row reached (batch_layer.hours): Roaring bitmaps of the users' numbers in the
+# user dictionary (batch/users), exact, for the hours a batch run covered whole. User-level
+# data like the lists: only admins read them in the SQL sandbox.
+USER_BITMAPS: Final = ("user_bitmap", "clicker_bitmap")

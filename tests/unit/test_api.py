@@ -427,6 +427,9 @@ def test_healthz_says_up_to_anyone_and_versions_to_the_token(
             "views/registry": None,
             "batch/ctr_v2": None,
             "batch/ctr_v3": None,
+            "batch/ctr_hours": None,
+            "batch/ctr_v2_hours": None,
+            "batch/ctr_v3_hours": None,
         },
     }
 
