@@ -197,9 +197,11 @@ def _stored_bytes(path: str) -> dict[str, int]:
     user lists, in the sketches and in the other columns."""
     import pyarrow.parquet as pq
 
-    from views.columns import SKETCHES, USER_LISTS
+    from views.columns import SKETCHES, USER_BITMAPS, USER_LISTS
 
     sizes = {"total": 0, "users": 0, "sketches": 0, "rest": 0}
+    if not DeltaTable.is_deltatable(path):
+        return sizes
     table = DeltaTable(path)
     for file in table.file_uris():
         metadata = pq.ParquetFile(file).metadata
@@ -208,7 +210,8 @@ def _stored_bytes(path: str) -> dict[str, int]:
             for column in range(row_group.num_columns):
                 chunk = row_group.column(column)
                 name = chunk.path_in_schema.split(".")[0]
-                kind = "users" if name in USER_LISTS else "sketches" if name in SKETCHES else "rest"
+                listed = name in USER_LISTS or name in USER_BITMAPS
+                kind = "users" if listed else "sketches" if name in SKETCHES else "rest"
                 sizes[kind] += chunk.total_compressed_size
                 sizes["total"] += chunk.total_compressed_size
     return sizes
@@ -264,6 +267,8 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     # Reach: what the user lists and sketches cost in time (version 1 without them, twice, in
     # the same process) and in storage (the day's files, per column, with and without).
     stored = _stored_bytes(lake.table("batch/ctr"))
+    stored_hours = _stored_bytes(lake.table("batch/ctr_hours"))
+    stored_dictionary = _stored_bytes(lake.table("batch/users"))
     unreached = [_spark_run(spark, lake, interval, attempt, reach=False) for attempt in (1, 2)]
     plain_seconds = min(r[0] for r in unreached)
     stored_plain = _stored_bytes(lake.table("batch/ctr"))
@@ -300,6 +305,8 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         "without_reach_ratio": round(plain_seconds / duck_seconds, 2),
         "stored_bytes": stored,
         "stored_bytes_without_reach": stored_plain,
+        "stored_bytes_hours": stored_hours,
+        "stored_bytes_dictionary": stored_dictionary,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
     }
     print(
@@ -327,6 +334,12 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         f"bench batch: batch/ctr for the day: {stored['total'] / mib:.1f} MiB with reach "
         f"(user lists {stored['users'] / mib:.1f} MiB, sketches {stored['sketches'] / mib:.1f} MiB,"
         f" the rest {stored['rest'] / mib:.1f} MiB), {stored_plain['total'] / mib:.1f} MiB without"
+    )
+    print(
+        f"bench batch: batch/ctr_hours for the day: {stored_hours['total'] / mib:.1f} MiB "
+        f"(bitmaps {stored_hours['users'] / mib:.1f} MiB, sketches "
+        f"{stored_hours['sketches'] / mib:.1f} MiB); the user dictionary (batch/users) "
+        f"{stored_dictionary['total'] / mib:.1f} MiB"
     )
     print("bench batch: the view's parts, each run alone to completion (nothing written):")
     for part, seconds in parts.items():
