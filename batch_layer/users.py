@@ -12,8 +12,8 @@ dictionary has not got yet.
 - The tasks number their users in the order of their ids and write the files; the driver
   commits their descriptions, on the dictionary's version it numbered from, with the
   application id :data:`APP_ID`. Two runs that both add users at once conflict on that id
-  (delta-rs refuses the later commit), and the batch job reruns the later one, which numbers
-  on top of the first. One user, one number: exact by construction, no hash.
+  (delta-rs refuses the later commit), and the later one numbers again on top of the first.
+  One user, one number: exact by construction, no hash.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from lake import view_files
 from lake.catalog import BATCH_USERS
 from lake.data_files import FILES_SCHEMA, DataFile, write_files
 from lake.settings import LakeSettings
+from runtime.connectors import is_commit_conflict
 from runtime.object_store import ObjectStoreSettings
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 # The application id every commit of new users carries (see the module's docstring).
 APP_ID: Final = "ctr-batch-users"
+# Numberings a run tries before its conflict goes to the batch job (which reruns the run).
+NUMBERING_ATTEMPTS: Final = 8
 _PARTITION: Final = "_task"
 
 
@@ -55,9 +58,28 @@ def number_users(
     on_step: Callable[[str], None] = lambda step: None,
 ) -> Dictionary:
     """Number the ids of ``user_ids`` (a ``user_id`` column; nulls and empty ids are not users)
-    the dictionary has not got, commit them, and return the dictionary with them. Raises
-    delta-rs' ``CommitFailedError`` when a concurrent run added users first (the batch job
-    reruns)."""
+    the dictionary has not got, commit them, and return the dictionary with them.
+
+    A concurrent run that added users first makes the commit conflict: this numbering alone is
+    done again on the newer dictionary (nothing else of the run depends on it yet), up to
+    :data:`NUMBERING_ATTEMPTS` times, so parallel backfills do not rerun whole runs for it."""
+    for attempt in range(1, NUMBERING_ATTEMPTS + 1):
+        try:
+            return _number_once(spark, lake, user_ids, on_step=on_step)
+        except Exception as exc:
+            if not is_commit_conflict(exc) or attempt == NUMBERING_ATTEMPTS:
+                raise
+            on_step("a concurrent run numbered users first; numbering again")
+    raise AssertionError("unreachable")
+
+
+def _number_once(
+    spark: SparkSession,
+    lake: LakeSettings,
+    user_ids: DataFrame,
+    *,
+    on_step: Callable[[str], None],
+) -> Dictionary:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 

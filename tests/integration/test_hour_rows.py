@@ -22,6 +22,7 @@ from pyroaring import BitMap
 from pyspark.sql import SparkSession
 
 from batch_layer import job as batch_job
+from batch_layer import users as users_module
 from batch_layer.interval import Interval
 from batch_layer.job import run
 from batch_layer.users import commit as commit_users
@@ -31,7 +32,7 @@ from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake import view_files
 from lake.arrivals import arrivals_table
 from lake.catalog import BATCH_USERS, MASTER_EVENTS, hours_table
-from lake.data_files import write_files
+from lake.data_files import DataFile, write_files
 from lake.settings import LakeSettings
 from runtime.connectors import is_commit_conflict
 from serving_layer.query import CtrQuery
@@ -328,3 +329,38 @@ def test_two_runs_numbering_users_at_once_conflict(tmp_path: Path) -> None:
     reopened = view_files.open_table(path, lake.object_store, BATCH_USERS.schema)
     files, top = dictionary_files(reopened)
     assert (len(files), top) == (1, 2)
+
+
+def test_a_numbering_overtaken_by_a_concurrent_run_numbers_again_on_top_of_it(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake = LakeSettings(lake_root=str(tmp_path / "lake"))
+    path = BATCH_USERS.path(lake)
+    real_commit = users_module.commit
+    overtaken: list[int] = []
+
+    def overtaking(table: DeltaTable, files: list[DataFile], *, version: int) -> None:
+        if not overtaken:
+            # Another run commits its own new users first, on the same dictionary version.
+            other = view_files.open_table(path, lake.object_store, BATCH_USERS.schema)
+            _, top = dictionary_files(other)
+            rows = pa.table({"user_id": ["u-other"], "user_no": pa.array([top + 1], pa.int32())})
+            theirs = write_files(BATCH_USERS.name, path, lake.object_store, rows)
+            real_commit(other, theirs, version=top + 1)
+            overtaken.append(version)
+        real_commit(table, files, version=version)
+
+    monkeypatch.setattr(users_module, "commit", overtaking)
+    steps: list[str] = []
+    ids = spark.createDataFrame([(f"u-{n}",) for n in range(50)] + [("u-other",)], "user_id string")
+    numbered = users_module.number_users(spark, lake, ids, on_step=steps.append)
+    assert overtaken == [51]  # the first numbering, overtaken
+    assert any("numbering again" in s for s in steps)
+    assert numbered.added == 50  # u-other was numbered by the other run
+    table = DeltaTable(path).to_pyarrow_table()
+    assert sorted(table["user_no"].to_pylist()) == list(range(1, 52))
+    assert sorted(table["user_id"].to_pylist()) == sorted(
+        [f"u-{n}" for n in range(50)] + ["u-other"]
+    )
+    rows = {r["user_id"]: r["user_no"] for r in numbered.users.collect()}
+    assert rows["u-other"] == 1
