@@ -41,11 +41,9 @@ from deltalake import write_deltalake
 
 from bench.serving_in_process import REACH_QUERIES
 from bench.serving_lake import END, build_lake
-from lake.catalog import SPEED_CTR, batch_table, hours_table
+from lake.catalog import batch_table
 from lake.duckdb_delta import delta_duckdb
 from lake.settings import LakeSettings
-from serving_layer.ctr_sql import reach_sql
-from serving_layer.hour_rows import subtract
 from serving_layer.query import CtrQuery
 from serving_layer.reader import SnapshotReader
 from serving_layer.service import ServingLayer
@@ -118,35 +116,20 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
         "without_ms": _best(lambda: serving.ctr(query, snap)),
         "with_ms": _best(lambda: serving.ctr(dataclasses.replace(query, reach=True), snap)),
     }
-    sides = reader.version_sides
-    batch = sides.reach(snap[batch_table(view)], None)
-    speed = sides.reach(snap[SPEED_CTR], view.where)
     within = reader.coverage(snap, view).within(query.start, query.end)
     exact = query.whole_buckets(within)  # the parts ServingLayer.ctr counts exactly
     # As ServingLayer.reach goes: the hours whose hour rows stand in for their minutes, the
     # buckets counted from their bitmaps, the rest counted from the minute rows' lists, and
     # the estimated buckets' sketches.
     figures["hour_check_ms"] = _best(lambda: serving.hours_used(query, snap, view))
-    used = serving.hours_used(query, snap, view)
-    by_bitmaps = query.whole_buckets(used) if used else []
-    hours_base = reader.relation_name(snap[hours_table(view)])
+    plan = serving.reach_plan(query, snap, view, exact)
     figures["bitmaps_ms"] = (
-        _best(lambda: serving.bitmap_counts(query, hours_base, by_bitmaps)) if by_bitmaps else 0.0
+        _best(lambda: serving.bitmap_counts(query, plan.hours, plan.by_bitmaps))
+        if plan.by_bitmaps
+        else 0.0
     )
-    hour_rows = (
-        f"(SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, clicks, run_id, "
-        f"reach_sketch, clicker_sketch FROM {hours_base})"
-    )
-    statements = reach_sql(
-        query,
-        batch=batch,
-        speed=speed,
-        covered=reader.covered_relation(snap, view),
-        intervals=within,
-        exact=exact,
-        counted=subtract(exact, by_bitmaps),
-        hours=(hour_rows, used) if used else None,
-    )
+    statements = plan.statements
+    used = plan.used
     counted = statements.counted
     figures["counted_ms"] = _best(lambda: reader.fetch_all(*counted)) if counted else 0.0
     figures["sketched_ms"] = _best(lambda: reader.fetch_all(*statements.sketched))
@@ -183,7 +166,9 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
     figures["sketches_used"] = sum(len(s) for s in unioned)
     figures["rows"] = len(answer.rows)
     figures["exact_rows"] = sum(1 for r in answer.rows if r.reach.exact)
-    figures.update(_read_counts(reader, batch, query))
+    figures.update(
+        _read_counts(reader, reader.version_sides.reach(snap[batch_table(view)], None), query)
+    )
     return figures
 
 

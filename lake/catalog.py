@@ -268,7 +268,7 @@ BATCH_USERS: Final = Table(
     pa.schema([("user_id", pa.string()), ("user_no", pa.int32())]),
     "users",
     writers=(
-        "batch runs (appends of the users they number; two at once conflict, one reruns)",
+        "batch runs (appends of the users they number; two at once conflict, one numbers again)",
         "ctr_maintenance (compaction, VACUUM)",
     ),
 )

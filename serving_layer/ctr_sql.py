@@ -16,7 +16,7 @@ from typing import Final, NamedTuple
 from lake.coverage.model import in_intervals_sql
 from serving_layer.merge_rule import Sides, merge_rule
 from serving_layer.query import CtrQuery
-from views.columns import DIMENSIONS
+from views.columns import DIMENSIONS, SKETCHES
 from views.columns import MEASURES as COUNTS
 
 # Up to this many covered intervals in a query's range become a range predicate (fast, pushed
@@ -150,7 +150,7 @@ def reach_sql(  # noqa: PLR0913 - keyword-only relations and parts of one query
     ``counted``, when given, narrows the exact count further (the rest of ``exact`` is counted
     from hour rows' bitmaps: :func:`bitmap_sql`); empty, there is no ``counted`` SELECT (None).
 
-    ``hours``: a relation of hour rows (as ``batch`` has them) and the whole hours where they
+    ``hours``: the relation of the view's hour rows and the whole hours where they
     stand in for the batch minute rows (:mod:`serving_layer.hour_rows`): ``sketched`` then
     unions an hour's sketch instead of its 60 minutes' (the same estimate: the registers are
     the same, :func:`views.sketches.estimate`).
@@ -168,9 +168,11 @@ def reach_sql(  # noqa: PLR0913 - keyword-only relations and parts of one query
     if hours is not None:
         relation, used = hours
         in_hours = _bounded("bucket_start", "hours", used, params)
+        # An hour row as the sketch union reads a batch row: its key, counts and sketches.
+        hour_rows = ", ".join(["bucket_start", *DIMENSIONS, "impressions", "clicks", *SKETCHES])
         sketch_batch = (
             f"(SELECT * FROM {batch} WHERE NOT {in_hours} "
-            f"UNION ALL BY NAME SELECT * FROM {relation} WHERE {in_hours})"
+            f"UNION ALL BY NAME SELECT {hour_rows} FROM {relation} WHERE {in_hours})"
         )
     if counted is not None:
         counted_where = [*where, _bounded("t.bucket_start", "counted", counted, params)]

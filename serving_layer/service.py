@@ -25,6 +25,7 @@ from lake.coverage.model import Source, source_of
 from runtime.times import from_micros
 from serving_layer.ctr_sql import (
     MAX_PREDICATE_INTERVALS,
+    ReachStatements,
     bitmap_sql,
     ctr_sql,
     hour_check_sql,
@@ -38,8 +39,16 @@ from serving_layer.reader import SnapshotReader
 from serving_layer.snapshots import LakeSnapshot
 from serving_layer.wilson import wilson_interval
 from views import bitmaps
-from views.columns import DIMENSIONS, SKETCHES
 from views.definitions import Definition
+
+
+class ReachPlan(NamedTuple):
+    """How :meth:`ServingLayer.reach` answers a query (:meth:`ServingLayer.reach_plan`)."""
+
+    statements: ReachStatements
+    hours: str  # the relation of the view's hour rows
+    used: list[tuple[dt.datetime, dt.datetime]]  # the hours whose hour rows stand in
+    by_bitmaps: list[tuple[dt.datetime, dt.datetime]]  # the buckets counted from bitmaps
 
 
 @dataclass(frozen=True)
@@ -181,30 +190,14 @@ class ServingLayer:
         there, no user counted elsewhere). Where the batch layer's hour rows stand in for their
         minutes (:mod:`serving_layer.hour_rows`), a bucket made of such hours is counted from
         their bitmaps and an estimate unions their sketches."""
-        sides = self.reader.version_sides
-        hours_base = self.reader.relation_name(snapshot[hours_table(view)])
-        used = self.hours_used(query, snapshot, view)
-        by_bitmaps = query.whole_buckets(used) if used and exact is not None else []
-        hour_rows = (
-            f"(SELECT bucket_start, {', '.join(DIMENSIONS)}, impressions, clicks, run_id, "
-            f"{', '.join(SKETCHES)} FROM {hours_base})"
-        )
-        sketched, counted = reach_sql(
-            query,
-            batch=sides.reach(snapshot[batch_table(view)], None),
-            speed=sides.reach(snapshot[SPEED_CTR], view.where),
-            covered=self.reader.covered_relation(snapshot, view),
-            intervals=self._covered_within(query, snapshot, view),
-            exact=exact,
-            counted=subtract(exact, by_bitmaps) if exact is not None else None,
-            hours=(hour_rows, used) if used else None,
-        )
+        plan = self.reach_plan(query, snapshot, view, exact)
+        sketched, counted = plan.statements
         keys = ["bucket_us", *query.group_by]
         counts: dict[tuple[object, ...], tuple[Any, ...]] = {}
         if counted is not None:
             counts = dict(_keyed(*self.reader.fetch_all(*counted), keys, _COUNTED))
-        if by_bitmaps:
-            counts.update(self.bitmap_counts(query, hours_base, by_bitmaps))
+        if plan.by_bitmaps:
+            counts.update(self.bitmap_counts(query, plan.hours, plan.by_bitmaps))
         found = {
             key: ReachFound(*counts.get(key, (0, 0))[:2], *values)
             for key, values in _keyed(*self.reader.fetch_all(*sketched), keys, _SKETCHED)
@@ -218,6 +211,31 @@ class ServingLayer:
                 return self.reach(query, snapshot, view)
             found.setdefault(key, ReachFound(users, clickers, True, [], [], 0))
         return found
+
+    def reach_plan(
+        self,
+        query: CtrQuery,
+        snapshot: LakeSnapshot,
+        view: Definition,
+        exact: Sequence[tuple[dt.datetime, dt.datetime]] | None,
+    ) -> ReachPlan:
+        """How :meth:`reach` answers ``query``: the hours whose hour rows stand in for their
+        minutes, the buckets counted from their bitmaps, and the SELECTs of the rest."""
+        sides = self.reader.version_sides
+        hours = self.reader.relation_name(snapshot[hours_table(view)])
+        used = self.hours_used(query, snapshot, view)
+        by_bitmaps = query.whole_buckets(used) if used and exact is not None else []
+        statements = reach_sql(
+            query,
+            batch=sides.reach(snapshot[batch_table(view)], None),
+            speed=sides.reach(snapshot[SPEED_CTR], view.where),
+            covered=self.reader.covered_relation(snapshot, view),
+            intervals=self._covered_within(query, snapshot, view),
+            exact=exact,
+            counted=subtract(exact, by_bitmaps) if exact is not None else None,
+            hours=(hours, used) if used else None,
+        )
+        return ReachPlan(statements, hours, used, by_bitmaps)
 
     def hours_used(
         self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
