@@ -8,13 +8,13 @@ the union of the hours' sketches (each the union of its minutes'). It uses an ho
 while every minute row of that hour is the same run's (:mod:`serving_layer.hour_rows`), so a run
 stopped between its two commits is never half-served.
 
-Made from the run's own minute rows, read back by Spark's tasks (the drift reads them too):
-
-- the users of each minute row's lists, numbered through the dictionary (a join in the tasks),
-  and gathered per hour and combination into a bitmap;
-- the minute rows' counts summed and their sketches unioned (``hll_union_agg``);
-- written by the tasks, committed by the driver (:func:`lake.view_files.replace_interval`: the
-  hours the run touches are replaced, so an hour it covered only in part keeps no hour row).
+Made from the run's own minute rows, read back by Spark's tasks (the drift reads them too), in
+one aggregation per hour and combination: the minute rows' counts summed, their lists of user
+numbers (:data:`views.columns.USER_NUMBERS`, numbered by the run before the view:
+:func:`batch_layer.job.compute_view`) gathered into a bitmap, their sketches unioned
+(``hll_union_agg``). Written by the tasks, committed by the driver
+(:func:`lake.view_files.replace_interval`: the hours the run touches are replaced, so an hour
+it covered only in part keeps no hour row).
 """
 
 from __future__ import annotations
@@ -27,16 +27,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import pyarrow as pa
 
 from batch_layer.interval import Interval
-from batch_layer.users import number_users
 from lake import view_files
 from lake.catalog import hours_table
 from lake.settings import LakeSettings
 from views import bitmaps
-from views.columns import DIMENSIONS, SKETCHES, USER_BITMAPS, USER_LISTS
+from views.columns import DIMENSIONS, SKETCHES, USER_BITMAPS, USER_NUMBERS
 from views.definitions import Definition
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 _HOUR = dt.timedelta(hours=1)
 
@@ -45,7 +44,6 @@ class HoursWritten(NamedTuple):
     committed: bool  # False: nothing to write, or the run's hour rows were committed before
     hours: int  # whole hours the run covered
     rows: int
-    users_added: int  # to the dictionary
 
 
 def whole_hours(interval: Interval) -> Interval | None:
@@ -75,7 +73,7 @@ def write_hours(  # noqa: PLR0913 - keyword-only options of one write
     on_step: Callable[[str], None] = lambda step: None,
 ) -> HoursWritten:
     """Write the hour rows of the run ``run_id`` over ``interval`` from ``minutes``, its own
-    minute rows (with user lists: a run that measured reach)."""
+    minute rows (with user numbers: a run that measured reach)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -84,47 +82,27 @@ def write_hours(  # noqa: PLR0913 - keyword-only options of one write
     whole = whole_hours(interval)
     existing = view_files.open_table(path, lake.object_store, table.schema)
     if existing.transaction_version(run_id) is not None:
-        return HoursWritten(False, 0, 0, 0)
-    key: list[Column | str] = [F.date_trunc("hour", "bucket_start").alias("bucket_start")]
-    key += DIMENSIONS
-    users_added = 0
+        return HoursWritten(False, 0, 0)
     if whole is None:
         rows = spark.createDataFrame([], table.spark_schema())
     else:
-        inside = minutes.where(whole.sql_predicate("bucket_start"))
-        seen, clicked = USER_LISTS
-        pairs = inside.select(*key, F.explode(seen).alias("user_id"), F.lit(False).alias("c"))
-        pairs = pairs.unionByName(
-            inside.select(*key, F.explode(clicked).alias("user_id"), F.lit(True).alias("c"))
-        )
-        dictionary = number_users(spark, lake, pairs, on_step=on_step)
-        users_added = dictionary.added
-        names = ["bucket_start", *DIMENSIONS]
-        numbered = (
-            pairs.join(dictionary.users, "user_id")
-            .groupBy(*names)
+        gathered = (
+            minutes.where(whole.sql_predicate("bucket_start"))
+            .groupBy(F.date_trunc("hour", "bucket_start").alias("bucket_start"), *DIMENSIONS)
             .agg(
-                F.collect_list(F.when(~F.col("c"), F.col("user_no"))).alias(USER_BITMAPS[0]),
-                F.collect_list(F.when(F.col("c"), F.col("user_no"))).alias(USER_BITMAPS[1]),
+                F.sum("impressions").alias("impressions"),
+                F.sum("clicks").alias("clicks"),
+                F.lit(run_id).alias("run_id"),
+                *(
+                    F.flatten(F.collect_list(numbers)).alias(bitmap)
+                    for numbers, bitmap in zip(USER_NUMBERS, USER_BITMAPS, strict=True)
+                ),
+                *(F.hll_union_agg(name).alias(name) for name in SKETCHES),
             )
         )
-        as_bitmaps = numbered.mapInArrow(
+        rows = gathered.mapInArrow(
             functools.partial(bitmaps.bitmap_batches, columns=USER_BITMAPS),
-            from_arrow_schema(pa.schema([table.schema.field(n) for n in (*names, *USER_BITMAPS)])),
-        )
-        summed = inside.groupBy(*key).agg(
-            F.sum("impressions").alias("impressions"),
-            F.sum("clicks").alias("clicks"),
-            *(F.hll_union_agg(name).alias(name) for name in SKETCHES),
-        )
-        empty = F.lit(bitmaps.EMPTY)
-        rows = summed.join(as_bitmaps, names, "left").select(
-            *names,
-            "impressions",
-            "clicks",
-            F.lit(run_id).alias("run_id"),
-            *(F.coalesce(F.col(n), empty).alias(n) for n in USER_BITMAPS),
-            *SKETCHES,
+            from_arrow_schema(pa.schema([table.schema.field(n) for n in table.schema.names])),
         )
     on_step(f"writing the hour rows of {whole or 'no whole hour'} to {table.name}")
     replaced = view_files.replace_interval(
@@ -140,7 +118,7 @@ def write_hours(  # noqa: PLR0913 - keyword-only options of one write
         properties=lake.retention(table.name),
     )
     hours = int((whole.end - whole.start) / _HOUR) if whole else 0
-    return HoursWritten(replaced.committed, hours, replaced.rows, users_added)
+    return HoursWritten(replaced.committed, hours, replaced.rows)
 
 
 def _floor(moment: dt.datetime) -> dt.datetime:

@@ -25,6 +25,7 @@ from batch_layer.drift import record_drift
 from batch_layer.errors import BatchError
 from batch_layer.hours import write_hours
 from batch_layer.interval import Interval
+from batch_layer.users import number_users
 from events.records import EVENTS_SCHEMA
 from lake import view_files
 from lake.arrivals import forget_counted, forget_settled
@@ -124,9 +125,10 @@ class ComputedView(NamedTuple):
     version: int  # of master/events (or the replay's input version)
     run_id: str
     input_bytes: int  # of the events read (lake.view_files.write_tasks)
+    users_added: int  # to the user dictionary (batch_layer.users), for reach
 
 
-def compute_view(
+def compute_view(  # noqa: PLR0913 - keyword-only options of one computation
     spark: SparkSession,
     interval: Interval,
     *,
@@ -135,13 +137,18 @@ def compute_view(
     run_id: str | None = None,
     replay: Replay | None = None,
     reach: bool = True,
+    on_step: Callable[[str], None] = lambda step: None,
 ) -> ComputedView:
     """The exact rows of ``definition`` for ``interval`` from master/events at its current
     version (or from a ``replay``): rows with ``run_id``, the master/events version they
     hold, the run id, and the bytes of events they are computed from. Same interval,
     definition and input version -> same run id, so a rerun writes identical rows.
     ``reach``: with who each row reached (:func:`views.ctr.reach_columns`; without, the view
-    leaves those columns out and the write stores them null: the benchmark's comparison)."""
+    leaves those columns out and the write stores them null: the benchmark's comparison). Its
+    users are numbered first: the interval's users the dictionary has not got are added to it
+    (a commit of ``batch/users``, :mod:`batch_layer.users`), and each event joined to its
+    user's number (Spark's planner broadcasts the dictionary while it is small, and
+    sort-merges once it is not)."""
     from pyspark.sql import functions as F
 
     path = replay.events if replay else MASTER_EVENTS.path(lake)
@@ -164,13 +171,20 @@ def compute_view(
     if definition.where:
         events = events.where(definition.where)
     deduplicated = deduplicate(events, partitions)
+    users_added = 0
+    if reach:
+        dictionary = number_users(spark, lake, events.select("user_id"), on_step=on_step)
+        users_added = dictionary.added
+        deduplicated = deduplicated.join(dictionary.users, "user_id", "left")
     if window is None:
         view = ctr(deduplicated, reach=reach)
     else:
         view = attributed_ctr(deduplicated, window, reach=reach).where(
             interval.sql_predicate("bucket_start")
         )
-    return ComputedView(view.withColumn("run_id", F.lit(run_id)), version, run_id, input_bytes)
+    return ComputedView(
+        view.withColumn("run_id", F.lit(run_id)), version, run_id, input_bytes, users_added
+    )
 
 
 class IntervalEvents(NamedTuple):
@@ -258,7 +272,7 @@ class BatchJob:
         from pyspark.sql import functions as F
 
         spark, lake, on_step = self.spark, self.lake, self.on_step
-        view, version, run_id, input_bytes = compute_view(
+        view, version, run_id, input_bytes, users_added = compute_view(
             spark,
             interval,
             lake=lake,
@@ -266,6 +280,7 @@ class BatchJob:
             run_id=run_id,
             replay=replay,
             reach=reach,
+            on_step=on_step,
         )
         target = batch_table(definition)
         source = "the replayed log" if replay else f"master/events v{version}"
@@ -316,7 +331,7 @@ class BatchJob:
             if hours.committed:
                 on_step(
                     f"wrote {hours.rows:,} hour rows for {hours.hours:,} whole hour(s) "
-                    f"({hours.users_added:,} new users numbered)"
+                    f"({users_added:,} new users numbered)"
                 )
         minutes = record_drift(
             spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()

@@ -32,7 +32,10 @@ def preview(
     recompute from master/events at its current version (side b)."""
     from pyspark.sql import functions as F
 
-    after, version, _, _ = compute_view(spark, interval, lake=lake, definition=definition)
+    # Counts only: no reach (which would number the interval's users into the dictionary).
+    after, version, *_ = compute_view(
+        spark, interval, lake=lake, definition=definition, reach=False
+    )
     path = batch_table(definition).path(lake)
     keys = ["bucket_start", *DIMENSIONS]
     if is_delta(path, lake.object_store):

@@ -3,7 +3,7 @@ time goes.
 
 The serving benchmark's lake (:mod:`bench.serving_lake`: 24 h x 300 dimension combinations,
 17M impressions a day from an audience of 1M users; batch/ctr covered for the first 22 h with
-user lists and sketches, speed/ctr with sketches for the rest), and beside it an events table
+lists of the users' numbers and sketches, and hour rows, speed/ctr with sketches for the rest), and beside it an events table
 with the same impressions and clicks, one row per event and the user it was drawn for: the
 reference, DuckDB's exact ``count(DISTINCT user_id)`` scanning it (delta_scan, as it would
 scan master/events).
@@ -14,7 +14,7 @@ of 3 runs of each figure:
 - the parts of reach: the CTR SQL (the answer without reach), the exact distinct count over the
   batch rows' user lists where buckets are wholly covered (``counted``), the fetch of the other
   rows' sketches (``sketched``), the sketches' unions in Python, and the rest;
-- what reach reads: the rows, the user ids unnested, the sketches unioned and their bytes, and
+- what reach reads: the rows, the users listed, the sketches unioned and their bytes, and
   how many of them the answer used (exact buckets use the counts, the others the sketches);
 - the reference scan.
 
@@ -83,14 +83,11 @@ def main(events: int | None = None) -> dict[str, object]:
                 functools.partial(_scan, con, events_path, query)
             )
         event_rows = con.execute(f"SELECT count(*) FROM delta_scan('{events_path}')").fetchone()
-        print("bench reach: what-ifs: the exact count over other shapes of lists ...", flush=True)
-        shapes = what_ifs(str(lake.table("batch/ctr")))
     result = {
         "machine": {"cpus": _cpus(), "python": platform.python_version()},
         "lake_rows": rows,
         "event_rows": event_rows[0] if event_rows else 0,
         "queries": figures,
-        "what_ifs": shapes,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "reach.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -173,10 +170,12 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
 
 
 def _read_counts(reader: SnapshotReader, batch: str, query: CtrQuery) -> dict[str, int]:
-    """The batch rows in ``query``'s range and the user ids their lists hold (what ``counted``
-    unnests)."""
+    """The batch rows in ``query``'s range and the users their lists hold (numbers, or ids in
+    rows written before the dictionary: what ``counted`` gathers)."""
     sql = f"""
-        SELECT count(*), coalesce(sum(len(users)), 0) + coalesce(sum(len(clickers)), 0)
+        SELECT count(*),
+               coalesce(sum(len(coalesce(user_nos, users))), 0)
+               + coalesce(sum(len(coalesce(clicker_nos, clickers))), 0)
         FROM {batch} t WHERE t.bucket_start >= $start AND t.bucket_start < $end
     """
     _, [(rows, ids)] = reader.fetch_all(sql, {"start": query.start, "end": query.end})
@@ -263,104 +262,3 @@ def _print(result: dict[str, Any]) -> None:
             f"({f['sketch_bytes_fetched'] / 2**20:.0f} MiB), {f['sketches_used']:,} used; "
             f"{f['exact_rows']}/{f['rows']} rows exact; {f['hours_used']} hour(s) from hour rows"
         )
-    shapes = result["what_ifs"]
-    print(
-        f"what-ifs, the covered hours' exact reach ({shapes['rows']['minute_rows']:,} minute "
-        f"rows, {shapes['rows']['hour_rows']:,} hour rows, {shapes['rows']['users']:,} users), ms:"
-    )
-    for shape in ("the day per hour", "the day's total"):
-        kinds = ["strings", "integers", "hourly", *(["roaring"] if "roaring" in shapes else [])]
-        values = [
-            shapes[kind][shape] if kind == "roaring" else shapes[shape][kind] for kind in kinds
-        ]
-        print(
-            f"  {shape}: " + ", ".join(f"{k} {v:.0f}" for k, v in zip(kinds, values, strict=True))
-        )
-
-
-def what_ifs(batch_path: str) -> dict[str, dict[str, float]]:
-    """Where the exact count's time could go instead: the exact reach of the day per hour and of
-    the day (the covered hours' batch rows), as DuckDB's distinct count over the user lists in
-    memory: as stored (strings), as dense integers (a dictionary of the users), and as integers
-    rolled up per hour and combination (a time hierarchy); and, with pyroaring installed, as
-    a Roaring bitmap per hour and combination unioned. ms, the better of REPEATS."""
-    con = delta_duckdb()
-    dims = ", ".join(DIMENSIONS)
-    con.execute(
-        f"CREATE TABLE strings AS SELECT row_number() OVER () AS rid, bucket_start, {dims}, "
-        f"users FROM delta_scan('{batch_path}')"
-    )
-    con.execute(
-        "CREATE TABLE dictionary AS SELECT u AS user_id, (row_number() OVER ())::INTEGER AS "
-        "user_no FROM (SELECT DISTINCT unnest(users) AS u FROM strings)"
-    )
-    con.execute(
-        """CREATE TABLE integers AS
-            SELECT any_value(bucket_start) AS bucket_start, list(user_no) AS users
-            FROM (SELECT rid, bucket_start, unnest(users) AS u FROM strings) r
-            JOIN dictionary d ON r.u = d.user_id GROUP BY rid"""
-    )
-    con.execute(
-        f"""CREATE TABLE hourly AS
-            SELECT date_trunc('hour', bucket_start) AS bucket_start, {dims},
-                   list(DISTINCT user_no ORDER BY user_no) AS users
-            FROM (SELECT bucket_start, {dims}, unnest(users) AS u FROM strings) r
-            JOIN dictionary d ON r.u = d.user_id GROUP BY ALL"""
-    )
-    per_hour = (
-        "SELECT epoch_us(bucket_start) // 3600000000 AS h, count(DISTINCT u) FROM "
-        "(SELECT bucket_start, unnest(users) AS u FROM {t}) GROUP BY h"
-    )
-    total = "SELECT count(DISTINCT u) FROM (SELECT unnest(users) AS u FROM {t})"
-    figures: dict[str, dict[str, float]] = {}
-    for shape, sql in (("the day per hour", per_hour), ("the day's total", total)):
-        figures[shape] = {
-            table: _best(functools.partial(_fetch, con, sql.format(t=table)))
-            for table in ("strings", "integers", "hourly")
-        }
-    counts = con.execute(
-        "SELECT (SELECT count(*) FROM strings), (SELECT count(*) FROM hourly), "
-        "(SELECT count(*) FROM dictionary)"
-    ).fetchone()
-    figures["rows"] = dict(zip(("minute_rows", "hour_rows", "users"), counts or (), strict=True))
-    figures.update(_roaring(con))
-    con.close()
-    return figures
-
-
-def _fetch(con: Any, sql: str) -> object:
-    return con.execute(sql).fetchall()
-
-
-def _roaring(con: Any) -> dict[str, dict[str, float]]:
-    """The same two counts from a Roaring bitmap per hourly row (serialized, as a column would
-    hold it): deserialized and unioned per hour, and all of them."""
-    try:
-        from pyroaring import BitMap
-    except ImportError:
-        print("bench reach: pyroaring is not installed: no bitmap figures", flush=True)
-        return {}
-    rows = con.execute(
-        "SELECT epoch_us(bucket_start) // 3600000000 AS h, users FROM hourly"
-    ).fetch_arrow_table()
-    hours = rows["h"].to_numpy()
-    stored = [BitMap(u).serialize() for u in rows["users"].to_pylist()]
-
-    def per_hour() -> dict[int, int]:
-        grouped: dict[int, list[bytes]] = {}
-        for hour, data in zip(hours.tolist(), stored, strict=True):
-            grouped.setdefault(hour, []).append(data)
-        return {
-            h: len(BitMap.union(*(BitMap.deserialize(d) for d in ds))) for h, ds in grouped.items()
-        }
-
-    def total() -> int:
-        return len(BitMap.union(*(BitMap.deserialize(d) for d in stored)))
-
-    return {
-        "roaring": {
-            "the day per hour": _best(per_hour),
-            "the day's total": _best(total),
-            "bytes": float(sum(len(d) for d in stored)),
-        }
-    }

@@ -20,7 +20,7 @@ from deltalake import write_deltalake
 
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
-from views.columns import DIMENSIONS
+from views.columns import DIMENSIONS, USER_LISTS
 
 END = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.UTC)
 HOURS = 24
@@ -69,24 +69,30 @@ USERS = 1_000_000  # the lake's audience: each impression's user drawn from it
 
 def with_reach(table: pa.Table, seed: int, *, lists: bool) -> pa.Table:
     """``table``'s rows with who they reached, as the layers write it: a user per impression
-    and per click drawn from :data:`USERS` (so rows share users), as sketches, and as sorted
-    distinct lists when ``lists`` (batch rows)."""
+    and per click drawn from :data:`USERS` (so rows share users), as sketches, and when
+    ``lists`` (batch rows) as sorted lists of the users' numbers (``user-N`` is number N + 1,
+    as a dictionary would number them) and of their ids (what :func:`build_lake`'s
+    ``on_rows`` is given; the batch layer stores numbers only)."""
     from views import sketches
-    from views.columns import SKETCHES, USER_LISTS
+    from views.columns import SKETCHES, USER_LISTS, USER_NUMBERS
 
     rng = np.random.default_rng(seed)
-    for counts, list_name, sketch_name in zip(
-        ("impressions", "clicks"), USER_LISTS, SKETCHES, strict=True
+    for counts, list_name, sketch_name, numbers_name in zip(
+        ("impressions", "clicks"), USER_LISTS, SKETCHES, USER_NUMBERS, strict=True
     ):
         n = table[counts].to_numpy()
         offsets = np.concatenate([[0], np.cumsum(n)])
-        users = np.char.add("user-", rng.integers(0, USERS, int(offsets[-1])).astype(str))
-        per_row = [np.unique(users[offsets[i] : offsets[i + 1]]).tolist() for i in range(len(n))]
+        drawn = rng.integers(0, USERS, int(offsets[-1]))
+        numbers = [np.unique(drawn[offsets[i] : offsets[i + 1]]) for i in range(len(n))]
+        per_row = [np.char.add("user-", u.astype(str)).tolist() for u in numbers]
         table = table.append_column(
             sketch_name, pa.array([sketches.sketch(u) for u in per_row], pa.binary())
         )
         if lists:
             table = table.append_column(list_name, pa.array(per_row, pa.list_(pa.string())))
+            table = table.append_column(
+                numbers_name, pa.array([(u + 1).tolist() for u in numbers], pa.list_(pa.int32()))
+            )
     return table
 
 
@@ -111,9 +117,13 @@ def build_lake(
             on_rows(table)
         table = table.append_column("run_id", pa.array([run_id] * len(table)))
         batch_schema = SCHEMAS["batch/ctr"]
+        stored = table
+        for name in USER_LISTS:  # ids: only rows written before the dictionary have them
+            index = stored.schema.get_field_index(name)
+            stored = stored.set_column(index, name, pa.nulls(len(stored), pa.list_(pa.string())))
         write_deltalake(
             lake.table("batch/ctr"),
-            table.select(batch_schema.names).cast(batch_schema),
+            stored.select(batch_schema.names).cast(batch_schema),
             mode="append",
         )
         coverage = pa.Table.from_pylist(
@@ -156,10 +166,9 @@ def build_lake(
 def hour_rows(table: pa.Table, combinations: int) -> pa.Table:
     """The batch layer's hour rows (batch_layer.hours) of ``table``, an hour's minute rows
     (minute by minute, every combination in the same order): per combination, the counts
-    summed, bitmaps of the users' numbers (``user-N`` is number N + 1, as a dictionary would
-    number them) and the minutes' sketches unioned."""
+    summed, bitmaps of the users' numbers and the minutes' sketches unioned."""
     from views import bitmaps, sketches
-    from views.columns import SKETCHES, USER_BITMAPS, USER_LISTS
+    from views.columns import SKETCHES, USER_BITMAPS, USER_NUMBERS
 
     combo = np.arange(len(table)) % combinations
     first = table.slice(0, combinations)
@@ -171,13 +180,13 @@ def hour_rows(table: pa.Table, combinations: int) -> pa.Table:
     for name in ("impressions", "clicks"):
         columns[name] = pa.array(np.bincount(combo, table[name].to_numpy(), combinations))
         columns[name] = columns[name].cast(pa.int64())  # type: ignore[attr-defined]
-    for listed, bitmap_name, sketch_name in zip(USER_LISTS, USER_BITMAPS, SKETCHES, strict=True):
+    for listed, bitmap_name, sketch_name in zip(USER_NUMBERS, USER_BITMAPS, SKETCHES, strict=True):
         numbers: list[list[int]] = [[] for _ in range(combinations)]
         parts: list[list[bytes]] = [[] for _ in range(combinations)]
         for i, (users, sketch) in enumerate(
             zip(table[listed].to_pylist(), table[sketch_name].to_pylist(), strict=True)
         ):
-            numbers[i % combinations].extend(int(u[5:]) + 1 for u in users or ())
+            numbers[i % combinations].extend(users or ())
             parts[i % combinations].append(sketch)
         columns[bitmap_name] = pa.array([bitmaps.bitmap(n) for n in numbers], pa.binary())
         columns[sketch_name] = pa.array([sketches.union_sketch(p) for p in parts], pa.binary())

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA
-from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, SKETCHES, USER_BITMAPS, USER_LISTS
+from views.columns import (
+    ATTRIBUTION_MEASURES,
+    DIMENSIONS,
+    SKETCHES,
+    USER_BITMAPS,
+    USER_LISTS,
+    USER_NUMBERS,
+)
 from views.definitions import DEFINITIONS, Definition
 
 if TYPE_CHECKING:
@@ -30,7 +37,11 @@ _ATTRIBUTION: Final = [(name, pa.int64()) for name in ATTRIBUTION_MEASURES]
 # Who the rows reached (views.ctr.reach_columns), last: a table written before them gets them
 # appended, null in its older rows (reach not measured there).
 _SKETCHES: Final = [(name, pa.binary()) for name in SKETCHES]
-_REACH: Final = [*((name, pa.list_(pa.string())) for name in USER_LISTS), *_SKETCHES]
+_REACH: Final = [
+    *((name, pa.list_(pa.string())) for name in USER_LISTS),
+    *_SKETCHES,
+    *((name, pa.list_(pa.int32())) for name in USER_NUMBERS),
+]
 # The SQL function that unions a list of sketches (views.sketches.register registers it).
 SKETCH_UNION: Final = "sketch_union"
 

@@ -13,7 +13,14 @@ from collections.abc import Collection, Sequence
 from lake.catalog import batch_table
 from serving_layer.relations import RelationCache
 from serving_layer.snapshots import LakeSnapshot, TableSnapshot
-from views.columns import ATTRIBUTION_MEASURES, DIMENSIONS, MEASURES, SKETCHES, USER_LISTS
+from views.columns import (
+    ATTRIBUTION_MEASURES,
+    DIMENSIONS,
+    MEASURES,
+    SKETCHES,
+    USER_LISTS,
+    USER_NUMBERS,
+)
 from views.definitions import Definition
 
 
@@ -153,13 +160,15 @@ class VersionSides:
 
     def reach(self, table: TableSnapshot, where: str | None) -> str:
         """``table``'s rows as :func:`serving_layer.ctr_sql.reach_sql` reads them: the key, the
-        counts, :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES` (null
+        counts, :data:`views.columns.USER_LISTS`, :data:`views.columns.USER_NUMBERS` and
+        :data:`views.columns.SKETCHES` (null
         where the table has not got them: written before reach was measured), narrowed by
         ``where`` (a version's trusted predicate)."""
         base = self.relations.relation(table).name
         columns = self.columns(table)
         types = {
             **dict.fromkeys(USER_LISTS, "VARCHAR[]"),
+            **dict.fromkeys(USER_NUMBERS, "INTEGER[]"),
             **dict.fromkeys(SKETCHES, "BLOB"),
             "run_id": "VARCHAR",  # batch rows'
         }

@@ -40,9 +40,18 @@ def bitmap_batches(
         for name in batch.schema.names:
             column = batch.column(name)
             if name in columns:
-                column = pa.array(
-                    [bitmap(n for n in (v or ()) if n is not None) for v in column.to_pylist()],
-                    pa.binary(),
-                )
+                column = pa.array(_bitmaps(column), pa.binary())
             arrays.append(column)
         yield pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+def _bitmaps(lists: pa.ListArray) -> list[bytes]:
+    """A serialized bitmap per list of ``lists`` (a null list: empty)."""
+    values = lists.values
+    if values.null_count:  # rare: nulls among the numbers, skipped one by one
+        return [bitmap(n for n in (v or ()) if n is not None) for v in lists.to_pylist()]
+    numbers = values.to_numpy().astype("uint32", copy=False)
+    offsets = lists.offsets.to_numpy()
+    return [
+        bytes(BitMap(numbers[offsets[i] : offsets[i + 1]]).serialize()) for i in range(len(lists))
+    ]

@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from views import sketches
-from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
+from views.columns import DIMENSIONS, SKETCHES, USER_NUMBERS
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -30,14 +30,15 @@ def ctr(events: DataFrame, *, reach: bool = False) -> DataFrame:
         dimensions ``campaign_id``, ``ad_id``, ``site_id``, ``country``, ``device_type``.
 
     reach
-        Also who the row reached (:func:`reach_columns`; the events need ``user_id``).
+        Also who the row reached (:func:`reach_columns`; the events need ``user_id`` and
+        ``user_no``, the user's number in the dictionary: :mod:`batch_layer.users`).
 
     Returns
     -------
     DataFrame
         ``bucket_start`` (timestamp, start of the minute), the five dimensions, ``impressions``
         and ``clicks`` (long): one row per bucket and dimension combination that had events;
-        with ``reach``, :data:`views.columns.USER_LISTS` and :data:`views.columns.SKETCHES`.
+        with ``reach``, :data:`views.columns.SKETCHES` and :data:`views.columns.USER_NUMBERS`.
 
     Examples
     --------
@@ -65,16 +66,21 @@ def ctr(events: DataFrame, *, reach: bool = False) -> DataFrame:
 
 def reach_columns() -> dict[str, Column]:
     """The aggregates of who a group of events reached (:mod:`views.sketches`), by column name
-    (:data:`views.columns.USER_LISTS`, then :data:`views.columns.SKETCHES`): the distinct
-    ``user_id`` of its impressions and of its clicks, as sorted lists (exact) and as HLL
-    sketches in the format :mod:`views.sketches` reads (``hll_sketch_agg``; null ids are not
-    users)."""
-    kind, user = F.col("event_type"), F.col("user_id")
-    seen = F.when(kind == "impression", user)
-    clicked = F.when(kind == "click", user)
-    lists = (F.array_sort(F.collect_set(seen)), F.array_sort(F.collect_set(clicked)))
-    sketched = (F.hll_sketch_agg(seen, sketches.LG_K), F.hll_sketch_agg(clicked, sketches.LG_K))
-    return dict(zip((*USER_LISTS, *SKETCHES), (*lists, *sketched), strict=True))
+    (:data:`views.columns.SKETCHES`, then :data:`views.columns.USER_NUMBERS`): the distinct
+    users of its impressions and of its clicks, as HLL sketches of their ``user_id`` in the
+    format :mod:`views.sketches` reads (``hll_sketch_agg``; null ids are not users), and
+    exactly, as sorted lists of their ``user_no`` (the dictionary's numbers)."""
+    kind, user, number = F.col("event_type"), F.col("user_id"), F.col("user_no")
+    impression, click = kind == "impression", kind == "click"
+    sketched = (
+        F.hll_sketch_agg(F.when(impression, user), sketches.LG_K),
+        F.hll_sketch_agg(F.when(click, user), sketches.LG_K),
+    )
+    numbers = (
+        F.array_sort(F.collect_set(F.when(impression, number))),
+        F.array_sort(F.collect_set(F.when(click, number))),
+    )
+    return dict(zip((*SKETCHES, *USER_NUMBERS), (*sketched, *numbers), strict=True))
 
 
 def attributed_ctr(events: DataFrame, window: dt.timedelta, *, reach: bool = False) -> DataFrame:
@@ -144,7 +150,7 @@ def attributed_ctr(events: DataFrame, window: dt.timedelta, *, reach: bool = Fal
             F.date_trunc("minute", time).alias("bucket_start"),
             *DIMENSIONS,
             *(value.alias(name) for name, value in counts.items()),
-            *(["event_type", "user_id"] if reach else []),
+            *(["event_type", "user_id", "user_no"] if reach else []),
         )
         .groupBy("bucket_start", *DIMENSIONS)
         .agg(

@@ -69,7 +69,7 @@ from serving_layer.sandbox.sql_tree import TableReference, called_functions, tab
 from serving_layer.sandbox.version_views import create_version_views
 from serving_layer.snapshots import TableSnapshot
 from views import sketches
-from views.columns import SKETCHES, USER_BITMAPS, USER_LISTS
+from views.columns import SKETCHES, USER_BITMAPS, USER_LISTS, USER_NUMBERS
 from views.definitions import versions
 
 SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
@@ -351,15 +351,16 @@ def open_sandbox(
 def _without_users(
     rows: duckdb.DuckDBPyRelation, seal: sketches.SketchSeal
 ) -> duckdb.DuckDBPyRelation:
-    """``rows`` without user ids (the lists, and the bitmaps of user numbers: raw data, an
-    admin's) and with sealed sketches."""
-    if not (set(USER_LISTS) | set(USER_BITMAPS) | set(SKETCHES)) & set(rows.columns):
+    """``rows`` without user ids (the lists, of ids or of numbers, and the bitmaps of numbers:
+    raw data, an admin's) and with sealed sketches."""
+    hidden = {*USER_LISTS, *USER_NUMBERS, *USER_BITMAPS}
+    if not (hidden | set(SKETCHES)) & set(rows.columns):
         return rows
     return rows.project(
         ", ".join(
             f"{seal.function}({c}) AS {c}" if c in SKETCHES else c
             for c in rows.columns
-            if c not in USER_LISTS and c not in USER_BITMAPS
+            if c not in hidden
         )
     )
 

@@ -31,7 +31,7 @@ from events.model import Event
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake import view_files
 from lake.arrivals import arrivals_table
-from lake.catalog import BATCH_USERS, MASTER_EVENTS, hours_table
+from lake.catalog import BATCH_USERS, MASTER_EVENTS, batch_table, hours_table
 from lake.data_files import DataFile, write_files
 from lake.settings import LakeSettings
 from runtime.connectors import is_commit_conflict
@@ -112,7 +112,7 @@ def dictionary(lake: LakeSettings) -> dict[int, str]:
     return dict(zip(table["user_no"].to_pylist(), table["user_id"].to_pylist(), strict=True))
 
 
-def test_the_dictionary_numbers_every_user_of_the_whole_hours_once(
+def test_the_dictionary_numbers_every_user_of_the_runs_once(
     covered: tuple[LakeSettings, list[Event]],
 ) -> None:
     lake, events = covered
@@ -120,7 +120,29 @@ def test_the_dictionary_numbers_every_user_of_the_whole_hours_once(
     numbers, ids = table["user_no"].to_pylist(), table["user_id"].to_pylist()
     assert sorted(numbers) == list(range(1, len(numbers) + 1))  # dense, each once
     assert len(set(ids)) == len(ids)
-    assert set(ids) == {e.user_id for e in events if in_range(e, at(0), at(2))}
+    assert set(ids) == {e.user_id for e in events if in_range(e, at(0), at(2.5))}
+
+
+def test_a_minute_row_holds_its_users_numbers_not_their_ids(
+    covered: tuple[LakeSettings, list[Event]],
+) -> None:
+    lake, events = covered
+    names = dictionary(lake)
+    rows = DeltaTable(batch_table(V1).path(lake)).to_pyarrow_table().to_pylist()
+    seen: dict[tuple[object, ...], set[str]] = defaultdict(set)
+    clicked: dict[tuple[object, ...], set[str]] = defaultdict(set)
+    for e in events:
+        if in_range(e, at(0), at(2.5)):
+            minute = dt.datetime.fromtimestamp(e.event_time // 60_000 * 60, dt.UTC)
+            key = (minute, e.campaign_id, e.ad_id, e.site_id, e.country, e.device_type)
+            (seen if e.event_type == "impression" else clicked)[key].add(e.user_id)
+    assert len(rows) == len(seen.keys() | clicked.keys())
+    for r in rows:
+        key = (r["bucket_start"], *(r[d] for d in DIMENSIONS))
+        assert (r["users"], r["clickers"]) == (None, None)
+        assert r["user_nos"] == sorted(r["user_nos"])
+        assert {names[n] for n in r["user_nos"]} == seen[key]
+        assert {names[n] for n in r["clicker_nos"]} == clicked[key]
 
 
 def test_an_hour_row_holds_its_minutes_users_and_counts(

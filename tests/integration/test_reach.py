@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 import httpx
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
@@ -26,7 +27,7 @@ from batch_layer.interval import Interval
 from batch_layer.job import run
 from events.model import Event
 from ingest.traffic import TrafficConfig, TrafficGenerator
-from lake.catalog import SPEED_CTR
+from lake.catalog import BATCH_USERS, SPEED_CTR
 from lake.settings import LakeSettings
 from serving_layer.query import CtrQuery
 from serving_layer.reach import NOT_MEASURED, Reach, ReachFound, reach_of
@@ -289,16 +290,17 @@ def test_the_sql_sandbox_unions_the_sketches_and_hides_user_ids_from_analysts(
         assert {c: round(float(r)) for c, r in estimated.items()} == {  # type: ignore[arg-type]
             r.dimensions["campaign_id"]: r.reach.reach for r in api
         }
-        # The exact lists: an admin's; an analyst's database has no user ids at all.
-        exact = "SELECT count(DISTINCT u) FROM (SELECT unnest(users) AS u FROM ctr_batch)"
+        # The exact lists (of the users' numbers): an admin's; an analyst's database has no
+        # user-level data at all.
+        exact = "SELECT count(DISTINCT u) FROM (SELECT unnest(user_nos) AS u FROM ctr_batch)"
         covered = truth(events, at(0), at(2), lambda e: ())[()]
         assert pool.run(exact, snapshot).rows == [[covered]]
         analyst = Access("team", "analyst")
-        with pytest.raises(SqlError, match="users"):
+        with pytest.raises(SqlError, match="user_nos"):
             pool.run(exact, snapshot, access=analyst)
-        described = pool.run("DESCRIBE ctr_batch", snapshot, access=analyst).rows
-        assert "reach_sketch" in [r[0] for r in described]
-        assert "users" not in [r[0] for r in described]
+        described = [r[0] for r in pool.run("DESCRIBE ctr_batch", snapshot, access=analyst).rows]
+        assert "reach_sketch" in described
+        assert not {"users", "clickers", "user_nos", "clicker_nos"} & set(described)
     finally:
         pool.close()
 
@@ -417,16 +419,18 @@ def test_the_dictionary_attack_recovers_every_user_of_an_admins_sketches(
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=512 * 2**20, grace_s=1.0)
     try:
         rows = pool.run(
-            "SELECT reach_sketch, users FROM ctr_batch_v3 WHERE len(users) BETWEEN 2 AND 40 "
+            "SELECT reach_sketch, user_nos FROM ctr_batch_v3 WHERE len(user_nos) BETWEEN 2 AND 40 "
             "ORDER BY bucket_start, campaign_id, ad_id, site_id, country, device_type LIMIT 5",
             layer.reader.snapshot(),
         ).rows
     finally:
         pool.close()
+    numbered = DeltaTable(BATCH_USERS.path(layer.reader.lake)).to_pyarrow_table()
+    names = dict(zip(numbered["user_no"].to_pylist(), numbered["user_id"].to_pylist(), strict=True))
     assert len(rows) == 5
-    for blob, users in rows:
-        assert isinstance(users, list)
-        assert recovered(blob_of(blob), dictionary) == set(users)
+    for blob, numbers in rows:
+        assert isinstance(numbers, list)
+        assert recovered(blob_of(blob), dictionary) == {names[n] for n in numbers}
 
 
 @pytest.mark.parametrize(

@@ -110,14 +110,14 @@ def test_a_view_without_reach_stores_it_null_and_keeps_the_carried_rows_reach(
 ) -> None:
     """The benchmark's run without reach sends only the columns it computes to the tasks (the
     tasks add the rest, null); rows outside its interval, rewritten from the hour's file, keep
-    the user lists of the run that wrote them."""
+    the user numbers of the run that wrote them."""
     archive(spark, lake, [event(f"e{m}", "impression", at(m)) for m in (5, 30)])
     run(spark, Interval(at(0), at(60)), lake=lake)
     archive(spark, lake, [event("late", "click", at(30.5), offset=1)])
     run(spark, Interval(at(15), at(45)), lake=lake, reach=False)
     table = DeltaTable(lake.table("batch/ctr")).to_pyarrow_table()
-    reached = {r["bucket_start"]: (r["clicks"], r["users"]) for r in table.to_pylist()}
-    assert reached == {at(5): (0, ["u"]), at(30): (1, None)}
+    reached = {r["bucket_start"]: (r["clicks"], r["user_nos"]) for r in table.to_pylist()}
+    assert reached == {at(5): (0, [1]), at(30): (1, None)}  # "u", the dictionary's first user
     assert len(file_ranges(lake)) == 1
 
 
