@@ -174,8 +174,8 @@ def _read_counts(reader: SnapshotReader, batch: str, query: CtrQuery) -> dict[st
     rows written before the dictionary: what ``counted`` gathers)."""
     sql = f"""
         SELECT count(*),
-               coalesce(sum(len(coalesce(user_nos, users))), 0)
-               + coalesce(sum(len(coalesce(clicker_nos, clickers))), 0)
+               coalesce(sum(coalesce(len(user_nos), len(users))), 0)
+               + coalesce(sum(coalesce(len(clicker_nos), len(clickers))), 0)
         FROM {batch} t WHERE t.bucket_start >= $start AND t.bucket_start < $end
     """
     _, [(rows, ids)] = reader.fetch_all(sql, {"start": query.start, "end": query.end})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -18,7 +18,7 @@ from serving_layer.snapshots import SCHEMAS
 from tests.support.events import archived_row, wire_event
 from tests.support.lakes import new_lake
 from views import sketches
-from views.columns import DIMENSIONS, SKETCHES, USER_LISTS
+from views.columns import DIMENSIONS, SKETCHES, USER_LISTS, USER_NUMBERS
 
 SPEED_ATTRIBUTION: Final = ("attributed_clicks", "orphan_clicks", "repeat_clicks")
 
@@ -96,25 +96,32 @@ def reached(
     clickers: Iterable[str] = (),
     *,
     lists: bool = True,
+    numbers: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
     """``row`` with who it reached, as the layers write it: ``users`` (with an impression) and
     ``clickers`` (with a click) as sorted distinct lists (the batch layer's; ``lists=False``
     for a speed row, which has none) and as sketches (``reach_sketch``, ``clicker_sketch``:
-    both layers')."""
+    both layers'). The lists hold the ids (:data:`views.columns.USER_LISTS`, as rows written
+    before the user dictionary), or with ``numbers`` (a dictionary: id -> number) the users'
+    numbers (:data:`views.columns.USER_NUMBERS`, as the batch layer writes them now)."""
     distinct, clicking = sorted(set(users)), sorted(set(clickers))
     out = {
         **row,
         "reach_sketch": sketches.sketch(distinct),
         "clicker_sketch": sketches.sketch(clicking),
     }
-    if lists:
+    if lists and numbers is None:
         out.update(zip(USER_LISTS, (distinct, clicking), strict=True))
+    elif lists and numbers is not None:
+        numbered = (sorted(numbers[u] for u in distinct), sorted(numbers[u] for u in clicking))
+        out.update(zip(USER_NUMBERS, numbered, strict=True))
     return out
 
 
 def pre_reach_schema(table: str) -> pa.Schema:
     """``table``'s schema as written before reach was measured: no user lists, no sketches."""
-    return pa.schema([f for f in SCHEMAS[table] if f.name not in (*USER_LISTS, *SKETCHES)])
+    reach = (*USER_LISTS, *SKETCHES, *USER_NUMBERS)
+    return pa.schema([f for f in SCHEMAS[table] if f.name not in reach])
 
 
 # speed/ctr as the speed job wrote it before it counted click attribution.

@@ -1,6 +1,8 @@
 """Reach read where it is used: a wholly covered bucket's exact count reads no sketch, and the
 other buckets' estimates count no user id exactly (serving_layer.ctr_sql.reach_sql's
-``exact``), with the same answers as when both are read over the whole range."""
+``exact``), with the same answers as when both are read over the whole range; for batch rows
+listing their users by number (views.columns.USER_NUMBERS) and by id (rows written before the
+user dictionary), and a bucket mixing the two kinds."""
 
 from __future__ import annotations
 
@@ -38,7 +40,13 @@ def at(minutes: int) -> dt.datetime:
     return T0 + dt.timedelta(minutes=minutes)
 
 
-def _rows(rng: random.Random, minutes: range, *, lists: bool) -> list[dict[str, object]]:
+# A user dictionary: user "uN" is number N + 1.
+NUMBERS = {f"u{n}": n + 1 for n in range(300)}
+
+
+def _rows(
+    rng: random.Random, minutes: range, *, lists: bool, numbers: dict[str, int] | None = None
+) -> list[dict[str, object]]:
     """A row per minute and campaign, with users drawn from 300 (so rows share users)."""
     rows = []
     for m in minutes:
@@ -46,16 +54,18 @@ def _rows(rng: random.Random, minutes: range, *, lists: bool) -> list[dict[str, 
             users = [f"u{rng.randrange(300)}" for _ in range(rng.randrange(1, 12))]
             clickers = users[: rng.randrange(0, 3)]
             row = ctr_row(at(m), len(users), len(clickers), campaign=campaign)
-            rows.append(reached(row, users, clickers, lists=lists))
+            rows.append(reached(row, users, clickers, lists=lists, numbers=numbers))
     return rows
 
 
-@pytest.fixture
-def serving(lake: LakeSettings) -> Iterator[ServingLayer]:
+@pytest.fixture(params=["numbers", "ids"])
+def serving(lake: LakeSettings, request: pytest.FixtureRequest) -> Iterator[ServingLayer]:
     """Hours 0 and 1 covered with batch rows (hour 2 covered to minute 150: a mixed hour),
-    speed rows from minute 60 (the covered ones hidden by the merge rule) to hour 4."""
+    speed rows from minute 60 (the covered ones hidden by the merge rule) to hour 4. The batch
+    rows list their users by number or (written before the dictionary) by id."""
     rng = random.Random(5)
-    write_batch(lake, "run-a", _rows(rng, range(0, 150), lists=True))
+    numbers = NUMBERS if request.param == "numbers" else None
+    write_batch(lake, "run-a", _rows(rng, range(0, 150), lists=True, numbers=numbers))
     cover(lake, "run-a", at(0), at(150))
     write_speed(lake, _rows(rng, range(60, 240), lists=False))
     layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
@@ -169,3 +179,43 @@ def test_whole_buckets_are_the_buckets_wholly_in_the_covered_intervals() -> None
     # Days: from midnight UTC (T0 is 10:00).
     assert _parts("day", 0, 28 * 60, (0, 28 * 60)) == [(0, 28 * 60)]
     assert _parts("day", 0, 28 * 60, (60, 28 * 60)) == [(14 * 60, 28 * 60)]
+
+
+def test_a_bucket_is_counted_from_numbers_or_from_ids_and_one_mixing_them_is_estimated(
+    lake: LakeSettings,
+) -> None:
+    """A run before the dictionary listed ids (minutes 0-59), a run since lists numbers
+    (60-119): each hour is exact, the truth; a bucket over both kinds is not counted (a user
+    would be counted twice, once by id and once by number): its reach is the sketches'
+    estimate, close to the truth."""
+    rng = random.Random(7)
+    old, new = _rows(rng, range(0, 60), lists=True), _rows(rng, range(60, 120), lists=True)
+    truth = [set(), set()]
+    for hour, rows in enumerate((old, new)):
+        for r in rows:
+            truth[hour].update(r["users"])  # type: ignore[arg-type]
+    numbered = [
+        reached({k: v for k, v in r.items() if k not in ("users", "clickers")},
+                r["users"], r["clickers"], numbers=NUMBERS)  # type: ignore[arg-type]
+        for r in new
+    ]  # fmt: skip
+    write_batch(lake, "run-a", old)
+    write_batch(lake, "run-b", numbered)
+    cover(lake, "run-a", at(0), at(60))
+    cover(lake, "run-b", at(60), at(120))
+    layer = ServingLayer(SnapshotReader(lake, refresh_s=0))
+    try:
+        hours = _answer(layer, {"granularity": "hour", "end": at(120)})
+        assert [(r.reach.exact, r.reach.reach) for r in hours] == [
+            (True, len(truth[0])),
+            (True, len(truth[1])),
+        ]
+        [both] = _answer(layer, {"granularity": "all", "end": at(120)})
+        everyone = len(truth[0] | truth[1])
+        assert both.source == "batch"
+        assert not both.reach.exact
+        assert both.reach.reach != len(truth[0]) + len(truth[1])  # not counted twice
+        assert both.reach.low is not None and both.reach.high is not None
+        assert both.reach.low <= everyone <= both.reach.high
+    finally:
+        layer.close()
