@@ -1,11 +1,13 @@
 """The batch job: recompute the CTR view of one interval exactly, from the master dataset.
 
 Reads ``master/events`` at its current version for the interval (partition pruning on
-``event_date``, then ``event_time`` in [start, end)), keeps one row per ``event_id``, applies the
-shared view, and replaces exactly that interval of ``batch/ctr`` in one atomic commit: Spark's tasks
-write the files, the driver commits them (:mod:`lake.view_files`). Only then
-does it append a row to ``batch/coverage``. Rerunning an interval gives the same rows; events
-that arrived late are counted whenever their interval is recomputed.
+``event_date``, then ``event_time`` in [start, end)), keeps one row per ``event_id``, numbers
+the interval's users (:mod:`batch_layer.users`, for reach), applies the shared view, and
+replaces exactly that interval of ``batch/ctr`` in one atomic commit: Spark's tasks write the
+files, the driver commits them (:mod:`lake.view_files`). Only then does it write the hour rows
+of the hours it covered whole (:mod:`batch_layer.hours`) and append a row to
+``batch/coverage``. Rerunning an interval gives the same rows; events that arrived late are
+counted whenever their interval is recomputed.
 
 Before it covers a minute no run covered before, it records in ``batch/drift`` what the speed
 layer had counted there next to the exact counts (:mod:`batch_layer.drift`). After

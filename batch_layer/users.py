@@ -1,5 +1,6 @@
-"""The user dictionary ``batch/users``: one dense number per user id, from 1, so that a set of
-users is a Roaring bitmap (:mod:`views.bitmaps`: the hour rows of :mod:`batch_layer.hours`).
+"""The user dictionary ``batch/users``: one dense number per user id, from 1, so that a minute
+row lists its users as four-byte numbers (:data:`views.columns.USER_NUMBERS`) and a set of users
+is a Roaring bitmap (:mod:`views.bitmaps`: the hour rows of :mod:`batch_layer.hours`).
 
 Kept by the batch runs, the way Spark scales: a run numbers the users of its interval that the
 dictionary has not got yet.
