@@ -3,10 +3,10 @@ time goes.
 
 The serving benchmark's lake (:mod:`bench.serving_lake`: 24 h x 300 dimension combinations,
 17M impressions a day from an audience of 1M users; batch/ctr covered for the first 22 h with
-lists of the users' numbers and sketches, and hour rows, speed/ctr with sketches for the rest), and beside it an events table
-with the same impressions and clicks, one row per event and the user it was drawn for: the
-reference, DuckDB's exact ``count(DISTINCT user_id)`` scanning it (delta_scan, as it would
-scan master/events).
+lists of the users' numbers and sketches, and hour rows; speed/ctr with sketches for the rest),
+and beside it an events table with the same impressions and clicks, one row per event and the
+user it was drawn for: the reference, DuckDB's exact ``count(DISTINCT user_id)`` scanning it
+(delta_scan, as it would scan master/events).
 
 Per query of :data:`bench.serving_in_process.REACH_QUERIES`, in process, one client, the better
 of 3 runs of each figure:

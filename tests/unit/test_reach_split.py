@@ -190,7 +190,7 @@ def test_a_bucket_is_counted_from_numbers_or_from_ids_and_one_mixing_them_is_est
     estimate, close to the truth."""
     rng = random.Random(7)
     old, new = _rows(rng, range(0, 60), lists=True), _rows(rng, range(60, 120), lists=True)
-    truth = [set(), set()]
+    truth: list[set[str]] = [set(), set()]
     for hour, rows in enumerate((old, new)):
         for r in rows:
             truth[hour].update(r["users"])  # type: ignore[arg-type]
@@ -215,7 +215,8 @@ def test_a_bucket_is_counted_from_numbers_or_from_ids_and_one_mixing_them_is_est
         assert both.source == "batch"
         assert not both.reach.exact
         assert both.reach.reach != len(truth[0]) + len(truth[1])  # not counted twice
-        assert both.reach.low is not None and both.reach.high is not None
+        assert both.reach.low is not None
+        assert both.reach.high is not None
         assert both.reach.low <= everyone <= both.reach.high
     finally:
         layer.close()
