@@ -174,6 +174,8 @@ def test_speed_and_batch_layers_share_the_one_view_definition(
             "event_type": ["impression", "click", "impression", "click", "click", "impression"],
             **{d: [f"{d}-{i % 2}" for i in range(len(times))] for d in DIMENSIONS},
             "user_id": ["u1", "u1", "u2", None, "u2", "u3"],
+            # The batch job's events carry their users' numbers too (batch_layer.users).
+            "user_no": pa.array([1, 1, 2, None, 2, 3], pa.int32()),
         }
     )
     in_spark = the_view(spark.createDataFrame(events.to_pandas()), reach=True).toArrow()
