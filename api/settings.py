@@ -14,73 +14,115 @@ class ApiSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="API_", extra="ignore")
 
+    # The bootstrap admin key (at least 16 characters): clients send it as 'Authorization:
+    # Bearer <API_TOKEN>'. Required: the server refuses to start without it. A secret: never
+    # printed.
     token: SecretStr
+    # The address the server binds (`ctr serve --host` overrides it); the default, loopback,
+    # takes connections from this machine only.
     host: str = "127.0.0.1"
+    # The TCP port the server listens on (`ctr serve --port` overrides it).
     port: int = Field(default=8000, ge=1, le=65535)
+    # The longest range (end minus start) of one /api/v1/ctr query, in days; a longer one is
+    # refused (400 naming end).
     max_range_days: int = Field(default=31, ge=1)
+    # The most rows one /api/v1/ctr query may ask for (its limit; a larger one is refused,
+    # 400 naming limit); a query without a limit gets at most 10,000.
     max_rows: int = Field(default=100_000, ge=1)
+    # The most rows of one SQL answer, and what a request without max_rows gets: the rest is
+    # cut off and the answer says so; a request asking for more is refused (400).
     sql_max_rows: int = Field(default=10_000, ge=1)
+    # Seconds one SQL query may run: past it, it is stopped (400) and its key gets a strike
+    # (see sql_backoff_s).
     sql_timeout_s: float = Field(default=10.0, gt=0)
     # Per SQL worker process: DuckDB's memory limit, and the address-space cap above what the
     # worker mapped at start.
     sql_memory_limit: ByteSize = Field(default=ByteSize(2**30), ge=64 * 2**20)
     # JSON bytes of rows per SQL answer; the rest is cut off and the answer says so.
     sql_max_bytes: ByteSize = Field(default=ByteSize(16 * 2**20), ge=1024)
+    # SQL worker processes (sandboxed DuckDB, started at the first query): queries run at once.
     sql_workers: int = Field(default=2, ge=1, le=64)
-    # Of the workers, one key's queries hold at most sql_workers_per_key (default: one fewer
-    # than sql_workers, so another key always finds one); of the queue, half.
+    # SQL workers one key's queries may hold at once (at most sql_workers). Unset: one fewer
+    # than sql_workers (at least 1), so another key always finds one. A key's queries may also
+    # fill at most half of sql_queue.
     sql_workers_per_key: int | None = Field(default=None, ge=1)
+    # SQL queries that may wait for a worker beside those running; past that (or past a key's
+    # half of it), a query is refused at once (429). 0: no waiting.
     sql_queue: int = Field(default=4, ge=0)
+    # Seconds a SQL query waits for a worker; then it is refused (429).
     sql_queue_timeout_s: float = Field(default=30.0, gt=0)
-    # A key whose SQL queries cost workers (stopped at the time limit: a strike; crashed, killed
-    # or out of memory: two) gets 429 for sql_backoff_s after its first strike, doubling with
-    # each strike up to sql_max_backoff_s; a strike is forgiven per sql_forgive_s without one.
+    # Seconds a key whose SQL query cost a worker (stopped at the time limit: a strike;
+    # crashed, killed or out of memory: two) is refused (429) after its first strike; the pause
+    # doubles with each strike it still has, up to sql_max_backoff_s.
     sql_backoff_s: float = Field(default=1.0, gt=0)
+    # The longest pause, in seconds, of a key backed off for its costly SQL queries (the
+    # doubling of sql_backoff_s stops there).
     sql_max_backoff_s: float = Field(default=60.0, gt=0)
+    # Seconds without a new strike after which one of a key's SQL strikes is forgiven (a
+    # successful query forgives nothing).
     sql_forgive_s: float = Field(default=60.0, gt=0)
     # Request bodies larger than this get a 413 (after the token check, before parsing).
     max_body_bytes: ByteSize = Field(default=ByteSize(2**20), ge=1024)
-    # How often the lake's snapshot is refreshed while requests come (each refresh lists every
-    # table's Delta log: on object storage, raise it to save requests).
+    # Seconds between two refreshes of the lake's snapshot while requests come (each refresh
+    # lists every table's Delta log: on object storage, raise it to save requests); 0: on
+    # every request.
     refresh_s: float = Field(default=0.25, ge=0)
+    # /api/v1/ctr answers the response cache keeps, least recently used dropped first; 0: no
+    # cache.
     cache_entries: int = Field(default=256, ge=0)
+    # Seconds a request may be answered from an older snapshot (the lake's, a cached answer's)
+    # while a background thread brings it up to date; 0: each request waits for the current one.
     cache_stale_s: float = Field(default=2.0, ge=0)
-    # /metrics reads the dead-letter topic's depth from Kafka at most every dlq_refresh_s.
+    # Seconds between two readings of the dead-letter topic's depth from Kafka for /metrics
+    # (at most one per this interval, whatever the scrapes).
     dlq_refresh_s: float = Field(default=10.0, ge=0)
+    # Seconds /metrics waits for Kafka when it reads the dead-letter topic's depth; without an
+    # answer the depth is left out of /metrics until Kafka answers again.
     kafka_timeout_s: float = Field(default=1.0, gt=0)
     # /metrics answers this bearer token (or API_TOKEN and admin keys); unset: those only.
     metrics_token: SecretStr | None = None
-    # When each key was last used (`ctr keys list`) is written to the key store at most this
-    # often (one small commit per API process).
+    # When each key was last used (`ctr keys list`) is written to the key store at most once
+    # per this many seconds (one small commit per API process).
     key_use_flush_s: float = Field(default=60.0, gt=0)
     # A line per request on stderr (logger ctr.access): the key's name (never the key), its
     # role, the method, route and status.
     access_log: bool = True
 
     # -- the edge (api/edge.py): checked before a request is parsed --------------------------
-    # The request line plus headers in bytes (431), headers (431), the request line (414).
+    # The most bytes of a request's head (the request line plus its headers); a larger head
+    # is refused (431).
     max_header_bytes: ByteSize = Field(default=ByteSize(32 * 2**10), ge=1024)
+    # The most headers of one request; more are refused (431).
     max_headers: int = Field(default=100, ge=1)
+    # The most bytes of a request line (method, target, version); a longer one is refused
+    # (414).
     max_request_line_bytes: ByteSize = Field(default=ByteSize(8 * 2**10), ge=256)
-    # A request's headers within this many seconds of its first byte, its body within this
-    # many seconds of its headers (408).
+    # Seconds a request's headers may take to arrive after its first byte (or the
+    # connection's start); a slower request is refused (408).
     header_timeout_s: float = Field(default=10.0, gt=0)
+    # Seconds a request's body may take to arrive after its headers; a slower one is refused
+    # (408).
     body_timeout_s: float = Field(default=30.0, gt=0)
-    # Open connections from one client address, and in all (429).
+    # Open connections from one client address at most; a request on a connection past it is
+    # refused (429).
     max_connections_per_client: int = Field(default=64, ge=1)
+    # Open connections in all at most; a request on a connection past it is refused (429).
     max_connections: int = Field(default=1024, ge=1)
     # Idle keep-alive connections are closed after this many seconds.
     keep_alive_s: float = Field(default=5.0, gt=0)
 
     # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
-    # Answers computed at once, of which one key may hold ctr_workers_per_key (default: half of
-    # ctr_workers, so one key never holds them all); up to ctr_queue wait, half of them at most
-    # one key's, each at most ctr_queue_timeout_s (then 429).
+    # /api/v1/ctr answers computed at once, each on a thread of its own.
     ctr_workers: int = Field(default=4, ge=1, le=64)
+    # Answers one key may have computed at once (at most ctr_workers). Unset: half of
+    # ctr_workers (at least 1), so one key never holds them all.
     ctr_workers_per_key: int | None = Field(default=None, ge=1)
+    # /api/v1/ctr requests that may wait for a place beside those computed, half of them at
+    # most one key's; past that, a request is refused at once (429). 0: no waiting.
     ctr_queue: int = Field(default=64, ge=0)
+    # Seconds a /api/v1/ctr request waits for a place; then it is refused (429).
     ctr_queue_timeout_s: float = Field(default=10.0, gt=0)
-    # A query running longer is stopped (400).
+    # Seconds one /api/v1/ctr query may run; a query running longer is stopped (400).
     ctr_timeout_s: float = Field(default=10.0, gt=0)
     # DuckDB's memory limit for the serving database (queries, the in-memory speed and coverage
     # tables of the versions in use, its cache of Parquet data); past it a query fails instead

@@ -17,18 +17,28 @@ class BrokerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    # KAFKA_RUN_DIR, when set, says where this cluster's state is without moving the rest of
-    # RUN_DIR (the demo's env file points it at the demo's cluster).
+    # The run directory whose kafka/ folder holds the local cluster's state (data, logs, pid
+    # files): KAFKA_RUN_DIR, when set, without moving the rest of RUN_DIR (the demo's env file
+    # points it at the demo's cluster), else RUN_DIR. Relative: to the working directory.
     run_dir: Path = Field(
         default=Path("run"), validation_alias=AliasChoices("KAFKA_RUN_DIR", "RUN_DIR")
     )
+    # Seconds `ctr kafka up` waits for every broker to register; then it stops with the last
+    # error and where the logs are.
     start_timeout_s: float = Field(default=90.0, gt=0, validation_alias="KAFKA_START_TIMEOUT_S")
+    # Each local Kafka node's JVM heap (e.g. 512m, 1g): fixed (-Xms = -Xmx) and touched at
+    # start, so its memory is flat from the first minute.
     heap: str = Field(default="512m", pattern=r"^\d+[kmg]$", validation_alias="KAFKA_HEAP")
+    # The port of the local cluster's controller listener. Unset: the first broker's port
+    # plus 100.
     controller_port: int | None = Field(
         default=None, ge=1, le=65535, validation_alias="KAFKA_CONTROLLER_PORT"
     )
+    # The Java (17 or later) the local Kafka nodes run on: its bin/java. Unset: `java` on the
+    # PATH.
     java_home: Path | None = Field(default=None, validation_alias="JAVA_HOME")
-    # The jar set `make setup` fetched (runtime.jars), as SparkSettings.jar_cache.
+    # Where `make setup` put the jar sets (runtime.jars): the local Kafka nodes run on its
+    # kafka set. The same folder as SparkSettings.jar_cache.
     jar_cache: Path = Field(
         default_factory=lambda: default_jar_cache(os.environ), validation_alias="CTR_JAR_CACHE"
     )

@@ -4,7 +4,7 @@ server, filer and S3 gateway in one process), its state under ``RUN_DIR/s3``.
 ``RUN_DIR/s3/data`` holds the objects (durable: they survive ``stop``), ``credentials.json`` the
 access key made at the first start (mode 600), ``env`` the variables every component reads
 (``source RUN_DIR/s3/env``). The server listens on 127.0.0.1 only; anonymous requests are
-refused. Why SeaweedFS: README, "The lake on object storage".
+refused. Why SeaweedFS: docs/guides/object-storage.md.
 """
 
 from __future__ import annotations
@@ -43,12 +43,20 @@ class LocalS3Settings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
+    # The run directory whose s3/ folder holds the local server's state: the objects,
+    # credentials.json, the env file, its log and pid file. Default: the project's run/.
     run_dir: Path = Field(default=ROOT / "run", validation_alias="RUN_DIR")
+    # The local server's S3 port (on 127.0.0.1); its master, volume server and filer take the
+    # three ports after it, and each of the four a gRPC port 10000 higher.
     port: int = Field(default=8333, ge=1024, le=65000, validation_alias="CTR_S3_PORT")
+    # The bucket `ctr s3 up` creates at start and names in the env file it writes.
     bucket: str = Field(
-        default="ctr-lake", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        default="ctr-lake",
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
         validation_alias="CTR_S3_BUCKET",
-    )  # fmt: skip
+    )
+    # A SeaweedFS `weed` executable of your own. Unset: the one infra/seaweedfs.sh builds from
+    # source at the first start (then cached).
     binary: Path | None = Field(default=None, validation_alias="CTR_S3_BINARY")
 
     @property

@@ -29,19 +29,30 @@ class LakeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    # A local folder (a Path or a str), or an object-store URI; always held as a str.
+    # Where the Delta tables are: a local folder (relative: to the working directory; default
+    # the project's data/lake) or s3://bucket/prefix on the object store (the AWS variables).
+    # Always held as a str.
     lake_root: str | Path = Field(default=str(PROJECT_DATA / "lake"), validation_alias="LAKE_ROOT")
+    # The folder of the Spark streaming checkpoints (the archiver's, the speed job's), always
+    # on the driver's disk, even for a lake on the object store. Relative: to the working
+    # directory.
     checkpoint_root: Path = Field(
         default=PROJECT_DATA / "checkpoints", validation_alias="CHECKPOINT_ROOT"
     )
-    # History kept per table (lake.retention): the streaming tables' log, the batch tables' log
-    # (as-of queries), the data files of old versions (VACUUM).
+    # Hours of Delta log kept by the streaming-written tables (master/events, master/rejected,
+    # master/arrivals): every log checkpoint (each 50 commits) deletes older entries.
     log_retention_hours: float = Field(
         default=24.0, gt=0, validation_alias="LAKE_LOG_RETENTION_HOURS"
     )
+    # Hours of Delta log kept by the batch tables and the view registry (how far back as-of
+    # queries reach), and how long a batch view remembers a run's and an hour's ids (a rerun
+    # of an older run recomputes rather than committing nothing).
     history_retention_hours: float = Field(
         default=720.0, gt=0, validation_alias="LAKE_HISTORY_RETENTION_HOURS"
     )
+    # Hours the data files of old versions are kept (every table but the speed layer's):
+    # VACUUM (ctr_maintenance, the archiver's maintenance) deletes the files no version within
+    # this window needs.
     vacuum_retention_hours: float = Field(
         default=168.0, gt=0, validation_alias="LAKE_VACUUM_RETENTION_HOURS"
     )

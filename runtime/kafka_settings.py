@@ -62,22 +62,45 @@ class KafkaSettings(BaseSettings):
         env_prefix="KAFKA_", extra="ignore", hide_input_in_errors=True
     )
 
+    # Where the Kafka brokers are (host:port, comma-separated): a loopback address means the
+    # local cluster (ctr kafka up starts it); anything else is used as it is and no broker is
+    # started.
     bootstrap_servers: str = "127.0.0.1:9092"
+    # The event topic: the producer writes the valid events to it, the archiver and the speed
+    # job read it.
     topic: str = "ad-events"
+    # The dead-letter topic: records the producer refuses, untouched, with the reasons in
+    # their headers; /metrics reports its depth.
     dlq_topic: str = "ad-events-dlq"
+    # Partitions of the event topic when `ctr kafka up` or `ctr kafka create-topics` creates
+    # it; an existing topic keeps its own.
     topic_partitions: int = Field(default=6, ge=1)
+    # Partitions of the dead-letter topic when it is created; an existing topic keeps its own.
     dlq_partitions: int = Field(default=1, ge=1)
-    # Unset: as many replicas as the cluster has brokers, at most 3, and
-    # min.insync.replicas=2 with 3 replicas, so that acks=all survives the loss of one broker.
+    # Replicas per partition of the topics `ctr kafka up` / `create-topics` creates. Unset: as
+    # many as the cluster has brokers, at most 3.
     replication_factor: int | None = Field(default=None, ge=1)
+    # min.insync.replicas of the topics `ctr kafka up` / `create-topics` creates. Unset: 2 with
+    # 3 or more replicas, so that acks=all survives the loss of one broker; else the broker's
+    # default (1).
     min_insync_replicas: int | None = Field(default=None, ge=1)
+    # How every client (producer, admin, consumers, Spark's kafka source) talks to the
+    # brokers: PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL (case-insensitive).
     security_protocol: SecurityProtocol = "PLAINTEXT"
+    # The SASL login's mechanism with a SASL_* protocol: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN.
     sasl_mechanism: SaslMechanism = "SCRAM-SHA-256"
+    # The SASL user name; required with a SASL_* protocol, refused with any other. Unset (or
+    # empty): none.
     sasl_username: str | None = None
+    # The SASL password; required with a SASL_* protocol, refused with any other. A secret:
+    # never printed (nor echoed in a validation error).
     sasl_password: SecretStr | None = None
-    ssl_ca_location: Path | None = (
-        None  # a PEM file of the CA(s) the brokers' certificates chain to
-    )
+    # A PEM file of the CA(s) the brokers' certificates chain to (SSL, SASL_SSL). Unset (or
+    # empty): each client's default trusted CAs.
+    ssl_ca_location: Path | None = None
+    # Any other librdkafka property, as a JSON object, applied last (over the settings above),
+    # e.g. {"socket.keepalive.enable": true}; Spark's kafka source gets them as kafka.* options
+    # (but the librdkafka-only sasl.username, sasl.password, sasl.mechanisms, ssl.ca.location).
     client_config: dict[str, Any] = Field(default_factory=dict, repr=False)
     # Topic-level settings for the topics `ctr kafka up` / `create-topics` creates, e.g. the
     # disk they may hold: KAFKA_TOPIC_CONFIG='{"retention.bytes": "1073741824"}' (per

@@ -24,12 +24,21 @@ class ObjectStoreSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
+    # The store's URL, e.g. http://127.0.0.1:8333 (`source run/s3/env` for the local one); an
+    # http:// URL is spoken to without TLS. Unset: AWS S3 itself, over HTTPS.
     endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
+    # The access key's id every client of the store (Spark, delta-rs, pyarrow, DuckDB) is
+    # given. Unset: none is given (each client falls back to its own defaults).
     access_key_id: str | None = Field(default=None, validation_alias="AWS_ACCESS_KEY_ID")
+    # The access key's secret, given to the clients like the id (Spark's executors through
+    # spark.executorEnv, which the UI redacts). A secret: never printed. Unset: none is given.
     secret_access_key: SecretStr | None = Field(
         default=None, validation_alias="AWS_SECRET_ACCESS_KEY"
     )
+    # The store's region, given to every client.
     region: str = Field(default="us-east-1", validation_alias="AWS_REGION")
+    # True: the bucket in the URL's path (as most self-hosted servers want); false: in the
+    # host name (virtual-hosted style). Unset: path style when AWS_ENDPOINT_URL is set.
     path_style: bool | None = Field(default=None, validation_alias="CTR_S3_PATH_STYLE")
     # Where the lake is: Spark gets the S3 connector only for a lake on the object store.
     lake_root: str = Field(default="", validation_alias="LAKE_ROOT")

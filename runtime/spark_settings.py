@@ -25,24 +25,37 @@ class SparkSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SPARK_", extra="ignore")
 
+    # Where Spark runs: local[N] (N cores in this process), spark://host:7077, yarn or
+    # k8s://…; anything else is refused. A job under spark-submit keeps its --master instead.
     master: str = "local[2]"
+    # The application's name, as Spark's UI and the cluster manager show it.
     app_name: str = "ctr-lambda"
+    # Partitions of every shuffle (spark.sql.shuffle.partitions): the tasks of each join and
+    # aggregation.
     shuffle_partitions: int = Field(default=4, ge=1)
+    # Spark's web UI (spark.ui.enabled); off: no UI port is opened.
     ui_enabled: bool = False
-    # The driver's and the executors' resources. They take effect however the job starts:
-    # `ctr` starts its own driver JVM with them, spark-submit (the Airflow tasks) gets them as
-    # --driver-memory, --executor-memory, --executor-cores, --num-executors (submit_args).
+    # The driver's heap (JVM size, e.g. 2g), however the job starts: `ctr` starts its driver
+    # JVM with it, spark-submit (the Airflow tasks) gets --driver-memory (submit_args).
     driver_memory: str = "2g"
-    executor_memory: str | None = None  # Spark's default: 1g
-    executor_cores: int | None = Field(default=None, ge=1)  # default: all of a worker's cores
-    num_executors: int | None = Field(default=None, ge=1)  # YARN/Kubernetes: fixed executors
+    # Each executor's heap (e.g. 4g): spark.executor.memory, --executor-memory for
+    # spark-submit. Unset: Spark's default, 1g.
+    executor_memory: str | None = None
+    # Cores per executor: spark.executor.cores, --executor-cores for spark-submit. Unset:
+    # Spark's default (on a standalone cluster, all of a worker's cores).
+    executor_cores: int | None = Field(default=None, ge=1)
+    # A fixed number of executors on YARN or Kubernetes: spark.executor.instances,
+    # --num-executors for spark-submit. Unset: Spark's default.
+    num_executors: int | None = Field(default=None, ge=1)
     # Executors added and removed with the work (shuffle tracking: no external shuffle service).
     dynamic_allocation: bool = False
     # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
     conf: dict[str, str] = Field(default_factory=dict)
-    # The Python of the workers (PySpark's own variable; default: this interpreter, which has
-    # pyarrow, msgspec, ...) and the address the driver binds (Spark's own variable).
+    # The Python interpreter Spark's Python workers run (PySpark's own variable). Default: the
+    # one running `ctr`, which has pyarrow, msgspec, ...; on a cluster, one every node has.
     python: str = Field(default_factory=lambda: sys.executable, validation_alias="PYSPARK_PYTHON")
+    # The address the driver binds and advertises (spark.driver.bindAddress and .host; Spark's
+    # own variable). Executors on other machines need an address they can reach.
     local_ip: str = Field(default="127.0.0.1", validation_alias="SPARK_LOCAL_IP")
     # Where the sessions `ctr` starts itself write Spark's warnings (only errors reach the
     # console); empty: Spark's default, everything on the console. Jobs under spark-submit

@@ -16,20 +16,30 @@ class SpeedSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SPEED_", extra="ignore")
 
+    # Seconds between the starts of two micro-batches of `ctr speed` (Spark's processing-time
+    # trigger); --available-now ignores it.
     trigger_seconds: float = Field(default=1.0, gt=0)
-    # How far behind the newest event time a bucket stays open for late events.
+    # How far behind the newest event time a bucket stays open for late events: a duration
+    # such as '10 minutes' or '30 seconds' (second, minute, hour or day).
     watermark: str = "10 minutes"
     # Where a first start (no checkpoint) begins: the whole retained log by default.
     starting_offsets: str = "earliest"
+    # Records one micro-batch reads from the topic at most, over all partitions (Spark's
+    # maxOffsetsPerTrigger).
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     # Offsets the checkpoint expects but the log no longer holds: stop (true) or skip (false).
     fail_on_data_loss: bool = True
+    # The speed job's streaming checkpoint: the folder of that name under CHECKPOINT_ROOT.
     checkpoint_name: str = "speed"
-    # How often the job rolls up the buckets the watermark closed (one row per key each).
+    # Seconds between two roll-ups of the buckets the watermark closed (one row per key each)
+    # and compactions of the past minutes' micro-batch files, done between micro-batches.
     rollup_seconds: float = Field(default=60.0, gt=0)
-    # Deleting covered buckets, merging closed hours and vacuum of speed/ctr, from the job.
+    # Seconds between two maintenance passes of the job (between micro-batches): deleting the
+    # buckets the batch layer covers, merging closed hours' roll-ups, compacting speed/late,
+    # vacuuming.
     maintenance_seconds: float = Field(default=300.0, gt=0)
-    # Versions of speed/ctr kept for as-of queries (log entries and data files).
+    # Hours of versions of speed/ctr and speed/late kept for as-of queries (log entries and
+    # data files).
     vacuum_retention_hours: float = Field(default=48.0, ge=0)
 
     @property
