@@ -81,6 +81,7 @@ class ScaleRun:
 
 def main(events: int | None = None) -> dict[str, object]:
     events = events or DEFAULT_EVENTS
+    #: The halves to run, comma-separated: batch, stream; default both.
     parts = os.environ.get("BENCH_SCALE_PARTS", "batch,stream").split(",")
     with tempfile.TemporaryDirectory(prefix="ctr-bench-scale-") as scratch:
         base = Path(scratch)

@@ -68,6 +68,7 @@ class ServingBenchSettings:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ServingBenchSettings:
         return cls(
+            #: Seconds each load runs; default DURATION_S (30).
             duration_s=float(environ.get("BENCH_SERVING_SECONDS", DURATION_S)),
             environ=dict(environ),
         )

@@ -22,7 +22,10 @@ cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
 # Not listed by others; passed through (the private PostgreSQL's user: see runtime/private.py).
 chmod go-rw "$RUN_DIR"
+#: Airflow's home folder: airflow.cfg, its logs, its SQLite database; default RUN_DIR/airflow.
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$RUN_DIR/airflow}"
+#: postgres: Airflow's database on the private PostgreSQL of infra/postgres.sh (started if
+#: it is not running); unset or sqlite: SQLite under AIRFLOW_HOME.
 case "${AIRFLOW_DB:-}" in
     "" | sqlite) ;;
     postgres)
@@ -32,26 +35,35 @@ case "${AIRFLOW_DB:-}" in
         ;;
     *) echo "airflow: error: AIRFLOW_DB is 'postgres' or unset (SQLite), not '$AIRFLOW_DB'" >&2; exit 1 ;;
 esac
+#: Airflow's executor (Airflow's own setting); default LocalExecutor: tasks as local processes.
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
+#: Airflow's metadata database as a SQLAlchemy URL (Airflow's own setting, e.g.
+#: postgresql+psycopg2://…); unset: SQLite, or what AIRFLOW_DB=postgres sets.
 if [[ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then
     # The URL without its password, for the log.
     database="$(sed -E 's#^([^:]+://[^:@/]*):[^@]*@#\1:***@#' <<< "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")"
 else
     database="SQLite ($AIRFLOW_HOME/airflow.db)"
 fi
-# The project's DAGs (AIRFLOW_DAGS: another folder, e.g. `make demo`'s generated one).
+#: The folder of the DAGs Airflow runs; default the project's dags/ (`make demo` sets its
+#: generated one).
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW_DAGS:-$PWD/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-# LocalExecutor forks one worker per parallelism slot (default 32, ~130 MB each); ctr_batch runs
-# one Spark job at a time, and this machine has 2 cores.
+#: How many tasks Airflow runs at once (Airflow's own setting, its default 32). The
+#: LocalExecutor forks one worker per slot (~130 MB each); ctr_batch runs one Spark job at a
+#: time, and this machine has 2 cores.
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__API__HOST=127.0.0.1
+#: Port of Airflow's API server and web UI on 127.0.0.1; the demo stops with a message naming
+#: the port if it is taken.
 export AIRFLOW__API__PORT="${AIRFLOW_PORT:-8080}"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:${AIRFLOW__API__PORT}/execution/"
 # Where ctr_batch's spark-submit runs: the spark_default connection (SPARK_MASTER, default
 # local[2], unless AIRFLOW_CONN_SPARK_DEFAULT is set already).
 spark_conn="{\"conn_type\": \"spark\", \"host\": \"${SPARK_MASTER:-local[2]}\"}"
+#: Airflow's spark_default connection as JSON (Airflow's own variable), where ctr_batch's
+#: spark-submit runs; default a spark connection to SPARK_MASTER (local[2]).
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
 export LAKE_ROOT="${LAKE_ROOT:-$PWD/data/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$PWD/data/checkpoints}"
 export PATH="$PWD/.venv/bin:$PATH"  # the components' own subprocesses run `airflow …`
@@ -59,8 +71,8 @@ AIRFLOW=.venv/bin/airflow
 PID_FILE="$RUN_DIR/airflow.pid"
 LOG="$RUN_DIR/airflow.log"
 URL="http://127.0.0.1:${AIRFLOW__API__PORT}"
-START_TIMEOUT="${AIRFLOW_START_TIMEOUT:-180}"  # seconds until the API server must answer
-UNPAUSE="${AIRFLOW_UNPAUSE:-ctr_batch ctr_maintenance}"  # the DAGs to unpause
+START_TIMEOUT="${AIRFLOW_START_TIMEOUT:-180}"  #: Seconds until Airflow's API server must answer.
+UNPAUSE="${AIRFLOW_UNPAUSE:-ctr_batch ctr_maintenance}"  #: The DAGs to unpause, space-separated.
 
 if [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
     echo "airflow: already running (pid $(cat "$PID_FILE")) at $URL"
@@ -75,6 +87,8 @@ echo "airflow: database $database, executor $AIRFLOW__CORE__EXECUTOR"
 # The pool every Spark task of the project's DAGs takes a slot of (dags/definitions.py
 # SPARK_POOL): one Spark driver per 2 cores, however many runs a backfill queues.
 cores="$(nproc 2>/dev/null || echo 2)"
+#: Slots of the ctr_spark pool: Spark drivers of the batch tasks at a time; default one per
+#: 2 cores (at least 1).
 SPARK_SLOTS="${AIRFLOW_SPARK_SLOTS:-$(( cores / 2 > 0 ? cores / 2 : 1 ))}"
 "$AIRFLOW" pools set ctr_spark "$SPARK_SLOTS" "Spark drivers of ctr-lambda's batch tasks" \
     > /dev/null 2>> "$RUN_DIR/airflow-migrate.log" || {

@@ -20,28 +20,44 @@ ROOT="$PWD"
 source infra/demo-common.sh
 started_at=$(date +%s)
 
+#: 0: a shell loop (infra/demo-batch-loop.sh) runs the batch job instead of Airflow.
 DEMO_AIRFLOW="${DEMO_AIRFLOW:-1}"
+#: Events per second from the traffic generator.
 DEMO_RATE="${DEMO_RATE:-200}"
+#: Minutes between ctr_batch runs (must divide an hour).
 DEMO_BATCH_MINUTES="${DEMO_BATCH_MINUTES:-10}"
+#: Minutes between ctr_recompute_stale runs (must divide an hour).
 DEMO_STALE_MINUTES="${DEMO_STALE_MINUTES:-5}"
+#: Minutes between ctr_maintenance runs: compaction and VACUUM of the batch tables, their
+#: history window (must divide an hour).
 DEMO_MAINTENANCE_MINUTES="${DEMO_MAINTENANCE_MINUTES:-60}"
-# A fresh lake starts with this much traffic history (sent at once, as the ad servers would
-# have sent it), so the batch layer has settled minutes to make exact from the start: version 3
-# covers a minute only 70 min after it (views/definitions.py Definition.settle). 0: none.
+#: A fresh lake starts with this much traffic history (sent at once, as the ad servers would
+#: have sent it), so the batch layer has settled minutes to make exact from the start: version 3
+#: covers a minute only 70 min after it (views/definitions.py Definition.settle). 0: none (none
+#: either with DEMO_GROUND_TRUTH).
 DEMO_HISTORY_MINUTES="${DEMO_HISTORY_MINUTES:-120}"
-# The batch layer (Airflow and its Spark tasks, or the batch loop) runs at this niceness: on a
-# few shared cores the speed layer's freshness and a restarted streaming job come first, the
-# batch layer's throughput after (make soak CHAOS=1: restarts took 55-100 s beside a batch job).
+#: The batch layer (Airflow and its Spark tasks, or the batch loop) runs at this niceness: on a
+#: few shared cores the speed layer's freshness and a restarted streaming job come first, the
+#: batch layer's throughput after (make soak CHAOS=1: restarts took 55-100 s beside a batch job).
 DEMO_BATCH_NICE="${DEMO_BATCH_NICE:-10}"
 # What the topics may keep on disk, per partition: the archiver reads within seconds, and
 # master/events is the system of record (the size bound keeps a long run's disk bounded).
 export KAFKA_TOPIC_CONFIG="${KAFKA_TOPIC_CONFIG:-{\"retention.bytes\": \"536870912\", \"segment.bytes\": \"67108864\"\}}"
+#: Seconds each part of the demo may take to come up.
 DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
-DEMO_BROKERS="${DEMO_BROKERS:-}"  # 1 or 3; default: what $DEMO/kafka holds, else 1
-# The broker's listener requires SASL/SCRAM logins (ctr kafka up --auth): every part of the demo,
-# and `source $DEMO/env` in another shell, logs in as the cluster's client user.
+#: 1 or 3; default: what $DEMO/kafka holds, else 1 (PROFILE=cluster: 3). 3: three brokers and
+#: a controller, topics with 3 replicas and min.insync.replicas=2.
+DEMO_BROKERS="${DEMO_BROKERS:-}"
+#: The broker's listener takes SASL/SCRAM logins only (ctr kafka up --auth): scram
+#: (SCRAM-SHA-256), scram-sha-512, or none (no logins). Every part of the demo, and
+#: `source $DEMO/env` in another shell, logs in as the cluster's client user; a demo cluster
+#: from before gets its users at the next start.
 DEMO_KAFKA_AUTH="${DEMO_KAFKA_AUTH:-scram}"
-DEMO_KAFKA_TLS="${DEMO_KAFKA_TLS:-}"  # 1: the listener over TLS (SASL_SSL); 0: not; unset: as it is
+#: 1: the listener over TLS as well (SASL_SSL, ctr kafka up --tls); 0: not; unset: as the
+#: cluster is (a new one: 0).
+DEMO_KAFKA_TLS="${DEMO_KAFKA_TLS:-}"
+#: embedded (the default), or cluster: 3 brokers, the lake on the local S3 server, a Spark
+#: standalone master and worker for the batch tasks, Airflow on PostgreSQL (make demo-cluster).
 PROFILE="${PROFILE:-embedded}"
 if [[ "$PROFILE" != embedded && "$PROFILE" != cluster ]]; then
     echo "demo: error: PROFILE must be embedded (the default) or cluster, got '$PROFILE'" >&2
@@ -74,9 +90,12 @@ fi
 # newest version (what a fresh lake publishes) by two periods.
 SETTLE_MINUTES="$("$ROOT/.venv/bin/python" -c 'from views.definitions import NEWEST, definition
 print(int(definition("ctr", NEWEST["ctr"]).settle.total_seconds() // 60))')"
+#: Minutes before each scheduled interval that a batch run recomputes as well; default the
+#: settle delay of the newest version (70 min) plus twice DEMO_BATCH_MINUTES.
 export CTR_BATCH_LOOKBACK_MINUTES="${CTR_BATCH_LOOKBACK_MINUTES:-$((2 * DEMO_BATCH_MINUTES + SETTLE_MINUTES))}"
 export LAKE_ROOT="${LAKE_ROOT:-$DEMO/lake}" CHECKPOINT_ROOT="${CHECKPOINT_ROOT:-$DEMO/checkpoints}"
-DEMO_NETNS="${DEMO_NETNS:-0}"  # 1: the 3 brokers in network namespaces (root; ctr kafka partition)
+#: 1: the 3 brokers in network namespaces (needs root), so ctr kafka partition can cut one off.
+DEMO_NETNS="${DEMO_NETNS:-0}"
 if [[ "$DEMO_NETNS" == 1 ]]; then
     DEMO_BROKERS=3
     export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-10.77.0.1:9092,10.77.0.2:9092,10.77.0.3:9092}"
@@ -380,10 +399,10 @@ supervised() { start "$1" bash infra/supervise.sh "$@"; }
 supervised archiver "$CTR" archive
 supervised speed "$CTR" speed
 supervised api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
-# DEMO_GROUND_TRUTH: a CSV of the exact counts of every record the producer had delivered,
-# written when it stops (make soak compares the batch view with it).
 traffic=(--duplicates 0.01 --late 0.02 --malformed 0.005 --repeat-clicks 0.05 --orphan-clicks 0.02)
 producer_args=(--rate "$DEMO_RATE" "${traffic[@]}")
+#: A CSV path: the traffic generator writes the exact counts of every record it delivered
+#: there when it stops (make soak compares the batch view with it); unset: none.
 [[ -n "${DEMO_GROUND_TRUTH:-}" ]] && producer_args+=(--ground-truth "$DEMO_GROUND_TRUTH")
 history_start=""
 # No history beside a ground truth (make soak): the truth counts the live producer's records.

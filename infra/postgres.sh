@@ -21,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
+#: Port of the private PostgreSQL on 127.0.0.1.
 PG_PORT="${PG_PORT:-55432}"
 DIR="$RUN_DIR/postgres"
 DATA="$DIR/data"
@@ -39,6 +40,8 @@ usage() {
 # The server's binaries: PG_BIN, else those of the version the data directory was made with,
 # else the newest installed (installing Debian's `postgresql` if there are none).
 find_binaries() {
+    #: Folder of the PostgreSQL binaries to run (initdb, pg_ctl, postgres); unset: those of the
+    #: data directory's version, else the newest installed.
     [[ -n "${PG_BIN:-}" ]] && return
     if [[ -f "$DATA/PG_VERSION" && -x "/usr/lib/postgresql/$(cat "$DATA/PG_VERSION")/bin/initdb" ]]; then
         PG_BIN="/usr/lib/postgresql/$(cat "$DATA/PG_VERSION")/bin"

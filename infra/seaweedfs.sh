@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 MODULE=github.com/seaweedfs/seaweedfs
 # SeaweedFS 4.53 (2026-11-09): the newest the module proxy serves as a pseudo-version.
 VERSION=v0.0.0-20261109003541-7506e5f91cd6
+#: Folder of the binaries built once (SeaweedFS's weed); default ~/.cache/ctr-lambda/bin
+#: (under XDG_CACHE_HOME if set).
 root="${CTR_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctr-lambda/bin}"
 target="$root/weed-$VERSION"
 if [[ -x "$target" ]]; then

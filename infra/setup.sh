@@ -8,8 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+#: The Python that creates .venv; default python3.11, else python3.
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+#: Folder of the wheels built once (pyspark's) that pip installs from; default
+#: ~/.cache/ctr-lambda/wheels (under XDG_CACHE_HOME if set).
 WHEEL_CACHE="${CTR_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctr-lambda/wheels}"
 STAMP=.venv/.ctr-setup-stamp
 

@@ -20,6 +20,8 @@ if (($# < 2)); then
 fi
 name="$1"
 shift
+#: A folder for NAME.child.pid and restarts.log (a line per restart; infra/airflow-up.sh's
+#: components too); unset: neither is written.
 dir="${SUPERVISE_DIR:-}"
 child=""
 stopping=0

@@ -79,15 +79,22 @@ class Config:
                 raise SystemExit(f"soak: error: {name} must be above 0, got {raw!r}")
             return value
 
+        #: 1: a component SIGKILLed (or a broker cut off) every SOAK_KILL_EVERY_S, and the time
+        #: it takes to come back measured; 0: none.
         chaos = environ.get("CHAOS", "0") or "0"
         if chaos not in ("0", "1"):
             raise SystemExit(f"soak: error: CHAOS must be 0 or 1, got {chaos!r}")
         return cls(
+            #: How long the soak runs, in minutes.
             minutes=number("SOAK_MINUTES", 60),
+            #: Events per second from the soak's traffic generator.
             rate=int(number("SOAK_RATE", 1000)),
             chaos=chaos == "1",
+            #: Seconds between samples (memory, CPU, files, lags, freshness) in samples.csv.
             sample_s=number("SOAK_SAMPLE_S", 60),
+            #: Seconds between chaos rounds (CHAOS=1).
             kill_every_s=number("SOAK_KILL_EVERY_S", 240),
+            #: Seed of the chaos rounds' random choices; default the start time (the log names it).
             seed=int(environ.get("SOAK_SEED", "") or time.time()),
             run_dir=Path(environ.get("RUN_DIR", "run")).resolve(),
             environ=dict(environ),
