@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -24,7 +24,8 @@ demo-cluster: setup  ## make demo PROFILE=cluster: 3 brokers, the lake on the lo
 demo-down:  ## stop every process `make demo` started, by pid (traffic first, jobs drain)
 	@bash infra/demo-down.sh
 
-test: setup  ## run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
+test: setup  ## build the docs site (strict), then run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
+	@$(MAKE) --no-print-directory docs
 	@bash infra/system-packages.sh chromium postgresql
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -32,7 +33,16 @@ test-unit: setup  ## the unit tier only (no JVM, broker or browser): a pure chan
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-faults: setup  ## the fault tests only, each fault repeated CTR_FAULT_ROUNDS times (default 5)
+#: How many times the fault tests repeat each fault (make test-faults: 5).
 	CTR_FAULT_ROUNDS=$${CTR_FAULT_ROUNDS:-5} $(PY) -m pytest -m faults $(PYTEST_ARGS)
+
+docs: setup  ## build the docs site into site/ (strict: a warning or a broken link fails it); reference pages from the code
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	$(PY) -m reference.links site
+
+docs-serve: setup  ## serve the docs site on 127.0.0.1:8001, rebuilt when docs/ or the code it documents changes
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001 \
+	    $(foreach d,reference api cli lake runtime ingest master_dataset speed_layer infra serving_layer,--watch $(d))
 
 lint: setup  ## ruff format --check, ruff check, mypy --strict, the dependency direction
 	$(VENV)/bin/ruff format --check .
@@ -78,7 +88,7 @@ bench: setup  ## run the benchmarks, write the results table (BENCH_ARGS="ingest
 soak: setup  ## the platform under traffic for SOAK_MINUTES (60) at SOAK_RATE (1000/s); CHAOS=1 kills components; report in RUN_DIR/soak
 	$(PY) -m infra.soak
 
-bench-table: setup  ## rebuild bench/results/RESULTS.md and the README's table from the last results
+bench-table: setup  ## rebuild bench/results/RESULTS.md and docs/performance.md's table from the last results
 	$(PY) -m bench.report
 
 dashboard:  ## re-vendor Chart.js and Swagger UI from npm (after changing dashboard/package.json)

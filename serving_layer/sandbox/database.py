@@ -87,7 +87,7 @@ _QUERY_KEYWORDS: Final = frozenset(
     {"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "("}
 )
 _FIRST_WORD: Final = re.compile(r"\(|[A-Za-z_]+")
-_ALLOWED: Final = (
+ALLOWED_STATEMENTS: Final = (
     "the SQL endpoint is read-only and accepts one query (SELECT, WITH, FROM, VALUES, TABLE, "
     "DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of a query) over the views " + ", ".join(VIEW_NAMES)
 )
@@ -175,11 +175,11 @@ def _require_query(
     keyword = _word(sql, tokens, 0) if tokens else ""
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         kind = statements[0].type.name if len(statements) == 1 else f"{len(statements)}"
-        raise SqlRefusedError(f"{keyword or kind} statements are not allowed: {_ALLOWED}")
+        raise SqlRefusedError(f"{keyword or kind} statements are not allowed: {ALLOWED_STATEMENTS}")
     # PRAGMA parses as a SELECT of a pragma function; json_serialize_sql takes real queries only.
     serialized = parser.execute("SELECT json_serialize_sql($1::VARCHAR)", [sql]).fetchone()
     if keyword not in _QUERY_KEYWORDS or serialized is None:
-        raise SqlRefusedError(f"{keyword} statements are not allowed: {_ALLOWED}")
+        raise SqlRefusedError(f"{keyword} statements are not allowed: {ALLOWED_STATEMENTS}")
     try:
         # json, not orjson: constants may serialize as Infinity, NaN or integers past 64 bits.
         tree = json.loads(serialized[0])
@@ -187,7 +187,7 @@ def _require_query(
         # Python's recursion limit: about 400 nested expressions (DuckDB's own limit is 1,000).
         raise SqlRefusedError("the query nests too deeply to be checked") from None
     if not isinstance(tree, dict) or tree.get("error", True):
-        raise SqlRefusedError(f"{keyword} statements are not allowed: {_ALLOWED}")
+        raise SqlRefusedError(f"{keyword} statements are not allowed: {ALLOWED_STATEMENTS}")
     for name, table in called_functions(tree):
         if name is None:
             raise SqlRefusedError("the query has a function call the check cannot read")

@@ -11,11 +11,12 @@ from typing import Final
 
 from tests.support import ROOT
 
-# Where settings are built: the command line, Airflow's DAG files, the benchmarks and the
-# tests; and any module run as a program (``python -m``: a __main__ module, or one with a
+# Where settings are built: the command line, Airflow's DAG files, the benchmarks, the docs
+# build's reference pages (the app's OpenAPI document, built on defaults) and the tests; and
+# any module run as a program (``python -m``: a __main__ module, or one with a
 # ``if __name__ == "__main__":`` block, which may read its environment in that block and in its
 # ``main`` function).
-ENTRY_PACKAGES: Final = frozenset({"cli", "dags", "bench", "tests"})
+ENTRY_PACKAGES: Final = frozenset({"cli", "dags", "bench", "reference", "tests"})
 SKIPPED: Final = frozenset({".venv", "run", "data", "node_modules", "spark-warehouse", ".git"})
 # Environment access that is not configuration, each with its reason.
 ALLOWED_ENVIRONMENT: Final = {

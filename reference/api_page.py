@@ -1,0 +1,144 @@
+"""reference/http-api.md: the HTTP API from the OpenAPI document the app itself serves
+(``GET /openapi.json``): every operation with its parameters and answers, then every schema."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from reference import markdown
+
+Json = Mapping[str, Any]
+
+
+def kind(schema: Json) -> str:
+    """A schema in a few words: ``string (date-time)``, ``integer ≥ 1``, ``[CtrRowBody]``…"""
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return f"[{name}](#{name.lower()})"
+    for union in ("anyOf", "oneOf"):
+        if union in schema:
+            parts = [kind(s) for s in schema[union] if s.get("type") != "null"]
+            nullable = any(s.get("type") == "null" for s in schema[union])
+            return " or ".join(parts) + (" or null" if nullable else "")
+    if "enum" in schema:
+        return " or ".join(markdown.code(v) for v in schema["enum"])
+    text = str(schema.get("type", "any"))
+    if text == "array":
+        text = f"array of {kind(schema.get('items', {}))}"
+    elif text == "object" and "additionalProperties" in schema:
+        text = f"object of {kind(schema['additionalProperties'] or {})}"
+    if "format" in schema:
+        text += f" ({schema['format']})"
+    for key, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤")):
+        if key in schema:
+            text += f" {sign} {schema[key]}"
+    return text
+
+
+def _parameters(operation: Json) -> Iterator[str]:
+    rows = []
+    for parameter in operation.get("parameters", []):
+        schema = parameter.get("schema", {})
+        default = schema.get("default")
+        rows.append([
+            markdown.code(parameter["name"]),
+            parameter["in"],
+            kind(schema),
+            "" if default is None else markdown.code(default),
+            "yes" if parameter.get("required") else "",
+            parameter.get("description", ""),
+        ])  # fmt: skip
+    if rows:
+        header = ("parameter", "in", "type", "default", "required", "meaning")
+        yield markdown.table(header, rows)
+
+
+def _body(operation: Json) -> Iterator[str]:
+    body = operation.get("requestBody")
+    if body:
+        for media, content in body.get("content", {}).items():
+            yield f"Request body ({markdown.code(media)}): {kind(content.get('schema', {}))}.\n"
+
+
+def _responses(operation: Json) -> Iterator[str]:
+    rows = []
+    for status, response in sorted(operation.get("responses", {}).items()):
+        media = [
+            f"{markdown.code(name)} {kind(content.get('schema', {}))}".strip()
+            for name, content in response.get("content", {}).items()
+        ]
+        rows.append([markdown.code(status), response.get("description", ""), "; ".join(media)])
+    if rows:
+        yield markdown.table(("status", "meaning", "body"), rows)
+
+
+def operations(document: Json) -> Iterator[str]:
+    """A section per operation, in the document's order."""
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            yield f"## `{method.upper()} {path}`"
+            yield ""
+            yield f"**{operation.get('summary', '')}**"
+            yield ""
+            if operation.get("description"):
+                yield operation["description"].strip()
+                yield ""
+            if operation.get("security"):
+                yield "Needs a key: `Authorization: Bearer <key>`.\n"
+            yield from _parameters(operation)
+            yield from _body(operation)
+            yield from _responses(operation)
+            yield ""
+
+
+def schemas(document: Json) -> Iterator[str]:
+    """A section per schema of the document's components."""
+    yield "## Schemas"
+    yield ""
+    for name, schema in sorted(document.get("components", {}).get("schemas", {}).items()):
+        yield f"### {name}"
+        yield ""
+        if schema.get("description"):
+            yield " ".join(str(schema["description"]).split())
+            yield ""
+        required = set(schema.get("required", []))
+        rows = [
+            [markdown.code(field), kind(spec), "yes" if field in required else "",
+             spec.get("description", "")]
+            for field, spec in schema.get("properties", {}).items()
+        ]  # fmt: skip
+        if rows:
+            yield markdown.table(("field", "type", "required", "meaning"), rows)
+        yield ""
+
+
+def document() -> Json:
+    """The OpenAPI document of the app as ``ctr serve`` builds it (no lake is opened)."""
+    from pydantic import SecretStr
+
+    from api.main import create_app
+    from api.settings import ApiSettings
+    from lake.settings import LakeSettings
+    from runtime.kafka_settings import KafkaSettings
+
+    settings = ApiSettings(token=SecretStr("reference-page-token"))
+    return create_app(settings, LakeSettings(), KafkaSettings()).openapi()
+
+
+def render() -> str:
+    """The HTTP API page."""
+    spec = document()
+    info = spec["info"]
+    intro = (
+        f"{info.get('summary', '')} OpenAPI {spec['openapi']}, version {info['version']}. "
+        "A running server serves the same document at `/openapi.json` and an interactive "
+        "page at `/docs`. How to query, with examples: [Querying](../guides/querying.md); "
+        "keys and what each role may read: [Keys and scopes](../guides/access.md)."
+    )
+    return markdown.page(
+        "HTTP API",
+        "the OpenAPI document of `api/main.py`",
+        intro,
+        [*operations(spec), *schemas(spec)],
+    )

@@ -1,0 +1,121 @@
+"""The docs site's generated reference (``reference/``): every setting described, every
+command, operation and table on its page, and the link checker that fails the build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reference import api_page, cli_page, environment, settings_page, tables_page
+from reference.links import broken_links, main
+
+
+def test_every_setting_has_a_description_from_its_comment() -> None:
+    undescribed = [
+        (cls.__name__, setting.variables)
+        for cls in settings_page.settings_classes()
+        for setting in settings_page.settings_of(cls)
+        if not setting.meaning
+    ]
+    assert undescribed == []
+
+
+def test_the_configuration_page_lists_every_field_of_every_settings_class() -> None:
+    text = settings_page.render()
+    classes = settings_page.settings_classes()
+    assert {c.__name__ for c in classes} >= {"KafkaSettings", "ApiSettings", "LakeSettings"}
+    for cls in classes:
+        assert f"## {cls.__name__}" in text
+        for setting in settings_page.settings_of(cls):
+            assert f"`{setting.variables[0]}`" in text
+    # A variable the scripts read, with its default and where: the demo's rate.
+    assert "| `DEMO_RATE` | `200` | `infra/demo.sh`" in text
+
+
+def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
+    from api.settings import ApiSettings
+
+    described = {s.variables[0]: s.meaning for s in settings_page.settings_of(ApiSettings)}
+    assert described["API_MAX_BODY_BYTES"].startswith("Request bodies larger than this get a 413")
+
+
+def test_the_cli_page_has_every_command_and_option() -> None:
+    text = cli_page.render()
+    for command in ("ctr produce", "ctr kafka up", "ctr batch", "ctr backfill", "ctr sql",
+                    "ctr views publish", "ctr keys create"):  # fmt: skip
+        assert f"`{command}`" in text
+    assert "`--from <str>`" in text
+
+
+def test_the_api_page_has_every_operation_of_the_openapi_document() -> None:
+    document = api_page.document()
+    text = api_page.render()
+    for path, methods in document["paths"].items():
+        for method in methods:
+            assert f"## `{method.upper()} {path}`" in text
+    assert "### CtrResponse" in text
+
+
+def test_the_tables_page_has_every_table_with_its_columns() -> None:
+    text = tables_page.render()
+    for table, _comment in tables_page.tables():
+        assert f"## `{table.name}`" in text  # type: ignore[attr-defined]
+    assert "| `event_id` | string | yes |" in text
+
+
+def _site(root: Path, pages: dict[str, str]) -> Path:
+    for name, html in pages.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(html)
+    return root
+
+
+def test_the_link_checker_finds_a_missing_page_and_a_missing_anchor(tmp_path: Path) -> None:
+    site = _site(
+        tmp_path,
+        {
+            "index.html": '<a href="guide/">ok</a><a href="guide/#setup">ok</a>'
+            '<a href="guide/#nowhere">bad anchor</a><a href="gone.html">bad page</a>'
+            '<a href="https://example.org/x">external</a><img src="img.png">',
+            "guide/index.html": '<h2 id="setup">Setup</h2><a href="../index.html">back</a>',
+            "img.png": "png",
+        },
+    )
+    found = {(b.page, b.link, b.why) for b in broken_links(site)}
+    assert found == {
+        ("index.html", "guide/#nowhere", "no such anchor on the page"),
+        ("index.html", "gone.html", "no such file in the site"),
+    }
+    assert main([str(site)]) == 1
+
+
+def test_a_site_without_broken_links_passes_and_no_site_is_an_error(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site", {"index.html": '<a href="#top" id="top">top</a>'})
+    assert main([str(site)]) == 0
+    assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_every_variable_the_scripts_read_has_a_doc_comment() -> None:
+    declared = {
+        variable.upper()
+        for cls in settings_page.settings_classes()
+        for setting in settings_page.settings_of(cls)
+        for variable in setting.variables
+    }
+    scanned = environment.scan(settings_page.ROOT)
+    assert {"DEMO_RATE", "SOAK_MINUTES", "AIRFLOW_SPARK_SLOTS"} <= scanned.keys()
+    undocumented = [n for n, v in sorted(scanned.items()) if n not in declared and not v.meaning]
+    assert undocumented == []
+
+
+def test_a_doc_comment_is_read_above_or_beside_a_line_that_reads_the_variable() -> None:
+    lines = [
+        "# an ordinary comment is not a doc",
+        'A="${A_VAR:-1}"',
+        "#: Events per second.",
+        "#: At most 1,000.",
+        'B="${B_VAR:-2}"',
+        'C="${C_VAR:-3}"  #: Beside it.',
+    ]
+    assert environment._doc_for(lines, 1) == ""
+    assert environment._doc_for(lines, 4) == "Events per second. At most 1,000."
+    assert environment._doc_for(lines, 5) == "Beside it."
