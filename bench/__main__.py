@@ -1,5 +1,6 @@
 """`python -m bench [NAME ...]`: run benchmarks (all by default), print their figures, and write
-the results table (bench/results/RESULTS.md and results.json, and the README's table).
+the results table (bench/results/RESULTS.md and results.json, and the docs site's performance
+page, docs/performance.md).
 
 A benchmark that fails is reported and recorded as failed; the others still run. The exit
 status is 1 when any failed.
@@ -35,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="default: all")
     parser.add_argument("--events", type=int, help="events per run (default: each benchmark's)")
-    parser.add_argument("--no-readme", action="store_true", help="leave README.md's table alone")
+    parser.add_argument(
+        "--no-page", action="store_true", help="leave docs/performance.md's table alone"
+    )
     args = parser.parse_args(argv)
     failed = []
     for name in args.names or list(BENCHMARKS):
@@ -51,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         report.clear_failure(name)
         print(f"=== bench {name}: done in {time.monotonic() - started:.0f} s", flush=True)
-    rows = report.write(readme=None if args.no_readme else report.README)
+    rows = report.write(page=None if args.no_page else report.PAGE)
     print("\n" + report.table(rows))
     print(f"\nbench: results in {report.RESULTS}/RESULTS.md and results.json"
-          + ("" if args.no_readme else "; README.md's performance table updated"))  # fmt: skip
+          + ("" if args.no_page else f"; {report.PAGE}'s table updated"))  # fmt: skip
     if failed:
         print(f"bench: FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

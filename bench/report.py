@@ -1,5 +1,5 @@
 """The benchmarks' results in one table: ``bench/results/RESULTS.md`` and ``results.json``, and
-the same Markdown table in the README's performance section.
+the same Markdown table on the docs site's performance page (docs/performance.md).
 
 Each benchmark writes ``bench/results/<name>.json``; the report is built from whichever of those
 files exist, so running one benchmark refreshes its row and keeps the others. A benchmark that
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path("bench/results")
-README = Path("README.md")
+PAGE = Path("docs/performance.md")
 ORDER = ("ingest", "archive", "batch", "scale", "passes", "speed", "serving", "reach", "storage")
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
@@ -352,19 +352,20 @@ def markdown(rows: list[Row], host: Mapping[str, str], when: str) -> str:
     return f"{table(rows)}\n\nMeasured {when} on: {described}.\n"
 
 
-def update_readme(readme: Path, block: str) -> bool:
-    """Put ``block`` between the README's table markers; False when the markers are missing."""
-    text = readme.read_text()
+def update_page(page: Path, block: str) -> bool:
+    """Put ``block`` between the page's table markers; False when the markers are missing."""
+    text = page.read_text()
     pattern = re.compile(re.escape(TABLE_START) + r".*?" + re.escape(TABLE_END), re.DOTALL)
     if not pattern.search(text):
         return False
     replaced = pattern.sub(lambda _: f"{TABLE_START}\n{block}{TABLE_END}", text, count=1)
-    readme.write_text(replaced)
+    page.write_text(replaced)
     return True
 
 
-def write(results: Path = RESULTS, readme: Path | None = README) -> list[Row]:
-    """Build RESULTS.md and results.json from the per-benchmark files (and the README table)."""
+def write(results: Path = RESULTS, page: Path | None = PAGE) -> list[Row]:
+    """Build RESULTS.md and results.json from the per-benchmark files (and the docs page's
+    table)."""
     found = load(results)
     rows = [summarize(name, *found[name]) for name in ORDER if name in found]
     host = machine()
@@ -380,8 +381,8 @@ def write(results: Path = RESULTS, readme: Path | None = README) -> list[Row]:
         "failures": {name: error for name, (_, error) in found.items() if error is not None},
     }
     (results / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-    if readme is not None and readme.exists() and not update_readme(readme, block):
-        print(f"bench: {readme} has no {TABLE_START} marker; the table is only in {results}")
+    if page is not None and page.exists() and not update_page(page, block):
+        print(f"bench: {page} has no {TABLE_START} marker; the table is only in {results}")
     return rows
 
 
@@ -392,12 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="default: %(default)s")
-    parser.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    parser.add_argument("--no-page", action="store_true", help=f"leave {PAGE} alone")
     args = parser.parse_args(argv)
     if not load(args.results):
         print(f"bench: no results in {args.results}; run `make bench` first", file=sys.stderr)
         return 1
-    rows = write(args.results, None if args.no_readme else README)
+    rows = write(args.results, None if args.no_page else PAGE)
     print(table(rows))
     print(f"\nbench: wrote {args.results / 'RESULTS.md'} and {args.results / 'results.json'}")
     return 0

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import infra.soak
 from infra.soak.config import Config
-from infra.soak.report import plot, read_samples, table_markdown
+from infra.soak.console import log
+from infra.soak.report import plot, publish, read_samples, table_markdown
 from infra.soak.rules import verdicts
 from infra.soak.run import run
 
@@ -19,7 +21,8 @@ def main() -> None:
         prog="python -m infra.soak",
         description=(infra.soak.__doc__ or "").split("\n\n")[0],
         epilog="Settings come from the environment: SOAK_MINUTES, SOAK_RATE, CHAOS, "
-        "SOAK_SAMPLE_S, SOAK_KILL_EVERY_S, SOAK_SEED, RUN_DIR.",
+        "SOAK_SAMPLE_S, SOAK_KILL_EVERY_S, SOAK_SEED, RUN_DIR, and SOAK_DOCS: where the report "
+        "is published as a page of the docs site (default docs/soak; 0: not published).",
     )
     parser.add_argument(
         "--report-only",
@@ -34,7 +37,13 @@ def main() -> None:
         print(table_markdown(verdicts(samples, duration)))
         plot(samples, config.out)
         return
-    sys.exit(run(config))
+    status = run(config)
+    #: Folder the report goes to as the docs site's soak page (report.md, or chaos.md with
+    #: CHAOS=1); 0: not published.
+    docs = os.environ.get("SOAK_DOCS", "docs/soak")
+    if docs != "0" and (config.out / "report.md").exists():
+        log(f"report published: {publish(config.out, Path(docs), chaos=config.chaos)}")
+    sys.exit(status)
 
 
 if __name__ == "__main__":

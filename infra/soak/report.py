@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import shutil
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -136,6 +137,23 @@ def write_report(
     if config.chaos and slow:
         log(f"FAIL recovery: {len(slow)} kill(s) not back to normal within 60 s")
     return 0 if ok else 1
+
+
+def publish(out: Path, docs: Path, *, chaos: bool) -> Path:
+    """The report under ``out`` as a page of the docs site: ``docs/report.md`` (`make soak`)
+    or ``docs/chaos.md`` (``CHAOS=1``), its plots beside it (``chaos-*.png`` for a chaos run,
+    so the two pages keep their own); returns the page."""
+    prefix = "chaos-" if chaos else ""
+    docs.mkdir(parents=True, exist_ok=True)
+    text = (out / "report.md").read_text()
+    for png in sorted(out.glob("*.png")):
+        shutil.copyfile(png, docs / f"{prefix}{png.name}")
+        text = text.replace(f"]({png.name})", f"]({prefix}{png.name})")
+    command = "make soak CHAOS=1" if chaos else "make soak"
+    title, _, rest = text.partition("\n")
+    page = docs / ("chaos.md" if chaos else "report.md")
+    page.write_text(f"{title}\n\nWritten by `{command}` on the machine it ran on.\n{rest}")
+    return page
 
 
 def table_markdown(found: list[Verdict], *, judged: bool = True) -> str:

@@ -1,5 +1,5 @@
 """The benchmark results table: rows from each benchmark's result file, failures recorded, the
-README's table replaced between its markers."""
+performance page's table replaced between its markers."""
 
 from __future__ import annotations
 
@@ -142,11 +142,11 @@ def test_a_failed_or_malformed_result_is_a_row_not_a_crash() -> None:
     assert "unreadable result (KeyError" in broken.measured
 
 
-def test_write_builds_the_files_and_replaces_only_the_readme_table(tmp_path: Path) -> None:
+def test_write_builds_the_files_and_replaces_only_the_pages_table(tmp_path: Path) -> None:
     results = tmp_path / "results"
     _write(results, "ingest", INGEST)
     _write(results, "batch", BATCH)
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "performance.md"
     readme.write_text(
         f"# x\n\nbefore\n{report.TABLE_START}\nold table\n{report.TABLE_END}\nafter\n"
     )
@@ -170,10 +170,10 @@ def test_write_builds_the_files_and_replaces_only_the_readme_table(tmp_path: Pat
     assert readme.read_text().count(report.TABLE_START) == 1
 
 
-def test_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
+def test_a_page_without_markers_is_left_alone(tmp_path: Path) -> None:
+    readme = tmp_path / "performance.md"
     readme.write_text("no table here\n")
-    assert report.update_readme(readme, "| t |\n") is False
+    assert report.update_page(readme, "| t |\n") is False
     assert readme.read_text() == "no table here\n"
 
 
@@ -191,13 +191,13 @@ def test_bench_runs_the_rest_after_a_failure_and_records_it(
         return INGEST
 
     monkeypatch.setattr(bench_main, "BENCHMARKS", {"batch": fails, "ingest": succeeds})
-    assert bench_main.main(["batch", "ingest", "--no-readme"]) == 1
+    assert bench_main.main(["batch", "ingest", "--no-page"]) == 1
 
     payload = json.loads(Path("bench/results/results.json").read_text())
     assert payload["failures"] == {"batch": "RuntimeError: broker gone"}
     assert set(payload["results"]) == {"ingest"}
     assert not Path("bench/results/batch.json").exists()  # no stale figures for a broken run
-    assert bench_main.main(["ingest", "--no-readme"]) == 0
+    assert bench_main.main(["ingest", "--no-page"]) == 0
 
 
 def test_the_passes_goal_counts_the_regular_passes_not_the_daily_full_vacuum() -> None:

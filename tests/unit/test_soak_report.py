@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infra.soak.processes import Proc, own_memory
-from infra.soak.report import plot, table_markdown
+from infra.soak.report import plot, publish, table_markdown
 from infra.soak.rules import judge, slope, verdicts
 from infra.soak.sampler import RecentP99, window_query
 
@@ -128,3 +128,22 @@ def test_plots_are_pngs_one_per_group(tmp_path: Path) -> None:
     assert sorted(p.name for p in written) == ["memory-cpu.png", "pipeline.png"]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("chaos", "name", "image"),
+    [(False, "report.md", "pipeline.png"), (True, "chaos.md", "chaos-pipeline.png")],
+)
+def test_the_report_is_published_as_its_docs_page_with_its_plots(
+    tmp_path: Path, chaos: bool, name: str, image: str
+) -> None:
+    out, docs = tmp_path / "soak", tmp_path / "docs" / "soak"
+    out.mkdir()
+    (out / "report.md").write_text("# Soak report: PASS\n\nbody\n\n![pipeline](pipeline.png)\n")
+    (out / "pipeline.png").write_bytes(b"png")
+    written = publish(out, docs, chaos=chaos)
+    assert written == docs / name
+    text = written.read_text()
+    assert text.startswith("# Soak report: PASS\n\nWritten by `make soak")
+    assert f"![pipeline]({image})" in text
+    assert (docs / image).read_bytes() == b"png"
