@@ -17,7 +17,7 @@ Printed, over the last ``--hours``:
 - **drift**: the headline the drift panel shows (median and 99th percentile), and the volume
   weighted error over the same minutes;
 - with ``--burst``: 2,000 events from 20 minutes before the settle delay (or
-  ``--burst-minutes-ago``) sent now, as the README's "late events" item does, then the time
+  ``--burst-minutes-ago``) sent now, as Getting started's late events step does, then the time
   until the API no longer counts them as late in their minutes (a recompute counted them).
 """
 

@@ -6,9 +6,9 @@ under spark-submit (the Spark provider's SparkSubmitOperator) on the master of t
 "local[2]"}'`` (without one, the provider falls back to ``yarn``). Its task declares the assets it
 writes, ``batch/ctr`` and ``batch/coverage``: they show in the UI's asset graph, and a DAG that
 consumes the batch view can be scheduled on them. Nothing schedules on them yet: pruning the
-speed rows the batch layer covered is done by the speed job every few minutes and, as a
-backstop, by the daily ctr_maintenance, and compaction/vacuum is daily housekeeping that need
-not follow every batch run (every 10 minutes in `make demo`).
+speed rows the batch layer covered is done by the speed job every few minutes, and
+compaction/vacuum is daily housekeeping that need not follow every batch run (every 10 minutes
+in `make demo`).
 
 Schedule and lookback are code, not environment: hourly (cron ``0 * * * *``, UTC), a lookback of
 120 minutes (the ``lookback_minutes`` param), no catch-up (Airflow 3's default: unpaused, it runs

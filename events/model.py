@@ -1,4 +1,4 @@
-"""The ad event contract (../shared/DESIGN.md) and the one validation function for it.
+"""The ad event contract (docs/concepts/architecture.md) and the one validation function for it.
 
 Every path that accepts events (the producer, replay, and later the Spark jobs) calls
 :func:`validate`; a record is either an :class:`Event` or an :class:`Invalid` listing every

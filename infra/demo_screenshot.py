@@ -1,4 +1,5 @@
-"""`make demo-screenshot`: pictures of the running demo's dashboard, for the README.
+"""`make demo-screenshot`: pictures of the running demo's dashboard, for the README and
+the docs site.
 
 Opens the dashboard of `make demo` in headless Chromium (the DevTools driver of the dashboard
 tests, `infra/browser.py`) at each view's URL (the page keeps its view in the query string),

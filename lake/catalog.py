@@ -1,9 +1,9 @@
 """Every table of the lake, declared once: its name (its path under ``LAKE_ROOT``), its schema,
 its partitioning and the name SQL users query it by.
 
-The Arrow schemas here are the contracts of ``../shared/DESIGN.md``. Spark jobs create tables
-from :meth:`Table.spark_schema`, the serving layer reads them with these schemas before they
-first exist, and the SQL sandbox and the maintenance DAG list them from :data:`SERVED` and
+The Arrow schemas here are the contracts of ``docs/concepts/architecture.md``. Spark jobs create
+tables from :meth:`Table.spark_schema`, the serving layer reads them with these schemas before
+they first exist, and the SQL sandbox and the maintenance DAG list them from :data:`SERVED` and
 :data:`MAINTAINED`.
 """
 
@@ -104,8 +104,8 @@ MASTER_REJECTED: Final = Table(
     writers=("the archiver (appends, compaction, VACUUM)",),
 )
 _BATCH_WRITERS: Final = (
-    "batch runs: ctr_batch, ctr_recompute_stale, backfills, ctr views build (an interval "
-    "replaced by predicate; a conflict reruns the run)",
+    "batch runs: ctr_batch, ctr_recompute_stale, backfills, ctr views build (the files whose "
+    "buckets meet the run's interval replaced in one commit; a conflict reruns the run)",
     "ctr_maintenance (compaction, VACUUM)",
 )
 BATCH_CTR: Final = Table(

@@ -117,7 +117,7 @@ def test_refusals_say_where_the_allowed_functions_are() -> None:
 @pytest.mark.parametrize(
     "sql",
     [
-        # The README's and the demo's examples.
+        # The docs' (Getting started, the README) and the demo's examples.
         "SELECT source, count(*) AS rows, sum(impressions) AS impressions, sum(clicks) AS clicks "
         "FROM ctr GROUP BY source",
         "SELECT source, sum(clicks) FROM ctr GROUP BY 1",
