@@ -1,0 +1,117 @@
+"""docs/getting-started.md runs: every ``sh`` block of the page, as written, in its order, in
+bash, against a real lake (events archived with Spark), a real API server and the test's
+broker, with the environment ``source run/demo/env`` gives (``PATH``, ``API_TOKEN``,
+``LAKE_ROOT``, the Kafka login). Only the demo's address is replaced by the test server's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+import pytest
+from pydantic import SecretStr
+
+from api.settings import ApiSettings
+from lake.settings import LakeSettings
+from tests.support.api_server import running_api
+from tests.support.events import archive, event
+from tests.support.lake_writer import speed_row, write_speed
+from tests.support.lakes import new_lake
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
+DEMO_URL = "http://127.0.0.1:8000"
+TOKEN = "getting-started-token-0123456789"
+_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def blocks() -> list[str]:
+    """The page's ``sh`` blocks (``console`` ones, like ``make demo``, are not run: the test's
+    lake, server and broker stand in for the demo)."""
+    return _BLOCK.findall(PAGE.read_text())
+
+
+def _history(lake: LakeSettings, spark: SparkSession, now: dt.datetime) -> None:
+    """Three hours of traffic, ending an hour ago: an impression every minute in one of three
+    countries, a click on every fifth; archived, and counted by the speed layer (as the demo's
+    running speed job has them before any batch run)."""
+    start = now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=4)
+    rows, counted = [], []
+    for n in range(180):
+        at = start + dt.timedelta(minutes=n, seconds=7)
+        country = ("US", "DE", "FR")[n % 3]
+        rows.append({**event(f"imp-{n}", "impression", at, offset=2 * n), "country": country})
+        clicks = int(n % 5 == 0)
+        if clicks:
+            click = event(f"clk-{n}", "click", at + dt.timedelta(seconds=5), offset=2 * n + 1)
+            rows.append({**click, "impression_id": f"i-imp-{n}", "country": country})
+        bucket = at.replace(second=0)
+        counted.append(speed_row(bucket, 1, clicks, clicks, country=country))
+    archive(spark, lake, rows)
+    write_speed(lake, counted)
+
+
+def _run(script: str, env: dict[str, str], cwd: Path) -> str:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_the_getting_started_commands_run_as_written(
+    spark: SparkSession, kafka_env: dict[str, str], tmp_path: Path
+) -> None:
+    scripts = blocks()
+    assert len(scripts) >= 6, "the page lost its commands"
+    lake = new_lake(tmp_path)
+    # curl exits non-zero on an HTTP error (with the error's body on stdout): a 4xx fails.
+    (tmp_path / ".curlrc").write_text("fail-with-body\n")
+    _history(lake, spark, dt.datetime.now(dt.UTC))
+    env = {
+        **kafka_env,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "API_TOKEN": TOKEN,
+        "LAKE_ROOT": str(lake.lake_root),
+        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+        "CURL_HOME": str(tmp_path),
+    }
+    settings = ApiSettings(token=SecretStr(TOKEN), refresh_s=0)
+    outputs: dict[str, str] = {}
+    with running_api(settings, lake) as url:
+        for script in scripts:
+            outputs[script] = _run(script.replace(DEMO_URL, url), env, tmp_path)
+
+    by_first_word = list(outputs.items())
+    print(*(f"$ {s}\n{out[:2000]}" for s, out in by_first_word), sep="\n")  # on failure
+    first_query = orjson.loads(by_first_word[0][1])
+    assert 1 <= len(first_query["rows"]) <= 5
+    assert {row["country"] for row in first_query["rows"]} <= {"US", "DE", "FR"}
+    assert by_first_word[1][1].splitlines()[0].startswith("bucket_start,")
+    http_sql = orjson.loads(next(out for s, out in outputs.items() if "/api/v1/sql" in s))
+    assert http_sql["columns"] == ["minutes"], http_sql
+    after_backfill = next(out for s, out in reversed(by_first_word) if s.startswith("ctr sql"))
+    assert "batch" in after_backfill, after_backfill
+
+
+@pytest.mark.parametrize("script", blocks())
+def test_each_command_of_the_page_is_a_platform_command(script: str) -> None:
+    """What the page shows is `ctr` or `curl` against the demo's API: nothing the test would
+    have to stand in for silently."""
+    commands = [line for line in script.splitlines() if line and not line.startswith(" ")]
+    assert all(c.split()[0] in ("ctr", "curl") for c in commands), commands
+    assert DEMO_URL in script or script.startswith("ctr ")
