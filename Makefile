@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve reference lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -36,13 +36,15 @@ test-faults: setup  ## the fault tests only, each fault repeated CTR_FAULT_ROUND
 #: How many times the fault tests repeat each fault (make test-faults: 5).
 	CTR_FAULT_ROUNDS=$${CTR_FAULT_ROUNDS:-5} $(PY) -m pytest -m faults $(PYTEST_ARGS)
 
-docs: setup  ## build the docs site into site/ (strict: a warning or a broken link fails it); reference pages from the code
+docs: setup  ## build the docs site into site/ (strict: a warning, a broken link or a stale reference page fails it)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m reference.links site
 
-docs-serve: setup  ## serve the docs site on 127.0.0.1:8001, rebuilt when docs/ or the code it documents changes
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001 \
-	    $(foreach d,reference api cli lake runtime ingest master_dataset speed_layer infra serving_layer,--watch $(d))
+docs-serve: reference  ## serve the docs site on 127.0.0.1:8001 with live reload of docs/
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
+
+reference: setup  ## rewrite docs/reference/ from the code (settings, CLI, OpenAPI, SQL allow-list, tables)
+	$(PY) -m reference
 
 lint: setup  ## ruff format --check, ruff check, mypy --strict, the dependency direction
 	$(VENV)/bin/ruff format --check .

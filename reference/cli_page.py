@@ -35,7 +35,10 @@ def _section(path: str, command: Command) -> Iterator[str]:
     depth = min(path.count(" ") + 2, 4)
     yield f"{'#' * depth} `{path}`"
     yield ""
-    context = command.context_class(command, info_name=path)
+    # A fixed width: the page must not depend on the terminal it is generated in.
+    context = command.context_class(
+        command, info_name=path, terminal_width=100, max_content_width=100
+    )
     yield f"```\n{command.get_usage(context).strip()}\n```"
     yield ""
     if command.help:

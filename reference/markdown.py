@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 
 GENERATED = (
     '!!! note "Generated"\n'
-    "    This page is generated from the code at each build of the site ({source}); "
-    "edit the code, not the page.\n"
+    "    This page is generated from the code ({source}) by `make reference`; edit the code "
+    "and run it, not the page. `make docs` fails while the page and the code disagree.\n"
 )
 
 

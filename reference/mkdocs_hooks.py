@@ -1,5 +1,6 @@
-"""The MkDocs hook (mkdocs.yml ``hooks:``): adds the reference pages, generated from the code
-at each build (:data:`reference.pages.PAGES`), to the site. They are never files under docs/."""
+"""The MkDocs hook (mkdocs.yml ``hooks:``): before a build, the reference pages under
+docs/reference/ must be what the code says now (:func:`reference.pages.stale`); one that is
+not fails the build, naming the command that rewrites it (``make reference``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import sys
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
+from mkdocs.exceptions import Abort
 
 # MkDocs loads this file by its path: the project's packages from the repository's root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference.pages import PAGES
+from reference.pages import stale
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
-    for path, render in PAGES.items():
-        files.append(File.generated(config, path, content=render()))
-    return files
+def on_pre_build(config: MkDocsConfig) -> None:
+    found = stale(Path(config.docs_dir))
+    if found:
+        pages = ", ".join(f"docs/{path}" for path in found)
+        raise Abort(f"{pages}: out of date with the code; `make reference` rewrites them")

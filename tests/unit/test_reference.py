@@ -1,11 +1,15 @@
-"""The docs site's generated reference (``reference/``): every setting described, every
-command, operation and table on its page, and the link checker that fails the build."""
+"""The docs' generated reference (``reference/``): every setting and script variable described,
+every command, operation and table on its page, the pages under docs/reference/ what the code
+says now, and the link checker that fails the build."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from reference import api_page, cli_page, environment, settings_page, tables_page
+import pytest
+
+from reference import api_page, cli_page, environment, pages, settings_page, tables_page
 from reference.links import broken_links, main
 
 
@@ -119,3 +123,32 @@ def test_a_doc_comment_is_read_above_or_beside_a_line_that_reads_the_variable() 
     assert environment._doc_for(lines, 1) == ""
     assert environment._doc_for(lines, 4) == "Events per second. At most 1,000."
     assert environment._doc_for(lines, 5) == "Beside it."
+
+
+def test_the_reference_pages_under_docs_are_what_the_code_says() -> None:
+    assert pages.stale() == [], "out of date with the code: run `make reference`"
+
+
+def test_a_stale_reference_page_fails_the_docs_build(tmp_path: Path) -> None:
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.exceptions import Abort
+
+    from reference import mkdocs_hooks
+
+    pages.write(tmp_path)
+    config = MkDocsConfig()
+    config.load_dict({"site_name": "t", "docs_dir": str(tmp_path)})
+    mkdocs_hooks.on_pre_build(config)  # up to date: the build goes on
+    (tmp_path / "reference" / "sql.md").write_text("# SQL allow-list\n\nedited by hand\n")
+    with pytest.raises(Abort, match=r"docs/reference/sql\.md: out of date"):
+        mkdocs_hooks.on_pre_build(config)
+
+
+def test_the_readmes_links_reach_files_of_the_repository() -> None:
+    readme = settings_page.ROOT / "README.md"
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme.read_text())
+    assert any(link.startswith("docs/reference/") for link in links)
+    missing = [
+        link for link in links if "://" not in link and not (settings_page.ROOT / link).exists()
+    ]
+    assert missing == []
