@@ -15,6 +15,7 @@ from reference import markdown
 _SHELL: Final = re.compile(r"\$\{([A-Z][A-Z0-9_]*):-((?:[^{}]|\{[^{}]*\})*)\}")
 _PYTHON: Final = re.compile(
     r"""(?:environ\.get|environ\[|getenv|number)\(?\s*["']([A-Z][A-Z0-9_]+)["']"""
+    r"""(?:\s*,\s*([^,()]+?)\s*\))?"""
 )
 # Set by the platform for its own processes, or the system's: not knobs.
 _INTERNAL: Final = frozenset({"CTR_DEMO_RUN", "HOME", "PWD", "PATH", "XDG_CACHE_HOME", "DEMO"})
@@ -61,8 +62,8 @@ def scan(root: Path) -> dict[str, Variable]:
                     continue
                 variable = found.setdefault(name, Variable(name))
                 variable.files.add(str(path.relative_to(root)))
-                if pattern is _SHELL:
-                    variable.defaults.add(match.group(2))
+                if pattern is _SHELL or match.group(2) is not None:
+                    variable.defaults.add((match.group(2) or "").strip("\"'"))
                 variable.meaning = variable.meaning or _doc_for(lines, index)
     return found
 
