@@ -259,6 +259,63 @@ API_KEYS: Final = Table(
 )
 
 
+# Alert rules (alerts.store): an append-only log of rules created and deleted, by `ctr alerts`
+# and the API. Holds each rule's webhook secret: never served.
+ALERT_RULES: Final = Table(
+    "alerts/rules",
+    pa.schema(
+        [
+            ("name", pa.string()),
+            ("event", pa.string()),  # created | deleted
+            ("rule", pa.string()),  # created only: the rule's fields as JSON (alerts.rules)
+            ("owner", pa.string()),  # the key that made or deleted it
+            ("campaign_id", pa.string()),  # created only: the campaign it watches, if one
+            ("at", TIMESTAMP),
+        ]
+    ),
+    "alert_rules",
+    writers=(
+        "ctr alerts create / delete and POST, DELETE /api/v1/alerts (appends)",
+        "ctr_maintenance (compaction, VACUUM)",
+    ),
+)
+# What the alert evaluator (ctr alerts run) found: a row per rule, window and group tested, and
+# an alert's transitions (fired, resolved; confirmed or withdrawn once the batch layer covers
+# its window) with their delivery. One writer; a window is evaluated once per rule (the
+# commit's application transaction), restarts included.
+ALERT_EVENTS: Final = Table(
+    "alerts/events",
+    pa.schema(
+        [
+            ("rule", pa.string()),
+            # evaluated | fired | resolved | confirmed | withdrawn, or a delivery's outcome:
+            # delivered | dead_letter (the webhook failed its last try)
+            ("event", pa.string()),
+            ("window_start", TIMESTAMP),
+            ("window_end", TIMESTAMP),
+            ("group_value", pa.string()),  # the `per` dimension's value; null: the whole rule
+            ("campaign_id", pa.string()),  # the campaign the rule watches, if one (scopes)
+            ("measure", pa.string()),
+            ("current", pa.float64()),
+            ("baseline", pa.float64()),
+            ("change", pa.float64()),
+            ("p_value", pa.float64()),  # after Holm's correction over the rule's groups
+            ("significant", pa.bool_()),
+            ("evidence", pa.string()),  # exact | approximate | too little data
+            ("trials", pa.int64()),  # the window's impressions (raw clicks for orphan share)
+            ("reason", pa.string()),
+            (
+                "delivery",
+                pa.string(),
+            ),  # an alert's: pending | no webhook; an outcome's: what it was
+            ("at", TIMESTAMP),
+        ]
+    ),
+    "alert_events",
+    writers=("ctr alerts run (appends)", "ctr_maintenance (compaction, VACUUM)"),
+)
+
+
 # Per hour a batch run covered whole, and combination of dimensions: the hour's counts and who
 # it reached, as bitmaps of user numbers (exact) and the hour's sketches unioned (estimates),
 # written by the run after its minute rows (batch_layer.hours). The serving layer reads an
@@ -337,6 +394,8 @@ MAINTAINED: Final = (
     VIEW_REGISTRY,
     API_KEYS,
     BATCH_USERS,
+    ALERT_RULES,
+    ALERT_EVENTS,
     *VERSIONED,
     *HOURS,
 )

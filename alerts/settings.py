@@ -1,0 +1,34 @@
+"""``AlertSettings``: the alert evaluator's configuration (`ctr alerts run`), from ``ALERTS_*``
+environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AlertSettings(BaseSettings):
+    """How often the evaluator looks, how it holds an alert steady, how it delivers."""
+
+    model_config = SettingsConfigDict(env_prefix="ALERTS_", extra="ignore")
+
+    # Seconds between two looks at the clock: a minute is evaluated within this after it is due.
+    poll_s: float = Field(default=5.0, gt=0)
+    # Seconds after a minute ends before it is evaluated: the speed layer has committed it by
+    # then (its micro-batches commit every second; its watermark is not waited for).
+    settle_s: float = Field(default=60.0, ge=0)
+    # Consecutive significant evaluations (one a minute) before an alert fires: one more
+    # minute of evidence against a single unlucky window.
+    fire_after: int = Field(default=2, ge=1)
+    # Consecutive evaluations without a significant change before a firing alert resolves (the
+    # hysteresis that keeps a CTR at the edge from paging every minute).
+    resolve_after: int = Field(default=5, ge=1)
+    # Hours of alerts/events read at start to pick up where the last run stopped: the streaks,
+    # the firing alerts and those awaiting the batch layer's confirmation.
+    history_hours: float = Field(default=6.0, gt=0)
+    # Tries of a webhook delivery before it is recorded as a dead letter.
+    webhook_attempts: int = Field(default=5, ge=1)
+    # Seconds before a delivery's second try, doubling after each.
+    webhook_first_delay_s: float = Field(default=1.0, ge=0)
+    # Seconds a webhook may take to answer one try.
+    webhook_timeout_s: float = Field(default=5.0, gt=0)

@@ -1,0 +1,233 @@
+"""CTR alerts over a real lake (Delta tables written as the layers write them, read through the
+serving layer's merge rule in DuckDB): rules stored and scoped, the evaluator's minutes
+committed once (restarts included), its hysteresis, its re-check once the batch layer covers
+an alert's window, and its webhooks delivered, signed, to a real local HTTP receiver."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from access.roles import Access, Scope
+from alerts import store, webhooks
+from alerts.lake_counts import LakeCounts
+from alerts.rules import Rule, RuleError
+from alerts.runner import APP_ID, Evaluator, minute_index
+from alerts.settings import AlertSettings
+from infra.broker import free_port
+from lake.settings import LakeSettings
+from serving_layer.reader import SnapshotReader
+from tests.support.lake_writer import cover, speed_row, write_batch, write_speed
+
+END = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
+MINUTE = dt.timedelta(minutes=1)
+
+
+def _rows(*, day: int, minutes: range, drop: bool) -> list[dict[str, object]]:
+    """Per minute of ``minutes`` (relative to END), ``day`` days before END: two ads of
+    cmp-1 with 1,000 impressions a minute at 2 % CTR; with ``drop``, ad-2 at 1 %."""
+    rows = []
+    for m in minutes:
+        at = END - dt.timedelta(days=day) + m * MINUTE
+        for ad in ("ad-1", "ad-2"):
+            clicks = 10 if drop and ad == "ad-2" else 20
+            rows.append(speed_row(at, 1000, clicks, clicks, campaign="cmp-1", ad=ad))
+    return rows
+
+
+@pytest.fixture
+def dropped(lake: LakeSettings) -> LakeSettings:
+    """Seven days of steady traffic around END's time of day, and today ad-2's CTR halved from
+    15 minutes before END on (the speed layer's counts)."""
+    rows = [r for day in range(1, 8) for r in _rows(day=day, minutes=range(-20, 3), drop=False)]
+    rows += _rows(day=0, minutes=range(-20, -15), drop=False)
+    rows += _rows(day=0, minutes=range(-15, 3), drop=True)
+    write_speed(lake, rows)
+    return lake
+
+
+class Receiver:
+    """A local webhook receiver: records each POST; answers ``status``."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        received, answer = self.received, status
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append((dict(self.headers), body))
+                self.send_response(answer)
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.close()
+
+
+def _evaluator(lake: LakeSettings, reader: SnapshotReader, attempts: int = 5) -> Evaluator:
+    knobs = AlertSettings(
+        fire_after=2, resolve_after=2, webhook_first_delay_s=0, webhook_attempts=attempts
+    )
+    return Evaluator(lake, knobs, lambda: LakeCounts(reader))
+
+
+def _events(lake: LakeSettings, *kinds: str) -> list[dict[str, object]]:
+    return store.read_events(lake, since=END - dt.timedelta(hours=1), events=kinds)
+
+
+def test_rules_are_stored_scoped_and_deleted(lake: LakeSettings) -> None:
+    rule = Rule.create(name="cmp-1-ctr", measure="ctr", where=("campaign_id", "cmp-1"))
+    stored = store.create_rule(lake, rule)
+    assert len(stored.secret) > 30
+    assert store.read_rules(lake)["cmp-1-ctr"].secret == stored.secret
+    with pytest.raises(RuleError, match="exists"):
+        store.create_rule(lake, rule)
+    mine = Access("adv", "advertiser", Scope.create(["cmp-2"]))
+    with pytest.raises(RuleError, match="not in this key's scope"):
+        store.create_rule(lake, Rule.create(name="x", measure="ctr", where=rule.where), access=mine)
+    own = Rule.create(name="cmp-2-ctr", measure="ctr", where=("campaign_id", "cmp-2"))
+    assert store.create_rule(lake, own, access=mine).owner == "adv"
+    assert set(store.visible(store.read_rules(lake), mine)) == {"cmp-2-ctr"}
+    with pytest.raises(RuleError, match="no rule is named"):
+        store.delete_rule(lake, "cmp-1-ctr", access=mine)
+    store.delete_rule(lake, "cmp-1-ctr")
+    assert set(store.read_rules(lake)) == {"cmp-2-ctr"}
+
+
+def test_the_lake_counts_a_window_through_the_merge_rule(dropped: LakeSettings) -> None:
+    reader = SnapshotReader(dropped, refresh_s=0)
+    try:
+        counts = LakeCounts(reader).counts((END - 15 * MINUTE, END), ("ad_id",))
+    finally:
+        reader.close()
+    assert counts[("ad-1",)].impressions == 15_000
+    assert counts[("ad-1",)].clicks == 300
+    assert counts[("ad-2",)].clicks == 150
+    assert not counts[("ad-2",)].exact  # the speed layer's
+
+
+def test_the_evaluator_fires_once_confirms_and_delivers_signed(
+    dropped: LakeSettings, receiver: Receiver
+) -> None:
+    rule = Rule.create(
+        name="ads", measure="ctr", where=("campaign_id", "cmp-1"), per="ad_id",
+        direction="drop", webhook_url=receiver.url,
+    )  # fmt: skip
+    secret = store.create_rule(dropped, rule).secret
+    reader = SnapshotReader(dropped, refresh_s=0)
+    try:
+        evaluator = _evaluator(dropped, reader)
+        first = evaluator.tick(END)
+        assert first.committed
+        assert first.alerts == []  # significant once: fire_after is 2
+        second = evaluator.tick(END + MINUTE)
+        assert [(a["event"], a["group_value"], a["evidence"]) for a in second.alerts] == [
+            ("fired", "ad-2", "approximate")
+        ]
+        assert not evaluator.tick(END + MINUTE).committed  # the same minute: once
+        evaluator.close()
+        # A restart picks up the firing alert: no second "fired".
+        again = _evaluator(dropped, reader)
+        assert again.tick(END + 2 * MINUTE).alerts == []
+        # The batch layer covers the fired window with the same counts: the alert is confirmed.
+        window = [r for r in _rows(day=0, minutes=range(-14, 1), drop=True)]
+        write_batch(
+            dropped,
+            "run-1",
+            [
+                {k: v for k, v in r.items() if "attributed" not in k and "_clicks" not in k}
+                for r in window
+            ],
+        )
+        cover(dropped, "run-1", END - 14 * MINUTE, END + MINUTE)
+        confirmed = again.tick(END + 3 * MINUTE)
+        assert [(a["event"], a["evidence"]) for a in confirmed.alerts] == [("confirmed", "exact")]
+        again.close()
+    finally:
+        reader.close()
+    assert store.last_version(dropped, APP_ID) == minute_index(END + 3 * MINUTE)
+    kinds = [r["event"] for r in _events(dropped, "fired", "confirmed", "delivered")]
+    assert kinds.count("fired") == 1
+    assert kinds.count("confirmed") == 1
+    # Both alerts posted, each signed with the rule's secret.
+    assert len(receiver.received) == 2
+    for headers, body in receiver.received:
+        assert webhooks.verify(secret, headers["X-Ctr-Timestamp"], body, headers["X-Ctr-Signature"])
+    fired = orjson.loads(receiver.received[0][1])
+    assert fired["alert"] == "fired"
+    assert fired["group"] == {"ad_id": "ad-2"}
+    assert fired["change"] == pytest.approx(-0.5)
+
+
+def test_a_webhook_that_keeps_failing_becomes_a_dead_letter(dropped: LakeSettings) -> None:
+    failing = Receiver(status=503)
+    rule = Rule.create(name="ads", measure="ctr", where=("campaign_id", "cmp-1"), per="ad_id",
+                       webhook_url=failing.url)  # fmt: skip
+    store.create_rule(dropped, rule)
+    reader = SnapshotReader(dropped, refresh_s=0)
+    try:
+        evaluator = _evaluator(dropped, reader, attempts=3)
+        evaluator.tick(END)
+        evaluator.tick(END + MINUTE)
+        evaluator.close()  # waits for the deliveries
+        evaluator.tick(END + 2 * MINUTE)  # records their outcome
+    finally:
+        reader.close()
+        failing.close()
+    assert len(failing.received) == 3
+    (dead,) = _events(dropped, "dead_letter")
+    assert dead["reason"] == "HTTP 503 Service Unavailable"
+    assert "failed after 3 tries" in str(dead["delivery"])
+
+
+def test_the_command_line_creates_lists_tests_and_deletes(
+    dropped: LakeSettings, tmp_path: Path
+) -> None:
+    env = {**os.environ, "LAKE_ROOT": str(dropped.lake_root), "COLUMNS": "250"}
+    ctr = [str(Path(sys.executable).parent / "ctr"), "alerts"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*ctr, *args], env=env, capture_output=True, text=True, check=False, timeout=120
+        )
+
+    created = run("create", "ads", "--where", "campaign_id=cmp-1", "--per", "ad_id")
+    assert created.returncode == 0, created.stderr
+    assert len(created.stdout.strip().splitlines()[-1]) > 30  # the secret, alone
+    assert "ctr of campaign_id=cmp-1, per ad_id" in run("list").stderr
+    tested = run("test", "ads", "--at", END.isoformat())
+    assert tested.returncode == 0, tested.stderr
+    assert "ad-2" in tested.stderr
+    assert "-50.0%" in tested.stderr
+    bad = run("create", "x", "--where", "campaign_id")
+    assert bad.returncode == 2
+    assert "--where" in bad.stderr
+    wrong = run("create", "y", "--measure", "revenue")
+    assert wrong.returncode == 1
+    assert "--measure: one of ctr, impressions, clicks, orphan_share" in wrong.stderr
+    assert run("delete", "ads").returncode == 0
+    assert "no rules" in run("list").stderr
