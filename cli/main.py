@@ -7,7 +7,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from cli import archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
+from cli import alerts, archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
 from runtime.errors import CtrError, foreign_or_ours, reason_of
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ app.command()(serve.serve)
 app.command()(sql.sql)
 app.add_typer(views.app, name="views")
 app.add_typer(keys.app, name="keys")
+app.add_typer(alerts.app, name="alerts")
 
 
 def main() -> None:

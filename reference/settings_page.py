@@ -27,7 +27,7 @@ from reference.environment import other_variables
 ROOT: Final = Path(__file__).resolve().parent.parent
 # The packages whose settings are the platform's (tests and benchmarks have their own knobs).
 PACKAGES: Final = (
-    "runtime", "lake", "ingest", "master_dataset", "speed_layer", "api", "infra",
+    "runtime", "lake", "ingest", "master_dataset", "speed_layer", "api", "infra", "alerts",
 )  # fmt: skip
 _SECTION: Final = re.compile(r"^--\s+(.+?)\s+-{3,}$")
 # Comments for the tools, not the reader.

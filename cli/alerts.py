@@ -1,0 +1,273 @@
+"""`ctr alerts`: CTR alert rules — create, list, delete, test one now, and run the evaluator."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Annotated, Final, NoReturn
+
+import typer
+
+from cli.console import console, fail
+
+if TYPE_CHECKING:
+    from alerts.evaluate import Finding
+    from alerts.rules import Rule, RuleError
+
+app = typer.Typer(
+    help="CTR alerts that know statistics: a rule fires when a measure's change against its "
+    "baseline is beyond chance at the rule's level and at least its minimum effect, never on "
+    "a sample too small to tell. Rules live in the lake (alerts/rules); `ctr alerts run` "
+    "evaluates them each minute and posts their alerts to webhooks.",
+    no_args_is_help=True,
+)
+
+Name = Annotated[str, typer.Argument(help="The rule's name: 1 to 64 of A-Z a-z 0-9 . _ -.")]
+# What each field of alerts.rules.Rule is called on this command line.
+_OPTIONS: Final = {
+    "name": "NAME",
+    "where": "--where",
+    "per": "--per",
+    "window_minutes": "--window",
+    "baseline": "--baseline",
+    "baseline_days": "--baseline-days",
+    "baseline_minutes": "--baseline-minutes",
+    "min_trials": "--min-trials",
+    "min_effect": "--min-effect",
+    "webhook_url": "--webhook",
+}
+
+
+@app.command()
+def create(
+    name: Name,
+    measure: Annotated[
+        str,
+        typer.Option(
+            help="ctr (clicks / impressions), impressions or clicks (per minute), orphan_share "
+            "(orphan clicks / raw clicks: a view with click attribution)."
+        ),
+    ] = "ctr",
+    where: Annotated[
+        str | None,
+        typer.Option(help="The rows watched: DIMENSION=VALUE (campaign_id=cmp-7). Default: all."),
+    ] = None,
+    per: Annotated[
+        str | None,
+        typer.Option(
+            help="Test each value of this dimension on its own (ad_id: one alert per ad), the "
+            "false-alarm rate held over them all (Holm). Default: one test."
+        ),
+    ] = None,
+    window: Annotated[
+        int, typer.Option(help="Minutes of the window, the newest closed ones.")
+    ] = 15,
+    baseline: Annotated[
+        str,
+        typer.Option(
+            help="days: the same window on each of --baseline-days days before (time of day "
+            "alike); previous: the --baseline-minutes right before the window."
+        ),
+    ] = "days",
+    baseline_days: Annotated[int, typer.Option(help="Days of a days baseline.")] = 7,
+    baseline_minutes: Annotated[int, typer.Option(help="Minutes of a previous baseline.")] = 60,
+    alpha: Annotated[
+        float, typer.Option(help="Significance level (false alarms per test).")
+    ] = 0.01,
+    min_effect: Annotated[
+        float, typer.Option(help="Smallest relative change worth an alert (0.2: 20 %).")
+    ] = 0.2,
+    direction: Annotated[str, typer.Option(help="drop, rise or any.")] = "any",
+    min_trials: Annotated[
+        int,
+        typer.Option(help="Impressions (raw clicks for orphan_share) the window needs first."),
+    ] = 1000,
+    webhook: Annotated[
+        str | None, typer.Option(help="An http(s) URL its alerts are POSTed to, signed.")
+    ] = None,
+) -> None:
+    """Create rule NAME. Its webhook secret is printed once, alone on the last line of stdout:
+    a receiver checks X-Ctr-Signature with it."""
+    from alerts.rules import Rule, RuleError
+    from alerts.store import create_rule
+    from lake.settings import LakeSettings
+
+    try:
+        rule = Rule.create(
+            name=name,
+            measure=measure,
+            where=_where(where),
+            per=per,
+            window_minutes=window,
+            baseline=baseline,
+            baseline_days=baseline_days,
+            baseline_minutes=baseline_minutes,
+            alpha=alpha,
+            min_effect=min_effect,
+            direction=direction,
+            min_trials=min_trials,
+            webhook_url=webhook,
+        )
+        stored = create_rule(LakeSettings(), rule)
+    except RuleError as exc:
+        _fail(exc)
+    console.print(f"created rule {name!r}: {stored.describe()}", highlight=False)
+    console.print("Its webhook secret, shown once, below:", highlight=False)
+    typer.echo(stored.secret)
+
+
+@app.command("list")
+def list_rules() -> None:
+    """The rules: name, what each watches and when it fires, its webhook, who made it."""
+    from rich.table import Table
+
+    from alerts.store import read_rules
+    from lake.settings import LakeSettings
+
+    rules = read_rules(LakeSettings())
+    if not rules:
+        console.print("no rules (ctr alerts create)")
+        return
+    table = Table("name", "rule", "webhook", "owner", "created", caption="times in UTC")
+    for rule in rules.values():
+        created = f"{rule.created_at:%Y-%m-%d %H:%M}" if rule.created_at else ""
+        table.add_row(rule.name, rule.describe(), rule.webhook_url or "-", rule.owner, created)
+    console.print(table)
+
+
+@app.command()
+def delete(name: Name) -> None:
+    """Delete rule NAME (its past alerts stay in alerts/events)."""
+    from alerts.rules import RuleError
+    from alerts.store import delete_rule
+    from lake.settings import LakeSettings
+
+    try:
+        delete_rule(LakeSettings(), name)
+    except RuleError as exc:
+        _fail(exc)
+    console.print(f"deleted rule {name!r}", highlight=False)
+
+
+@app.command("test")
+def try_rule(
+    name: Name,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            help="The window's end, ISO-8601 (UTC unless it says). Default: the last minute."
+        ),
+    ] = None,
+) -> None:
+    """Evaluate rule NAME once, over the lake as it is, and print each group's test: the
+    window's value against the baseline's, the change, the p-value (Holm-adjusted), whether
+    it would fire and on what evidence. Records nothing, sends nothing."""
+    from alerts.evaluate import evaluate
+    from alerts.lake_counts import LakeCounts
+    from alerts.store import read_rules
+    from lake.settings import LakeSettings
+    from serving_layer.reader import SnapshotReader
+
+    lake = LakeSettings()
+    rule = read_rules(lake).get(name)
+    if rule is None:
+        fail(f"NAME: no rule is named {name!r} (ctr alerts list)")
+    end = _end(at)
+    reader = SnapshotReader(lake, refresh_s=0)
+    try:
+        findings = evaluate([rule], LakeCounts(reader), end)
+    finally:
+        reader.close()
+    _print_findings(rule, findings, end)
+
+
+@app.command()
+def run() -> None:
+    """Evaluate every rule each minute as the minute settles, until stopped (Ctrl-C,
+    SIGTERM): alerts to alerts/events and to the rules' webhooks. One process per lake; it
+    picks up where the last one stopped (ALERTS_* settings)."""
+    import logging
+    import signal
+    import threading
+
+    from alerts.lake_counts import LakeCounts
+    from alerts.runner import Evaluator
+    from alerts.settings import AlertSettings
+    from lake.settings import LakeSettings
+    from serving_layer.reader import SnapshotReader
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    lake, settings = LakeSettings(), AlertSettings()
+    reader = SnapshotReader(lake, refresh_s=0)
+    evaluator = Evaluator(lake, settings, lambda: LakeCounts(reader))
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    console.print(f"alerts: evaluating the rules of {lake.lake_root} each minute", highlight=False)
+    try:
+        evaluator.run(stop, now=lambda: dt.datetime.now(dt.UTC))
+    finally:
+        evaluator.close()
+        reader.close()
+    console.print("alerts: stopped")
+
+
+def _where(value: str | None) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    dimension, sign, wanted = value.partition("=")
+    if not sign:
+        raise typer.BadParameter(f"DIMENSION=VALUE, got {value!r}", param_hint="--where")
+    return dimension.strip(), wanted
+
+
+def _end(at: str | None) -> dt.datetime:
+    from alerts.runner import due_end
+    from batch_layer.interval import IntervalError, parse_time
+
+    if at is None:
+        return due_end(dt.datetime.now(dt.UTC), 60)
+    try:
+        return parse_time(at, "at").replace(second=0, microsecond=0)
+    except IntervalError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--at") from None
+
+
+def _print_findings(rule: Rule, findings: list[Finding], end: dt.datetime) -> None:
+    from rich.table import Table
+
+    console.print(rule.describe(), highlight=False)
+    table = Table(
+        rule.per or "rows",
+        "now",
+        "baseline",
+        "change",
+        "p (Holm)",
+        "fires",
+        "evidence",
+        "why not tested",
+        caption=f"window ending {end:%Y-%m-%d %H:%M} UTC",
+    )
+    for finding in findings:
+        result = finding.result
+        table.add_row(
+            finding.group or "all",
+            _number(result.current, rule.rate),
+            _number(result.baseline, rule.rate),
+            "" if result.change is None else f"{result.change:+.1%}",
+            "" if finding.adjusted_p is None else f"{finding.adjusted_p:.2g}",
+            "yes" if finding.significant else "no",
+            finding.evidence,
+            result.reason,
+        )
+    console.print(table)
+
+
+def _number(value: float | None, rate: bool) -> str:
+    """A rate as a percentage, a count as events per minute."""
+    if value is None:
+        return ""
+    return f"{value:.3%}" if rate else f"{value:,.1f}/min"
+
+
+def _fail(exc: RuleError) -> NoReturn:
+    fail(f"{_OPTIONS.get(exc.parameter, '--' + exc.parameter.replace('_', '-'))}: {exc.message}")
