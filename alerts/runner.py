@@ -22,6 +22,7 @@ from typing import Final
 
 from alerts import store, webhooks
 from alerts.evaluate import CountSource, Finding, evaluate
+from alerts.hysteresis import Hysteresis
 from alerts.rules import Rule
 from alerts.settings import AlertSettings
 from lake.settings import LakeSettings
@@ -45,14 +46,10 @@ def due_end(now: dt.datetime, settle_s: float) -> dt.datetime:
 
 
 @dataclass
-class State:
-    """An alert's state for one rule and group."""
+class State(Hysteresis):
+    """An alert's state for one rule and group, and the window end it fired at while its
+    evidence was the speed layer's (re-checked until the batch layer covers it)."""
 
-    firing: bool = False
-    significant_streak: int = 0
-    clear_streak: int = 0
-    # The window end it fired at while its evidence was the speed layer's: re-checked until the
-    # batch layer covers it.
     unconfirmed: dt.datetime | None = None
 
 
@@ -109,12 +106,17 @@ class Evaluator:
             self._replay(row)
         self._restored = True
 
+    def _state(self, key: Key) -> State:
+        if key not in self.states:
+            self.states[key] = State(self.settings.fire_after, self.settings.resolve_after)
+        return self.states[key]
+
     def _replay(self, row: Mapping[str, object]) -> None:
         key: Key = (str(row["rule"]), row["group_value"])  # type: ignore[assignment]
-        state = self.states.setdefault(key, State())
+        state = self._state(key)
         event = row["event"]
         if event == "evaluated" and row["evidence"] != "too little data":
-            self._count(state, bool(row["significant"]))
+            state.count(bool(row["significant"]))
         elif event == "fired":
             state.firing = True
             end = row["window_end"]
@@ -123,15 +125,6 @@ class Evaluator:
             state.firing, state.unconfirmed = False, None
         elif event == "confirmed":
             state.unconfirmed = None
-
-    @staticmethod
-    def _count(state: State, significant: bool) -> None:
-        if significant:
-            state.significant_streak += 1
-            state.clear_streak = 0
-        else:
-            state.clear_streak += 1
-            state.significant_streak = 0
 
     def tick(self, end: dt.datetime) -> Tick:
         """Evaluate the window ending at ``end`` (once: a minute committed already is skipped)."""
@@ -165,17 +158,14 @@ class Evaluator:
     ) -> list[dict[str, object]]:
         alerts = []
         for finding in findings:
-            if not finding.result.tested:
-                continue  # too little data says nothing either way
-            state = self.states.setdefault((finding.rule.name, finding.group), State())
-            self._count(state, finding.significant)
-            if not state.firing and state.significant_streak >= self.settings.fire_after:
-                state.firing = True
+            state = self._state((finding.rule.name, finding.group))
+            transition = state.update(finding.result.tested, finding.significant)
+            if transition == "fired":
                 state.unconfirmed = end if finding.evidence == "approximate" else None
-                alerts.append(_row(finding, "fired", end))
-            elif state.firing and state.clear_streak >= self.settings.resolve_after:
-                state.firing, state.unconfirmed = False, None
-                alerts.append(_row(finding, "resolved", end))
+            elif transition == "resolved":
+                state.unconfirmed = None
+            if transition is not None:
+                alerts.append(_row(finding, transition, end))
         return alerts
 
     def _confirmations(

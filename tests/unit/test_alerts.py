@@ -211,3 +211,16 @@ def test_an_advertisers_rule_on_its_own_campaign_is_accepted() -> None:
         name="mine", measure="ctr", where=("campaign_id", "mine"), scope=Scope.create(["mine"])
     )
     assert "ctr of campaign_id=mine" in rule.describe()
+
+
+def test_hysteresis_fires_on_a_streak_and_a_flapping_measure_pages_once() -> None:
+    from alerts.hysteresis import Hysteresis
+
+    state = Hysteresis(fire_after=2, resolve_after=3)
+    flapping = [True, False, True, True, False, True, False, True, False, False, False, True]
+    transitions = [state.update(True, s) for s in flapping]
+    assert transitions == [
+        None, None, None, "fired", None, None, None, None, None, None, "resolved", None
+    ]  # fmt: skip
+    assert state.update(False, True) is None  # too little data: no streak either way
+    assert state.significant_streak == 1
