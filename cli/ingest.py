@@ -120,6 +120,15 @@ def produce(
         Path | None,
         typer.Option(help="Write exact counts per minute bucket and dimensions here (CSV)."),
     ] = None,
+    ctr_drop: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Inject a change: ID=FACTOR multiplies the CTR of ad ID (ad-001-01), or of "
+            "every ad of campaign ID (cmp-001), by FACTOR in this stream (0.7: a 30 % drop; "
+            "0: click tracking broken). Repeatable. Sent beside running traffic, it moves that "
+            "ad's CTR by less: the two streams mix."
+        ),
+    ] = None,
     skip_validation: Annotated[
         bool,
         typer.Option(
@@ -152,9 +161,13 @@ def produce(
             malformed_fraction=malformed,
             repeat_click_fraction=repeat_clicks,
             orphan_click_fraction=orphan_clicks,
+            ctr_factors=_factors(ctr_drop or []),
         )
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        message = str(exc)
+        if message.startswith("ctr_factors: "):
+            raise typer.BadParameter(message.partition(": ")[2], param_hint="--ctr-drop") from None
+        raise typer.BadParameter(message) from None
     producer = _open_producer(validate_records=not skip_validation)
     # A long run's counts go to a file beside the ground truth as they pile up.
     truth = (
@@ -169,6 +182,22 @@ def produce(
     if truth is not None and ground_truth is not None:
         _write_ground_truth(truth, ground_truth)
     _report_delivery(producer.stats)
+
+
+def _factors(values: list[str]) -> tuple[tuple[str, float], ...]:
+    """``--ctr-drop`` values, ID=FACTOR each."""
+    found = []
+    for value in values:
+        target, sign, factor = value.partition("=")
+        try:
+            found.append((target.strip(), float(factor)))
+        except ValueError:
+            sign = ""
+        if not sign or not target.strip():
+            raise typer.BadParameter(
+                f"ID=FACTOR (ad-001-01=0.7), got {value!r}", param_hint="--ctr-drop"
+            )
+    return tuple(found)
 
 
 def _seed(seed: int | None) -> int:

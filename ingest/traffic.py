@@ -84,6 +84,10 @@ class TrafficConfig:
     # click naming an impression nobody sent.
     repeat_click_fraction: float = 0.0
     orphan_click_fraction: float = 0.0
+    # A change injected into this stream (`ctr produce --ctr-drop`): each (id, factor) multiplies
+    # the CTR of the ad with that id, or of every ad of the campaign with that id (0: a click
+    # tracking break).
+    ctr_factors: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         fractions = ("duplicate_fraction", "late_fraction", "malformed_fraction")
@@ -100,6 +104,24 @@ class TrafficConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.min_ctr <= self.max_ctr < 1:
             raise ValueError("need 0 < min_ctr <= max_ctr < 1")
+        for target, factor in self.ctr_factors:
+            if not 0 <= factor <= 10:
+                raise ValueError(f"ctr_factors: {target}'s factor must be in [0, 10], got {factor}")
+            if not self._names(target):
+                raise ValueError(
+                    f"ctr_factors: {target!r} is none of the stream's ads (ad-001-01 … "
+                    f"ad-{self.campaigns:03d}-{self.ads_per_campaign:02d}) or campaigns "
+                    f"(cmp-001 … cmp-{self.campaigns:03d})"
+                )
+
+    def _names(self, target: str) -> bool:
+        campaigns = {f"cmp-{c:03d}" for c in range(1, self.campaigns + 1)}
+        ads = {
+            f"ad-{c:03d}-{a:02d}"
+            for c in range(1, self.campaigns + 1)
+            for a in range(1, self.ads_per_campaign + 1)
+        }
+        return target in campaigns or target in ads
 
     def with_seed(self, seed: int) -> TrafficConfig:
         return replace(self, seed=seed)
@@ -149,12 +171,14 @@ class TrafficGenerator:
         self.config = config
         self.rng = random.Random(config.seed)
         rng = self.rng
+        factors = dict(config.ctr_factors)
         ads = [
             _Ad(
                 ad_id=f"ad-{c:03d}-{a:02d}",
                 campaign_id=f"cmp-{c:03d}",
                 # log-uniform: most ads click rarely, a few do well
-                ctr=math.exp(rng.uniform(math.log(config.min_ctr), math.log(config.max_ctr))),
+                ctr=math.exp(rng.uniform(math.log(config.min_ctr), math.log(config.max_ctr)))
+                * factors.get(f"ad-{c:03d}-{a:02d}", factors.get(f"cmp-{c:03d}", 1.0)),
             )
             for c in range(1, config.campaigns + 1)
             for a in range(1, config.ads_per_campaign + 1)

@@ -147,3 +147,48 @@ def test_ground_truth_spilled_to_disk_sums_to_the_same_file(tmp_path: Path) -> N
     assert spilled.write_csv(actual) == whole.write_csv(expected)
     assert actual.read_text() == expected.read_text()
     assert not (tmp_path / "partial.csv").exists()
+
+
+def _clicks_per_ad(config: TrafficConfig) -> tuple[Counter[str], Counter[str]]:
+    impressions: Counter[str] = Counter()
+    clicks: Counter[str] = Counter()
+    for record in take(config, 60_000):
+        if record.event is not None:
+            kind = impressions if record.event.event_type == "impression" else clicks
+            kind[record.event.ad_id] += 1
+    return impressions, clicks
+
+
+def test_an_injected_ctr_drop_changes_that_ad_alone() -> None:
+    config = TrafficConfig(seed=5, start_ms=START_MS, campaigns=2, ads_per_campaign=2)
+    impressions, clicks = _clicks_per_ad(config)
+    broken = dataclasses.replace(config, ctr_factors=(("ad-001-01", 0.0),))
+    impressions_after, clicks_after = _clicks_per_ad(broken)
+    assert clicks["ad-001-01"] > 0
+    assert clicks_after["ad-001-01"] == 0  # click tracking broken
+    assert impressions_after["ad-001-01"] > 0
+    # Every ad is shown as often as before (a click's own draws shift the random stream: the
+    # counts move within noise), and the other ads' true CTRs are the same.
+    for ad in impressions:
+        assert abs(impressions_after[ad] - impressions[ad]) <= 0.05 * impressions[ad]
+    before = {ad.ad_id: ad.ctr for ad in TrafficGenerator(config)._ads.items}
+    after = {ad.ad_id: ad.ctr for ad in TrafficGenerator(broken)._ads.items}
+    assert after == {**before, "ad-001-01": 0.0}
+    halved = dataclasses.replace(config, ctr_factors=(("cmp-002", 0.5),))
+    campaign = {ad.ad_id: ad.ctr for ad in TrafficGenerator(halved)._ads.items}
+    assert campaign == {ad: c * (0.5 if ad.startswith("ad-002") else 1) for ad, c in before.items()}
+
+
+@pytest.mark.parametrize(
+    ("factors", "message"),
+    [
+        ((("ad-009-01", 0.5),), "none of the stream's ads"),
+        ((("cmp-001", -1.0),), "must be in [0, 10]"),
+    ],
+)
+def test_a_bad_injected_change_is_refused(
+    factors: tuple[tuple[str, float], ...], message: str
+) -> None:
+    with pytest.raises(ValueError, match="ctr_factors") as refused:
+        TrafficConfig(seed=1, start_ms=START_MS, campaigns=2, ctr_factors=factors)
+    assert message in str(refused.value)
