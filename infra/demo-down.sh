@@ -65,6 +65,7 @@ stop_component archiver 60 &
 stop_component speed 60 &
 wait
 stop_component api 15
+stop_component alerts 15
 stop_component batch-loop 120
 
 if [[ -f "$DEMO/airflow.pid" ]]; then

@@ -250,6 +250,14 @@ EOF
   #    layer covers the hour (reach_exact), else a sketch estimate with reach_low..reach_high
   curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=hour&group_by=campaign_id&campaign_id=cmp-001&reach=true' \\
        | python3 -c 'import json,sys; [print(r["bucket_start"], r["source"], r["reach"], r["reach_exact"], r["reach_low"], r["reach_high"], round(r["frequency"] or 0, 2)) for r in json.load(sys.stdin)["rows"]]'
+
+  # 8. an alert: the evaluator (ctr alerts run) watches two example rules (ctr alerts list);
+  #    a second stream as large as the first, with ad-001-01's click tracking broken, for 15
+  #    min: that ad's CTR halves, within minutes the drop is significant, the rule fires, and
+  #    the dashboard's Alerts panel and chart show it
+  ctr produce --rate $DEMO_RATE --duration 900 --ctr-drop ad-001-01=0 > /dev/null 2>&1 &
+  ctr alerts test ad-ctr      # each ad's test now: change, p-value, evidence
+  curl -s -H "Authorization: Bearer \$API_TOKEN" $API/api/v1/alerts/events | python3 -m json.tool | head -30
 EOF
 }
 
@@ -399,6 +407,16 @@ supervised() { start "$1" bash infra/supervise.sh "$@"; }
 supervised archiver "$CTR" archive
 supervised speed "$CTR" speed
 supervised api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
+# Two example alert rules (kept across restarts: the lake holds them), evaluated each minute:
+# each ad's CTR of the biggest campaign, and the clicks of every row, each against the hour
+# before (a fresh lake has no week of history for a same-time-of-day baseline).
+if ! "$CTR" alerts list 2>&1 | grep -q "ad-ctr"; then
+    "$CTR" alerts create ad-ctr --where campaign_id=cmp-001 --per ad_id --baseline previous \
+        --baseline-minutes 60 --min-effect 0.3 > /dev/null 2>> "$DEMO/alerts.log"
+    "$CTR" alerts create all-clicks --measure clicks --baseline previous --baseline-minutes 60 \
+        --min-effect 0.3 > /dev/null 2>> "$DEMO/alerts.log"
+fi
+supervised alerts "$CTR" alerts run
 traffic=(--duplicates 0.01 --late 0.02 --malformed 0.005 --repeat-clicks 0.05 --orphan-clicks 0.02)
 producer_args=(--rate "$DEMO_RATE" "${traffic[@]}")
 #: A CSV path: the traffic generator writes the exact counts of every record it delivered
