@@ -2,11 +2,16 @@
 chance, and by at least the rule's minimum effect? Pure functions, no I/O.
 
 - **Rates** (CTR = clicks / impressions, the orphan-click share = orphan / raw clicks): the
-  two-proportion z-test with a pooled variance, against the baseline's pooled rate.
+  two-proportion z-test with a pooled variance, against the baseline's pooled rate. (Inflating
+  its variance by the baseline days' own variation of the rate, as the counts' test does, was
+  measured on the truth stream: it delayed a 30 % drop past five minutes and saved few false
+  alarms; the minimum effect already keeps a big campaign's daily wobble out.)
 - **Counts** (impressions, clicks in the window): the count given the window's and the
   baseline's total is binomial under "the same rate per minute"; the score test of that, with
   its variance inflated by the baseline windows' own overdispersion (quasi-Poisson: traffic
-  varies from day to day more than a Poisson count would), so ordinary variation is not news.
+  varies from day to day more than a Poisson count would), so ordinary variation is not news,
+  and judged on Student's t with one fewer degrees of freedom than baseline windows (the
+  dispersion is estimated from a few of them).
 - **Too small to tell**: a test is only made when every expected count it rests on is at least
   :data:`MIN_EXPECTED` (the normal approximation's usual condition) and the window has the
   rule's minimum of trials; otherwise the answer is "not enough data", never an alert.
@@ -48,8 +53,47 @@ def normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-def two_sided(z: float) -> float:
-    return min(1.0, 2.0 * normal_sf(abs(z)))
+def two_sided(z: float, df: int | None = None) -> float:
+    """The two-sided p-value of ``z``: on the normal curve, or with ``df`` degrees of freedom
+    on Student's t (a variance scaled by a dispersion estimated from ``df + 1`` windows)."""
+    tail = normal_sf(abs(z)) if df is None else student_sf(abs(z), df)
+    return min(1.0, 2.0 * tail)
+
+
+def student_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, t >= 0."""
+    x = df / (df + t * t)
+    return 0.5 * _incomplete_beta(df / 2, 0.5, x)
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    tiny, c = 1e-300, 1.0
+    d = 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    value = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            value *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * value / a
 
 
 def _change(current: float, baseline: float) -> float | None:
@@ -57,7 +101,12 @@ def _change(current: float, baseline: float) -> float | None:
 
 
 def rate_test(
-    successes: int, trials: int, base_successes: int, base_trials: int, *, min_trials: int = 0
+    successes: int,
+    trials: int,
+    base_successes: int,
+    base_trials: int,
+    *,
+    min_trials: int = 0,
 ) -> TestResult:
     """Two-proportion z-test: is ``successes / trials`` (the window) the baseline's rate?"""
     if trials <= 0 or base_trials <= 0:
@@ -78,13 +127,20 @@ def rate_test(
     return TestResult(current, baseline, change, two_sided((current - baseline) / se))
 
 
+def estimated_df(windows: int) -> int | None:
+    """Degrees of freedom of a dispersion estimated from ``windows`` baseline windows (None:
+    not estimated, fewer than 3)."""
+    return windows - 1 if windows >= 3 else None
+
+
 def count_test(
     count: int, minutes: float, base_counts: Sequence[int], base_minutes: float
 ) -> TestResult:
     """Is ``count`` over ``minutes`` the rate of the baseline windows (``base_counts``, each
     over ``base_minutes``)? Rates per minute are compared; the score test's variance is scaled
     by the baseline windows' dispersion (variance / mean of their counts, at least 1) when
-    there are three or more of them."""
+    there are three or more of them, and judged on Student's t with one fewer degrees of
+    freedom (the dispersion is estimated from a few windows)."""
     total_base = sum(base_counts)
     if not base_counts or total_base <= 0 or minutes <= 0 or base_minutes <= 0:
         return TestResult(float(count), None, None, None, "no baseline")
@@ -96,7 +152,8 @@ def count_test(
     if min(n * share, n * (1 - share)) < MIN_EXPECTED:
         return TestResult(current, baseline, change, None, "expected counts too small")
     z = (count - n * share) / math.sqrt(n * share * (1 - share))
-    return TestResult(current, baseline, change, two_sided(z / math.sqrt(dispersion(base_counts))))
+    scaled = z / math.sqrt(dispersion(base_counts))
+    return TestResult(current, baseline, change, two_sided(scaled, estimated_df(len(base_counts))))
 
 
 def dispersion(counts: Sequence[int]) -> float:

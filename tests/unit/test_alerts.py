@@ -20,6 +20,7 @@ from alerts.statistics import (
     normal_sf,
     rate_test,
     significant,
+    student_sf,
 )
 
 END = dt.datetime(2026, 11, 28, 12, 0, tzinfo=dt.UTC)
@@ -59,8 +60,16 @@ def test_a_count_test_discounts_the_baselines_own_day_to_day_variation() -> None
     noisy = count_test(1200, 15, swinging, 15)
     assert calm.p_value is not None
     assert noisy.p_value is not None
-    assert calm.p_value < 1e-6
+    assert calm.p_value < 0.01
     assert noisy.p_value > 0.05
+
+
+def test_students_t_is_the_tables() -> None:
+    """The counts' test is judged on t with 6 degrees of freedom (7 baseline days)."""
+    assert student_sf(0.0, 6) == pytest.approx(0.5)
+    assert student_sf(2.447, 6) == pytest.approx(0.025, abs=1e-4)
+    assert student_sf(3.707, 6) == pytest.approx(0.005, abs=1e-4)
+    assert student_sf(1.96, 100_000) == pytest.approx(normal_sf(1.96), abs=1e-5)
 
 
 def test_holm_adjusts_step_down_and_keeps_untested_groups_untested() -> None:
