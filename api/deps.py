@@ -16,6 +16,7 @@ from api.guard import UNAUTHORIZED
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
+from lake.settings import LakeSettings
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
 
@@ -29,6 +30,11 @@ _bearer = HTTPBearer(
 async def get_settings(request: Request) -> ApiSettings:
     settings: ApiSettings = request.app.state.settings
     return settings
+
+
+async def get_lake(request: Request) -> LakeSettings:
+    lake: LakeSettings = request.app.state.lake
+    return lake
 
 
 async def get_serving(request: Request) -> ServingLayer:
@@ -50,6 +56,7 @@ SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 CacheDep = Annotated[ResponseCache[Rendered], Depends(get_cache)]
 SqlPoolDep = Annotated[SqlPool, Depends(get_sql_pool)]
+LakeDep = Annotated[LakeSettings, Depends(get_lake)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 

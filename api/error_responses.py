@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from api.errors import GateBusyError, NotAcceptableError, ParameterError
+from api.errors import GateBusyError, NotAcceptableError, NotFoundError, ParameterError
 from api.security_headers import SECURITY_HEADERS
 from serving_layer.reader import QueryLimitError
 from serving_layer.sandbox.pool import SandboxUnavailableError, SqlBusyError
@@ -22,6 +22,11 @@ def install(app: FastAPI) -> None:
     async def _parameter(request: Request, exc: ParameterError) -> JSONResponse:
         detail = f"{exc.parameter}: {exc.message}" if exc.parameter else exc.message
         return JSONResponse({"detail": detail, "parameter": exc.parameter}, status_code=400)
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
+        detail = f"{exc.parameter}: {exc.message}"
+        return JSONResponse({"detail": detail, "parameter": exc.parameter}, status_code=404)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

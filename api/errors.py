@@ -24,6 +24,15 @@ class ParameterError(ApiError):
         self.message = message
 
 
+class NotFoundError(ApiError):
+    """What a request names does not exist, or is not the key's to see: 404 naming it."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.message = message
+
+
 class NotAcceptableError(ApiError):
     """The Accept header allows none of the formats: 406."""
 

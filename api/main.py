@@ -23,7 +23,7 @@ from api.metrics import LakeCollector, RequestMetrics
 from api.query_gate import QueryGate
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
-from api.routes import access, ctr, dashboard, docs, health, sql, views
+from api.routes import access, alerts, ctr, dashboard, docs, health, sql, views
 from api.security_headers import SecurityHeaders
 from api.settings import ApiSettings
 from api.topic_depth import TopicDepth
@@ -117,6 +117,8 @@ def create_app(
         redoc_url=None,
     )
     app.state.settings = settings
+    # The lake's own tables the routes read and append to directly (alerts/rules, alerts/events).
+    app.state.lake = lake
     # API_TOKEN (the bootstrap admin) and the keys of the lake's key store (`ctr keys`).
     authenticator = Authenticator(settings.token, KeyWatcher(lake), clock=key_clock)
     app.state.authenticator = authenticator
@@ -150,7 +152,7 @@ def create_app(
     app.state.registry = registry
     error_responses.install(app)
     protected = [Depends(require_access)]
-    for router in (ctr.router, views.router, sql.router, access.router):
+    for router in (ctr.router, views.router, sql.router, access.router, alerts.router):
         app.include_router(router, dependencies=protected)
     app.include_router(health.router)
     app.include_router(dashboard.router)

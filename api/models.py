@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ErrorResponse(BaseModel):
@@ -273,3 +273,141 @@ class Health(BaseModel):
     versions: dict[str, int | None] | None = Field(
         default=None, description="the lake's table versions; with the API token only"
     )
+
+
+# -- alerts (alerts.rules, alerts.store) --------------------------------------------------------
+
+AlertMeasure = Literal["ctr", "impressions", "clicks", "orphan_share"]
+AlertDimension = Literal["campaign_id", "ad_id", "site_id", "country", "device_type"]
+
+
+class AlertWhereBody(BaseModel):
+    """The rows a rule watches: one dimension's value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dimension: AlertDimension
+    value: str = Field(description="an id as the events carry it (campaign_id: cmp-7)")
+
+
+class AlertRuleRequest(BaseModel):
+    """A new rule: what to watch, against which baseline, how sure and how large a change must
+    be before it fires (the fields of `ctr alerts create`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="1 to 64 of A-Z a-z 0-9 . _ -; unique")
+    measure: AlertMeasure = Field(
+        default="ctr",
+        description="ctr (clicks / impressions), impressions or clicks (per minute), "
+        "orphan_share (orphan clicks / raw clicks: a view with click attribution)",
+    )
+    where: AlertWhereBody | None = Field(
+        default=None,
+        description="the rows watched; null: every row. An advertiser key's rule must watch "
+        "one of its campaigns (campaign_id) or ads (ad_id)",
+    )
+    per: AlertDimension | None = Field(
+        default=None,
+        description="test each value of this dimension on its own (one alert each), the "
+        "false-alarm rate held over them all (Holm); null: one test",
+    )
+    window_minutes: int = Field(default=15, description="the window: the last closed minutes")
+    baseline: Literal["days", "previous"] = Field(
+        default="days",
+        description="days: the same window on each of baseline_days days before; previous: "
+        "the baseline_minutes right before the window",
+    )
+    baseline_days: int = Field(default=7, description="days of a days baseline (1 to 28)")
+    baseline_minutes: int = Field(
+        default=60, description="minutes of a previous baseline (the window to 7 days)"
+    )
+    alpha: float = Field(default=0.01, description="significance level, between 0 and 0.5")
+    min_effect: float = Field(
+        default=0.2, description="smallest relative change worth an alert (0.2: 20 %)"
+    )
+    direction: Literal["drop", "rise", "any"] = "any"
+    min_trials: int = Field(
+        default=1000,
+        description="impressions (raw clicks for orphan_share) the window needs before a rate "
+        "is tested",
+    )
+    webhook_url: str | None = Field(
+        default=None, description="an http(s) URL its alerts are POSTed to, signed"
+    )
+
+
+class AlertRuleBody(BaseModel):
+    """A stored rule (never its webhook secret)."""
+
+    name: str
+    description: str = Field(description="what it watches and when it fires, in one line")
+    measure: AlertMeasure
+    where: AlertWhereBody | None
+    per: str | None
+    window_minutes: int
+    baseline: Literal["days", "previous"]
+    baseline_days: int
+    baseline_minutes: int
+    alpha: float
+    min_effect: float
+    direction: Literal["drop", "rise", "any"]
+    min_trials: int
+    webhook_url: str | None
+    owner: str = Field(description="the key that created it (ctr: the command line)")
+    created_at: dt.datetime | None
+
+
+class AlertRuleCreated(AlertRuleBody):
+    secret: str = Field(
+        description="the webhook's signing secret, shown this once: a receiver checks "
+        "X-Ctr-Signature (HMAC-SHA256 of timestamp.body) with it"
+    )
+
+
+class AlertRulesResponse(BaseModel):
+    rules: list[AlertRuleBody] = Field(
+        description="the rules the key sees: every rule for an admin or analyst key, an "
+        "advertiser's those on its campaigns or ads"
+    )
+
+
+class AlertEventBody(BaseModel):
+    """A row of alerts/events: an alert's transition, a delivery's outcome, or (asked for) an
+    evaluation."""
+
+    rule: str
+    event: Literal[
+        "evaluated", "fired", "resolved", "confirmed", "withdrawn", "delivered", "dead_letter"
+    ]
+    window_start: dt.datetime
+    window_end: dt.datetime = Field(description="the end of the window tested (exclusive)")
+    group_value: str | None = Field(description="the rule's `per` value; null: the whole rule")
+    campaign_id: str | None = Field(description="the campaign the rule watches, if one")
+    measure: str | None
+    current: float | None = Field(description="the window's value (a rate, or per minute)")
+    baseline: float | None = Field(description="the baseline's value")
+    change: float | None = Field(description="current / baseline - 1")
+    p_value: float | None = Field(description="after Holm's correction over the rule's groups")
+    significant: bool | None
+    evidence: str | None = Field(
+        description="exact (the batch layer's counts), approximate (the speed layer's) or too "
+        "little data"
+    )
+    trials: int | None
+    reason: str | None = Field(description="why not tested; a dead letter's last error")
+    delivery: str | None
+    at: dt.datetime = Field(description="the evaluation it was found in")
+    open: bool = Field(
+        description="whether the alert of this rule and group is open now: fired and neither "
+        "resolved nor withdrawn since"
+    )
+
+
+class AlertEventsResponse(BaseModel):
+    events: list[AlertEventBody] = Field(description="newest first")
+    open: list[AlertEventBody] = Field(
+        description="the alerts open now, each its latest fired row (it may be older than "
+        "since, within a day before it)"
+    )
+    truncated: bool = Field(description="more rows matched than 'limit'")

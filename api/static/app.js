@@ -15,6 +15,7 @@ import {
   storedToken,
   storeToken,
 } from "./api.js";
+import { ALERTS_PATH, alertMarkers, alertParams, renderAlerts } from "./alerts.js";
 import { BreakdownChart, SeriesCharts, SOURCE_LABEL } from "./charts.js";
 import { renderDrift, renderStale } from "./exactness.js";
 import { ValuePicker } from "./filters.js";
@@ -61,6 +62,7 @@ const state = {
   table: null, // the table's answer
   freshness: null,
   ctrView: null, // the ctr view's entry of /api/v1/views: stale intervals, drift
+  alerts: null, // /api/v1/alerts/events: the alerts of the range, and those open now
   truncated: false,
   error: null,
   failures: [], // the last 20 failed refreshes, for the console and the browser test
@@ -141,9 +143,10 @@ const table = new DataTable({
 async function fetchAll(window_) {
   const q = queries(state.selection, window_, MIN_COMPARE);
   const dimensions = Object.keys(q.breakdowns);
-  const [access, views, series, totals, tableAnswer, compare, ...breakdowns] = await Promise.all([
+  const [access, views, alerts, series, totals, tableAnswer, compare, ...breakdowns] = await Promise.all([
     getJson(ACCESS_PATH, {}),
     getJson(VIEWS_PATH, {}),
+    getJson(ALERTS_PATH, alertParams(window_)),
     getJson(CTR_PATH, q.series),
     getJson(CTR_PATH, q.totals),
     getJson(CTR_PATH, q.table),
@@ -152,6 +155,7 @@ async function fetchAll(window_) {
   ]);
   return {
     access,
+    alerts,
     series,
     totals,
     table: tableAnswer,
@@ -208,7 +212,9 @@ function show(window_, answer) {
   state.table = answer.table;
   // The breakdowns are top-N by design; the table says its own truncation.
   state.truncated = [answer.series, answer.compare, answer.totals].some((b) => b?.truncated);
-  charts.series.update(window_, state.series, state.compared);
+  state.alerts = answer.alerts;
+  const markers = alertMarkers(answer.alerts, window_, state.selection.filters);
+  charts.series.update(window_, state.series, state.compared, markers);
   for (const [d, body] of Object.entries(answer.breakdowns)) {
     state.breakdowns[d] = body.rows;
     charts[d].update(body.rows);
@@ -224,6 +230,7 @@ function show(window_, answer) {
   $("drift").hidden = Boolean(state.ctrView) && state.ctrView.drift === null;
   renderDrift(state.ctrView?.drift ?? null);
   renderIdentity(answer.access);
+  renderAlerts(answer.alerts);
 }
 
 /**

@@ -4,6 +4,7 @@
 // The reach line follows its own exactness (reach.js): solid where the batch layer counted the
 // distinct users, dashed with hollow points and a band of bounds where a sketch estimated them.
 
+import { alertMarkerPlugin } from "./alerts.js";
 import { frequencyText, reachDetail, reachSource, reachText } from "./reach.js";
 import { visibleText } from "./visible.js";
 
@@ -278,11 +279,14 @@ export class SeriesCharts {
   constructor(ctrCanvas, volumeCanvas, reachCanvas) {
     this.series = [];
     this.lines = [];
+    this.alerts = []; // alerts.js' markers: {t, open, label}
+    this.alertsDrawn = [];
     const sourceOf = (i) => this.series[i]?.row?.source;
     const fill = barFill(BLUE);
     this.ctr = new Chart(ctrCanvas, {
       type: "line",
       data: { datasets: [] },
+      plugins: [alertMarkerPlugin(() => this.alerts, this.alertsDrawn)],
       options: {
         ...baseOptions(),
         scales: { x: { type: "linear" }, y: { beginAtZero: true, ticks: { callback: pctTick } } },
@@ -404,8 +408,9 @@ export class SeriesCharts {
    * `series`: the (filtered) traffic per bucket, for the volume and reach charts and, without
    * `compared`, the CTR line; `compared`: [{label, series}] lines to draw on the CTR chart instead.
    */
-  update(view, series, compared = null) {
+  update(view, series, compared = null, alerts = []) {
     this.series = series;
+    this.alerts = alerts;
     this.lines = compared
       ? compared.map((line, i) => ({ ...line, color: SERIES_COLORS[i % SERIES_COLORS.length] }))
       : [{ label: "CTR", color: TEAL, series }];
