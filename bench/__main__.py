@@ -13,7 +13,19 @@ import sys
 import time
 import traceback
 
-from bench import archive, batch, ingest, passes, reach, report, scale, serving, speed, storage
+from bench import (
+    alerts,
+    archive,
+    batch,
+    ingest,
+    passes,
+    reach,
+    report,
+    scale,
+    serving,
+    speed,
+    storage,
+)
 
 BENCHMARKS = {
     "ingest": ingest.main,
@@ -25,6 +37,7 @@ BENCHMARKS = {
     "serving": serving.main,
     "reach": reach.main,
     "storage": storage.main,
+    "alerts": alerts.main,
 }
 
 
