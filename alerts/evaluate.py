@@ -21,6 +21,7 @@ from alerts.statistics import TestResult, count_test, holm, rate_test, significa
 Window = tuple[dt.datetime, dt.datetime]
 Evidence = Literal["exact", "approximate", "too little data"]
 NOT_TESTED: Final = "too little data"
+MINUTES_PER_DAY: Final = 24 * 60
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def evaluate(rules: Sequence[Rule], source: CountSource, end: dt.datetime) -> li
             _test(rule, current.get(g, Counts()), [b.get(g, Counts()) for b in bases])
             for g in groups
         ]
-        adjusted = holm([r.p_value for r in results])
+        adjusted = per_day(holm([r.p_value for r in results]), rule.window_minutes)
         for group, result, p in zip(groups, results, adjusted, strict=True):
             now = current.get(group, Counts())
             tested = result.tested
@@ -124,6 +125,14 @@ def evaluate(rules: Sequence[Rule], source: CountSource, end: dt.datetime) -> li
                 )
             )
     return findings
+
+
+def per_day(p_values: Sequence[float | None], window_minutes: int) -> list[float | None]:
+    """P-values that hold the rule's level per group and day: a rule is tested every minute,
+    and a day holds 1,440 / ``window_minutes`` windows that share no minute, so each p-value is
+    multiplied by that (Bonferroni over the day's independent windows; capped at 1)."""
+    windows = MINUTES_PER_DAY / window_minutes
+    return [None if p is None else min(1.0, p * windows) for p in p_values]
 
 
 def _grouped(

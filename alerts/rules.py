@@ -43,7 +43,8 @@ class Rule:
     - the window: the last ``window_minutes`` closed minutes;
     - ``baseline``: ``days``, the same window on each of the ``baseline_days`` days before, or
       ``previous``, the ``baseline_minutes`` right before the window;
-    - ``alpha``: the false-alarm rate per evaluation; ``min_effect``: the smallest relative
+    - ``alpha``: the false-alarm rate per group and day (it is tested every minute: see
+      :func:`alerts.evaluate.per_day`); ``min_effect``: the smallest relative
       change worth telling (0.2: 20 %), in ``direction``; ``min_trials``: impressions (or raw
       clicks for the orphan share) the window needs before a rate is tested;
     - ``webhook_url``: where its alerts are posted (signed with ``secret``); ``owner`` and

@@ -322,7 +322,11 @@ class AlertRuleRequest(BaseModel):
     baseline_minutes: int = Field(
         default=60, description="minutes of a previous baseline (the window to 7 days)"
     )
-    alpha: float = Field(default=0.01, description="significance level, between 0 and 0.5")
+    alpha: float = Field(
+        default=0.01,
+        description="significance level: the chance of a false alarm per group and day, "
+        "between 0 and 0.5",
+    )
     min_effect: float = Field(
         default=0.2, description="smallest relative change worth an alert (0.2: 20 %)"
     )

@@ -71,7 +71,11 @@ def create(
     baseline_days: Annotated[int, typer.Option(help="Days of a days baseline.")] = 7,
     baseline_minutes: Annotated[int, typer.Option(help="Minutes of a previous baseline.")] = 60,
     alpha: Annotated[
-        float, typer.Option(help="Significance level (false alarms per test).")
+        float,
+        typer.Option(
+            help="Significance level: the chance of a false alarm per group and day (each "
+            "test's p-value is corrected for the day's windows and the rule's groups)."
+        ),
     ] = 0.01,
     min_effect: Annotated[
         float, typer.Option(help="Smallest relative change worth an alert (0.2: 20 %).")

@@ -146,10 +146,11 @@ def test_a_rule_per_ad_finds_the_ad_whose_ctr_dropped_and_no_other() -> None:
     assert not findings["ad-1"].significant
     assert findings["ad-small"].evidence == "too little data"
     assert findings["ad-small"].adjusted_p is None
-    # Holm over the two tested ads: the smallest p doubled.
+    # Holm over the two tested ads (the smallest p doubled), then the day's 96 windows of 15
+    # minutes: alpha holds per group and day.
     p_value = findings["ad-2"].result.p_value
     assert p_value is not None
-    assert findings["ad-2"].adjusted_p == pytest.approx(2 * p_value)
+    assert findings["ad-2"].adjusted_p == pytest.approx(2 * p_value * 96)
     # One count per window, for every rule: the window and its 7 days.
     assert len(source.asked) == 8
 
@@ -160,11 +161,13 @@ def test_a_window_the_batch_layer_counted_is_exact_evidence() -> None:
     (finding,) = evaluate([rule], _traffic(rule, "ad-1", exact=True), END)
     assert finding.group is None
     assert finding.evidence == "exact"
-    # 321 clicks of 20,050 against 2 %: beyond chance, but a drop of 19.95 %, under the
-    # rule's minimum effect of 20 %: not news.
+    # 321 clicks of 20,050 against 2 %: beyond chance in this window, but a drop of 19.95 %,
+    # under the rule's minimum effect of 20 %; and not beyond chance for a whole day of
+    # windows (alpha holds per day): not news.
     assert finding.result.change == pytest.approx(321 / 20_050 / 0.02 - 1)
-    assert finding.adjusted_p is not None
-    assert finding.adjusted_p < 0.001
+    assert finding.result.p_value is not None
+    assert finding.result.p_value < 0.001
+    assert finding.adjusted_p == pytest.approx(finding.result.p_value * 96)
     assert not finding.significant
     (speed,) = evaluate([rule], _traffic(rule, "ad-1"), END)
     assert speed.evidence == "approximate"
