@@ -25,6 +25,7 @@ DIRECTIONS: Final = cast(tuple[Direction, ...], get_args(Direction))
 # Windows are whole minutes the speed layer has closed; a day's at most.
 MAX_WINDOW_MINUTES: Final = 24 * 60
 MAX_BASELINE_DAYS: Final = 28
+_CHANGE: Final = {"drop": "a drop", "rise": "a rise", "any": "a change either way"}
 
 
 class RuleError(BadArgumentError):
@@ -154,6 +155,7 @@ class Rule:
         )
         return (
             f"{self.measure} of {rows}{per} over the last {self.window_minutes} min "
-            f"against {base}; fires on a {self.direction} of at least {self.min_effect:.0%} "
+            f"against {base}; fires on {_CHANGE[self.direction]} of at least "
+            f"{self.min_effect:.0%} "
             f"at p < {self.alpha:g}"
         )
