@@ -88,6 +88,10 @@ class TrafficConfig:
     # the CTR of the ad with that id, or of every ad of the campaign with that id (0: a click
     # tracking break).
     ctr_factors: tuple[tuple[str, float], ...] = ()
+    # The ad catalog's seed: each ad's true CTR and the sites' popularity. Streams of other
+    # seeds (`ctr produce --seed`) share it, so a second stream, an injected change's, shows
+    # the same ads the same way.
+    catalog_seed: int = 0
 
     def __post_init__(self) -> None:
         fractions = ("duplicate_fraction", "late_fraction", "malformed_fraction")
@@ -170,14 +174,14 @@ class TrafficGenerator:
     def __init__(self, config: TrafficConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        rng = self.rng
+        catalog = random.Random(config.catalog_seed)
         factors = dict(config.ctr_factors)
         ads = [
             _Ad(
                 ad_id=f"ad-{c:03d}-{a:02d}",
                 campaign_id=f"cmp-{c:03d}",
                 # log-uniform: most ads click rarely, a few do well
-                ctr=math.exp(rng.uniform(math.log(config.min_ctr), math.log(config.max_ctr)))
+                ctr=math.exp(catalog.uniform(math.log(config.min_ctr), math.log(config.max_ctr)))
                 * factors.get(f"ad-{c:03d}-{a:02d}", factors.get(f"cmp-{c:03d}", 1.0)),
             )
             for c in range(1, config.campaigns + 1)
@@ -192,7 +196,7 @@ class TrafficGenerator:
         ]
         self._ads = _Weighted(ads, ad_weights)
         sites = [f"site-{s:04d}" for s in range(1, config.sites + 1)]
-        rng.shuffle(sites)  # popularity is not alphabetical
+        catalog.shuffle(sites)  # popularity is not alphabetical
         self._sites = _Weighted(sites, _zipf(config.sites, config.zipf_exponent))
         self._countries = _Weighted(list(COUNTRY_MIX), [float(w) for w in COUNTRY_MIX.values()])
         self._devices = _Weighted(list(DEVICE_MIX), [float(w) for w in DEVICE_MIX.values()])
@@ -227,7 +231,6 @@ class TrafficGenerator:
         return record
 
     def _impression(self, now: int) -> Record:
-        rng = self.rng
         cfg = self.config
         ad = self._ads.pick(rng)
         late = cfg.late_fraction > 0 and rng.random() < cfg.late_fraction
@@ -279,7 +282,6 @@ class TrafficGenerator:
         heapq.heappush(self._pending, (due, next(self._seq), pending))
 
     def _malformed(self, now: int) -> Record:
-        rng = self.rng
         kind = MALFORMED_KINDS[int(rng.random() * len(MALFORMED_KINDS))]
         base = {
             "event_id": f"bad-{rng.getrandbits(64):016x}",

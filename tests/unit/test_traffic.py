@@ -192,3 +192,13 @@ def test_a_bad_injected_change_is_refused(
     with pytest.raises(ValueError, match="ctr_factors") as refused:
         TrafficConfig(seed=1, start_ms=START_MS, campaigns=2, ctr_factors=factors)
     assert message in str(refused.value)
+
+
+def test_streams_of_other_seeds_show_the_same_ads_the_same_way() -> None:
+    """A second stream (an injected change's) mixes with the first without moving any other
+    ad's CTR: the catalog (each ad's CTR, the sites' popularity) does not follow the seed."""
+    first = TrafficGenerator(TrafficConfig(seed=1, start_ms=START_MS))
+    second = TrafficGenerator(TrafficConfig(seed=2, start_ms=START_MS))
+    assert [a.ctr for a in first._ads.items] == [a.ctr for a in second._ads.items]
+    assert first._sites.items == second._sites.items
+    assert [r.value for r in take(first.config, 100)] != [r.value for r in take(second.config, 100)]
