@@ -231,6 +231,7 @@ class TrafficGenerator:
         return record
 
     def _impression(self, now: int) -> Record:
+        rng = self.rng
         cfg = self.config
         ad = self._ads.pick(rng)
         late = cfg.late_fraction > 0 and rng.random() < cfg.late_fraction
@@ -282,6 +283,7 @@ class TrafficGenerator:
         heapq.heappush(self._pending, (due, next(self._seq), pending))
 
     def _malformed(self, now: int) -> Record:
+        rng = self.rng
         kind = MALFORMED_KINDS[int(rng.random() * len(MALFORMED_KINDS))]
         base = {
             "event_id": f"bad-{rng.getrandbits(64):016x}",
