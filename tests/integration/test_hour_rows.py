@@ -156,12 +156,18 @@ def test_an_hour_row_holds_its_minutes_users_and_counts(
     assert {r["run_id"] for r in rows} == {"ctr-20261123T1000-20261123T1200-v0"}
     users: dict[tuple[object, ...], set[str]] = defaultdict(set)
     impressions: dict[tuple[object, ...], int] = defaultdict(int)
+    clicks: dict[tuple[object, ...], int] = defaultdict(int)
     for e in events:
-        if in_range(e, at(0), at(2)) and e.event_type == "impression":
-            hour = dt.datetime.fromtimestamp(e.event_time // 3_600_000 * 3600, dt.UTC)
-            key = (hour, e.campaign_id, e.ad_id, e.site_id, e.country, e.device_type)
+        if not in_range(e, at(0), at(2)):
+            continue
+        hour = dt.datetime.fromtimestamp(e.event_time // 3_600_000 * 3600, dt.UTC)
+        key = (hour, e.campaign_id, e.ad_id, e.site_id, e.country, e.device_type)
+        if e.event_type == "impression":
             users[key].add(e.user_id)
             impressions[key] += 1
+        else:  # a combination with clicks and no impression in the hour has a row too
+            users[key] |= set()
+            clicks[key] += 1
     got = {
         (r["bucket_start"], r["campaign_id"], r["ad_id"], r["site_id"], r["country"],
          r["device_type"]): r
@@ -170,7 +176,7 @@ def test_an_hour_row_holds_its_minutes_users_and_counts(
     assert set(got) == set(users)
     for key, row in got.items():
         assert {names[n] for n in BitMap.deserialize(row["user_bitmap"])} == users[key]
-        assert row["impressions"] == impressions[key]
+        assert (row["impressions"], row["clicks"]) == (impressions[key], clicks[key])
         # The hour's sketch: the union of its minutes', the same registers.
         assert (
             sketches.sketch_estimate(row["reach_sketch"])
