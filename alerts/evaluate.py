@@ -9,6 +9,7 @@ grows with the windows and the rows, not with the rules times the rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,6 +55,12 @@ class CountSource(Protocol):
     def counts(self, window: Window, dimensions: Sequence[str]) -> Mapping[tuple[str, ...], Counts]:
         """The window's sums per combination of ``dimensions``' values (all of its rows when
         ``dimensions`` is empty: one key, ``()``)."""
+        ...
+
+    def speed_behind(self, end: dt.datetime, max_lag: dt.timedelta) -> str | None:
+        """Why the speed layer's counts of a window ending at ``end`` are not complete yet (it
+        is catching up: at its last report it was more than ``max_lag`` behind and had not
+        read past ``end``), or None."""
         ...
 
 
@@ -125,6 +132,23 @@ def evaluate(rules: Sequence[Rule], source: CountSource, end: dt.datetime) -> li
                 )
             )
     return findings
+
+
+def held(findings: Iterable[Finding], reason: str) -> list[Finding]:
+    """``findings`` with every test on the speed layer's counts left untested for ``reason``
+    (neither fires nor resolves: the window's counts are still coming in)."""
+    return [
+        dataclasses.replace(
+            f,
+            result=dataclasses.replace(f.result, p_value=None, reason=reason),
+            adjusted_p=None,
+            significant=False,
+            evidence=NOT_TESTED,
+        )
+        if f.evidence == "approximate"
+        else f
+        for f in findings
+    ]
 
 
 def per_day(p_values: Sequence[float | None], window_minutes: int) -> list[float | None]:

@@ -4,6 +4,7 @@ over a window per combination of the rules' dimensions, in DuckDB, one query per
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from alerts.evaluate import Counts, Window
@@ -48,3 +49,27 @@ class LakeCounts:
                 exact=bool(exact),
             )
         return found
+
+    def speed_behind(self, end: dt.datetime, max_lag: dt.timedelta) -> str | None:
+        """The speed job's last report (its status, in the snapshot) says it is catching up
+        on a backlog: it had read events up to a moment more than ``max_lag`` before the
+        report, and not past ``end``. A job that reported nothing, or does not say how far it
+        read, is taken at its counts. (A job caught up and then idle, no traffic at all, is
+        not behind: a window of no events is what an outage alert must see.)"""
+        status = self.snapshot.status
+        newest = status.newest_event if status else None
+        if status is None or newest is None or newest >= end:
+            return None
+        lag = status.updated_at - newest
+        if lag <= max_lag:
+            return None
+        return (
+            f"the speed layer is catching up: at {status.updated_at:%H:%M:%S} UTC it had read "
+            f"events up to {newest:%H:%M:%S}, {_minutes(lag)} behind"
+            + (f", {status.offsets_behind:,} records to go" if status.offsets_behind else "")
+        )
+
+
+def _minutes(lag: dt.timedelta) -> str:
+    seconds = lag.total_seconds()
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"

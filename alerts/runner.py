@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from alerts import store, webhooks
-from alerts.evaluate import CountSource, Finding, evaluate
+from alerts.evaluate import CountSource, Finding, evaluate, held
 from alerts.hysteresis import Hysteresis
 from alerts.rules import Rule
 from alerts.settings import AlertSettings
@@ -63,12 +63,14 @@ class Tick:
     rows: list[dict[str, object]] = field(default_factory=list)
     alerts: list[dict[str, object]] = field(default_factory=list)
     committed: bool = False
+    held: str | None = None  # why the speed layer's counts went untested
 
     def __str__(self) -> str:
         kinds = [f"{a['event']} {a['rule']}" + (f"[{a['group_value']}]" if a["group_value"] else "")
                  for a in self.alerts]  # fmt: skip
         said = f": {', '.join(kinds)}" if kinds else ""
         done = "" if self.committed else " (evaluated already: skipped)"
+        said += f"; untested on the speed layer's counts: {self.held}" if self.held else ""
         return (
             f"alerts: window ending {self.end:%Y-%m-%d %H:%M} UTC, {self.rules} rules, "
             f"{self.tests} tests, {len(self.alerts)} alerts{said}{done}"
@@ -137,6 +139,10 @@ class Evaluator:
         rules = list(store.read_rules(self.lake).values())
         source = self.source_of()
         findings = evaluate(rules, source, end)
+        lag = dt.timedelta(seconds=self.settings.max_speed_lag_s)
+        tick.held = source.speed_behind(end, lag)
+        if tick.held is not None:
+            findings = held(findings, tick.held)
         tick.rules, tick.tests = len(rules), sum(f.result.tested for f in findings)
         tick.rows = [_row(f, "evaluated", end) for f in findings]
         tick.alerts = self._transitions(findings, end) + self._confirmations(rules, source, end)

@@ -17,6 +17,11 @@ class AlertSettings(BaseSettings):
     # Seconds after a minute ends before it is evaluated: the speed layer has committed it by
     # then (its micro-batches commit every second; its watermark is not waited for).
     settle_s: float = Field(default=60.0, ge=0)
+    # Seconds the speed layer may trail its own clock (at its last report: the report's time
+    # less the newest event it had read) before a window it has not read through goes
+    # untested: while it catches up on a backlog (a restart, a burst), a window's counts are
+    # still coming in, and a drop there is the pipeline's, not the ads'.
+    max_speed_lag_s: float = Field(default=120.0, gt=0)
     # Consecutive significant evaluations (one a minute) before an alert fires: one more
     # minute of evidence against a single unlucky window.
     fire_after: int = Field(default=2, ge=1)

@@ -194,6 +194,9 @@ class SimulatedTraffic:
             self._cum_clicks[last] - self._cum_clicks[first],
         )
 
+    def speed_behind(self, end: dt.datetime, max_lag: dt.timedelta) -> str | None:
+        return None  # generated traffic: every minute complete
+
     def counts(self, window: Window, dimensions: Sequence[str]) -> Mapping[tuple[str, ...], Counts]:
         unknown = set(dimensions) - {"campaign_id", "ad_id"}
         if unknown:

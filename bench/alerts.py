@@ -310,6 +310,9 @@ class TimedCounts:
         self.rows += len(found)
         return found
 
+    def speed_behind(self, end: dt.datetime, max_lag: dt.timedelta) -> str | None:
+        return self.source.speed_behind(end, max_lag)
+
 
 States = dict[tuple[str, str | None], Hysteresis]
 

@@ -32,6 +32,7 @@ def write_status(
     *,
     now: dt.datetime | None = None,
     phases: dict[str, int] | None = None,
+    watermark_delay_ms: int | None = None,
 ) -> None:
     now = now or dt.datetime.now(dt.UTC)
     invalid = progress.metrics.get("speed.invalid", 0)
@@ -40,6 +41,9 @@ def write_status(
         "batch_id": progress.batch_id,
         "input_rows": progress.input_rows,
         "watermark": progress.watermark.isoformat() if progress.watermark else None,
+        # The watermark's delay (SPEED_WATERMARK): the watermark plus it is the newest event
+        # time the earlier batches read (how far the job has read, in event time).
+        "watermark_delay_ms": watermark_delay_ms,
         "offsets_behind": progress.offsets_behind,
         "input_rows_per_second": round(progress.input_rows_per_second, 1),
         "processed_rows_per_second": round(progress.processed_rows_per_second, 1),
@@ -79,8 +83,16 @@ class SpeedStatus:
     processed_rows_per_second: float | None
     batch_duration_ms: int | None
     invalid_records_total: int | None = None
+    watermark_delay_ms: int | None = None
     # The whole record as written (phases, rates, …): ``status["phases_ms"]``.
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def newest_event(self) -> dt.datetime | None:
+        """The newest event time the job had read before its last report (None: unknown)."""
+        if self.watermark is None or self.watermark_delay_ms is None:
+            return None
+        return self.watermark + dt.timedelta(milliseconds=self.watermark_delay_ms)
 
     def __getitem__(self, name: str) -> Any:
         return self.raw[name]
@@ -103,6 +115,7 @@ def read_status(lake: LakeSettings) -> SpeedStatus | None:
             processed_rows_per_second=_float(raw.get("processed_rows_per_second")),
             batch_duration_ms=_int(raw.get("batch_duration_ms")),
             invalid_records_total=_int(raw.get("invalid_records_total")),
+            watermark_delay_ms=_int(raw.get("watermark_delay_ms")),
             raw=raw,
         )
     except (OSError, ValueError, KeyError, TypeError):

@@ -380,7 +380,7 @@ def run(
         # Where the batch's time went: Spark's phases of the trigger (addBatch is the callback),
         # the callback's own phases, and (from this report) asking the lag, writing the status.
         phases = {**writer.phases.of(progress), **clock.ms}
-        write_status(lake, progress, phases=phases)
+        write_status(lake, progress, phases=phases, watermark_delay_ms=settings.watermark_ms)
         clock.lap("status")
         log.info(
             "batch %d: %d rows, %.0f rows/s in, %.0f rows/s processed, %d ms, %s offsets behind",

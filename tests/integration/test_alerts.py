@@ -26,7 +26,7 @@ from alerts.settings import AlertSettings
 from infra.broker import free_port
 from lake.settings import LakeSettings
 from serving_layer.reader import SnapshotReader
-from tests.support.lake_writer import cover, speed_row, write_batch, write_speed
+from tests.support.lake_writer import cover, speed_row, write_batch, write_speed, write_status
 
 END = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
 MINUTE = dt.timedelta(minutes=1)
@@ -181,6 +181,44 @@ def test_the_evaluator_fires_once_confirms_and_delivers_signed(
     assert fired["alert"] == "fired"
     assert fired["group"] == {"ad_id": "ad-2"}
     assert fired["change"] == pytest.approx(-0.5)
+
+
+def test_while_the_speed_layer_catches_up_a_drop_is_not_tested_and_then_it_is(
+    dropped: LakeSettings,
+) -> None:
+    rule = Rule.create(name="ads", measure="ctr", where=("campaign_id", "cmp-1"), per="ad_id")
+    store.create_rule(dropped, rule)
+    reader = SnapshotReader(dropped, refresh_s=0)
+    evaluator = _evaluator(dropped, reader)
+
+    def status(read_to: dt.datetime, at: dt.datetime) -> None:
+        # What the speed job reports: its watermark is the newest event it read less 10 min.
+        watermark = read_to - dt.timedelta(minutes=10)
+        write_status(dropped, updated_at=at.isoformat(), watermark=watermark.isoformat(),
+                     watermark_delay_ms=600_000, offsets_behind=250_000)  # fmt: skip
+
+    try:
+        # A restart's backlog: at 12:01:30 the job had read events up to 11:40.
+        status(END - 20 * MINUTE, END + 1.5 * MINUTE)
+        for minute in range(3):
+            tick = evaluator.tick(END + minute * MINUTE)
+            assert tick.alerts == []
+            assert tick.held is not None
+            assert "catching up" in tick.held
+            assert "up to 11:40:00, 22 min behind, 250,000 records to go" in tick.held
+            assert not any(r["significant"] for r in tick.rows)
+            assert {r["evidence"] for r in tick.rows} == {"too little data"}
+        # Caught up (read to 12:04:58 at 12:05): the drop is tested, and fires after two.
+        status(END + 5 * MINUTE - dt.timedelta(seconds=2), END + 5 * MINUTE)
+        assert evaluator.tick(END + 3 * MINUTE).held is None
+        fired = evaluator.tick(END + 4 * MINUTE).alerts
+        assert [(a["event"], a["group_value"]) for a in fired] == [("fired", "ad-2")]
+        # A job caught up and then idle (no traffic since) is not behind: an outage is seen.
+        status(END - 20 * MINUTE, END - 20 * MINUTE + dt.timedelta(seconds=3))
+        assert evaluator.tick(END + 5 * MINUTE).held is None
+    finally:
+        evaluator.close()
+        reader.close()
 
 
 def test_a_webhook_that_keeps_failing_becomes_a_dead_letter(dropped: LakeSettings) -> None:
