@@ -408,11 +408,13 @@ supervised archiver "$CTR" archive
 supervised speed "$CTR" speed
 supervised api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
 # Two example alert rules (kept across restarts: the lake holds them), evaluated each minute:
-# each ad's CTR of the biggest campaign, and the clicks of every row, each against the hour
-# before (a fresh lake has no week of history for a same-time-of-day baseline).
+# each ad's CTR of the biggest campaign over the last 5 minutes (short: a broken ad shows in
+# minutes; its ads are big enough to test on 5), and the clicks of every row over 15, each
+# against the hour before (a fresh lake has no week of history for a same-time-of-day baseline).
 if ! "$CTR" alerts list 2>&1 | grep -q "ad-ctr"; then
-    "$CTR" alerts create ad-ctr --where campaign_id=cmp-001 --per ad_id --baseline previous \
-        --baseline-minutes 60 --min-effect 0.3 > /dev/null 2>> "$DEMO/alerts.log"
+    "$CTR" alerts create ad-ctr --where campaign_id=cmp-001 --per ad_id --window 5 \
+        --baseline previous --baseline-minutes 60 --min-effect 0.3 \
+        > /dev/null 2>> "$DEMO/alerts.log"
     "$CTR" alerts create all-clicks --measure clicks --baseline previous --baseline-minutes 60 \
         --min-effect 0.3 > /dev/null 2>> "$DEMO/alerts.log"
 fi
