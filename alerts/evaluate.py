@@ -134,6 +134,16 @@ def evaluate(rules: Sequence[Rule], source: CountSource, end: dt.datetime) -> li
     return findings
 
 
+def evaluate_settled(
+    rules: Sequence[Rule], source: CountSource, end: dt.datetime, max_speed_lag: dt.timedelta
+) -> tuple[list[Finding], str | None]:
+    """:func:`evaluate`, with the tests on the speed layer's counts held untested while it
+    catches up (:meth:`CountSource.speed_behind`); and why they were held, or None."""
+    findings = evaluate(rules, source, end)
+    behind = source.speed_behind(end, max_speed_lag)
+    return (findings, None) if behind is None else (held(findings, behind), behind)
+
+
 def held(findings: Iterable[Finding], reason: str) -> list[Finding]:
     """``findings`` with every test on the speed layer's counts left untested for ``reason``
     (neither fires nor resolves: the window's counts are still coming in)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from alerts import store, webhooks
-from alerts.evaluate import CountSource, Finding, evaluate, held
+from alerts.evaluate import CountSource, Finding, evaluate, evaluate_settled
 from alerts.hysteresis import Hysteresis
 from alerts.rules import Rule
 from alerts.settings import AlertSettings
@@ -138,11 +138,8 @@ class Evaluator:
             return tick
         rules = list(store.read_rules(self.lake).values())
         source = self.source_of()
-        findings = evaluate(rules, source, end)
         lag = dt.timedelta(seconds=self.settings.max_speed_lag_s)
-        tick.held = source.speed_behind(end, lag)
-        if tick.held is not None:
-            findings = held(findings, tick.held)
+        findings, tick.held = evaluate_settled(rules, source, end, lag)
         tick.rules, tick.tests = len(rules), sum(f.result.tested for f in findings)
         tick.rows = [_row(f, "evaluated", end) for f in findings]
         tick.alerts = self._transitions(findings, end) + self._confirmations(rules, source, end)

@@ -165,7 +165,7 @@ def try_rule(
     """Evaluate rule NAME once, over the lake as it is, and print each group's test: the
     window's value against the baseline's, the change, the p-value (Holm-adjusted), whether
     it would fire and on what evidence. Records nothing, sends nothing."""
-    from alerts.evaluate import evaluate, held
+    from alerts.evaluate import evaluate_settled
     from alerts.lake_counts import LakeCounts
     from alerts.settings import AlertSettings
     from alerts.store import read_rules
@@ -179,15 +179,12 @@ def try_rule(
     end = _end(at)
     reader = SnapshotReader(lake, refresh_s=0)
     try:
-        source = LakeCounts(reader)
-        findings = evaluate([rule], source, end)
         lag = dt.timedelta(seconds=AlertSettings().max_speed_lag_s)
-        behind = source.speed_behind(end, lag)
-        if behind is not None:
-            console.print(f"untested on the speed layer's counts: {behind}", highlight=False)
-            findings = held(findings, "the speed layer is catching up")
+        findings, behind = evaluate_settled([rule], LakeCounts(reader), end, lag)
     finally:
         reader.close()
+    if behind is not None:
+        console.print(f"untested on the speed layer's counts: {behind}", highlight=False)
     _print_findings(rule, findings, end)
 
 
