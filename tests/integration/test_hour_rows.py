@@ -166,7 +166,7 @@ def test_an_hour_row_holds_its_minutes_users_and_counts(
             users[key].add(e.user_id)
             impressions[key] += 1
         else:  # a combination with clicks and no impression in the hour has a row too
-            users[key] |= set()
+            users.setdefault(key, set())
             clicks[key] += 1
     got = {
         (r["bucket_start"], r["campaign_id"], r["ad_id"], r["site_id"], r["country"],

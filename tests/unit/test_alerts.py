@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from access.roles import Scope
-from alerts.evaluate import Counts, Window, dimensions_of, evaluate, held
+from alerts.evaluate import Counts, Window, dimensions_of, evaluate, evaluate_settled, held
 from alerts.rules import Rule, RuleError
 from alerts.statistics import (
     count_test,
@@ -179,7 +179,11 @@ def test_a_window_the_batch_layer_counted_is_exact_evidence() -> None:
 
 def test_while_the_speed_layer_catches_up_its_counts_are_held_untested() -> None:
     rule = Rule.create(name="cmp-1-ads", measure="ctr", where=("campaign_id", "cmp-1"), per="ad_id")
-    findings = held(evaluate([rule], _traffic(rule, "ad-2"), END), "catching up")
+    source = _traffic(rule, "ad-2")
+    source.behind = "catching up"
+    findings, why = evaluate_settled([rule], source, END, dt.timedelta(minutes=2))
+    assert why == "catching up"
+    assert findings == held(evaluate([rule], source, END), "catching up")
     dropped = {f.group: f for f in findings}["ad-2"]
     assert (dropped.significant, dropped.evidence) == (False, "too little data")
     assert (dropped.adjusted_p, dropped.result.reason) == (None, "catching up")
@@ -189,6 +193,12 @@ def test_while_the_speed_layer_catches_up_its_counts_are_held_untested() -> None
     (exact,) = evaluate([whole], _traffic(whole, "ad-1", exact=True), END)
     assert exact.evidence == "exact"
     assert held([exact], "catching up") == [exact]
+    # Caught up: evaluated as is.
+    source.behind = None
+    assert evaluate_settled([rule], source, END, dt.timedelta(minutes=2)) == (
+        evaluate([rule], source, END),
+        None,
+    )
 
 
 def test_the_orphan_share_needs_a_view_that_attributes_clicks() -> None:
