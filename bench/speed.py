@@ -58,6 +58,7 @@ from ingest.producer import EventProducer
 from ingest.settings import ProducerSettings
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake.settings import LakeSettings
+from lake.speed_status import speed_status_path
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import ensure_topics
 
@@ -139,6 +140,9 @@ def _run(kafka: KafkaSettings, work: Path, environ: Mapping[str, str]) -> dict[s
                 send(producer, generator, 10_000)
                 producer.poll(0)
             producer.flush()
+        # The stopped job's last report says it had caught up: without it, drain() waits for
+        # the restarted job's own reports (its start can outlast the settle time).
+        speed_status_path(lake).unlink(missing_ok=True)
         job = _restart(env, work)
         drain(lake, job, timeout_s=900, settle_s=30)
         backlog = backlog_figures(work / "speed-backlog.log", work / "spark-events")
