@@ -79,9 +79,14 @@ class Finding:
 
 
 def dimensions_of(rules: Iterable[Rule]) -> tuple[str, ...]:
-    """The dimensions the rules filter or fan out on, in a fixed order."""
+    """The dimensions the rules filter or fan out on (their scopes' included), in a fixed
+    order."""
     used = {
-        d for r in rules for d in ((r.where[0],) if r.where else ()) + ((r.per,) if r.per else ())
+        d
+        for r in rules
+        for d in ((r.where[0],) if r.where else ())
+        + ((r.per,) if r.per else ())
+        + r.scoped_dimensions
     }
     return tuple(sorted(used))
 
@@ -172,12 +177,15 @@ def per_day(p_values: Sequence[float | None], window_minutes: int) -> list[float
 def _grouped(
     rule: Rule, rows: Mapping[tuple[str, ...], Counts], dimensions: Sequence[str]
 ) -> dict[str | None, Counts]:
-    """The rows ``rule`` watches, summed per value of its ``per`` dimension (None: one sum)."""
+    """The rows ``rule`` watches (of its scope only), summed per value of its ``per`` dimension
+    (None: one sum)."""
     where = (dimensions.index(rule.where[0]), rule.where[1]) if rule.where else None
     per = dimensions.index(rule.per) if rule.per else None
     sums: dict[str | None, Counts] = defaultdict(Counts)
     for key, counts in rows.items():
         if where is not None and key[where[0]] != where[1]:
+            continue
+        if rule.scope is not None and not rule.admits(dict(zip(dimensions, key, strict=True))):
             continue
         group = key[per] if per is not None else None
         sums[group] = sums[group] + counts

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, cast, get_args
 
@@ -49,7 +50,11 @@ class Rule:
       change worth telling (0.2: 20 %), in ``direction``; ``min_trials``: impressions (or raw
       clicks for the orphan share) the window needs before a rate is tested;
     - ``webhook_url``: where its alerts are posted (signed with ``secret``); ``owner`` and
-      ``scope``: the key that made it and, for an advertiser's, the campaigns it may watch.
+      ``scope``: the key that made it and, for an advertiser's, the rows it may watch (its
+      campaigns and, when the key names ads, those ads): the rule counts those rows only,
+      whatever ``where`` and ``per`` say.
+
+    A rule is named within its owner's rules (:attr:`id`: ``owner/name``).
     """
 
     name: str
@@ -116,15 +121,36 @@ class Rule:
             self._check_scope(self.scope)
 
     def _check_scope(self, scope: Scope) -> None:
-        """An advertiser's rule watches one of its campaigns (or ads)."""
+        """An advertiser's rule watches one of its campaigns or ads (of a key that names ads,
+        one of those); its counts are narrowed to the scope's rows all the same."""
         if self.where is None or self.where[0] not in ("campaign_id", "ad_id"):
             raise RuleError(
-                "where", "an advertiser's rule watches one of its campaigns: campaign_id=…"
+                "where",
+                "an advertiser's rule watches one of its campaigns or ads: campaign_id=… or "
+                "ad_id=…",
             )
         dimension, value = self.where
-        allowed = scope.campaigns if dimension == "campaign_id" else scope.ads
-        if value not in allowed:
-            raise RuleError("where", f"{dimension} {value!r} is not in this key's scope")
+        if dimension == "campaign_id" and value not in scope.campaigns:
+            raise RuleError("where", f"campaign_id {value!r} is not in this key's scope")
+        if dimension == "ad_id" and scope.ads and value not in scope.ads:
+            raise RuleError("where", f"ad_id {value!r} is not in this key's scope")
+
+    @property
+    def id(self) -> str:
+        """``owner/name``: names are the owner's (neither may hold a ``/``)."""
+        return f"{self.owner}/{self.name}"
+
+    @property
+    def scoped_dimensions(self) -> tuple[str, ...]:
+        """The dimensions its scope filters on (none for an admin's or analyst's rule)."""
+        if self.scope is None:
+            return ()
+        return ("campaign_id", "ad_id") if self.scope.ads else ("campaign_id",)
+
+    def admits(self, dimensions: Mapping[str, object]) -> bool:
+        """Whether a row with these dimension values is one the rule may count: its scope's
+        (every row for a rule without one)."""
+        return self.scope is None or self.scope.admits(dimensions)
 
     @property
     def rate(self) -> bool:

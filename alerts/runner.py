@@ -8,13 +8,19 @@ their rules' webhooks in the background.
 
 One evaluation per minute, restarts included: the commit carries the application transaction
 (``ctr-alerts``, the minute), a minute already committed is skipped, and the streaks and open
-alerts are rebuilt from alerts/events at start."""
+alerts are rebuilt from alerts/events at start.
+
+A webhook's delivery is checked against the operator's policy at each try
+(:mod:`alerts.webhooks`), and an owner's deliveries are capped per minute
+(``ALERTS_MAX_DELIVERIES_PER_MINUTE``): what the owner reads of each is one word (delivered,
+refused, throttled, failed); why is in this process's log."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +36,7 @@ from lake.settings import LakeSettings
 log = logging.getLogger("ctr.alerts")
 
 APP_ID: Final = "ctr-alerts"
-Key = tuple[str, str | None]  # a rule's name and group
+Key = tuple[str, str | None]  # a rule's id (owner/name) and group
 Deliver = Callable[..., webhooks.Delivery]
 
 
@@ -66,7 +72,8 @@ class Tick:
     held: str | None = None  # why the speed layer's counts went untested
 
     def __str__(self) -> str:
-        kinds = [f"{a['event']} {a['rule']}" + (f"[{a['group_value']}]" if a["group_value"] else "")
+        kinds = [f"{a['event']} {a['owner']}/{a['rule']}"
+                 + (f"[{a['group_value']}]" if a["group_value"] else "")
                  for a in self.alerts]  # fmt: skip
         said = f": {', '.join(kinds)}" if kinds else ""
         done = "" if self.committed else " (evaluated already: skipped)"
@@ -97,15 +104,26 @@ class Evaluator:
         self.outcomes: list[Future[dict[str, object]]] = []
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
         self._restored = False
+        # Deliveries per owner in the minute being evaluated (the per-minute cap).
+        self._sent: Counter[str] = Counter()
+        self._sent_minute: dt.datetime | None = None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def restore(self, end: dt.datetime) -> None:
-        """Streaks and open alerts as alerts/events left them (the last ``history_hours``)."""
+    def restore(self, end: dt.datetime, rules: Iterable[Rule] = ()) -> None:
+        """Streaks and open alerts as alerts/events left them (the last ``history_hours``);
+        ``rules`` name the owners of rows written before rules were named per owner."""
         since = end - dt.timedelta(hours=self.settings.history_hours)
+        by_name: dict[str, list[str]] = {}
+        for rule in rules:
+            by_name.setdefault(rule.name, []).append(rule.id)
         for row in store.read_events(self.lake, since=since):
-            self._replay(row)
+            owner = row.get("owner")
+            if owner is not None:
+                self._replay(f"{owner}/{row['rule']}", row)
+            elif len(ids := by_name.get(str(row["rule"]), [])) == 1:
+                self._replay(ids[0], row)
         self._restored = True
 
     def _state(self, key: Key) -> State:
@@ -113,8 +131,8 @@ class Evaluator:
             self.states[key] = State(self.settings.fire_after, self.settings.resolve_after)
         return self.states[key]
 
-    def _replay(self, row: Mapping[str, object]) -> None:
-        key: Key = (str(row["rule"]), row["group_value"])  # type: ignore[assignment]
+    def _replay(self, rule_id: str, row: Mapping[str, object]) -> None:
+        key: Key = (rule_id, row["group_value"])  # type: ignore[assignment]
         state = self._state(key)
         event = row["event"]
         if event == "evaluated" and row["evidence"] != "too little data":
@@ -130,13 +148,13 @@ class Evaluator:
 
     def tick(self, end: dt.datetime) -> Tick:
         """Evaluate the window ending at ``end`` (once: a minute committed already is skipped)."""
+        rules = list(store.read_rules(self.lake).values())
         if not self._restored:
-            self.restore(end)
+            self.restore(end, rules)
         tick = Tick(end)
         done = store.last_version(self.lake, APP_ID)
         if done is not None and done >= minute_index(end):
             return tick
-        rules = list(store.read_rules(self.lake).values())
         source = self.source_of()
         lag = dt.timedelta(seconds=self.settings.max_speed_lag_s)
         findings, tick.held = evaluate_settled(rules, source, end, lag)
@@ -151,9 +169,9 @@ class Evaluator:
             version=minute_index(end),
         )
         if tick.committed:
-            by_name = {r.name: r for r in rules}
+            by_id = {r.id: r for r in rules}
             for alert in tick.alerts:
-                self._send(by_name[str(alert["rule"])], alert)
+                self._send(by_id[f"{alert['owner']}/{alert['rule']}"], alert, end)
         return tick
 
     def _transitions(
@@ -161,7 +179,7 @@ class Evaluator:
     ) -> list[dict[str, object]]:
         alerts = []
         for finding in findings:
-            state = self._state((finding.rule.name, finding.group))
+            state = self._state((finding.rule.id, finding.group))
             transition = state.update(finding.result.tested, finding.significant)
             if transition == "fired":
                 state.unconfirmed = end if finding.evidence == "approximate" else None
@@ -176,10 +194,10 @@ class Evaluator:
     ) -> list[dict[str, object]]:
         """Alerts fired on the speed layer's counts whose window the batch layer now covers:
         confirmed if the exact counts are still significant, else withdrawn."""
-        by_name = {r.name: r for r in rules}
+        by_id = {r.id: r for r in rules}
         alerts = []
-        for (name, group), state in self.states.items():
-            rule = by_name.get(name)
+        for (rule_id, group), state in self.states.items():
+            rule = by_id.get(rule_id)
             if state.unconfirmed is None or rule is None:
                 continue
             again = [f for f in evaluate([rule], source, state.unconfirmed) if f.group == group]
@@ -193,33 +211,35 @@ class Evaluator:
             alerts.append(_row(finding, event, end))
         return alerts
 
-    def _send(self, rule: Rule, alert: dict[str, object]) -> None:
+    def _send(self, rule: Rule, alert: dict[str, object], end: dt.datetime) -> None:
         if rule.webhook_url is None:
             return
+        url = rule.webhook_url
         payload = _payload(rule, alert)
         settings = self.settings
+        if self._sent_minute != end:
+            self._sent_minute, self._sent = end, Counter()
+        self._sent[rule.owner] += 1
+        if self._sent[rule.owner] > settings.max_deliveries_per_minute:
+            throttled: Future[dict[str, object]] = Future()
+            detail = f"over {settings.max_deliveries_per_minute} deliveries a minute"
+            throttled.set_result(
+                _outcome(rule, alert, webhooks.Delivery("throttled", 0, None, detail))
+            )
+            self.outcomes.append(throttled)
+            return
 
         def send() -> dict[str, object]:
             outcome = self.deliver(
-                rule.webhook_url,
+                url,
                 rule.secret,
                 payload,
+                policy=settings.webhook_policy,
                 attempts=settings.webhook_attempts,
                 first_delay_s=settings.webhook_first_delay_s,
                 timeout_s=settings.webhook_timeout_s,
             )
-            row = {
-                k: alert[k]
-                for k in ("rule", "window_start", "window_end", "group_value", "campaign_id")
-            }
-            return {
-                **row,
-                "event": "delivered" if outcome.delivered else "dead_letter",
-                "measure": alert["measure"],
-                "delivery": f"{alert['event']}: {outcome}",
-                "reason": outcome.error,
-                "at": dt.datetime.now(dt.UTC),
-            }
+            return _outcome(rule, alert, outcome)
 
         self.outcomes.append(self._pool.submit(send))
 
@@ -243,11 +263,33 @@ class Evaluator:
             stop.wait(self.settings.poll_s)
 
 
+def _outcome(
+    rule: Rule, alert: Mapping[str, object], delivery: webhooks.Delivery
+) -> dict[str, object]:
+    """The alerts/events row of a delivery: its outcome in one word (the rule's owner reads
+    it); the details go to this process's log, for the operator."""
+    level = logging.INFO if delivery.delivered else logging.WARNING
+    log.log(level, "alerts: %s of %s to its webhook: %s", alert["event"], rule.id, delivery)
+    row = {
+        k: alert[k]
+        for k in ("rule", "owner", "window_start", "window_end", "group_value", "campaign_id")
+    }
+    return {
+        **row,
+        "event": "delivered" if delivery.delivered else "dead_letter",
+        "measure": alert["measure"],
+        "delivery": delivery.outcome,
+        "reason": None,
+        "at": dt.datetime.now(dt.UTC),
+    }
+
+
 def _row(finding: Finding, event: str, end: dt.datetime) -> dict[str, object]:
     rule = finding.rule
     result = finding.result
     return {
         "rule": rule.name,
+        "owner": rule.owner,
         "event": event,
         "window_start": finding.window[0],
         "window_end": finding.window[1],

@@ -3,8 +3,10 @@ environment variables."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from alerts.destinations import WebhookPolicy
 
 
 class AlertSettings(BaseSettings):
@@ -37,3 +39,24 @@ class AlertSettings(BaseSettings):
     webhook_first_delay_s: float = Field(default=1.0, ge=0)
     # Seconds a webhook may take to answer one try.
     webhook_timeout_s: float = Field(default=5.0, gt=0)
+    # Internal destinations webhooks may reach besides public addresses: host names and
+    # addresses or CIDRs, comma-separated (10.1.2.0/24,hooks.internal). Loopback, private,
+    # link-local and other non-public addresses are refused otherwise, when a rule is created
+    # and again at each delivery.
+    webhook_allow: str = ""
+    # Rules one key (their owner) may have at once.
+    max_rules_per_owner: int = Field(default=100, ge=1)
+    # Webhook deliveries per owner and minute; the alerts past it are recorded "throttled",
+    # not sent.
+    max_deliveries_per_minute: int = Field(default=60, ge=1)
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _allow_list(cls, value: str) -> str:
+        WebhookPolicy.parse(value.split(","))  # ValueError naming the entry
+        return value
+
+    @property
+    def webhook_policy(self) -> WebhookPolicy:
+        """The destinations webhooks may reach (:mod:`alerts.destinations`)."""
+        return WebhookPolicy.parse(self.webhook_allow.split(","))

@@ -1,10 +1,15 @@
 """alerts/rules: the alert rules, an append-only Delta table of events (``created``,
 ``deleted``), like the key store (:mod:`access.key_store`); and alerts/events, what the
 evaluator found, appended by its one process. Both through delta-rs, on a local lake or on an
-object store; neither is served to SQL (a rule holds its webhook's secret)."""
+object store; neither is served to SQL (a rule holds its webhook's secret).
+
+A rule is named within its owner's rules (the key that made it: ``Rule.id`` is
+``owner/name``); who sees which rule and which of its alerts is :func:`visible` and
+:func:`admits_group`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import secrets
@@ -15,7 +20,9 @@ import orjson
 import pyarrow as pa
 
 from access.roles import Access, Scope
+from alerts.destinations import Resolver, UnresolvedError, system_resolver
 from alerts.rules import Rule, RuleError
+from alerts.settings import AlertSettings
 from lake.catalog import ALERT_EVENTS, ALERT_RULES
 from lake.settings import LakeSettings
 from lake.storage import delta_options, is_delta, open_delta
@@ -51,8 +58,16 @@ def rule_from_json(text: str) -> Rule:
     )
 
 
+# The owner of the rules made on the command line (no key).
+COMMAND_LINE: Final = "ctr"
+
+
+def owner_of(access: Access | None) -> str:
+    return access.name if access is not None else COMMAND_LINE
+
+
 def read_rules(lake: LakeSettings) -> dict[str, Rule]:
-    """The rules as they are now, by name (none before the first is created)."""
+    """The rules as they are now, by :attr:`Rule.id` (none before the first is created)."""
     path = ALERT_RULES.path(lake)
     if not is_delta(path, lake.object_store):
         return {}
@@ -60,34 +75,84 @@ def read_rules(lake: LakeSettings) -> dict[str, Rule]:
     rules: dict[str, Rule] = {}
     for row in sorted(rows, key=lambda r: r["at"]):
         if row["event"] == "created":
-            rules[row["name"]] = rule_from_json(row["rule"])
-        elif row["event"] == "deleted":
-            rules.pop(row["name"], None)
+            rule = rule_from_json(row["rule"])
+            rules[rule.id] = rule
+        elif row["event"] == "deleted" and row["rule"] is not None:
+            rules.pop(f"{row['owner']}/{row['name']}", None)
+        elif row["event"] == "deleted":  # before names were per owner: the name was global
+            rules = {i: r for i, r in rules.items() if r.name != row["name"]}
     return rules
 
 
+def find_rule(
+    rules: Mapping[str, Rule], name: str, owner: str | None = None
+) -> tuple[Rule | None, list[str]]:
+    """The rule ``name`` of ``owner``; without an owner, the only rule of that name. With the
+    owners of every rule so named (to say which to choose between)."""
+    named = [r for r in rules.values() if r.name == name]
+    owners = sorted(r.owner for r in named)
+    if owner is not None:
+        return rules.get(f"{owner}/{name}"), owners
+    return (named[0] if len(named) == 1 else None), owners
+
+
 def visible(rules: Mapping[str, Rule], access: Access | None) -> dict[str, Rule]:
-    """The rules ``access`` sees and manages: every one for an admin or analyst key (None: the
-    command line's), an advertiser's only those on its own campaigns (or ads)."""
+    """The rules ``access`` sees: every one for an admin or analyst key (None: the command
+    line's); an advertiser's, those whose rows lie inside its scope (a rule on one of its
+    campaigns, or ads; for a key that names ads, a rule narrowed to those ads)."""
     if access is None or access.scope is None:
         return dict(rules)
-    scope = access.scope
-    return {
-        name: rule
-        for name, rule in rules.items()
-        if rule.where is not None
-        and rule.where[1] in (scope.campaigns if rule.where[0] == "campaign_id" else scope.ads)
-    }
+    return {i: r for i, r in rules.items() if _inside(r, access.scope)}
+
+
+def _inside(rule: Rule, scope: Scope) -> bool:
+    """Whether every row ``rule`` may count is one ``scope`` admits."""
+    dimension, value = rule.where if rule.where is not None else ("", "")
+    campaigns: set[str] | None = {value} if dimension == "campaign_id" else None
+    ads: set[str] | None = {value} if dimension == "ad_id" else None
+    if rule.scope is not None:  # an advertiser's rule counts its scope's rows only
+        campaigns = (campaigns or set(rule.scope.campaigns)) & set(rule.scope.campaigns)
+        if rule.scope.ads:
+            ads = (ads or set(rule.scope.ads)) & set(rule.scope.ads)
+    if campaigns is None or not campaigns <= set(scope.campaigns):
+        return False
+    return not scope.ads or (ads is not None and ads <= set(scope.ads))
+
+
+def admits_row(rule: Rule, row: Mapping[str, object], access: Access | None) -> bool:
+    """Whether ``access`` may see ``row`` of alerts/events, a row of ``rule`` (one it sees): a
+    group outside an advertiser's campaigns or ads is not its to see, whoever made the rule.
+    For a key that names ads, neither is a row the evaluator wrote before rules were narrowed
+    to their scope (no ``owner``): it may count other ads' rows."""
+    scope = access.scope if access is not None else None
+    if scope is None:
+        return True
+    if scope.ads and row.get("owner") is None:
+        return False
+    group = row.get("group_value")
+    if group is None or rule.per not in ("campaign_id", "ad_id"):
+        return True
+    if rule.per == "campaign_id":
+        return group in scope.campaigns
+    return not scope.ads or group in scope.ads
 
 
 def create_rule(
-    lake: LakeSettings, rule: Rule, *, access: Access | None = None, now: dt.datetime | None = None
+    lake: LakeSettings,
+    rule: Rule,
+    settings: AlertSettings,
+    *,
+    access: Access | None = None,
+    now: dt.datetime | None = None,
+    resolver: Resolver = system_resolver,
 ) -> Rule:
     """Store ``rule`` (one commit), with a new webhook secret and its owner: the rule as stored.
-    Refused when a rule of that name exists, or an advertiser's rule watches another's
-    campaign."""
+    Refused when its owner has a rule of that name or ``settings.max_rules_per_owner`` rules,
+    an advertiser's rule watches another's campaign or ad, or its webhook points where webhooks
+    may not (:meth:`alerts.destinations.WebhookPolicy.resolve`; a host name that does not
+    resolve yet is taken: each delivery checks it again)."""
     at = now or dt.datetime.now(dt.UTC)
-    owner = access.name if access is not None else "ctr"
+    owner = owner_of(access)
     stored = dataclasses.replace(
         rule,
         secret=secrets.token_urlsafe(32),
@@ -96,8 +161,19 @@ def create_rule(
         created_at=at,
     )
     stored.check()
-    if rule.name in read_rules(lake):
+    if stored.webhook_url is not None:
+        # A name that does not resolve yet is taken: each delivery checks it again.
+        with contextlib.suppress(UnresolvedError):
+            settings.webhook_policy.resolve(stored.webhook_url, resolver)
+    rules = read_rules(lake)
+    if stored.id in rules:
         raise RuleError("name", f"a rule named {rule.name!r} exists; delete it first")
+    if sum(r.owner == owner for r in rules.values()) >= settings.max_rules_per_owner:
+        raise RuleError(
+            "name",
+            f"this key has {settings.max_rules_per_owner} rules, as many as a key may "
+            "(ALERTS_MAX_RULES_PER_OWNER); delete one first",
+        )
     campaign = rule.where[1] if rule.where and rule.where[0] == "campaign_id" else None
     _append(
         lake,
@@ -118,15 +194,35 @@ def create_rule(
 
 
 def delete_rule(
-    lake: LakeSettings, name: str, *, access: Access | None = None, now: dt.datetime | None = None
+    lake: LakeSettings,
+    name: str,
+    *,
+    owner: str | None = None,
+    access: Access | None = None,
+    now: dt.datetime | None = None,
 ) -> Rule:
-    """Delete the rule ``name`` (one commit); an advertiser only its own campaigns' rules."""
-    current = visible(read_rules(lake), access).get(name)
+    """Delete the rule ``name`` of ``owner`` (one commit). An advertiser deletes its own rules
+    only (``owner`` is its key); an admin or analyst key any rule, its own by default; the
+    command line any, by name alone while only one owner has a rule of that name."""
+    if access is not None and (access.scope is not None or owner is None):
+        if access.scope is not None and owner not in (None, access.name):
+            raise RuleError("name", f"no rule is named {name!r}")
+        owner = access.name
+    current, owners = find_rule(read_rules(lake), name, owner)
     if current is None:
+        if owner is None and len(owners) > 1:
+            raise RuleError(
+                "owner", f"{len(owners)} owners have a rule named {name!r}: {', '.join(owners)}"
+            )
         raise RuleError("name", f"no rule is named {name!r}")
     at = max(now or dt.datetime.now(dt.UTC), (current.created_at or dt.datetime.min) + _TICK)
-    owner = access.name if access is not None else "ctr"
-    row = {"name": name, "event": "deleted", "owner": owner, "at": at}
+    row = {
+        "name": name,
+        "event": "deleted",
+        "owner": current.owner,
+        "rule": orjson.dumps({"deleted_by": owner_of(access)}).decode(),
+        "at": at,
+    }
     _append(lake, ALERT_RULES.schema, ALERT_RULES.path(lake), [row])
     return current
 
@@ -185,6 +281,12 @@ def _append(
 
     data = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
     options = delta_options(path, lake.object_store)
+    # schema_mode="merge": a table written before a column was added takes it (null before).
     write_deltalake(
-        path, data, mode="append", storage_options=options, commit_properties=properties
+        path,
+        data,
+        mode="append",
+        schema_mode="merge",
+        storage_options=options,
+        commit_properties=properties,
     )

@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from access.roles import Access
+from alerts.settings import AlertSettings
 from api.guard import UNAUTHORIZED
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
@@ -30,6 +31,11 @@ _bearer = HTTPBearer(
 async def get_settings(request: Request) -> ApiSettings:
     settings: ApiSettings = request.app.state.settings
     return settings
+
+
+async def get_alert_settings(request: Request) -> AlertSettings:
+    alerts: AlertSettings = request.app.state.alert_settings
+    return alerts
 
 
 async def get_lake(request: Request) -> LakeSettings:
@@ -57,6 +63,7 @@ ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 CacheDep = Annotated[ResponseCache[Rendered], Depends(get_cache)]
 SqlPoolDep = Annotated[SqlPool, Depends(get_sql_pool)]
 LakeDep = Annotated[LakeSettings, Depends(get_lake)]
+AlertSettingsDep = Annotated[AlertSettings, Depends(get_alert_settings)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from access.key_usage import UsageRecorder
 from access.key_watcher import KeyWatcher
+from alerts.settings import AlertSettings
 from api import error_responses
 from api.authn import Authenticator, utc_now
 from api.deps import require_access
@@ -40,10 +41,13 @@ def create_app(
     lake: LakeSettings,
     kafka: KafkaSettings,
     *,
+    alert_settings: AlertSettings,
     key_clock: Callable[[], dt.datetime] = utc_now,
     clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The API over ``lake``; ``kafka`` is only asked for the dead-letter topic's depth;
+    ``alert_settings`` are what new alert rules are checked against (where webhooks may point,
+    rules per key);
     ``key_clock`` (default: the system's UTC time) is what keys' expiry is checked against;
     ``clock`` (seconds, monotonic) times the SQL back-off, the response cache and the
     dead-letter depth's refresh (tests pass clocks they move). The entry point (``ctr serve``)
@@ -119,6 +123,7 @@ def create_app(
     app.state.settings = settings
     # The lake's own tables the routes read and append to directly (alerts/rules, alerts/events).
     app.state.lake = lake
+    app.state.alert_settings = alert_settings
     # API_TOKEN (the bootstrap admin) and the keys of the lake's key store (`ctr keys`).
     authenticator = Authenticator(settings.token, KeyWatcher(lake), clock=key_clock)
     app.state.authenticator = authenticator

@@ -296,7 +296,7 @@ class AlertRuleRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="1 to 64 of A-Z a-z 0-9 . _ -; unique")
+    name: str = Field(description="1 to 64 of A-Z a-z 0-9 . _ -; unique among the key's rules")
     measure: AlertMeasure = Field(
         default="ctr",
         description="ctr (clicks / impressions), impressions or clicks (per minute), "
@@ -305,7 +305,8 @@ class AlertRuleRequest(BaseModel):
     where: AlertWhereBody | None = Field(
         default=None,
         description="the rows watched; null: every row. An advertiser key's rule must watch "
-        "one of its campaigns (campaign_id) or ads (ad_id)",
+        "one of its campaigns (campaign_id) or ads (ad_id), and counts only the rows of its "
+        "scope (a key that names ads: those ads)",
     )
     per: AlertDimension | None = Field(
         default=None,
@@ -337,7 +338,9 @@ class AlertRuleRequest(BaseModel):
         "is tested",
     )
     webhook_url: str | None = Field(
-        default=None, description="an http(s) URL its alerts are POSTed to, signed"
+        default=None,
+        description="an http(s) URL its alerts are POSTed to, signed; a public address (or "
+        "one the operator allows: ALERTS_WEBHOOK_ALLOW), redirects not followed",
     )
 
 
@@ -357,8 +360,13 @@ class AlertRuleBody(BaseModel):
     min_effect: float
     direction: Literal["drop", "rise", "any"]
     min_trials: int
-    webhook_url: str | None
-    owner: str = Field(description="the key that created it (ctr: the command line)")
+    webhook_url: str | None = Field(
+        description="where its alerts are posted; null: none, or (an advertiser key) a rule "
+        "of another key's"
+    )
+    owner: str = Field(
+        description="the key that created it (ctr: the command line); names are per owner"
+    )
     created_at: dt.datetime | None
 
 
@@ -380,7 +388,10 @@ class AlertEventBody(BaseModel):
     """A row of alerts/events: an alert's transition, a delivery's outcome, or (asked for) an
     evaluation."""
 
-    rule: str
+    rule: str = Field(description="the rule's name")
+    owner: str | None = Field(
+        description="the rule's owner (null: written before rule names were per owner)"
+    )
     event: Literal[
         "evaluated", "fired", "resolved", "confirmed", "withdrawn", "delivered", "dead_letter"
     ]
@@ -399,8 +410,11 @@ class AlertEventBody(BaseModel):
         "little data"
     )
     trials: int | None
-    reason: str | None = Field(description="why not tested; a dead letter's last error")
-    delivery: str | None
+    reason: str | None = Field(description="why not tested")
+    delivery: str | None = Field(
+        description="an alert's: pending or no webhook; a delivery's: delivered, refused (its "
+        "destination is not allowed), throttled (over the deliveries a minute) or failed"
+    )
     at: dt.datetime = Field(description="the evaluation it was found in")
     open: bool = Field(
         description="whether the alert of this rule and group is open now: fired and neither "

@@ -22,6 +22,13 @@ app = typer.Typer(
 )
 
 Name = Annotated[str, typer.Argument(help="The rule's name: 1 to 64 of A-Z a-z 0-9 . _ -.")]
+Owner = Annotated[
+    str | None,
+    typer.Option(
+        help="The rule's owner (the key that made it; ctr: this command line), when several "
+        "owners have a rule of that name."
+    ),
+]
 # What each field of alerts.rules.Rule is called on this command line.
 _OPTIONS: Final = {
     "name": "NAME",
@@ -92,6 +99,7 @@ def create(
     """Create rule NAME. Its webhook secret is printed once, alone on the last line of stdout:
     a receiver checks X-Ctr-Signature with it."""
     from alerts.rules import Rule, RuleError
+    from alerts.settings import AlertSettings
     from alerts.store import create_rule
     from lake.settings import LakeSettings
 
@@ -111,17 +119,18 @@ def create(
             min_trials=min_trials,
             webhook_url=webhook,
         )
-        stored = create_rule(LakeSettings(), rule)
+        stored = create_rule(LakeSettings(), rule, AlertSettings())
     except RuleError as exc:
         _fail(exc)
-    console.print(f"created rule {name!r}: {stored.describe()}", highlight=False)
-    console.print("Its webhook secret, shown once, below:", highlight=False)
+    console.print(f"created rule {name!r}: {stored.describe()}")
+    console.print("Its webhook secret, shown once, below:")
     typer.echo(stored.secret)
 
 
 @app.command("list")
 def list_rules() -> None:
-    """The rules: name, what each watches and when it fires, its webhook, who made it."""
+    """The rules: name, what each watches and when it fires, its webhook, who made it. Every
+    value is printed as text, control characters escaped (rules and webhooks are tenants')."""
     from rich.table import Table
 
     from alerts.store import read_rules
@@ -132,29 +141,30 @@ def list_rules() -> None:
         console.print("no rules (ctr alerts create)")
         return
     table = Table("name", "rule", "webhook", "owner", "created", caption="times in UTC")
-    for rule in rules.values():
+    for rule in sorted(rules.values(), key=lambda r: (r.name, r.owner)):
         created = f"{rule.created_at:%Y-%m-%d %H:%M}" if rule.created_at else ""
         table.add_row(rule.name, rule.describe(), rule.webhook_url or "-", rule.owner, created)
     console.print(table)
 
 
 @app.command()
-def delete(name: Name) -> None:
+def delete(name: Name, owner: Owner = None) -> None:
     """Delete rule NAME (its past alerts stay in alerts/events)."""
     from alerts.rules import RuleError
     from alerts.store import delete_rule
     from lake.settings import LakeSettings
 
     try:
-        delete_rule(LakeSettings(), name)
+        deleted = delete_rule(LakeSettings(), name, owner=owner)
     except RuleError as exc:
         _fail(exc)
-    console.print(f"deleted rule {name!r}", highlight=False)
+    console.print(f"deleted rule {name!r} of {deleted.owner}")
 
 
 @app.command("test")
 def try_rule(
     name: Name,
+    owner: Owner = None,
     at: Annotated[
         str | None,
         typer.Option(
@@ -168,12 +178,14 @@ def try_rule(
     from alerts.evaluate import evaluate_settled
     from alerts.lake_counts import LakeCounts
     from alerts.settings import AlertSettings
-    from alerts.store import read_rules
+    from alerts.store import find_rule, read_rules
     from lake.settings import LakeSettings
     from serving_layer.reader import SnapshotReader
 
     lake = LakeSettings()
-    rule = read_rules(lake).get(name)
+    rule, owners = find_rule(read_rules(lake), name, owner)
+    if rule is None and owner is None and len(owners) > 1:
+        fail(f"--owner: {len(owners)} owners have a rule named {name!r}: {', '.join(owners)}")
     if rule is None:
         fail(f"NAME: no rule is named {name!r} (ctr alerts list)")
     end = _end(at)
@@ -184,7 +196,7 @@ def try_rule(
     finally:
         reader.close()
     if behind is not None:
-        console.print(f"untested on the speed layer's counts: {behind}", highlight=False)
+        console.print(f"untested on the speed layer's counts: {behind}")
     _print_findings(rule, findings, end)
 
 
@@ -243,7 +255,7 @@ def _end(at: str | None) -> dt.datetime:
 def _print_findings(rule: Rule, findings: list[Finding], end: dt.datetime) -> None:
     from rich.table import Table
 
-    console.print(rule.describe(), highlight=False)
+    console.print(rule.describe())
     table = Table(
         rule.per or "rows",
         "now",

@@ -43,5 +43,7 @@ def serve(
     host = host or settings.host
     port = port or settings.port
     console.print(f"serving on http://{host}:{port}/ (API docs: http://{host}:{port}/docs)")
-    app = create_app(settings, LakeSettings(), KafkaSettings())
+    from alerts.settings import AlertSettings
+
+    app = create_app(settings, LakeSettings(), KafkaSettings(), alert_settings=AlertSettings())
     uvicorn.Server(server_config(app, settings, host=host, port=port)).run()

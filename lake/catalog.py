@@ -267,8 +267,9 @@ ALERT_RULES: Final = Table(
         [
             ("name", pa.string()),
             ("event", pa.string()),  # created | deleted
-            ("rule", pa.string()),  # created only: the rule's fields as JSON (alerts.rules)
-            ("owner", pa.string()),  # the key that made or deleted it
+            # created: the rule's fields as JSON (alerts.rules); deleted: who deleted it
+            ("rule", pa.string()),
+            ("owner", pa.string()),  # the key that made it: rule names are per owner
             ("campaign_id", pa.string()),  # created only: the campaign it watches, if one
             ("at", TIMESTAMP),
         ]
@@ -287,9 +288,9 @@ ALERT_EVENTS: Final = Table(
     "alerts/events",
     pa.schema(
         [
-            ("rule", pa.string()),
+            ("rule", pa.string()),  # the rule's name (its owner's)
             # evaluated | fired | resolved | confirmed | withdrawn, or a delivery's outcome:
-            # delivered | dead_letter (the webhook failed its last try)
+            # delivered | dead_letter (not delivered: refused, throttled or failed)
             ("event", pa.string()),
             ("window_start", TIMESTAMP),
             ("window_end", TIMESTAMP),
@@ -304,11 +305,12 @@ ALERT_EVENTS: Final = Table(
             ("evidence", pa.string()),  # exact | approximate | too little data
             ("trials", pa.int64()),  # the window's impressions (raw clicks for orphan share)
             ("reason", pa.string()),
-            (
-                "delivery",
-                pa.string(),
-            ),  # an alert's: pending | no webhook; an outcome's: what it was
+            # an alert's: pending | no webhook; a delivery's: delivered | refused | throttled |
+            # failed (the details are in the evaluator's log, never here: its owner reads it)
+            ("delivery", pa.string()),
             ("at", TIMESTAMP),
+            # the rule's owner (null: written before rule names were per owner)
+            ("owner", pa.string()),
         ]
     ),
     "alert_events",

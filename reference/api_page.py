@@ -117,13 +117,16 @@ def document() -> Json:
     """The OpenAPI document of the app as ``ctr serve`` builds it (no lake is opened)."""
     from pydantic import SecretStr
 
+    from alerts.settings import AlertSettings
     from api.main import create_app
     from api.settings import ApiSettings
     from lake.settings import LakeSettings
     from runtime.kafka_settings import KafkaSettings
 
     settings = ApiSettings(token=SecretStr("reference-page-token"))
-    return create_app(settings, LakeSettings(), KafkaSettings()).openapi()
+    return create_app(
+        settings, LakeSettings(), KafkaSettings(), alert_settings=AlertSettings()
+    ).openapi()
 
 
 def render() -> str:

@@ -1,8 +1,9 @@
 """/api/v1/alerts: the CTR alert rules the key sees (list, create, delete) and their recent
-alerts (:mod:`alerts`). An admin or analyst key sees and manages every rule, an advertiser's
-only the rules on its own campaigns (or ads), and the alerts of those. Read from the lake on
-each request (alerts/rules and alerts/events are small); never a rule's webhook secret, but
-once, in the answer that created it."""
+alerts (:mod:`alerts`). An admin or analyst key sees and manages every rule; an advertiser's
+sees the rules whose rows lie inside its scope and the alerts of their groups inside it, and
+deletes its own. Rule names are per owner (the key). Read from the lake on each request
+(alerts/rules and alerts/events are small); never a rule's webhook secret, but once, in the
+answer that created it, nor another key's webhook URL to an advertiser."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Annotated, Final
 
 from fastapi import APIRouter, Path, Query, Response, status
 
+from access.roles import Access
 from alerts import store
 from alerts.rules import Rule, RuleError
-from api.deps import AccessDep, LakeDep
+from api.deps import AccessDep, AlertSettingsDep, LakeDep
 from api.errors import NotFoundError, ParameterError
 from api.models import (
     AlertEventBody,
@@ -39,10 +41,12 @@ OPENING: Final = ("fired", "resolved", "withdrawn")
 OPEN_HORIZON: Final = dt.timedelta(hours=24)
 DEFAULT_SINCE: Final = dt.timedelta(hours=24)
 MAX_LIMIT: Final = 1000
-Key = tuple[str, str | None]  # a rule's name and group
+Key = tuple[str, str | None]  # a rule's id (owner/name) and group
 
 
-def _rule_body(rule: Rule) -> dict[str, object]:
+def _rule_body(rule: Rule, access: Access | None = None) -> dict[str, object]:
+    """The rule as a key sees it: an advertiser sees another key's rule without its webhook."""
+    own = access is None or access.scope is None or rule.owner == access.name
     where = {"dimension": rule.where[0], "value": rule.where[1]} if rule.where else None
     return {
         "name": rule.name,
@@ -58,7 +62,7 @@ def _rule_body(rule: Rule) -> dict[str, object]:
         "min_effect": rule.min_effect,
         "direction": rule.direction,
         "min_trials": rule.min_trials,
-        "webhook_url": rule.webhook_url,
+        "webhook_url": rule.webhook_url if own else None,
         "owner": rule.owner,
         "created_at": rule.created_at,
     }
@@ -73,7 +77,9 @@ def _rule_body(rule: Rule) -> dict[str, object]:
 def list_alert_rules(lake: LakeDep, access: AccessDep) -> AlertRulesResponse:
     rules = store.visible(store.read_rules(lake), access)
     return AlertRulesResponse(
-        rules=[AlertRuleBody.model_validate(_rule_body(r)) for _, r in sorted(rules.items())]
+        rules=[
+            AlertRuleBody.model_validate(_rule_body(r, access)) for _, r in sorted(rules.items())
+        ]
     )
 
 
@@ -84,20 +90,23 @@ def list_alert_rules(lake: LakeDep, access: AccessDep) -> AlertRulesResponse:
     responses={
         400: {
             "model": ErrorResponse,
-            "description": "a bad field (named in parameter), a name in use, or (an "
-            "advertiser key) a rule on rows outside its campaigns",
+            "description": "a bad field (named in parameter), a name the key uses already, "
+            "as many rules as a key may have, a webhook that may not be reached (not a public "
+            "address, nor allowed), or (an advertiser key) a rule on rows outside its scope",
         },
         401: {"model": ErrorResponse},
     },
     summary="Create an alert rule; its webhook secret is in this answer only",
 )
-def create_alert_rule(body: AlertRuleRequest, lake: LakeDep, access: AccessDep) -> AlertRuleCreated:
+def create_alert_rule(
+    body: AlertRuleRequest, lake: LakeDep, access: AccessDep, settings: AlertSettingsDep
+) -> AlertRuleCreated:
     fields = body.model_dump()
     where = body.where
     fields["where"] = (where.dimension, where.value) if where is not None else None
     try:
         rule = Rule.create(**fields)
-        stored = store.create_rule(lake, rule, access=access)
+        stored = store.create_rule(lake, rule, settings, access=access)
     except RuleError as exc:
         raise ParameterError(exc.parameter, exc.message) from None
     return AlertRuleCreated.model_validate({**_rule_body(stored), "secret": stored.secret})
@@ -109,16 +118,28 @@ def create_alert_rule(body: AlertRuleRequest, lake: LakeDep, access: AccessDep) 
     response_class=Response,
     responses={
         401: {"model": ErrorResponse},
-        404: {"model": ErrorResponse, "description": "no rule of that name the key sees"},
+        404: {
+            "model": ErrorResponse,
+            "description": "no rule of that name and owner the key may delete",
+        },
     },
     summary="Delete an alert rule (its past alerts stay in alerts/events)",
 )
 def delete_alert_rule(
-    name: Annotated[str, Path(description="the rule's name")], lake: LakeDep, access: AccessDep
+    name: Annotated[str, Path(description="the rule's name")],
+    lake: LakeDep,
+    access: AccessDep,
+    owner: Annotated[
+        str | None,
+        Query(
+            description="the rule's owner (an admin or analyst key deleting another key's "
+            "rule); default: the key itself. An advertiser key deletes its own rules only"
+        ),
+    ] = None,
 ) -> Response:
     try:
-        store.delete_rule(lake, name, access=access)
-    except RuleError as exc:  # not a rule this key sees
+        store.delete_rule(lake, name, owner=owner, access=access)
+    except RuleError as exc:  # not a rule this key may delete
         raise NotFoundError("name", exc.message) from None
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -151,10 +172,10 @@ def get_alert_events(
     ] = False,
 ) -> AlertEventsResponse:
     start = as_utc(since, "since") if since is not None else dt.datetime.now(dt.UTC) - DEFAULT_SINCE
-    names = set(store.visible(store.read_rules(lake), access))
+    rules = store.visible(store.read_rules(lake), access)
     kinds = (*TRANSITIONS, "evaluated") if evaluated else TRANSITIONS
-    rows = _of(store.read_events(lake, since=start, events=kinds), names)
-    opened = open_alerts(_of(_history(lake, start), names))
+    rows = _of(store.read_events(lake, since=start, events=kinds), rules, access)
+    opened = open_alerts(_of(_history(lake, start), rules, access))
     newest = sorted(rows, key=lambda r: (r["at"], r["window_end"]), reverse=True)
     return AlertEventsResponse(
         events=[_event(r, opened) for r in newest[:limit]],
@@ -175,16 +196,30 @@ def _newest(row: Mapping[str, object]) -> tuple[object, object]:
     return row["at"], row["window_end"]
 
 
-def _of(rows: Iterable[dict[str, object]], names: set[str]) -> list[dict[str, object]]:
-    return [r for r in rows if r["rule"] in names]
+def _of(
+    rows: Iterable[dict[str, object]], rules: Mapping[str, Rule], access: Access
+) -> list[dict[str, object]]:
+    """The rows of ``rules`` (by owner and name; a row from before names were per owner, by
+    name) that ``access`` may see, each with its rule's owner."""
+    by_name: dict[str, list[Rule]] = {}
+    for rule in rules.values():
+        by_name.setdefault(rule.name, []).append(rule)
+    found = []
+    for row in rows:
+        owner = row.get("owner")
+        named = by_name.get(str(row["rule"]), [])
+        matched = [r for r in named if owner is None or r.owner == owner]
+        if len(matched) == 1 and store.admits_row(matched[0], row, access):
+            found.append({**row, "owner": matched[0].owner})
+    return found
 
 
 def open_alerts(rows: Iterable[Mapping[str, object]]) -> dict[Key, Mapping[str, object]]:
     """The latest fired row of each rule and group whose alert is open after ``rows`` (oldest
-    first): fired, and neither resolved nor withdrawn since."""
+    first, each with its rule's owner): fired, and neither resolved nor withdrawn since."""
     opened: dict[Key, Mapping[str, object]] = {}
     for row in rows:
-        key: Key = (str(row["rule"]), row["group_value"])  # type: ignore[assignment]
+        key: Key = (f"{row['owner']}/{row['rule']}", row["group_value"])  # type: ignore[assignment]
         if row["event"] == "fired":
             opened[key] = row
         elif row["event"] in ("resolved", "withdrawn"):
@@ -200,5 +235,5 @@ def _event(row: Mapping[str, object], opened: Mapping[Key, object]) -> AlertEven
     fields = {k: v for k, v in row.items() if k in AlertEventBody.model_fields}
     for name in ("current", "baseline", "change", "p_value"):
         fields[name] = finite(name)
-    fields["open"] = (row["rule"], row["group_value"]) in opened
+    fields["open"] = (f"{row['owner']}/{row['rule']}", row["group_value"]) in opened
     return AlertEventBody.model_validate(fields)

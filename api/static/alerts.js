@@ -20,7 +20,8 @@ const EVENT_LABEL = {
   evaluated: "evaluated",
 };
 
-const keyOf = (e) => `${e.rule}\u0000${e.group_value ?? ""}`;
+// Rule names are per owner: the owner is part of a rule's key.
+const keyOf = (e) => `${e.owner ?? ""}\u0000${e.rule}\u0000${e.group_value ?? ""}`;
 const endOf = (e) => Date.parse(e.window_end);
 
 /** The query of the alerts the range may show: those whose window ended in it. */

@@ -11,6 +11,7 @@ from typing import Any
 from access.key_store import create_key
 from alerts import store
 from alerts.rules import Rule
+from alerts.settings import AlertSettings
 from infra.browser import Page
 from tests.support.dashboard_lake import MINUTE, NOW, TOKEN, Lake
 
@@ -41,6 +42,7 @@ def _row(rule: Rule, event: str, end: dt.datetime, **fields: Any) -> dict[str, o
     """An alerts/events row as the evaluator writes it (alerts.runner)."""
     return {
         "rule": rule.name,
+        "owner": "ctr",  # made on the command line
         "event": event,
         "window_start": end - rule.window_minutes * MINUTE,
         "window_end": end,
@@ -61,7 +63,7 @@ def _write_alerts(lake: Lake) -> None:
     )
     volume = Rule.create(name="all-volume", measure="impressions", baseline="previous")
     for rule in (ads, volume):
-        store.create_rule(lake.settings, rule, now=NOW - 2 * dt.timedelta(hours=1))
+        store.create_rule(lake.settings, rule, AlertSettings(), now=NOW - 2 * dt.timedelta(hours=1))
     old, fired = NOW - 45 * MINUTE, NOW - 10 * MINUTE
     numbers = {"current": 0.0136, "baseline": 0.02, "change": -0.32, "p_value": 0.0004}
     rows = [

@@ -57,9 +57,13 @@ class Client:
         self.headers = {"Authorization": f"Bearer {key}"}
 
     def rules(self) -> dict[str, dict[str, Any]]:
+        """The rules it sees by name (the tests' names are one owner's each)."""
+        return {r["name"]: r for r in self.every_rule()}
+
+    def every_rule(self) -> list[dict[str, Any]]:
         answer = httpx.get(self.url, headers=self.headers, timeout=30)
         assert answer.status_code == 200, answer.text
-        return {r["name"]: r for r in answer.json()["rules"]}
+        return answer.json()["rules"]  # type: ignore[no-any-return]
 
     def create(self, **body: object) -> httpx.Response:
         return httpx.post(self.url, json=body, headers=self.headers, timeout=30)
@@ -68,8 +72,9 @@ class Client:
         headers = {**self.headers, "Content-Type": "application/json"}
         return httpx.post(self.url, content=content, headers=headers, timeout=30)
 
-    def delete(self, name: str) -> httpx.Response:
-        return httpx.delete(f"{self.url}/{name}", headers=self.headers, timeout=30)
+    def delete(self, name: str, owner: str | None = None) -> httpx.Response:
+        params = {"owner": owner} if owner else {}
+        return httpx.delete(f"{self.url}/{name}", params=params, headers=self.headers, timeout=30)
 
     def events(self, **params: Any) -> httpx.Response:
         return httpx.get(f"{self.url}/events", params=params, headers=self.headers, timeout=30)
@@ -105,7 +110,7 @@ def test_admin_and_analyst_list_create_and_delete(base_url: str, lake: LakeSetti
     assert body["measure"] == "ctr"
     assert body["window_minutes"] == 15
     assert "fires on a drop of at least 20%" in body["description"]
-    assert store.read_rules(lake)["cmp-1-ctr"].secret == body["secret"]
+    assert store.read_rules(lake)["ana/cmp-1-ctr"].secret == body["secret"]
     seen = admin.rules()["cmp-1-ctr"]
     assert "secret" not in seen
     assert seen == {k: v for k, v in body.items() if k != "secret"}
@@ -114,9 +119,11 @@ def test_admin_and_analyst_list_create_and_delete(base_url: str, lake: LakeSetti
     assert admin.create(name="everything", measure="impressions").status_code == 201
     # A name in use: refused, naming it.
     assert "exists" in _refused(analyst.create(name="cmp-1-ctr"), 400, "name")
-    # Either key deletes any rule; then it is gone, and deleting it again is a 404.
-    assert admin.delete("cmp-1-ctr").status_code == 204
-    assert analyst.delete("everything").status_code == 204
+    # Either key deletes any rule, naming its owner (its own by default); then it is gone, and
+    # deleting it again is a 404.
+    _refused(admin.delete("cmp-1-ctr"), 404, "name")  # the admin has none of that name
+    assert admin.delete("cmp-1-ctr", owner="ana").status_code == 204
+    assert analyst.delete("everything", owner="API_TOKEN").status_code == 204
     assert not {"cmp-1-ctr", "everything"} & set(admin.rules())
     _refused(analyst.delete("cmp-1-ctr"), 404, "name")
     assert httpx.get(base_url + PATH).status_code == 401
@@ -134,8 +141,10 @@ def test_an_advertiser_sees_and_manages_only_its_campaigns(
     own = mine.create(name="acme-ads", where={"dimension": "campaign_id", "value": "cmp-1"})
     assert own.status_code == 201, own.text
     assert own.json()["owner"] == "acme"
+    # An ad of its campaigns (issue 66, finding 7: refused before): its counts are its
+    # campaigns' rows of that ad.
     ad = mine.create(name="acme-ad", where={"dimension": "ad_id", "value": "ad-1"})
-    _refused(ad, 400, "where")  # its scope names no ads: ad-1 is not its to watch
+    assert ad.status_code == 201, ad.text
     # Another's campaign, or every row: refused, naming `where`.
     theirs = mine.create(name="x", where={"dimension": "campaign_id", "value": "cmp-2"})
     assert "not in this key's scope" in _refused(theirs, 400, "where")
@@ -153,7 +162,8 @@ def test_an_advertiser_sees_and_manages_only_its_campaigns(
     assert {"all-rows", "cmp-2-rule"} <= set(admin.rules())
     assert other.delete("acme-ads").status_code == 404
     assert mine.delete("acme-ads").status_code == 204
-    assert "acme-ads" not in admin.rules()
+    assert mine.delete("acme-ad").status_code == 204
+    assert not {"acme-ads", "acme-ad"} & set(admin.rules())
     for name in ("all-rows", "cmp-2-rule"):
         assert admin.delete(name).status_code == 204
 
@@ -267,11 +277,85 @@ def test_only_the_keys_that_see_a_rule_see_its_alerts(
     assert globex.events(**SINCE).json() == {"events": [], "open": [], "truncated": False}
 
 
+def test_a_key_limited_to_ads_sees_and_is_sent_nothing_of_other_ads(
+    base_url: str, lake: LakeSettings, fired: dict[str, Any]
+) -> None:
+    """Issue 66, finding 4: a key limited to cmp-1's ad-1 made a rule on cmp-1 per ad_id and
+    read every other ad's per-minute impressions in its evaluations; it saw the admin's rule on
+    cmp-1 and its alerts on ad-2 too. Rule names are per owner (finding 7): its "ads" is not
+    the admin's."""
+    _, key = create_key(lake, "narrow", "advertiser", campaigns=["cmp-1"], ads=["ad-1"],
+                        allow_unknown=True)  # fmt: skip
+    narrow = Client(base_url, key)
+    acme = _client(base_url, lake, "acme-wide", "advertiser", "cmp-1")
+    created = narrow.create(
+        name="ads", where={"dimension": "campaign_id", "value": "cmp-1"}, per="ad_id"
+    )
+    assert created.status_code == 201, created.text
+    # Neither the admin's rule of the same name nor its alert on ad-2 is the narrow key's.
+    assert [(r["owner"], r["name"]) for r in narrow.every_rule()] == [("narrow", "ads")]
+    assert narrow.events(**SINCE).json() == {"events": [], "open": [], "truncated": False}
+    # A key that sees the whole campaign sees both rules, the other key's without its webhook.
+    assert {(r["owner"], r["name"]) for r in acme.every_rule()} >= {
+        ("narrow", "ads"), ("API_TOKEN", "ads")
+    }  # fmt: skip
+    reader = SnapshotReader(lake, refresh_s=0)
+    evaluator = Evaluator(lake, AlertSettings(fire_after=2), lambda: LakeCounts(reader))
+    try:
+        evaluator.tick(END + 2 * MINUTE)
+    finally:
+        evaluator.close()
+        reader.close()
+    evaluated = narrow.events(**SINCE, evaluated="true").json()["events"]
+    assert {(e["owner"], e["rule"], e["group_value"]) for e in evaluated} == {
+        ("narrow", "ads", "ad-1")
+    }
+    # In the lake too: the rule counted ad-1's rows only (not ad-2's, nor their sum).
+    rows = store.read_events(lake, since=END, events=["evaluated"])
+    mine = [r for r in rows if r["owner"] == "narrow"]
+    assert [(r["group_value"], r["trials"]) for r in mine] == [("ad-1", 15_000)]
+    # Rows written before rules were narrowed (no owner) may count other ads: not shown.
+    legacy = {**mine[0], "owner": None, "group_value": "ad-2", "at": END + 3 * MINUTE}
+    store.append_events(lake, [legacy], app_id="test-legacy", version=1)
+    again = narrow.events(**SINCE, evaluated="true").json()["events"]
+    assert {e["group_value"] for e in again} == {"ad-1"}
+    assert narrow.delete("ads").status_code == 204
+    assert "ads" in Client(base_url, TOKEN).rules()  # the admin's, untouched
+
+
+@pytest.fixture(scope="module")
+def hooks_client(base_url: str, lake: LakeSettings) -> Client:
+    return _client(base_url, lake, "acme-hooks", "advertiser", "cmp-1")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/api/v2/dags",
+        "http://localhost:9092",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/",
+        "gopher://hooks.example/",
+        "http://user:password@hooks.example/",
+    ],
+)
+def test_a_webhook_that_may_not_be_reached_is_refused_naming_it(
+    hooks_client: Client, url: str
+) -> None:
+    acme = hooks_client
+    answer = acme.create(
+        name="hook", where={"dimension": "campaign_id", "value": "cmp-1"}, webhook_url=url
+    )
+    _refused(answer, 400, "webhook_url")
+    assert "hook" not in acme.rules()
+
+
 def test_a_resolved_alert_is_no_longer_open(
     base_url: str, lake: LakeSettings, fired: dict[str, Any]
 ) -> None:
     admin = Client(base_url, TOKEN)
     resolved = {**_row(fired), "event": "resolved", "at": END + 5 * MINUTE}
+    resolved["owner"] = "API_TOKEN"
     resolved["window_end"] = END + 5 * MINUTE
     store.append_events(lake, [resolved], app_id="test-resolve", version=1)
     after = admin.events(**SINCE).json()

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ByteSize, SecretStr
 from starlette.types import Message, Receive, Scope, Send
 
+from alerts.settings import AlertSettings
 from api.main import create_app
 from api.metrics import RequestMetrics
 from api.query_gate import QueryGate
@@ -123,7 +124,7 @@ def test_one_at_a_time_then_429(lake: LakeSettings) -> None:
     settings = ApiSettings(
         token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0, ctr_workers=1, ctr_queue=0
     )
-    app = create_app(settings, lake, KafkaSettings())
+    app = create_app(settings, lake, KafkaSettings(), alert_settings=AlertSettings())
     with (
         running_app(app, settings) as url,
         httpx.Client(base_url=url, headers=AUTH, timeout=60) as client,

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ByteSize, SecretStr
 
 from access.key_store import create_key
+from alerts.settings import AlertSettings
 from api.main import create_app
 from api.settings import ApiSettings
 from lake.settings import LakeSettings
@@ -73,7 +74,10 @@ def clock() -> FakeClock:
 @pytest.fixture(scope="module")
 def base_url(lake: LakeSettings, clock: FakeClock) -> Iterator[str]:
     settings = _settings()
-    with running_app(create_app(settings, lake, KafkaSettings(), clock=clock), settings) as url:
+    with running_app(
+        create_app(settings, lake, KafkaSettings(), alert_settings=AlertSettings(), clock=clock),
+        settings,
+    ) as url:
         yield url
 
 
@@ -84,7 +88,7 @@ def held(lake: LakeSettings) -> Iterator[tuple[str, FastAPI]]:
     once it has seen what it needs meanwhile; never at a time limit that a busy machine would
     reach first. Its URL, and its app (whose pool names its workers)."""
     settings = _settings(sql_timeout_s=600, sql_queue_timeout_s=600)
-    app = create_app(settings, lake, KafkaSettings())
+    app = create_app(settings, lake, KafkaSettings(), alert_settings=AlertSettings())
     with running_app(app, settings) as url:
         yield url, app
 

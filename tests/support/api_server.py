@@ -12,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn._compat import asyncio_run
 
+from alerts.settings import AlertSettings
 from api.authn import utc_now
 from api.main import create_app
 from api.server import server_config
@@ -29,9 +30,18 @@ def running_api(
     kafka: KafkaSettings | None = None,
     *,
     key_clock: Callable[[], dt.datetime] = utc_now,
+    alert_settings: AlertSettings | None = None,
 ) -> Iterator[str]:
-    """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards."""
-    app = create_app(settings, lake, kafka or KafkaSettings(), key_clock=key_clock)
+    """Serve the API over ``lake`` in a thread; yields its base URL, stops it afterwards.
+    New alert rules are checked against ``alert_settings`` (default: none allowed past
+    public webhook addresses)."""
+    app = create_app(
+        settings,
+        lake,
+        kafka or KafkaSettings(),
+        key_clock=key_clock,
+        alert_settings=alert_settings or AlertSettings(),
+    )
     with running_app(app, settings) as url:
         yield url
 

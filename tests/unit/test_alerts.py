@@ -253,6 +253,36 @@ def test_an_advertisers_rule_on_its_own_campaign_is_accepted() -> None:
     assert "ctr of campaign_id=mine" in rule.describe()
 
 
+def test_a_campaign_scoped_advertiser_may_watch_an_ad_and_an_ad_scoped_one_only_its_own() -> None:
+    campaigns = Scope.create(["cmp-1"])
+    assert Rule.create(name="ad", measure="ctr", where=("ad_id", "ad-2"), scope=campaigns)
+    ads = Scope.create(["cmp-1"], ["ad-1"])
+    assert Rule.create(name="ad", measure="ctr", where=("ad_id", "ad-1"), scope=ads)
+    with pytest.raises(RuleError, match="ad_id 'ad-2' is not in this key's scope"):
+        Rule.create(name="ad", measure="ctr", where=("ad_id", "ad-2"), scope=ads)
+
+
+def test_an_ad_scoped_rule_counts_its_ads_only_whatever_where_and_per_say() -> None:
+    """Issue 66, finding 4: a key limited to cmp-1's ad-1 made a rule on cmp-1 per ad_id and
+    read every other ad's tests; its rule now counts the rows of its scope only."""
+    scope = Scope.create(["cmp-1"], ["ad-2"])
+    rule = Rule.create(
+        name="mine", measure="ctr", where=("campaign_id", "cmp-1"), per="ad_id", scope=scope
+    )
+    assert dimensions_of([rule]) == ("ad_id", "campaign_id")
+    findings = evaluate([rule], _traffic(rule, "ad-2"), END)
+    assert [(f.group, f.significant) for f in findings] == [("ad-2", True)]
+    whole = Rule.create(name="all", measure="ctr", where=("campaign_id", "cmp-1"), scope=scope)
+    (finding,) = evaluate([whole], _traffic(whole, "ad-2"), END)
+    assert finding.trials == 10_000  # ad-2's impressions alone, not cmp-1's 20,050
+    # A campaign-scoped rule on an ad counts that ad's rows of its campaigns only: an ad id of
+    # another advertiser's campaign finds nothing.
+    theirs = Rule.create(
+        name="t", measure="ctr", where=("ad_id", "ad-9"), scope=Scope.create(["cmp-1"])
+    )
+    assert evaluate([theirs], _traffic(theirs, "ad-1"), END) == []
+
+
 def test_hysteresis_fires_on_a_streak_and_a_flapping_measure_pages_once() -> None:
     from alerts.hysteresis import Hysteresis
 
