@@ -1,12 +1,20 @@
-"""Terminal output shared by every layer's commands: errors, progress bars with live rates."""
+"""Terminal output shared by every layer's commands: errors, progress bars with live rates.
+
+What ``ctr`` prints is often not its own text: a rule's webhook URL an advertiser typed, a site
+id from the lake, a broker's error. Printed as Rich markup, ``[/bold]`` in such a value crashes
+the command and ``[link=…]`` shows one URL and links another; printed raw, an escape sequence
+sets the operator's window title or colours. So every console here is a :class:`SafeConsole`:
+it reads no markup (styles come from :class:`rich.text.Text`, never from brackets in a string)
+and shows control characters as escapes (:func:`printable`)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 import typer
 from rich.console import Console
@@ -32,12 +40,48 @@ if TYPE_CHECKING:
     from runtime.kafka_settings import KafkaSettings
     from runtime.streaming import StreamProgress
 
-console = Console(stderr=True)
+# C0 and C1 controls but newline and tab, DEL, and the Unicode format characters that reorder
+# or hide text (bidirectional overrides and isolates, zero-width marks, line separators).
+_CONTROLS: Final = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``, ``\\u202e``):
+    what a terminal displays, never what it obeys."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class SafeConsole(Console):
+    """A Rich console that never reads markup, emoji codes or highlighting into a string it
+    prints (a table's cells included) and escapes its control characters: any value may be
+    printed as it is."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **options)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(printable(text), **options)
+
+
+console = SafeConsole(stderr=True)
+
+
+def styled(label: str, style: str, rest: str = "") -> Text:
+    """``label`` in ``style``, then ``rest`` as plain text (escaped): a styled prefix for a
+    message that may carry anyone's text."""
+    return Text.assemble((label, style), printable(rest))
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``error: message`` to stderr and exit non-zero."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(styled("error:", "bold red", f" {message}"), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -67,11 +111,14 @@ class RateColumn(ProgressColumn):
 
 def progress_bar(unit: str, *, total_known: bool) -> Progress:
     """A progress bar (count known) or a spinner with a counter (count unknown)."""
-    columns: list[ProgressColumn | str] = [SpinnerColumn(), TextColumn("{task.description}")]
+    columns: list[ProgressColumn | str] = [
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+    ]
     if total_known:
         columns += [BarColumn(), MofNCompleteColumn()]
     else:
-        columns += [TextColumn("{task.completed:,.0f} " + unit)]
+        columns += [TextColumn("{task.completed:,.0f} " + unit, markup=False)]
     columns += [RateColumn(unit), TimeElapsedColumn()]
     if total_known:
         columns.append(TimeRemainingColumn())

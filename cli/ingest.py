@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.console import console, fail, progress_bar
+from cli.console import console, fail, progress_bar, styled
 from runtime.kafka_settings import KafkaSettings
 from runtime.shutdown import StopRequest
 
@@ -56,7 +56,7 @@ def _report_delivery(stats: DeliveryStats) -> None:
         console.print(f"dead-lettered by field: {top}")
     if stats.failed:
         for error in stats.errors:
-            console.print(f"  [red]{error}[/]")
+            console.print(styled("  ", "red", str(error)))
         fail(f"{stats.failed:,} record(s) were not delivered")
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from cli.console import console, fail
+from cli.console import SafeConsole, console, fail
 from infra.broker_settings import BrokerSettings
 from runtime.kafka_settings import KafkaSettings
 
@@ -234,7 +234,7 @@ def status() -> None:
         report = cluster_status(kafka)
     except (KafkaUnavailableError, LookupError) as exc:
         fail(str(exc))
-    out = Console()  # the report goes to stdout, messages to stderr
+    out = SafeConsole()  # the report goes to stdout, messages to stderr
     out.print(f"cluster {report.cluster_id} at {kafka.bootstrap_servers}")
     brokers = ", ".join(f"{i}@{address}" for i, address in sorted(report.brokers.items()))
     out.print(f"brokers: {brokers}")
@@ -245,9 +245,9 @@ def status() -> None:
         table.add_row(
             p.topic,
             str(p.partition),
-            str(p.leader) if p.leader >= 0 else "[red]none[/]",
+            str(p.leader) if p.leader >= 0 else Text("none", style="red"),
             ",".join(map(str, p.replicas)),
-            f"[yellow]{isr}[/]" if p.under_replicated else isr,
+            Text(isr, style="yellow") if p.under_replicated else isr,
             f"{p.earliest:,}",
             f"{p.latest:,}",
         )

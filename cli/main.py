@@ -8,6 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from cli import alerts, archive, batch, ingest, kafka, keys, s3, serve, speed, sql, views
+from cli.console import printable
 from runtime.errors import CtrError, foreign_or_ours, reason_of
 
 app = typer.Typer(
@@ -39,13 +40,14 @@ def main() -> None:
         app()
     except ValidationError as exc:
         # A bad environment variable: say which, without a traceback.
-        print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
+        print(printable(f"error: invalid configuration:\n{exc}"), file=sys.stderr)
         sys.exit(2)
     except Exception as exc:
         if not foreign_or_ours(exc):
             raise  # a defect: its traceback is what a report needs
         # One of ours says its cause and the fix; Spark's, delta-rs's or Kafka's, in one line.
-        print(f"error: {exc if isinstance(exc, CtrError) else reason_of(exc)}", file=sys.stderr)
+        said = exc if isinstance(exc, CtrError) else reason_of(exc)
+        print(printable(f"error: {said}"), file=sys.stderr)
         sys.exit(1)
 
 

@@ -13,7 +13,9 @@ from cli.console import (
     console,
     fail,
     log_lines_unless_a_terminal,
+    printable,
     run_streaming_job,
+    styled,
 )
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -122,6 +124,8 @@ def status(
         # Where the last batch's time went: Spark's trigger phases, then the callback's.
         shown = ", ".join(f"{name} {ms:,}" for name, ms in phases.items() if name != "view_rows")
         lines.append(f"phases (ms)    {shown}")
-    typer.echo("\n".join(lines))
+    typer.echo(printable("\n".join(lines)))  # the status is a file anyone with the lake writes
     if age > 60:
-        console.print(f"[yellow]warning:[/] no progress for {age:,.0f} s: is `ctr speed` running?")
+        console.print(
+            styled("warning:", "yellow", f" no progress for {age:,.0f} s: is `ctr speed` running?")
+        )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.console import console
+from cli.console import SafeConsole, console, printable, styled
 
 if TYPE_CHECKING:
     from serving_layer.sandbox.pool import SqlPool
@@ -80,10 +80,10 @@ def _run(
             query, source.current(), max_rows=max_rows, max_bytes=2**62, timeout_s=timeout
         )
     except SqlRefusedError as exc:
-        console.print(f"[bold red]refused:[/] {exc}", highlight=False, soft_wrap=True)
+        console.print(styled("refused:", "bold red", f" {exc}"), soft_wrap=True)
         return False
     except SqlError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        console.print(styled("error:", "bold red", f" {exc}"), soft_wrap=True)
         return False
     _print(result.columns, result.rows, output)
     if result.truncated:
@@ -95,12 +95,14 @@ def _print(columns: list[str], rows: list[list[object]], output: Format) -> None
     if output is Format.csv:
         from serving_layer.csv_rows import csv_text
 
-        sys.stdout.write(csv_text(columns, rows))
+        text = csv_text(columns, rows)
+        if sys.stdout.isatty():  # read by a person: the terminal shows controls, never obeys
+            text = "\n".join(printable(line) for line in text.split("\r\n"))
+        sys.stdout.write(text)
     elif output is Format.json:
         records = [dict(zip(columns, row, strict=True)) for row in rows]
         print(json.dumps(records, indent=2))
     else:
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(*columns, show_lines=False)
@@ -108,9 +110,9 @@ def _print(columns: list[str], rows: list[list[object]], output: Format) -> None
             column.overflow = "fold"  # a long value wraps in its cell, never cut to "…"
         for row in rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
-        out = Console()
+        out = SafeConsole()
         if not out.is_terminal:  # a pipe or a file: each row on one line, whatever its width
-            out = Console(width=100_000)
+            out = SafeConsole(width=100_000)
         out.print(table)
         console.print(f"{len(rows):,} row(s)")
 

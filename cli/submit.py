@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cli.console import printable
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -96,7 +98,7 @@ def _guarded(step: Callable[[], int]) -> int:
     try:
         return step()
     except MissingTableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
         return 1
 
 
@@ -132,13 +134,12 @@ def _stale() -> int:
 
 
 def _preview(spark: SparkSession, lake: LakeSettings, interval: Interval) -> int:
-    from rich.console import Console
-
     from cli.comparison import print_comparison
+    from cli.console import SafeConsole
     from workflows.batch import previews
 
     [result] = previews(spark, lake, [interval])
-    print_comparison(result, Console(highlight=False))
+    print_comparison(result, SafeConsole())
     print("nothing was replaced")
     return 0
 
@@ -151,7 +152,7 @@ def _build(view: str, version: int, source: str) -> int:
     try:
         target = definition(view, version)
     except UnknownVersionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
         return 2
     lake = LakeSettings()
     if source == "kafka":
