@@ -4,14 +4,21 @@ and, for bad input, which parameter."""
 from __future__ import annotations
 
 import logging
+import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from api.errors import GateBusyError, NotAcceptableError, NotFoundError, ParameterError
+from api.errors import (
+    GateBusyError,
+    NotAcceptableError,
+    NotFoundError,
+    ParameterError,
+    ServerLimitError,
+)
 from api.security_headers import SECURITY_HEADERS
-from serving_layer.reader import QueryLimitError
+from serving_layer.reader import QueryLimitError, QueryTimeLimitError
 from serving_layer.sandbox.pool import SandboxUnavailableError, SqlBusyError
 
 _log = logging.getLogger(__name__)
@@ -62,6 +69,26 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(QueryLimitError)
     async def _query_limit(request: Request, exc: QueryLimitError) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "parameter": None}, status_code=400)
+
+    # Stopped at the time limit: the server's doing as much as the query's (a busy machine is
+    # slower), so a 503 a client and the dashboard retry after Retry-After, not a 4xx.
+    @app.exception_handler(QueryTimeLimitError)
+    async def _time_limit(request: Request, exc: QueryTimeLimitError) -> JSONResponse:
+        # The refusal is remembered this long (ApiSettings.ctr_refusal_s): asking sooner gets it.
+        retry_after_s = max(1, math.ceil(request.app.state.settings.ctr_refusal_s))
+        return JSONResponse(
+            {"detail": str(exc), "parameter": None},
+            status_code=503,
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+    @app.exception_handler(ServerLimitError)
+    async def _server_limit(request: Request, exc: ServerLimitError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc), "parameter": None},
+            status_code=503,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
 
     @app.exception_handler(SandboxUnavailableError)
     async def _unavailable(request: Request, exc: SandboxUnavailableError) -> JSONResponse:

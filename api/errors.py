@@ -43,6 +43,15 @@ class NotAcceptableError(ApiError):
         )
 
 
+class ServerLimitError(ApiError, RuntimeError):
+    """A query stopped at the server's time limit: 503 with Retry-After (its doing as much as
+    the query's), the limit's message as the detail."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class GateBusyError(ApiError, RuntimeError):
     """No place to compute: the queue is full, or the wait timed out."""
 

@@ -32,7 +32,7 @@ class ApiSettings(BaseSettings):
     # The most rows of one SQL answer, and what a request without max_rows gets: the rest is
     # cut off and the answer says so; a request asking for more is refused (400).
     sql_max_rows: int = Field(default=10_000, ge=1)
-    # Seconds one SQL query may run: past it, it is stopped (400) and its key gets a strike
+    # Seconds one SQL query may run: past it, it is stopped (503) and its key gets a strike
     # (see sql_backoff_s).
     sql_timeout_s: float = Field(default=10.0, gt=0)
     # Per SQL worker process: DuckDB's memory limit, and the address-space cap above what the
@@ -122,7 +122,8 @@ class ApiSettings(BaseSettings):
     ctr_queue: int = Field(default=64, ge=0)
     # Seconds a /api/v1/ctr request waits for a place; then it is refused (429).
     ctr_queue_timeout_s: float = Field(default=10.0, gt=0)
-    # Seconds one /api/v1/ctr query may run; a query running longer is stopped (400).
+    # Seconds one /api/v1/ctr query may run; a query running longer is stopped (503, with
+    # Retry-After: ctr_refusal_s).
     ctr_timeout_s: float = Field(default=10.0, gt=0)
     # DuckDB's memory limit for the serving database (queries, the in-memory speed and coverage
     # tables of the versions in use, its cache of Parquet data); past it a query fails instead

@@ -39,6 +39,11 @@ class QueryLimitError(ServingError, RuntimeError):
     """A query was stopped at a resource limit (time or memory): ask for less."""
 
 
+class QueryTimeLimitError(QueryLimitError):
+    """A query was stopped at the time limit: the server's doing as much as the query's (a
+    busy machine is slower), so worth asking again later."""
+
+
 class SnapshotReader:
     """A view version's relations over lake snapshots; thread-safe, one instance per process."""
 
@@ -128,7 +133,7 @@ class SnapshotReader:
                 rows = result.fetchall()
                 return [d[0] for d in result.description], rows
             except duckdb.InterruptException:
-                raise QueryLimitError(
+                raise QueryTimeLimitError(
                     f"the query was stopped at the time limit of {self.timeout_s:g} s: ask for "
                     "a shorter range, a coarser granularity or fewer group_by dimensions"
                 ) from None

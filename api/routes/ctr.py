@@ -55,9 +55,17 @@ _CSV_EXAMPLE: Final = (
     response_model=CtrResponse,
     responses={
         **openapi_responses(_CSV_EXAMPLE, CSV_HEADERS),
-        400: {"model": ErrorResponse, "description": "a bad parameter, or over a limit"},
+        400: {
+            "model": ErrorResponse,
+            "description": "a bad parameter, or over the byte or memory limit",
+        },
         401: {"model": ErrorResponse},
         429: {"model": ErrorResponse, "description": "too many CTR queries at once"},
+        503: {
+            "model": ErrorResponse,
+            "description": "stopped at the time limit (API_CTR_TIMEOUT_S): retry after "
+            "Retry-After seconds",
+        },
     },
     summary="CTR per time bucket: batch where covered, speed elsewhere",
 )

@@ -4,6 +4,7 @@ the answer as JSON or CSV. GET /api/v1/sql/functions: the functions a query may 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Annotated, Final
 
 from anyio import CapacityLimiter, to_thread
@@ -11,13 +12,13 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import AccessDep, ClientDep, ServingDep, SettingsDep, SqlPoolDep
-from api.errors import ParameterError
+from api.errors import ParameterError, ServerLimitError
 from api.formats import FormatParam, negotiate, openapi_responses
 from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlResponse
 from api.query_gate import QueryGate
 from api.rendering import render_sql
 from api.times import as_utc
-from serving_layer.sandbox.database import SqlError, SqlRefusedError
+from serving_layer.sandbox.database import SqlError, SqlRefusedError, SqlTimeLimitError
 from serving_layer.sandbox.functions import ALLOWED_TABLE_FUNCTIONS, FUNCTION_GROUPS
 from serving_layer.snapshots import AsOfError
 
@@ -40,7 +41,10 @@ _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
     response_model=SqlResponse,
     responses={
         **openapi_responses(_CSV_EXAMPLE, CSV_HEADERS),
-        400: {"model": ErrorResponse, "description": "refused, failed, or over a limit"},
+        400: {
+            "model": ErrorResponse,
+            "description": "refused, failed, or over the row, byte or memory limit",
+        },
         401: {"model": ErrorResponse},
         413: {"model": ErrorResponse, "description": "body over API_MAX_BODY_BYTES"},
         429: {
@@ -50,7 +54,11 @@ _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
             "of its were stopped at the time limit, crashed their worker or ran out of "
             "memory): retry after Retry-After seconds",
         },
-        503: {"model": ErrorResponse, "description": "the sandbox could not be set up"},
+        503: {
+            "model": ErrorResponse,
+            "description": "stopped at the time limit (API_SQL_TIMEOUT_S), or the sandbox could "
+            "not be set up: retry after Retry-After seconds",
+        },
     },
     summary="Read-only SQL over events, rejected, ctr_batch, ctr_speed, coverage, covered, ctr",
 )
@@ -100,6 +108,8 @@ async def post_sql(
             result = await to_thread.run_sync(run, limiter=limiter)
     except SqlRefusedError as exc:
         raise ParameterError("sql", f"refused: {exc}") from None
+    except SqlTimeLimitError as exc:
+        raise ServerLimitError(f"sql: {exc}", math.ceil(exc.retry_after_s)) from None
     except SqlError as exc:
         raise ParameterError("sql", f"query failed: {exc}") from None
     return render_sql(result, output).response()

@@ -83,7 +83,10 @@ async function get(path, params, accept) {
     throw new AuthError("the API refused the key (401 Unauthorized: unknown, revoked or expired)");
   }
   if (!response.ok) {
-    throw new ApiError(`${path} answered ${response.status}: ${await errorDetail(response)}`);
+    // 429 and 503 (busy, or stopped at the server's time limit) say when to ask again.
+    const wait = response.headers.get("Retry-After");
+    const again = wait ? ` (ask again in ${wait} s)` : "";
+    throw new ApiError(`${path} answered ${response.status}: ${await errorDetail(response)}${again}`);
   }
   return response;
 }

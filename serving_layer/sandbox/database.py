@@ -113,6 +113,15 @@ class SqlError(ServingError, RuntimeError):
     """The query failed: a syntax error, an unknown table, a denied file, a resource limit, …"""
 
 
+class SqlTimeLimitError(SqlError):
+    """The query was stopped at the server's time limit: the server's doing as much as the
+    query's (a busy machine is slower), so worth asking again after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass(frozen=True)
 class SqlResult:
     """A query's answer; ``rows`` hold JSON-ready values (:func:`jsonable`)."""

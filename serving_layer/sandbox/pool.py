@@ -61,6 +61,7 @@ from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
     SqlResult,
+    SqlTimeLimitError,
     check_read_only,
     sandbox_views,
 )
@@ -253,9 +254,10 @@ class SqlPool:
             )
         except TimeoutError:
             self._count("timed_out")
-            raise SqlError(
+            raise SqlTimeLimitError(
                 f"the query was stopped at the time limit of {timeout_s:g} s"
-                + self._back_off(client, WORKER_LOST_STRIKES)
+                + self._back_off(client, WORKER_LOST_STRIKES),
+                self._retry_after(client),
             ) from None
         except _WorkerDiedError as exc:
             self._count("failed")
@@ -272,6 +274,7 @@ class SqlPool:
         if kind == "timeout":
             self._count("timed_out")
             message += self._back_off(client, STOPPED_STRIKES)
+            raise SqlTimeLimitError(message, self._retry_after(client))
         else:
             self._count("failed")
         if "Out of Memory" in message:
@@ -297,6 +300,10 @@ class SqlPool:
     def strikes(self, client: str) -> int:
         """The strikes ``client`` has now (0: not backed off)."""
         return self._backoffs.strikes(client)
+
+    def _retry_after(self, client: str | None) -> float:
+        """Seconds before ``client`` may ask again: its back-off's, at least one."""
+        return max(1.0, 0.0 if client is None else self._backoffs.wait_s(client))
 
     def _back_off(self, client: str | None, strikes: int) -> str:
         """Back ``client`` off after its query cost ``strikes``; what to add to its error."""

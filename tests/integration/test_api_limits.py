@@ -159,9 +159,12 @@ def test_queued_queries_wait_for_their_turn(lake: LakeSettings) -> None:
 
 
 def test_a_query_over_the_time_limit_is_stopped(lake: LakeSettings) -> None:
-    for client in _serve(lake, ctr_timeout_s=0.001):
+    """The server's time limit is the server's doing as much as the query's: a 503 with
+    Retry-After (issue 66, finding 7: it was a 400), the time the refusal is remembered."""
+    for client in _serve(lake, ctr_timeout_s=0.001, ctr_refusal_s=7.5):
         answer = client.get("/api/v1/ctr", params=_heavy(1))
-        assert answer.status_code == 400
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "8"
         assert "time limit" in answer.json()["detail"]
 
 
