@@ -24,7 +24,7 @@ from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
 from infra.broker import scratch_cluster
-from runtime.connectors import read_kafka
+from runtime.connectors import ARCHIVER_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import (
     KafkaAuthenticationError,
@@ -201,7 +201,7 @@ def test_sparks_kafka_source_logs_in_with_the_settings_credentials(
 ) -> None:
     report, _ = send_one(scratch_user, b"via a tricky password")
     assert report is None
-    rows = read_kafka(spark, scratch_user, stream=False).collect()
+    rows = read_kafka(spark, scratch_user, stream=False, group_prefix=ARCHIVER_GROUP).collect()
     assert [bytes(r.value) for r in rows] == [b"via a tricky password"]
 
 
@@ -210,7 +210,7 @@ def test_sparks_kafka_source_with_a_wrong_password_fails_with_the_cause(
 ) -> None:
     wrong = secured.model_copy(update={"sasl_password": SecretStr("not-the-password")})
     with pytest.raises(Exception, match=r"SaslAuthenticationException|Authentication failed"):
-        read_kafka(spark, wrong, stream=False).collect()
+        read_kafka(spark, wrong, stream=False, group_prefix=ARCHIVER_GROUP).collect()
 
 
 def test_a_tls_cluster_serves_librdkafka_and_spark_and_refuses_the_unverified(
@@ -224,7 +224,7 @@ def test_a_tls_cluster_serves_librdkafka_and_spark_and_refuses_the_unverified(
         ensure_topics(kafka)
         report, _ = send_one(kafka, b"over tls")
         assert report is None
-        rows = read_kafka(spark, kafka, stream=False).collect()
+        rows = read_kafka(spark, kafka, stream=False, group_prefix=ARCHIVER_GROUP).collect()
         assert [bytes(r.value) for r in rows] == [b"over tls"]
 
         unverified = kafka.model_copy(update={"ssl_ca_location": None})
