@@ -325,7 +325,9 @@ def test_kafka_up_with_auth_writes_the_clients_settings(tmp_path: Path) -> None:
         status = ctr_kafka(env, "status")
         assert status.returncode == 0, status.stderr
         assert "│ ad-events" in status.stdout
-        admin, producer = (exports(kafka_dir / name) for name in ("client.env", "producer.env"))
+        admin, producer, consumer = (
+            exports(kafka_dir / name) for name in ("client.env", "producer.env", "consumer.env")
+        )
         assert admin["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
         assert admin["KAFKA_SASL_USERNAME"] == "ctr-admin"
         assert admin["KAFKA_SASL_PASSWORD"] == password["admin"]["password"]
@@ -334,6 +336,12 @@ def test_kafka_up_with_auth_writes_the_clients_settings(tmp_path: Path) -> None:
         sent = subprocess.run(produce, env={**env, **producer}, capture_output=True, text=True,
                               timeout=120, check=False)  # fmt: skip
         assert sent.returncode == 0, sent.stderr
+        # The consumer's login may not see the dead-letter topic, and says so.
+        wrong = subprocess.run(produce, env={**env, **consumer}, capture_output=True, text=True,
+                               timeout=120, check=False)  # fmt: skip
+        assert wrong.returncode == 1
+        said = " ".join(wrong.stderr.split())
+        assert "as 'ctr-consumer') may not use topic(s) ad-events-dlq" in said
         refused = subprocess.run(produce, env=env, capture_output=True, text=True,
                                  timeout=120, check=False)  # fmt: skip
         assert refused.returncode == 1
