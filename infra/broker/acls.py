@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -106,9 +106,9 @@ def apply_bindings(
             future.result()
     except KafkaException as exc:
         error = exc.args[0]
-        if "security" in str(error).lower() or "authorizer" in str(error).lower():
+        if error.code() == KafkaError.SECURITY_DISABLED:
             raise BrokerError(
-                f"the running cluster has no authorizer ({error}): it was started by an "
+                f"the running cluster has no authorizer ({error.str()}): it was started by an "
                 "earlier version, without ACLs; restart it (`ctr kafka down`, then `ctr kafka "
                 "up`: its data stays) to turn them on"
             ) from None

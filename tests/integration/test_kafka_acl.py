@@ -29,14 +29,15 @@ from confluent_kafka.admin import (
 from pyspark.sql import SparkSession
 
 from api.topic_depth import TopicDepth
-from infra.broker import LocalKafka, scratch_cluster
+from infra.broker import BrokerError, LocalKafka, scratch_cluster
 from infra.broker.acls import apply_grants, platform_grants
-from infra.broker_auth import ROLES, Role, User
+from infra.broker_auth import ROLES, Role, User, write_private
 from ingest.producer import EventProducer
 from ingest.settings import ProducerSettings
 from lake.settings import LakeSettings
 from master_dataset.archiver import run
 from master_dataset.settings import ArchiverSettings
+from runtime.jars import jar_dir
 from runtime.kafka_settings import KafkaSettings, jaas_config
 from runtime.offsets import offsets_consumer, topic_offsets
 from runtime.topics import admin_client, ensure_topics
@@ -44,6 +45,13 @@ from tests.support.consume import read_topic
 from tests.support.events import send, wire_event
 from tests.support.kafka_tools import controller_address, kafka_configs
 
+# What a node's server.properties has held since the roles (absent from an earlier one's).
+CONFIGURED_SINCE = (
+    "sasl.mechanism.controller.protocol",
+    "listener.name.controller.",
+    "authorizer.class.name",
+    "super.users",
+)
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 # A refused record is reported failed after this long at most.
 REFUSED_AFTER_MS = 4000
@@ -243,6 +251,8 @@ def test_the_admin_login_holds_every_right(logins: dict[Role, KafkaSettings]) ->
 def test_a_cluster_from_before_the_roles_gets_their_users_and_acls_at_its_next_start(
     tmp_path: Path,
 ) -> None:
+    """Still running as the earlier version started it, it is told to restart; restarted, it
+    has the roles' users, their ACLs and their env files, and its client user is its admin."""
     with scratch_cluster(tmp_path / "run", auth="scram") as (kafka, cluster):
         # Made as the earlier version made it: the brokers' user and one client user, "ctr",
         # in the metadata and in credentials.json.
@@ -266,9 +276,25 @@ def test_a_cluster_from_before_the_roles_gets_their_users_and_acls_at_its_next_s
         credentials_file.write_text(json.dumps(legacy))
         for name in ("producer.env", "consumer.env", "monitor.env"):
             (cluster.settings.kafka_dir / name).unlink()
+        # Running as the earlier version ran it: no authorizer, the controller's listener
+        # PLAINTEXT (the node's configuration of then).
+        layout = cluster.layout()
+        [node] = layout.nodes
+        properties = cluster.node_dir(node) / "server.properties"
+        lines = properties.read_text().splitlines(keepends=True)
+        then = "".join(line for line in lines if not line.startswith(CONFIGURED_SINCE))
+        write_private(properties, then.replace("CONTROLLER:SASL_PLAINTEXT", "CONTROLLER:PLAINTEXT"))
+        classpath = f"{jar_dir('kafka', cluster.settings.jar_cache)}/*"
+        cluster.nodes.spawn(layout, node, cluster.settings.java, classpath)
 
         again = LocalKafka(KafkaSettings(bootstrap_servers=kafka.bootstrap_servers),
                            cluster.settings)  # fmt: skip
+        told = (
+            r"has no authorizer \(No Authorizer is configured\.\).*; restart it \(`ctr kafka down`"
+        )
+        with pytest.raises(BrokerError, match=told):
+            again.start()
+        again.stop()
         again.start()
         assert again.kafka.sasl_username == "ctr"  # the old client user is the admin
         kept = json.loads(credentials_file.read_text())
