@@ -125,7 +125,9 @@ def _raise_if_credentials_missing(settings: KafkaSettings) -> None:
                 f"the Kafka broker at {server} requires a SASL login ({', '.join(mechanisms)}) "
                 f"and this client sends none (KAFKA_SECURITY_PROTOCOL="
                 f"{settings.describe_auth()}): set {CREDENTIAL_SETTINGS} (for the local "
-                "cluster of `ctr kafka up --auth scram`: source RUN_DIR/kafka/client.env)"
+                "cluster of `ctr kafka up --auth scram`: source the role's env file, "
+                "RUN_DIR/kafka/producer.env, consumer.env, monitor.env, or client.env for the "
+                "admin)"
             )
 
 

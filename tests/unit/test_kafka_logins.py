@@ -1,5 +1,6 @@
 """The local cluster's logins as data: the roles' credentials (a file from before the roles
-included), each node's server.properties with and without them."""
+included), each node's server.properties with and without them, and the ACLs the Kafka page
+gives for a cluster of your own (the same as `ctr kafka up` grants)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from infra.broker.acls import kafka_acls_command, platform_grants
 from infra.broker.layout import Layout
 from infra.broker.properties import node_properties
 from infra.broker_auth import (
     ROLES,
+    USERS,
     Credentials,
     CredentialsError,
     User,
     load_credentials,
     load_or_create_credentials,
 )
+from runtime.kafka_settings import KafkaSettings
+
+KAFKA_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "kafka.md"
 
 
 def properties(text: str) -> dict[str, str]:
@@ -91,3 +97,15 @@ def test_a_controller_of_its_own_takes_the_same_logins() -> None:
     )
     assert broker["sasl.mechanism.controller.protocol"] == "PLAIN"
     assert broker["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+
+
+def test_the_kafka_page_gives_every_grant_as_a_kafka_acls_command() -> None:
+    page = KAFKA_PAGE.read_text()
+    grants = platform_grants(KafkaSettings())
+    assert {g.role for g in grants} == {"producer", "consumer", "monitor"}  # the admin: super
+    missing = [
+        command
+        for command in (kafka_acls_command(g, USERS[g.role]) for g in grants)
+        if command not in page
+    ]
+    assert missing == []
