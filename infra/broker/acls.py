@@ -134,7 +134,10 @@ def _applied(client: AdminClient, wanted: AclBinding, timeout_s: float) -> bool:
         wanted.operation,
         wanted.permission_type,
     )
-    return bool(client.describe_acls(exactly, request_timeout=timeout_s).result())
+    try:
+        return bool(client.describe_acls(exactly, request_timeout=timeout_s).result())
+    except KafkaException as exc:
+        raise BrokerError(f"reading the cluster's ACLs failed: {exc.args[0]}") from None
 
 
 def kafka_acls_command(grant: Grant, principal: str) -> str:
