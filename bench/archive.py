@@ -39,7 +39,7 @@ from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.settings import LakeSettings
 from master_dataset.archiver import run
 from master_dataset.settings import ArchiverSettings
-from runtime.connectors import read_kafka
+from runtime.connectors import ARCHIVER_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.spark import spark_session
 from runtime.spark_settings import SparkSettings
@@ -197,7 +197,7 @@ def _small_batches(
 def _plain_copy(spark: SparkSession, kafka: KafkaSettings, target: Path, events: int) -> float:
     """Seconds for Spark to copy the topic's raw records into Parquet: read and write only."""
     started = time.perf_counter()
-    raw = read_kafka(spark, kafka, stream=False)
+    raw = read_kafka(spark, kafka, stream=False, group_prefix=ARCHIVER_GROUP)
     raw.write.mode("overwrite").parquet(str(target))
     seconds = time.perf_counter() - started
     copied = spark.read.parquet(str(target)).count()

@@ -30,7 +30,7 @@ def view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     from events.records import parse_records
     from lake.catalog import SPEED_CTR
     from lake.settings import LakeSettings
-    from runtime.connectors import read_kafka
+    from runtime.connectors import SPEED_GROUP, read_kafka
     from runtime.offsets import topic_offsets
     from runtime.spark import spark_session
     from speed_layer.attribution import INCREMENTS_SCHEMA
@@ -48,7 +48,8 @@ def view_breakdown(kafka: KafkaSettings, work: Path) -> dict[str, float]:
     ending = {kafka.topic: {str(p.partition): min(p.latest, p.earliest + each) for p in parts}}
 
     def raw() -> DataFrame:  # a new plan per run: Spark would skip a stage it has run before
-        return read_kafka(spark, kafka, stream=False, startingOffsets=json.dumps(starting),
+        return read_kafka(spark, kafka, stream=False, group_prefix=SPEED_GROUP,
+                          startingOffsets=json.dumps(starting),
                           endingOffsets=json.dumps(ending))  # fmt: skip
 
     def valid() -> DataFrame:

@@ -57,12 +57,16 @@ def up(
             "--auth",
             metavar="none|scram|scram-sha-512",
             help="Authentication on the brokers' listener. scram (SCRAM-SHA-256) or "
-            "scram-sha-512: SASL_PLAINTEXT, SCRAM logins only (the brokers' own too), for a "
-            "client user whose random password is generated once into RUN_DIR/kafka/"
-            "credentials.json (owner-only); RUN_DIR/kafka/client.env holds the clients' "
-            "KAFKA_* settings (source it). A cluster that has none gets its users when first "
-            "started with --auth (it must be stopped; its data stays); --auth none turns logins "
-            "off again. Default: KAFKA_LOCAL_AUTH, else what RUN_DIR/kafka holds, else none.",
+            "scram-sha-512: SASL_PLAINTEXT, SCRAM logins only (the brokers' own too), every "
+            "request authorized by ACLs; the controller's listener takes the brokers' and the "
+            "admin's SASL/PLAIN logins only. A user per role (admin, producer, consumer, "
+            "monitor), whose random passwords are generated once into RUN_DIR/kafka/"
+            "credentials.json (owner-only); RUN_DIR/kafka/client.env holds the admin's KAFKA_* "
+            "settings, producer.env, consumer.env and monitor.env the others' (source one). A "
+            "cluster that has none gets its users when first started with --auth (it must be "
+            "stopped; its data stays), a cluster from before the roles gets theirs at its next "
+            "start; --auth none turns logins off again. Default: KAFKA_LOCAL_AUTH, else what "
+            "RUN_DIR/kafka holds, else none.",
         ),
     ] = None,
     tls: Annotated[
@@ -109,11 +113,15 @@ def up(
                 f"logs and data under {cluster.settings.kafka_dir}"
             )
             if layout.auth is not None:
+                directory = cluster.settings.kafka_dir
                 console.print(
                     f"        clients log in with SASL/{layout.auth}"
-                    f"{' over TLS' if layout.tls else ''} as "
-                    f"{cluster.kafka.sasl_username!r}: source {cluster.client_env_file} (their "
-                    "KAFKA_* settings, the password included; owner-only)"
+                    f"{' over TLS' if layout.tls else ''}, one login per role, each allowed "
+                    "what its ACLs grant: source its owner-only env file (KAFKA_* settings, "
+                    f"the password included): the admin ({cluster.kafka.sasl_username!r}): "
+                    f"{cluster.client_env_file}; producers: {directory / 'producer.env'}; the "
+                    f"archiver and the speed job: {directory / 'consumer.env'}; the API: "
+                    f"{directory / 'monitor.env'}"
                 )
             elif len(layout.brokers) > 1 or state.bootstrap_servers != kafka.bootstrap_servers:
                 console.print(f"        clients: KAFKA_BOOTSTRAP_SERVERS={state.bootstrap_servers}")

@@ -1,21 +1,42 @@
-"""SASL/SCRAM on the local cluster: its credentials, generated once and kept owner-only.
+"""SASL logins on the local cluster: its credentials, generated once and kept owner-only.
 
 With authentication on (``ctr kafka up --auth scram``, ``KAFKA_LOCAL_AUTH=scram``), the
-brokers' listener speaks SASL_PLAINTEXT and accepts only SCRAM logins. Two users are created
-when the log directories are formatted (``kafka-storage format --add-scram``, KIP-900), or, for
-a cluster formatted without, through the Admin API when it is first started with
-authentication: one the brokers log in with to each other, one for the platform's clients.
-Their random passwords are in ``RUN_DIR/kafka/credentials.json`` (mode 600), reused by every
-later start of the same cluster's data: SCRAM credentials live in the cluster's metadata, not in
-its configuration.
-``RUN_DIR/kafka/client.env`` (mode 600) holds the clients' settings as ``export`` lines for a
-shell (``source`` it), ``RUN_DIR/kafka/client.properties`` the login as librdkafka properties
-(``kcat -F``). The KRaft controller's listener stays PLAINTEXT on its own address
-(SCRAM cannot authenticate controllers: their credentials are in the metadata they serve).
+brokers' listener speaks SASL_PLAINTEXT (SASL_SSL with TLS) and accepts only SCRAM logins, and
+every request is authorized (Kafka's StandardAuthorizer, no allow-everyone): a login may do
+only what an ACL (:mod:`infra.broker.acls`) grants it. The users, one per role:
+
+- ``ctr-broker``: the brokers, to each other and to the controller (a super user);
+- ``ctr-admin``: the platform's admin (a super user): ``ctr kafka …``, the tests, an operator;
+- ``ctr-producer``: the ad servers and ``ctr produce`` / ``ctr replay``: write the event topic
+  and the dead-letter topic, nothing else;
+- ``ctr-consumer``: the archiver and the speed job: read the event topic, in their own
+  consumer groups;
+- ``ctr-monitor``: the API: the topics' offsets (``/metrics``' dead-letter depth), no records.
+
+They are created when the log directories are formatted (``kafka-storage format
+--add-scram``, KIP-900), or through the Admin API: for a cluster formatted without logins when
+it is first started with them, and for a cluster whose ``credentials.json`` predates a role
+(it had one client user, ``ctr``, which stays its admin) at its next start. Their random
+passwords are in ``RUN_DIR/kafka/credentials.json`` (mode 600), reused by every later start of
+the same cluster's data: SCRAM credentials live in the cluster's metadata, not in its
+configuration. ``RUN_DIR/kafka/<role>.env`` (mode 600; the admin's is ``client.env``) holds a
+role's settings as ``export`` lines for a shell (``source`` it),
+``RUN_DIR/kafka/client.properties`` the admin's login as librdkafka properties (``kcat -F``).
+
+The KRaft controller's listener takes SASL/PLAIN logins (SASL_PLAINTEXT), from the brokers'
+user and the admin only. SCRAM cannot authenticate there: a controller would have to read the
+credentials from the metadata it serves, so Kafka accepts only mechanisms whose users are in
+the configuration (PLAIN's ``user_<name>`` JAAS options, in each node's owner-only
+``server.properties``) or certificates (mTLS). PLAIN rather than mTLS: it needs no CA nor a
+client certificate per node and tool, and its password never crosses a network, since the
+local cluster's controller listens on loopback (or on the namespaces' private bridge), which
+only root can observe, and root reads ``credentials.json`` anyway. On a cluster of your own,
+use SASL_SSL or mTLS there (docs/guides/kafka.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -26,7 +47,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import SecretStr
 
@@ -34,12 +55,24 @@ from infra.errors import InfraError
 from runtime.kafka_settings import KafkaSettings
 
 BROKER_USER: Final = "ctr-broker"
-CLIENT_USER: Final = "ctr"
+# The users of the platform's roles (the admin of a cluster made before the roles: "ctr").
+USERS: Final[dict[str, str]] = {
+    "admin": "ctr-admin",
+    "producer": "ctr-producer",
+    "consumer": "ctr-consumer",
+    "monitor": "ctr-monitor",
+}
+Role = Literal["admin", "producer", "consumer", "monitor"]
+ROLES: Final[tuple[Role, ...]] = ("admin", "producer", "consumer", "monitor")
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # The listener clients and brokers use when authentication is on, without and with TLS.
 SASL_LISTENER: Final = "SASL_PLAINTEXT"
 SASL_TLS_LISTENER: Final = "SASL_SSL"
 SCRAM_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_MODULE: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
+# The controller listener's mechanism (see the module's docstring) and protocol.
+CONTROLLER_MECHANISM: Final = "PLAIN"
+CONTROLLER_PROTOCOL: Final = "SASL_PLAINTEXT"
 
 
 class CredentialsError(InfraError, RuntimeError):
@@ -66,6 +99,12 @@ class User:
     username: str
     password: str
 
+    @classmethod
+    def generate(cls, username: str) -> User:
+        # URL-safe characters only: nothing to quote in server.properties, in JAAS or in
+        # kafka-storage's [name=…,password=…] syntax.
+        return cls(username, secrets.token_urlsafe(32))
+
     def __repr__(self) -> str:  # never the password
         return f"User({self.username!r}, password=***)"
 
@@ -86,33 +125,69 @@ class TlsFiles:
 
 @dataclass(frozen=True)
 class Credentials:
-    """The local cluster's SCRAM mechanism and its two users; with ``tls``, the listener is
+    """The local cluster's SCRAM mechanism, the brokers' user and a user per role (a role
+    None: the file predates it, and the next start creates it); with ``tls``, the listener is
     SASL_SSL."""
 
     mechanism: str
     broker: User
-    client: User
+    roles: dict[Role, User | None]
     tls: TlsFiles | None = None
 
     @property
     def listener(self) -> str:
         return SASL_LISTENER if self.tls is None else SASL_TLS_LISTENER
 
+    @property
+    def admin(self) -> User:
+        admin = self.roles.get("admin")
+        if admin is None:  # every file has it (a file of before the roles: as "client")
+            raise CredentialsError("the credentials file names no admin user")
+        return admin
+
+    @property
+    def users(self) -> list[User]:
+        """Every user, the brokers' first (the roles' that the file has)."""
+        return [self.broker, *(u for u in self.roles.values() if u is not None)]
+
+    @property
+    def complete(self) -> bool:
+        return all(self.roles.get(role) is not None for role in ROLES)
+
+    @property
+    def super_users(self) -> list[str]:
+        """The principals every request is allowed: the brokers and the platform's admin."""
+        return [self.broker.username, self.admin.username]
+
     @classmethod
     def generate(cls, mechanism: str) -> Credentials:
-        # URL-safe characters only: nothing to quote in server.properties, in JAAS or in
-        # kafka-storage's [name=…,password=…] syntax.
         return cls(
             mechanism,
-            User(BROKER_USER, secrets.token_urlsafe(32)),
-            User(CLIENT_USER, secrets.token_urlsafe(32)),
+            User.generate(BROKER_USER),
+            {role: User.generate(USERS[role]) for role in ROLES},
         )
 
+    def completed(self) -> Credentials:
+        """These credentials with a new user for every role they lack."""
+        roles: dict[Role, User | None] = {
+            role: self.roles.get(role) or User.generate(USERS[role]) for role in ROLES
+        }
+        return dataclasses.replace(self, roles=roles)
+
+    def user(self, role: Role) -> User:
+        found = self.roles.get(role)
+        if found is None:
+            raise CredentialsError(
+                f"the cluster has no {role} user yet (its credentials predate the roles): "
+                "start it once with `ctr kafka up` to create it"
+            )
+        return found
+
     def scram_arguments(self) -> list[str]:
-        """``kafka-storage format`` arguments that put both users in the cluster's metadata."""
+        """``kafka-storage format`` arguments that put every user in the cluster's metadata."""
         return [
             argument
-            for user in (self.broker, self.client)
+            for user in self.users
             for argument in (
                 "--add-scram",
                 f"{self.mechanism}=[name={user.username},password={user.password}]",
@@ -126,25 +201,49 @@ class Credentials:
             f'password="{self.broker.password}";'
         )
 
-    def client_settings(self, kafka: KafkaSettings) -> KafkaSettings:
-        """``kafka`` logging in as the cluster's client user (over TLS, trusting the brokers'
-        certificate, if the listener has it)."""
+    def controller_jaas(self) -> str:
+        """The controller listener's JAAS line: the login a node uses to reach the controller
+        (the brokers' user), and the users the controller accepts (the brokers' and the
+        admin's)."""
+        accepted = " ".join(
+            f'user_{user.username}="{user.password}"' for user in (self.broker, self.admin)
+        )
+        return (
+            f'{PLAIN_MODULE} required username="{self.broker.username}" '
+            f'password="{self.broker.password}" {accepted};'
+        )
+
+    def client_settings(self, kafka: KafkaSettings, role: Role = "admin") -> KafkaSettings:
+        """``kafka`` logging in as the user of ``role`` (the admin by default), over TLS,
+        trusting the brokers' certificate, if the listener has it."""
+        user = self.user(role)
         return kafka.model_copy(
             update={
                 "security_protocol": self.listener,
                 "sasl_mechanism": self.mechanism,
-                "sasl_username": self.client.username,
-                "sasl_password": SecretStr(self.client.password),
+                "sasl_username": user.username,
+                "sasl_password": SecretStr(user.password),
                 "ssl_ca_location": None if self.tls is None else self.tls.ca,
             }
         )
 
+    def to_json(self) -> str:
+        raw: dict[str, object] = {"mechanism": self.mechanism, "broker": asdict(self.broker)}
+        raw.update({role: asdict(user) for role, user in self.roles.items() if user is not None})
+        return json.dumps(raw, indent=2) + "\n"
+
 
 def load_credentials(path: Path) -> Credentials:
-    """The credentials of ``path``; :class:`CredentialsError` naming the fix if unreadable."""
+    """The credentials of ``path``; :class:`CredentialsError` naming the fix if unreadable.
+    A file of before the roles has its one client user as the admin, and no other role."""
     try:
         raw = json.loads(path.read_text())
-        return Credentials(raw["mechanism"], User(**raw["broker"]), User(**raw["client"]))
+        roles: dict[Role, User | None] = {
+            role: User(**raw[role]) if role in raw else None for role in ROLES
+        }
+        if roles["admin"] is None:
+            roles["admin"] = User(**raw["client"])
+        return Credentials(raw["mechanism"], User(**raw["broker"]), roles)
     except FileNotFoundError:
         raise CredentialsError(
             f"{path} is missing, but this cluster was formatted with SCRAM credentials (they "
@@ -159,8 +258,8 @@ def load_credentials(path: Path) -> Credentials:
 
 
 def load_or_create_credentials(path: Path, mechanism: str) -> Credentials:
-    """The credentials of ``path``, or new ones written there (mode 600) if it does not
-    exist yet."""
+    """The credentials of ``path`` with a user for every role (those it lacked made now), or
+    new ones; written there (mode 600) when anything was made."""
     if path.exists():
         found = load_credentials(path)
         if found.mechanism != mechanism:
@@ -168,14 +267,12 @@ def load_or_create_credentials(path: Path, mechanism: str) -> Credentials:
                 f"{path} holds {found.mechanism} credentials, not {mechanism}: the cluster was "
                 "formatted with those"
             )
-        return found
-    created = Credentials.generate(mechanism)
-    raw = {
-        "mechanism": mechanism,
-        "broker": asdict(created.broker),
-        "client": asdict(created.client),
-    }
-    write_private(path, json.dumps(raw, indent=2) + "\n")
+        if found.complete:
+            return found
+        created = found.completed()
+    else:
+        created = Credentials.generate(mechanism)
+    write_private(path, created.to_json())
     return created
 
 

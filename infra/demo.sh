@@ -49,9 +49,11 @@ DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
 #: a controller, topics with 3 replicas and min.insync.replicas=2.
 DEMO_BROKERS="${DEMO_BROKERS:-}"
 #: The broker's listener takes SASL/SCRAM logins only (ctr kafka up --auth): scram
-#: (SCRAM-SHA-256), scram-sha-512, or none (no logins). Every part of the demo, and
-#: `source $DEMO/env` in another shell, logs in as the cluster's client user; a demo cluster
-#: from before gets its users at the next start.
+#: (SCRAM-SHA-256), scram-sha-512, or none (no logins). Every part of the demo logs in as its
+#: role, allowed what its ACLs grant: the traffic generator as the producer, the archiver and
+#: the speed job (and Airflow's tasks) as the consumer, the API as the monitor; `source
+#: $DEMO/env` in another shell logs in as the admin. A demo cluster from before gets its users
+#: at the next start.
 DEMO_KAFKA_AUTH="${DEMO_KAFKA_AUTH:-scram}"
 #: 1: the listener over TLS as well (SASL_SSL, ctr kafka up --tls); 0: not; unset: as the
 #: cluster is (a new one: 0).
@@ -195,7 +197,7 @@ EOF
     fi
     cat << EOF
   Traffic     $DEMO_RATE events/s into ${KAFKA_TOPIC:-ad-events} at $KAFKA_BOOTSTRAP_SERVERS (1 % duplicates, 2 % late, 0.5 % malformed; 5 % of clicks repeated, 2 % orphan clicks)
-  Kafka auth  $(if [[ -n "${KAFKA_SASL_USERNAME:-}" ]]; then echo "$KAFKA_SECURITY_PROTOCOL, $KAFKA_SASL_MECHANISM as $KAFKA_SASL_USERNAME (password in $DEMO/kafka/client.env and the env file)"; else echo "none (DEMO_KAFKA_AUTH=none)"; fi)
+  Kafka auth  $kafka_auth
   Logs        $DEMO/*.log   Delta tables: $LAKE_ROOT
   Profile     $PROFILE: $(echo "${KAFKA_BOOTSTRAP_SERVERS//,/ }" | wc -w) broker(s), batch tasks on $DEMO_SPARK_MASTER, Airflow's database $(if [[ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then echo "PostgreSQL (LocalExecutor)"; else echo SQLite; fi)
   Stop        make demo-down
@@ -369,13 +371,21 @@ RUN_DIR="$DEMO" COLUMNS=200 "$CTR" kafka up ${DEMO_BROKERS:+--brokers "$DEMO_BRO
     2>&1 | sed 's/^/demo:       /'
 ((PIPESTATUS[0] == 0)) || fail "the broker did not start; see $DEMO/kafka/node-1/server.log" \
     "$DEMO/kafka/node-1/server.log"
+# Each part logs in as its role, from the env file `ctr kafka up` wrote for it (owner-only):
+# `"${as_producer[@]}" command…` runs the command with the producers' login; without logins the
+# arrays are empty and the command runs as it is. demo.sh itself holds no login.
+as_producer=() as_consumer=() as_monitor=()
+kafka_auth="none (DEMO_KAFKA_AUTH=none)"
+if [[ -n "${KAFKA_SASL_USERNAME:-}" ]]; then  # a cluster of yours: your login, for every part
+    kafka_auth="${KAFKA_SECURITY_PROTOCOL:-?} as $KAFKA_SASL_USERNAME (your KAFKA_* settings)"
+fi
 if [[ "${DEMO_KAFKA_AUTH,,}" != none && -f "$DEMO/kafka/client.env" ]]; then
-    # The cluster's client user (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*): for everything started
-    # below, and in the env file (owner-only) for other shells. Never echoed.
-    # shellcheck source=/dev/null
-    source "$DEMO/kafka/client.env"
-    {
-        echo "# the broker requires SASL/SCRAM logins: the cluster's client user"
+    with_login() { as_login=(bash -c 'source "$0" && exec "$@"' "$DEMO/kafka/$1.env"); }
+    with_login producer && as_producer=("${as_login[@]}")
+    with_login consumer && as_consumer=("${as_login[@]}")
+    with_login monitor && as_monitor=("${as_login[@]}")
+    # The admin's login (client.env) for other shells, in the env file (owner-only). Never echoed.
+    admin_login="$(set -a && source "$DEMO/kafka/client.env" && {
         printf 'export KAFKA_SECURITY_PROTOCOL=%q KAFKA_SASL_MECHANISM=%q\n' \
             "$KAFKA_SECURITY_PROTOCOL" "$KAFKA_SASL_MECHANISM"
         printf 'export KAFKA_SASL_USERNAME=%q KAFKA_SASL_PASSWORD=%q\n' \
@@ -383,6 +393,16 @@ if [[ "${DEMO_KAFKA_AUTH,,}" != none && -f "$DEMO/kafka/client.env" ]]; then
         if [[ -n "${KAFKA_SSL_CA_LOCATION:-}" ]]; then
             printf 'export KAFKA_SSL_CA_LOCATION=%q\n' "$KAFKA_SSL_CA_LOCATION"
         fi
+    })" || fail "cannot read $DEMO/kafka/client.env"
+    login_of() { sed -n 's/.*KAFKA_SASL_USERNAME=\([^ ]*\).*/\1/p' "$DEMO/kafka/$1.env"; }
+    kafka_auth="$(sed -n 's/.*KAFKA_SECURITY_PROTOCOL=\([^ ]*\).*/\1/p' "$DEMO/kafka/client.env"), a login per role, each allowed what its ACLs grant: traffic as $(login_of producer), archiver and speed job (and Airflow's --from kafka builds) as $(login_of consumer), API as $(login_of monitor), the env file (your shell) as the admin $(login_of client); each role's settings in $DEMO/kafka/<role>.env"
+    {
+        echo "# the broker requires SASL/SCRAM logins and authorizes each by its ACLs; this shell"
+        echo "# logs in as the admin (a super user). The demo's parts log in as their roles:"
+        echo "# traffic as $(login_of producer) ($DEMO/kafka/producer.env), the archiver and"
+        echo "# the speed job as $(login_of consumer) (consumer.env), the API as $(login_of monitor)"
+        echo "# (monitor.env): source one of those to act as that role."
+        echo "$admin_login"
     } >> "$DEMO/env"
 fi
 broker_pid="$(cat "$DEMO/kafka/node-1/kafka.pid" 2> /dev/null || true)"
@@ -404,9 +424,9 @@ say "[2/7] archiver, speed job, API and traffic generator starting in the backgr
 # and a line per restart in restarts.log).
 export SUPERVISE_DIR="$DEMO"
 supervised() { start "$1" bash infra/supervise.sh "$@"; }
-supervised archiver "$CTR" archive
-supervised speed "$CTR" speed
-supervised api "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
+supervised archiver "${as_consumer[@]}" "$CTR" archive
+supervised speed "${as_consumer[@]}" "$CTR" speed
+supervised api "${as_monitor[@]}" "$CTR" serve --host 127.0.0.1 --port "$API_PORT"
 # Two example alert rules (kept across restarts: the lake holds them), evaluated each minute:
 # each ad's CTR of the biggest campaign over the last 5 minutes (short: a broken ad shows in
 # minutes; its ads are big enough to test on 5), and the clicks of every row over 15, each
@@ -430,11 +450,11 @@ if ((DEMO_HISTORY_MINUTES > 0 && events_before == 0)) && [[ -z "${DEMO_GROUND_TR
     # The same traffic, its event clock ending now, sent as fast as the broker takes it.
     history_start="$(date -u -d "-$DEMO_HISTORY_MINUTES min" +%Y-%m-%dT%H:%M:00Z)"
     say "      history: the last $DEMO_HISTORY_MINUTES min of traffic ($((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE)) records), sent at once"
-    "$CTR" produce --events "$((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE))" --clock-rate "$DEMO_RATE" \
+    "${as_producer[@]}" "$CTR" produce --events "$((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE))" --clock-rate "$DEMO_RATE" \
         --start "$history_start" "${traffic[@]}" > "$DEMO/history.log" 2>&1 \
         || fail "the history could not be sent; see $DEMO/history.log" "$DEMO/history.log"
 fi
-supervised producer "$CTR" produce "${producer_args[@]}"
+supervised producer "${as_producer[@]}" "$CTR" produce "${producer_args[@]}"
 if ((!DEMO_AIRFLOW)); then
     supervised batch-loop nice -n "$DEMO_BATCH_NICE" bash infra/demo-batch-loop.sh
 fi
@@ -490,7 +510,8 @@ EOF
     spark_conn='{"conn_type": "spark", "host": "'"$DEMO_SPARK_MASTER"'"}'
     export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
     export AIRFLOW_DAGS="$DEMO/dags" AIRFLOW_UNPAUSE="ctr_batch ctr_recompute_stale ctr_maintenance" AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
-    RUN_DIR="$DEMO" nice -n "$DEMO_BATCH_NICE" bash infra/airflow-up.sh 2>&1 | sed 's/^/demo:       /'
+    # Its tasks read Kafka only to build a view from the log (ctr_reprocess --from kafka).
+    RUN_DIR="$DEMO" nice -n "$DEMO_BATCH_NICE" "${as_consumer[@]}" bash infra/airflow-up.sh 2>&1 | sed 's/^/demo:       /'
     ((PIPESTATUS[0] == 0)) || fail "Airflow did not start; see $DEMO/airflow.log" "$DEMO/airflow.log"
     live_pid airflow > /dev/null || fail "Airflow is not running; see $DEMO/airflow.log" "$DEMO/airflow.log"
     say "      healthy, ctr_batch and ctr_recompute_stale unpaused ($(elapsed))"

@@ -19,7 +19,7 @@ from events.model import DEFAULT_RULES, Event, Invalid, ValidationRules, validat
 from ingest.errors import IngestError
 from ingest.settings import ProducerSettings
 from runtime.kafka_settings import KafkaSettings
-from runtime.topics import KafkaUnavailableError, wait_for_cluster
+from runtime.topics import KafkaUnavailableError, refused_topics, wait_for_cluster
 
 # Headers on dead-lettered records.
 REASON_HEADER = "ctr.reason"
@@ -32,6 +32,10 @@ _MAX_ERRORS_KEPT = 20
 
 class TopicMissingError(IngestError, LookupError):
     """A topic the producer writes to does not exist."""
+
+
+class TopicRefusedError(IngestError, PermissionError):
+    """The cluster's ACLs do not let the producer's login use a topic it writes to."""
 
 
 # confluent_kafka's header list: its element type, for the list is invariant.
@@ -137,9 +141,18 @@ class EventProducer:
         )
 
     def check_ready(self, timeout_s: float = 10.0) -> None:
-        """Fail fast, with a clear message, if the broker or the topics are not there."""
+        """Fail fast, with a clear message, if the broker or the topics are not there, or the
+        login may not see the topics."""
         metadata = wait_for_cluster(self.kafka, timeout_s=timeout_s)
         missing = [t for t in (self.kafka.topic, self.kafka.dlq_topic) if t not in metadata.topics]
+        refused = refused_topics(self.kafka, missing, timeout_s=timeout_s) if missing else []
+        if refused:
+            raise TopicRefusedError(
+                f"the login ({self.kafka.describe_auth()}) may not use topic(s) "
+                f"{', '.join(refused)} on {self.kafka.bootstrap_servers}: a producer needs "
+                "WRITE on the event and the dead-letter topic (the local cluster's producer "
+                "login: source RUN_DIR/kafka/producer.env)"
+            )
         if missing:
             raise TopicMissingError(
                 f"topic(s) {', '.join(missing)} do not exist on {self.kafka.bootstrap_servers}; "
@@ -291,4 +304,5 @@ __all__ = [
     "KafkaUnavailableError",
     "ProducerSettings",
     "TopicMissingError",
+    "TopicRefusedError",
 ]

@@ -50,7 +50,7 @@ from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
 from lake.data_files import FILES_SCHEMA, DataFile, files_of, write_files
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
-from runtime.connectors import read_kafka
+from runtime.connectors import ARCHIVER_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.object_store import ObjectStoreSettings
 from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive, query_id
@@ -93,6 +93,7 @@ def build_query(
         spark,
         kafka,
         stream=True,
+        group_prefix=ARCHIVER_GROUP,
         startingOffsets=settings.starting_offsets,
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),

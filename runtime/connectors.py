@@ -10,13 +10,19 @@ recognises.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from runtime.kafka_settings import KafkaSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.streaming import DataStreamReader
+
+# The consumer-group ids of Spark's kafka source start with the reader's prefix
+# (``groupIdPrefix``; Spark's own, ``spark-kafka-source-``, otherwise): a cluster with ACLs
+# grants the consumer login these prefixes (infra/broker/acls.py, docs/guides/kafka.md).
+ARCHIVER_GROUP: Final = "ctr-archiver"
+SPEED_GROUP: Final = "ctr-speed"
 
 
 def kafka_options(kafka: KafkaSettings, topics: Sequence[str]) -> dict[str, str]:
@@ -30,13 +36,16 @@ def read_kafka(
     kafka: KafkaSettings,
     *,
     stream: bool,
+    group_prefix: str,
     topics: Sequence[str] | None = None,
     **options: str,
 ) -> DataFrame:
-    """The event topic (or ``topics``) as a DataFrame with Spark's kafka-source columns."""
+    """The event topic (or ``topics``) as a DataFrame with Spark's kafka-source columns, its
+    consumers in groups whose ids start with ``group_prefix``."""
     reader: DataFrameReader | DataStreamReader = spark.readStream if stream else spark.read
     reader = reader.format("kafka")
-    for key, value in {**kafka_options(kafka, topics or [kafka.topic]), **options}.items():
+    given = {**kafka_options(kafka, topics or [kafka.topic]), "groupIdPrefix": group_prefix}
+    for key, value in {**given, **options}.items():
         reader = reader.option(key, value)
     return reader.load()
 

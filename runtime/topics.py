@@ -85,6 +85,22 @@ def _refusal(settings: KafkaSettings, error: KafkaError) -> str:
     )
 
 
+def refused_topics(
+    settings: KafkaSettings, names: list[str], *, timeout_s: float = 10.0
+) -> list[str]:
+    """Those of ``names`` the cluster refuses to describe to these settings' login (no ACL
+    grants it any operation on them): a cluster with ACLs leaves them out of the metadata, as
+    if they did not exist."""
+    admin = admin_client(settings)
+    refused = []
+    for name in names:
+        found = admin.list_topics(name, timeout=timeout_s).topics.get(name)
+        error = None if found is None else found.error
+        if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            refused.append(name)
+    return refused
+
+
 def check_login(settings: KafkaSettings, *, timeout_s: float = 10.0) -> None:
     """Fail fast, naming the settings to fix, if the cluster refuses these settings' login
     (:class:`KafkaAuthenticationError`); quiet when it answers, and when no broker answers at
@@ -109,7 +125,9 @@ def _raise_if_credentials_missing(settings: KafkaSettings) -> None:
                 f"the Kafka broker at {server} requires a SASL login ({', '.join(mechanisms)}) "
                 f"and this client sends none (KAFKA_SECURITY_PROTOCOL="
                 f"{settings.describe_auth()}): set {CREDENTIAL_SETTINGS} (for the local "
-                "cluster of `ctr kafka up --auth scram`: source RUN_DIR/kafka/client.env)"
+                "cluster of `ctr kafka up --auth scram`: source the role's env file, "
+                "RUN_DIR/kafka/producer.env, consumer.env, monitor.env, or client.env for the "
+                "admin)"
             )
 
 

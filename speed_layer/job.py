@@ -54,7 +54,7 @@ from lake.registry import read_registry
 from lake.settings import LakeSettings
 from lake.speed_status import write_status
 from lake.storage import is_delta, open_delta
-from runtime.connectors import read_kafka
+from runtime.connectors import SPEED_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import (
     KafkaLag,
@@ -116,6 +116,7 @@ def build_query(
         spark,
         kafka,
         stream=True,
+        group_prefix=SPEED_GROUP,
         startingOffsets=settings.starting_offsets,
         maxOffsetsPerTrigger=str(settings.max_offsets_per_trigger),
         failOnDataLoss=str(settings.fail_on_data_loss).lower(),

@@ -1,5 +1,6 @@
 """One Kafka broker per test session: a local Apache Kafka broker on free ports that requires
-SASL/SCRAM logins, or the cluster named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its
+SASL/SCRAM logins and authorizes every request by ACLs (the tests log in as its admin), or the
+cluster named by KAFKA_BOOTSTRAP_SERVERS. Each test gets topics of its
 own. One SparkSession per test session. The dashboard tests' lake, API server and browser page."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
 from api.settings import ApiSettings
-from infra.broker import scratch_broker
+from infra.broker import LocalKafka, scratch_cluster
 from infra.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
@@ -33,15 +34,22 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
-    """The session's broker. Local: with SASL/SCRAM required, so that every test's clients
-    prove they log in with the credentials of their settings. External: KAFKA_BOOTSTRAP_SERVERS
-    and its KAFKA_SECURITY_PROTOCOL / KAFKA_SASL_* settings."""
+def local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka | None]:
+    """The session's local broker (None when KAFKA_BOOTSTRAP_SERVERS names a cluster): SASL/SCRAM
+    required and ACLs on, so that every test's clients prove they log in with the credentials
+    of their settings."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        yield KafkaSettings()
+        yield None
         return
-    with scratch_broker(tmp_path_factory.mktemp("run"), auth="scram") as settings:
-        yield settings
+    with scratch_cluster(tmp_path_factory.mktemp("run"), auth="scram") as (_, cluster):
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka(local_kafka: LocalKafka | None) -> KafkaSettings:
+    """The session's broker, as its admin (a super user: the tests create and delete topics).
+    External: KAFKA_BOOTSTRAP_SERVERS and its KAFKA_SECURITY_PROTOCOL / KAFKA_SASL_* settings."""
+    return KafkaSettings() if local_kafka is None else local_kafka.kafka
 
 
 @pytest.fixture

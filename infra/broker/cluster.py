@@ -1,5 +1,5 @@
 """The local cluster as one object: its layout chosen and recorded, its nodes started,
-stopped and killed, its logins switched, its clients' settings."""
+stopped and killed, its logins switched and its ACLs granted, its clients' settings."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
+from infra.broker.acls import apply_grants, platform_grants
 from infra.broker.errors import BrokerError
 from infra.broker.health import answers, wait_ready
 from infra.broker.layout import ClusterState, Layout, Node
@@ -17,7 +18,7 @@ from infra.broker.logins import Logins
 from infra.broker.node import Nodes
 from infra.broker.ports import check_ports
 from infra.broker.processes import check_java
-from infra.broker_auth import Credentials, write_client_env, write_client_properties
+from infra.broker_auth import Credentials, Role
 from infra.broker_settings import BrokerSettings
 from infra.netns import BrokerNetwork, NetnsError
 from runtime.jars import JarsMissingError, jar_dir
@@ -112,15 +113,16 @@ class LocalKafka:
         """The SCRAM users of the cluster (None without authentication)."""
         return self.logins.credentials(layout or self.existing_layout())
 
-    def client_settings(self, layout: Layout | None = None) -> KafkaSettings:
+    def client_settings(self, layout: Layout | None = None, role: Role = "admin") -> KafkaSettings:
         """Settings for the cluster's clients: its brokers' addresses and, with authentication
-        on, its client user's credentials (``self.kafka`` as it is if nothing is recorded)."""
+        on, the login of ``role`` (the admin's by default; ``self.kafka`` as it is if nothing
+        is recorded)."""
         layout = layout or self.existing_layout()
         if layout is None:
             return self.kafka
         kafka = self.kafka.model_copy(update={"bootstrap_servers": layout.bootstrap_servers})
         credentials = self.credentials(layout)
-        return credentials.client_settings(kafka) if credentials else kafka
+        return credentials.client_settings(kafka, role) if credentials else kafka
 
     def node_dir(self, node: Node) -> Path:
         return self.nodes.directory(node)
@@ -135,8 +137,8 @@ class LocalKafka:
     # -- start ---------------------------------------------------------------------------------
 
     def start(self, *, nodes: Collection[int] | None = None) -> ClusterState:
-        """Start every node not running yet (or only those of ``nodes``) and wait until every
-        running broker answers."""
+        """Start every node not running yet (or only those of ``nodes``), wait until every
+        running broker answers, and (with logins) grant the roles their ACLs."""
         layout = self.layout()
         wanted = self.logins.wanted_auth(layout)
         tls = self.logins.wanted_tls(wanted, layout.tls)
@@ -151,24 +153,25 @@ class LocalKafka:
             for n in layout.nodes
             if current[n.node_id] is None and (nodes is None or n.node_id in nodes)
         ]
-        if not missing:
-            self._wait_ready(layout, current)
-            return ClusterState(layout.bootstrap_servers, current, started_by_us=True)
         if (
-            len(missing) == len(layout.nodes)
+            missing
+            and len(missing) == len(layout.nodes)
             and self.existing_layout() is None
             and answers(self.kafka)
         ):  # something (a Kafka we did not start) already answers on the bootstrap address
             return ClusterState(self.kafka.bootstrap_servers, {}, started_by_us=False)
-        current.update(self._launch(layout, missing, credentials))
+        if missing:
+            current.update(self._launch(layout, missing, credentials))
         self._wait_ready(layout, current)
+        if credentials is not None:
+            self._grant(layout, credentials)
         return ClusterState(layout.bootstrap_servers, current, started_by_us=True)
 
     def _launch(
         self, layout: Layout, missing: list[Node], credentials: Credentials | None
     ) -> dict[int, int]:
         """Start the ``missing`` nodes (the cluster's namespaces first, if isolated), the
-        layout and the clients' settings recorded; their pids by node id."""
+        layout recorded; their pids by node id."""
         java = check_java(self.settings.java)
         try:
             classpath = f"{jar_dir('kafka', self.settings.jar_cache)}/*"
@@ -182,11 +185,16 @@ class LocalKafka:
         check_ports(missing)
         self.settings.kafka_dir.mkdir(parents=True, exist_ok=True)
         self._layout_file.write_text(layout.to_json())
-        if credentials is not None:
-            clients = self.client_settings(layout)
-            write_client_env(self.client_env_file, clients)
-            write_client_properties(self.settings.kafka_dir / "client.properties", clients)
         return self.nodes.launch(layout, missing, java, classpath, credentials)
+
+    def _grant(self, layout: Layout, credentials: Credentials) -> None:
+        """On the running cluster: every role's user (those its credentials file gained since
+        it was formatted created now), the roles' ACLs on ``self.kafka``'s topics (idempotent),
+        and the roles' env files."""
+        admin = self.client_settings(layout)
+        self.logins.complete_users(admin, credentials)
+        apply_grants(admin, credentials, platform_grants(self.kafka))
+        self.logins.write_client_files(admin, credentials)
 
     def _wait_ready(self, layout: Layout, pids: dict[int, int | None]) -> None:
         """Wait until the nodes with a pid are alive and their brokers registered."""

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 from infra.broker.layout import Layout, Node
-from infra.broker_auth import Credentials
+from infra.broker_auth import CONTROLLER_MECHANISM, CONTROLLER_PROTOCOL, Credentials
+
+# Kafka's authorizer for KRaft clusters: ACLs kept in the metadata log.
+AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 def node_properties(
@@ -14,11 +18,14 @@ def node_properties(
 ) -> str:
     """The node's server.properties: with ``credentials``, a SASL_PLAINTEXT (SASL_SSL with
     their TLS files) listener that takes SCRAM logins only, which the brokers also use between
-    themselves."""
+    themselves; a controller listener that takes the brokers' and the admin's PLAIN logins
+    only (:mod:`infra.broker_auth` says why PLAIN); and every request authorized by the ACLs,
+    but the brokers' and the admin's (super users)."""
     replicas = min(3, len(layout.brokers))
     controller = layout.controller
     voters = f"{controller.node_id}@{controller.host}:{controller.controller_port}"
     listener = "PLAINTEXT" if credentials is None else credentials.listener
+    controller_protocol = "PLAINTEXT" if credentials is None else CONTROLLER_PROTOCOL
     listeners = []
     if node.broker_port is not None:
         listeners.append(f"{listener}://{node.host}:{node.broker_port}")
@@ -30,7 +37,7 @@ def node_properties(
         "controller.quorum.voters": voters,
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
-        "listener.security.protocol.map": f"{listener}:{listener},CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"{listener}:{listener},CONTROLLER:{controller_protocol}",
         "log.dirs": directory / "data",
         "num.partitions": 1,
         "offsets.topic.replication.factor": replicas,
@@ -50,6 +57,13 @@ def node_properties(
         # (KAFKA_TOPIC_CONFIG) holds closely.
         "log.retention.check.interval.ms": 60000,
     }
+    if credentials is not None:  # every node: a controller's listener, a broker's client of it
+        lines["sasl.mechanism.controller.protocol"] = CONTROLLER_MECHANISM
+        lines["listener.name.controller.sasl.enabled.mechanisms"] = CONTROLLER_MECHANISM
+        jaas = f"listener.name.controller.{CONTROLLER_MECHANISM.lower()}.sasl.jaas.config"
+        lines[jaas] = _properties_value(credentials.controller_jaas())
+        lines["authorizer.class.name"] = AUTHORIZER
+        lines["super.users"] = ";".join(f"User:{name}" for name in credentials.super_users)
     if node.is_broker:
         lines["advertised.listeners"] = f"{listener}://{node.host}:{node.broker_port}"
         lines["inter.broker.listener.name"] = listener

@@ -238,7 +238,7 @@ def test_a_scram_tls_cluster_of_three_brokers_keeps_its_credentials_across_resta
         assert layout.tls
         kafka_dir = settings.kafka_dir
         credentials = json.loads((kafka_dir / "credentials.json").read_text())
-        password = credentials["client"]["password"]
+        password = credentials["admin"]["password"]
         assert mode(kafka_dir) == 0o700
         for name in ["credentials.json", "client.env", "client.properties", "tls/broker.p12",
                      "tls/keystore.password"]:  # fmt: skip
@@ -251,7 +251,7 @@ def test_a_scram_tls_cluster_of_three_brokers_keeps_its_credentials_across_resta
             pid = first.pids[node.node_id]
             assert password.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
         # Brokers replicate to each other over the SCRAM listener (TLS): acks=all, 3 replicas.
-        assert cluster.kafka.sasl_username == "ctr"
+        assert cluster.kafka.sasl_username == "ctr-admin"
         assert cluster.kafka.security_protocol == "SASL_SSL"
         ensure_topics(cluster.kafka)
         producer = Producer(cluster.kafka.client(acks="all"))
@@ -266,13 +266,13 @@ def test_a_scram_tls_cluster_of_three_brokers_keeps_its_credentials_across_resta
         assert dead_nodes(watch) == [2]
         watch.start(nodes=[2])
         assert dead_nodes(watch) == []
-        assert watch.client_settings().sasl_username == "ctr"
+        assert watch.client_settings().sasl_username == "ctr-admin"
 
         assert cluster.stop() is True
         again = LocalKafka(kafka, BrokerSettings(run_dir=tmp_path))
         again.start()
         kept = json.loads((kafka_dir / "credentials.json").read_text())
-        assert kept["client"]["password"] == password
+        assert kept["admin"]["password"] == password
         records = read_topic(again.kafka, again.kafka.topic)
         assert sorted(r.value for r in records) == sorted(b"r%d" % n for n in range(100))
 
@@ -286,6 +286,16 @@ def test_a_scram_tls_cluster_of_three_brokers_keeps_its_credentials_across_resta
             other.layout()
     finally:
         cluster.stop(timeout_s=15, delete_data=True)
+
+
+def exports(env_file: Path) -> dict[str, str]:
+    """The variables an env file of ``ctr kafka up`` exports."""
+    return dict(
+        word.split("=", 1)
+        for line in env_file.read_text().splitlines()
+        if line.startswith("export ")
+        for word in shlex.split(line)[1:]
+    )
 
 
 def test_kafka_up_with_auth_writes_the_clients_settings(tmp_path: Path) -> None:
@@ -302,27 +312,36 @@ def test_kafka_up_with_auth_writes_the_clients_settings(tmp_path: Path) -> None:
     up = ctr_kafka(env, "up", "--auth", "scram")
     try:
         assert up.returncode == 0, up.stderr
-        client_env = tmp_path / "kafka" / "client.env"
-        assert f"source {client_env}" in " ".join(up.stderr.split())
-        password = json.loads((tmp_path / "kafka" / "credentials.json").read_text())
-        assert password["client"]["password"] not in up.stdout + up.stderr
+        kafka_dir = tmp_path / "kafka"
+        said = " ".join(up.stderr.split())
+        for name in ("client.env", "producer.env", "consumer.env", "monitor.env"):
+            assert str(kafka_dir / name) in said
+            assert mode(kafka_dir / name) == 0o600
+        password = json.loads((kafka_dir / "credentials.json").read_text())
+        for role in ("admin", "producer", "consumer", "monitor"):
+            assert password[role]["password"] not in up.stdout + up.stderr
         assert "topic ad-events: created (6 partitions)" in up.stderr
         # ctr kafka status/create-topics log in to the local cluster by themselves
         status = ctr_kafka(env, "status")
         assert status.returncode == 0, status.stderr
         assert "│ ad-events" in status.stdout
-        exports = dict(
-            word.split("=", 1)
-            for line in client_env.read_text().splitlines()
-            if line.startswith("export ")
-            for word in shlex.split(line)[1:]
+        admin, producer, consumer = (
+            exports(kafka_dir / name) for name in ("client.env", "producer.env", "consumer.env")
         )
-        assert exports["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
-        assert exports["KAFKA_SASL_PASSWORD"] == password["client"]["password"]
+        assert admin["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
+        assert admin["KAFKA_SASL_USERNAME"] == "ctr-admin"
+        assert admin["KAFKA_SASL_PASSWORD"] == password["admin"]["password"]
+        assert producer["KAFKA_SASL_PASSWORD"] == password["producer"]["password"]
         produce = [CTR, "produce", "--events", "10"]
-        sent = subprocess.run(produce, env={**env, **exports}, capture_output=True, text=True,
+        sent = subprocess.run(produce, env={**env, **producer}, capture_output=True, text=True,
                               timeout=120, check=False)  # fmt: skip
         assert sent.returncode == 0, sent.stderr
+        # The consumer's login may not see the dead-letter topic, and says so.
+        wrong = subprocess.run(produce, env={**env, **consumer}, capture_output=True, text=True,
+                               timeout=120, check=False)  # fmt: skip
+        assert wrong.returncode == 1
+        said = " ".join(wrong.stderr.split())
+        assert "as 'ctr-consumer') may not use topic(s) ad-events-dlq" in said
         refused = subprocess.run(produce, env=env, capture_output=True, text=True,
                                  timeout=120, check=False)  # fmt: skip
         assert refused.returncode == 1

@@ -27,7 +27,7 @@ from lake.settings import LakeSettings
 from master_dataset.archiver import ArchiveBatchWriter
 from master_dataset.archiver import run as run_archiver
 from master_dataset.settings import ArchiverSettings
-from runtime.connectors import read_delta, read_kafka
+from runtime.connectors import ARCHIVER_GROUP, read_delta, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.object_store import ObjectStoreSettings
 from runtime.streaming import Periodic, StreamProgress
@@ -180,7 +180,7 @@ def test_a_replayed_archiver_batch_is_a_no_op(
     checkpoint = Path(lake.checkpoint("replay"))
     (checkpoint).mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"replayed-query"}')
-    records = read_kafka(spark, topic, stream=False)
+    records = read_kafka(spark, topic, stream=False, group_prefix=ARCHIVER_GROUP)
     write = ArchiveBatchWriter(lake, str(checkpoint), ArchiverSettings())
     write(records, 7)
     write(records, 7)  # Spark replays a batch after a crash: same id, same records
@@ -201,7 +201,7 @@ def test_the_archiver_compacts_its_tables_between_batches(
     checkpoint = Path(lake.checkpoint("maintained"))
     checkpoint.mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"maintained-query"}')
-    records = read_kafka(spark, topic, stream=False)
+    records = read_kafka(spark, topic, stream=False, group_prefix=ARCHIVER_GROUP)
     write = ArchiveBatchWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
     write.maintenance_due = Periodic(3600)  # not a minute after the start either
     for batch_id in range(3):
@@ -226,7 +226,7 @@ def test_the_archivers_maintenance_never_holds_a_batch_back(
     checkpoint = Path(lake.checkpoint("maintained-aside"))
     checkpoint.mkdir(parents=True)
     (checkpoint / "metadata").write_text('{"id":"aside-query"}')
-    records = read_kafka(spark, topic, stream=False)
+    records = read_kafka(spark, topic, stream=False, group_prefix=ARCHIVER_GROUP)
     write = ArchiveBatchWriter(lake, str(checkpoint), ArchiverSettings(maintenance_seconds=3600))
     started, release = threading.Event(), threading.Event()
     passes: list[bool] = []
@@ -322,7 +322,7 @@ def test_producer_timestamps_are_replaced_by_the_brokers(
     topic = fresh_topic(kafka)
     before = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
     produce(topic, [b"a", b"b"], timestamp=2**62)
-    rows = read_kafka(spark, topic, stream=False).collect()
+    rows = read_kafka(spark, topic, stream=False, group_prefix=ARCHIVER_GROUP).collect()
     assert sorted(bytes(r.value) for r in rows) == [b"a", b"b"]
     for row in rows:
         stamp = row.timestamp.replace(tzinfo=dt.UTC)  # the session is UTC

@@ -1,6 +1,6 @@
 """Kafka authentication against the session's broker, which requires SASL/SCRAM logins: clients
-without credentials or with a wrong password are refused, and say so; the settings' client user
-round-trips records; Spark's kafka source logs in with the settings' credentials, a password
+without credentials or with a wrong password are refused, and say so; the settings' user (the
+admin) round-trips records; Spark's kafka source logs in with the settings' credentials, a password
 with quotes and backslashes included; a cluster of its own over TLS (SASL_SSL). Real broker
 processes, no mocks."""
 
@@ -16,6 +16,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -24,7 +29,8 @@ from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
 from infra.broker import scratch_cluster
-from runtime.connectors import read_kafka
+from infra.broker.acls import apply_bindings
+from runtime.connectors import ARCHIVER_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.topics import (
     KafkaAuthenticationError,
@@ -51,7 +57,8 @@ def secured(topics: KafkaSettings) -> KafkaSettings:
 @pytest.fixture
 def scratch_user(secured: KafkaSettings) -> Iterator[KafkaSettings]:
     """The settings logging in as a user of its own whose password has quotes, backslashes,
-    spaces and non-ASCII characters (created through the Admin API, deleted afterwards)."""
+    spaces and non-ASCII characters (created through the Admin API, allowed to write and read
+    the test's topic, deleted afterwards)."""
     user = f"tricky-{uuid.uuid4().hex[:6]}"
     password = 'p"a\\s s=w;o\\"rd ü'
     admin = admin_client(secured)
@@ -61,6 +68,15 @@ def scratch_user(secured: KafkaSettings) -> Iterator[KafkaSettings]:
         future.result()
     settings = secured.model_copy(
         update={"sasl_username": user, "sasl_password": SecretStr(password)}
+    )
+    topic = (ResourceType.TOPIC, secured.topic, ResourcePatternType.LITERAL)
+    allowed = (f"User:{user}", "*")
+    apply_bindings(
+        secured,
+        [
+            AclBinding(*topic, *allowed, operation, AclPermissionType.ALLOW)
+            for operation in (AclOperation.WRITE, AclOperation.READ)
+        ],
     )
     # The controller has committed the user; the broker learns it from the metadata log.
     deadline = time.monotonic() + 30
@@ -201,7 +217,7 @@ def test_sparks_kafka_source_logs_in_with_the_settings_credentials(
 ) -> None:
     report, _ = send_one(scratch_user, b"via a tricky password")
     assert report is None
-    rows = read_kafka(spark, scratch_user, stream=False).collect()
+    rows = read_kafka(spark, scratch_user, stream=False, group_prefix=ARCHIVER_GROUP).collect()
     assert [bytes(r.value) for r in rows] == [b"via a tricky password"]
 
 
@@ -210,7 +226,7 @@ def test_sparks_kafka_source_with_a_wrong_password_fails_with_the_cause(
 ) -> None:
     wrong = secured.model_copy(update={"sasl_password": SecretStr("not-the-password")})
     with pytest.raises(Exception, match=r"SaslAuthenticationException|Authentication failed"):
-        read_kafka(spark, wrong, stream=False).collect()
+        read_kafka(spark, wrong, stream=False, group_prefix=ARCHIVER_GROUP).collect()
 
 
 def test_a_tls_cluster_serves_librdkafka_and_spark_and_refuses_the_unverified(
@@ -224,7 +240,7 @@ def test_a_tls_cluster_serves_librdkafka_and_spark_and_refuses_the_unverified(
         ensure_topics(kafka)
         report, _ = send_one(kafka, b"over tls")
         assert report is None
-        rows = read_kafka(spark, kafka, stream=False).collect()
+        rows = read_kafka(spark, kafka, stream=False, group_prefix=ARCHIVER_GROUP).collect()
         assert [bytes(r.value) for r in rows] == [b"over tls"]
 
         unverified = kafka.model_copy(update={"ssl_ca_location": None})
