@@ -21,12 +21,9 @@ Read-only by construction, in two independent layers:
    (:mod:`serving_layer.sandbox.version_views`). Python replacement scans are off and the
    configuration is locked.
 
-Files rewritten by delta-rs (``DELETE``, ``OPTIMIZE``: the platform's own clean-ups among them)
-record Arrow's ``string_view`` and ``binary_view`` types, which Arrow's dataset scanner cannot
-filter ("Function 'equal' has no kernel matching input types (string, string_view)", and no
-``array_filter`` kernel for them). Those files (``view_files``: found from their footers when a
-query first fails on one, and remembered by the worker) are read with their own types and no
-filter pushed into Arrow (DuckDB filters their rows); the others keep DuckDB's filter pushdown
+Every file of a table reads in the table's logical types, whatever Arrow types its writer
+recorded (delta-rs records ``string_view`` in the files its ``DELETE`` rewrites, which Arrow's
+compute cannot filter), so DuckDB's filters push down into every file
 (:mod:`serving_layer.sandbox.arrow_files`).
 
 The worker processes that run these databases add OS limits (see :mod:`serving_layer.sandbox.pool`).
@@ -39,9 +36,9 @@ import json
 import re
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal
 
 import duckdb
 import orjson
@@ -94,7 +91,6 @@ ALLOWED_STATEMENTS: Final = (
 
 
 TruncatedBy = Literal["max_rows", "max_bytes"]
-_T = TypeVar("_T")
 
 
 class SqlRefusedError(ServingError, ValueError):
@@ -296,7 +292,6 @@ def open_sandbox(
     memory_limit_bytes: int,
     threads: int = 1,
     access: Access | None = None,
-    view_files: Collection[str] = frozenset(),
 ) -> duckdb.DuckDBPyConnection:
     """A fresh database that can touch no file, with ``tables`` (one per entry of
     :func:`sandbox_views` of ``access``, by view name) as read-only views plus ``covered`` (the
@@ -331,7 +326,7 @@ def open_sandbox(
         seal = sketches.SketchSeal() if users_hidden else None
         sketches.register(con, seal)
         for view, name in allowed.items():
-            rows = table_rows(con, tables[view], view_files, store)
+            rows = table_rows(con, tables[view], store)
             table = SERVED_BY_NAME[name]
             if seal is not None:
                 rows = _without_users(rows, seal)
@@ -384,26 +379,6 @@ def _in_scope(scope: Scope) -> duckdb.Expression:
             *(duckdb.ConstantExpression(a) for a in scope.ads)
         )
     return condition
-
-
-def tables_read(statement: str, tables: Mapping[str, _T]) -> list[_T]:
-    """The tables of ``tables`` (by view name) a checked ``statement`` can read: those it
-    names, and every one but the raw tables when it names a merged view (``ctr``, ``stale``,
-    ``ctr_v3``, …, made of all the others)."""
-    query = statement.removeprefix("EXPLAIN ")
-    parser = duckdb.connect(config={"enable_external_access": False})
-    try:
-        row = parser.execute("SELECT json_serialize_sql($1::VARCHAR)", [query]).fetchone()
-    finally:
-        parser.close()
-    assert row is not None
-    named = {r.name.lower() for r in table_references(json.loads(row[0])) if not r.cte}
-    merged = bool(named - set(SANDBOX_VIEWS))
-    return [
-        table
-        for view, table in tables.items()
-        if view in named or (merged and view not in RAW_VIEWS)
-    ]
 
 
 def execute(

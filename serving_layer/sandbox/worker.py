@@ -15,23 +15,19 @@ import ctypes
 import os
 import resource
 import sys
-import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
 from access.roles import Access
 from runtime.object_store import ObjectStoreSettings
-from serving_layer.sandbox.arrow_files import VIEW_TYPE_ERROR, view_typed_files
 from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
-    SqlResult,
     check_read_only,
     execute,
     hidden_views,
     open_sandbox,
-    tables_read,
 )
 from serving_layer.snapshots import TableSnapshot
 
@@ -90,74 +86,20 @@ def answer(  # noqa: PLR0913 - keyword-only limits of one query
     """One request's reply: ``("ok", SqlResult)`` or ``(kind, message)`` with kind one of
     refused, error, timeout, unavailable; over the tables and rows ``access`` may read, their
     files in ``store`` (the lake's, sent with the request: nothing read from the environment)."""
-    started = time.monotonic()
     try:
         statement = check_read_only(sql, access)
+        con = _open(tables, store, memory_bytes, threads, access)
         try:
-            result = _execute(
-                statement,
-                tables,
-                access,
-                timeout_s,
-                (max_rows, max_bytes, memory_bytes, threads),
-                store=store,
+            result = execute(
+                con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s
             )
-        except SqlError as exc:
-            if not VIEW_TYPE_ERROR.search(str(exc)) or not _learn_view_files(
-                tables_read(statement, tables), store
-            ):
-                raise
-            # A file delta-rs rewrote: again, reading such files without filter pushdown.
-            left_s = max(timeout_s - (time.monotonic() - started), 0.001)
-            result = _execute(
-                statement,
-                tables,
-                access,
-                left_s,
-                (max_rows, max_bytes, memory_bytes, threads),
-                store=store,
-            )
+        finally:
+            con.close()
     except SqlError as exc:
         return _failure(_explained(exc, access))
     except Exception as exc:  # an Arrow error on a damaged file, say: an answer, not a crash
         return _failure(exc)
     return "ok", result
-
-
-# Files of the lake (immutable, their names unique) and whether they record Arrow view types;
-# at most this many remembered (then forgotten, oldest first, and read again when needed).
-_VIEW_FILES: dict[str, bool] = {}
-_VIEWED: set[str] = set()
-_MAX_KNOWN_FILES: Final = 200_000
-
-
-def _execute(
-    statement: str,
-    tables: Mapping[str, TableSnapshot],
-    access: Access | None,
-    timeout_s: float,
-    limits: tuple[int, int, int, int],
-    *,
-    store: ObjectStoreSettings,
-) -> SqlResult:
-    max_rows, max_bytes, memory_bytes, threads = limits
-    con = _open(tables, store, memory_bytes, threads, access)
-    try:
-        return execute(con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s)
-    finally:
-        con.close()
-
-
-def _learn_view_files(tables: list[TableSnapshot], store: ObjectStoreSettings) -> bool:
-    """Read the footers of ``tables``' files not seen yet (the tables the failed query can
-    read); whether any of them records view types."""
-    found = view_typed_files(tables, _VIEW_FILES, store)
-    _VIEW_FILES.update(found)
-    _VIEWED.update(f for f, viewed in found.items() if viewed)
-    while len(_VIEW_FILES) > _MAX_KNOWN_FILES:
-        _VIEWED.discard(next(iter(_VIEW_FILES)))
-        del _VIEW_FILES[next(iter(_VIEW_FILES))]
-    return any(found.values())
 
 
 def _explained(exc: SqlError, access: Access | None) -> SqlError:
@@ -194,7 +136,6 @@ def _open(
             memory_limit_bytes=memory_bytes,
             threads=threads,
             access=access,
-            view_files=_VIEWED,
         )
     except MemoryError:
         raise _OpenFailedError(

@@ -22,7 +22,6 @@ from serving_layer.sandbox.database import (
     SqlError,
     SqlRefusedError,
     check_read_only,
-    tables_read,
 )
 from serving_layer.sandbox.functions import (
     ALLOWED_FUNCTIONS,
@@ -447,16 +446,3 @@ def test_catalog_tables_never_reach_a_worker(pool: SqlPool, snapshot: LakeSnapsh
         with pytest.raises(SqlRefusedError, match="is not allowed"):
             pool.run(sql, snapshot, access=analyst)
     assert pool.stats().queries == 0
-
-
-def test_a_failed_query_learns_the_footers_of_the_tables_it_reads_only() -> None:
-    """What the worker reads footers of when a query fails on a file delta-rs rewrote: not the
-    raw events unless the query names them (the largest table)."""
-    tables = {view: view for view in ("events", "rejected", "ctr_batch", "ctr_speed", "drift")}
-    assert tables_read("SELECT * FROM drift", tables) == ["drift"]
-    assert tables_read("EXPLAIN WITH d AS (FROM drift) FROM d", tables) == ["drift"]
-    assert tables_read("SELECT count(*) FROM ctr", tables) == [
-        "ctr_batch",
-        "ctr_speed",
-        "drift",
-    ]
