@@ -41,6 +41,7 @@ machine, random ids and dimensions).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from dataclasses import dataclass
 from typing import Final
 
@@ -60,6 +61,19 @@ EVENTS_SCHEMA: Final = pa.schema(
         ("impression", pa.int64()),  # 64-bit hash of impression_id
         ("event_type", pa.string()),
         ("event_ms", pa.int64()),  # event time, epoch milliseconds
+        *((d, pa.string()) for d in DIMENSIONS),
+    ]
+)
+# The state as a table (a snapshot, speed_layer.state): each open impression with its bucket and
+# its chunk within the bucket (oldest first), in the chunk's order; restoring it gives an
+# Attribution that attributes every later click as the original would.
+SNAPSHOT_SCHEMA: Final = pa.schema(
+    [
+        ("bucket_ms", pa.int64()),
+        ("chunk", pa.int32()),
+        ("impression", pa.int64()),
+        ("event_ms", pa.int64()),
+        ("clicked", pa.bool_()),
         *((d, pa.string()) for d in DIMENSIONS),
     ]
 )
@@ -129,6 +143,51 @@ class Attribution:
         clicks = on_time & _is(events, "click")
         self._add(events.filter(pa.array(impressions)))
         return self._attribute(events.filter(pa.array(clicks)))
+
+    def to_table(self) -> pa.Table:
+        """The open impressions as a :data:`SNAPSHOT_SCHEMA` table (:meth:`from_table`)."""
+        parts = []
+        for start, chunks in sorted(self._buckets.items()):
+            for index, chunk in enumerate(chunks):
+                n = len(chunk.hashes)
+                dims = chunk.dims.take(pa.array(chunk.keys))
+                parts.append(
+                    pa.table(
+                        {
+                            "bucket_ms": pa.array(np.full(n, start, np.int64)),
+                            "chunk": pa.array(np.full(n, index, np.int32)),
+                            "impression": pa.array(chunk.hashes),
+                            "event_ms": pa.array(chunk.times),
+                            "clicked": pa.array(chunk.clicked),
+                            **{d: dims[d] for d in DIMENSIONS},
+                        }
+                    ).cast(SNAPSHOT_SCHEMA)
+                )
+        return pa.concat_tables(parts) if parts else SNAPSHOT_SCHEMA.empty_table()
+
+    @classmethod
+    def from_table(cls, table: pa.Table, window: dt.timedelta) -> Attribution:
+        """The attribution :meth:`to_table` saved (``window``: the attribution window)."""
+        restored = cls(window)
+        if table.num_rows == 0:
+            return restored
+        buckets = _numpy(table["bucket_ms"])
+        indices = _numpy(table["chunk"])
+        # Rows come chunk by chunk, in order: a new chunk starts where (bucket, chunk) changes.
+        change = np.flatnonzero((np.diff(buckets) != 0) | (np.diff(indices) != 0)) + 1
+        bounds = [0, *change.tolist(), table.num_rows]
+        for begin, end in itertools.pairwise(bounds):
+            rows = table.slice(begin, end - begin)
+            dims, keys = _distinct(rows.select(list(DIMENSIONS)))
+            chunk = _Chunk(
+                hashes=_numpy(rows["impression"]),
+                times=_numpy(rows["event_ms"]),
+                keys=keys,
+                clicked=np.asarray(rows["clicked"].to_numpy(zero_copy_only=False), np.bool_),
+                dims=dims,
+            )
+            restored._buckets.setdefault(int(buckets[begin]), []).append(chunk)
+        return restored
 
     def expire(self, open_from_ms: int) -> None:
         """Forget the impressions of the buckets before ``open_from_ms`` (closed)."""

@@ -212,6 +212,7 @@ class SpeedBatchWriter:
             query=query,
             window=ATTRIBUTION,
             previous=dict(self._state_batches),
+            snapshot_every=self.settings.state_snapshot_batches,
         )
         clock.lap("plan")
         # One Spark job, a task per core: each counts, attributes and writes its share; only
@@ -242,7 +243,7 @@ class SpeedBatchWriter:
         totals = {
             name: sum(int(s[name]) for s in summaries)
             for name in ("records", "invalid", "events", "view_rows", "open_impressions",
-                         "state_files_read")
+                         "state_files_read", "state_snapshots")
         }  # fmt: skip
         self.phases.record(batch_id, {**totals, "result_bytes": answers.nbytes, **clock.ms})
         self.watermarks[batch_id] = plan.watermark_ms

@@ -41,6 +41,11 @@ class SpeedSettings(BaseSettings):
     # Hours of versions of speed/ctr and speed/late kept for as-of queries (log entries and
     # data files).
     vacuum_retention_hours: float = Field(default=48.0, ge=0)
+    # Micro-batches that change a partition's attribution state between two snapshots of it:
+    # a cold start (a new executor, a driver on another host) reads one snapshot and at most
+    # this many change files per partition; a snapshot writes the partition's open
+    # impressions (about 30 bytes each).
+    state_snapshot_batches: int = Field(default=120, ge=1)
 
     @property
     def watermark_ms(self) -> int:

@@ -64,6 +64,8 @@ class MicroBatch:
     # Per Kafka partition, the last micro-batch that changed its state, as far as the driver
     # knows (a partition not named: the task finds out).
     previous: dict[int, int] = field(default_factory=dict)
+    # Change files between two snapshots of a partition's state (SpeedSettings).
+    snapshot_every: int = state.SNAPSHOT_EVERY
 
     @property
     def open_from_ms(self) -> int:
@@ -160,7 +162,7 @@ def _attribute(events: pa.Table, plan: MicroBatch) -> tuple[pa.Table, dict[str, 
     distinct = sorted(pc.unique(partitions).to_pylist())
     increments = []
     changed: dict[str, int] = {}
-    held = files_read = 0
+    held = files_read = snapshots = 0
     for partition in distinct:
         one = len(distinct) == 1
         rows = events if one else events.filter(pc.equal(partitions, partition))
@@ -174,14 +176,21 @@ def _attribute(events: pa.Table, plan: MicroBatch) -> tuple[pa.Table, dict[str, 
             plan.open_from_ms,
             plan.previous.get(int(partition)),
             plan.window,
+            snapshot_every=plan.snapshot_every,
         )
         increments.append(done.increments)
         held += done.open_impressions
         files_read += done.files_read
+        snapshots += done.snapshotted
         if done.saved:
             changed[str(partition)] = plan.batch_id
     table = pa.concat_tables(increments) if increments else INCREMENTS_SCHEMA.empty_table()
-    return table, {"state": changed, "open_impressions": held, "state_files_read": files_read}
+    return table, {
+        "state": changed,
+        "open_impressions": held,
+        "state_files_read": files_read,
+        "state_snapshots": snapshots,
+    }
 
 
 def with_attribution(view: pa.Table, increments: pa.Table) -> pa.Table:
