@@ -142,7 +142,7 @@ def _run(kafka: KafkaSettings, work: Path, environ: Mapping[str, str]) -> dict[s
             producer.flush()
         # The stopped job's last report says it had caught up: without it, drain() waits for
         # the restarted job's own reports (its start can outlast the settle time).
-        speed_status_path(lake).unlink(missing_ok=True)
+        Path(speed_status_path(lake)).unlink(missing_ok=True)  # a local lake
         job = _restart(env, work)
         drain(lake, job, timeout_s=900, settle_s=30)
         backlog = backlog_figures(work / "speed-backlog.log", work / "spark-events")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import orjson
 
@@ -153,7 +154,7 @@ def wait_for_status(
     lake: LakeSettings, job: subprocess.Popen[bytes], producer: EventProducer,
     generator: TrafficGenerator,
 ) -> None:  # fmt: skip
-    status = speed_status_path(lake)
+    status = Path(speed_status_path(lake))  # the benchmark's lake is local
     deadline = time.monotonic() + 120
     while not status.exists():
         if job.poll() is not None or time.monotonic() > deadline:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
+from lake.checkpoints import Checkpoint
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.offsets import topic_offsets
-from runtime.streaming import committed_offsets
 
 
 def behind(ends: dict[int, int], committed: dict[int, int]) -> int:
@@ -40,7 +39,8 @@ def main() -> None:
     pending = list(args.jobs)
     while pending:
         for job in list(pending):
-            left = behind(ends, committed_offsets(Path(lake.checkpoint(job)), kafka.topic))
+            checkpoint = Checkpoint(lake.checkpoint(job), lake.object_store)
+            left = behind(ends, checkpoint.committed_offsets(kafka.topic))
             if left == 0:
                 print(f"demo: {job}: has read {kafka.topic} to its end")
                 pending.remove(job)

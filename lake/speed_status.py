@@ -1,9 +1,12 @@
-"""The speed job's health, as a small JSON file others read (`ctr speed status`, the API).
+"""The speed job's health, as a small JSON file others read (`ctr speed status`, the API, the
+alerts runner).
 
 Written by the streaming job after every micro-batch to ``{CHECKPOINT_ROOT}/speed.status.json``
-(replaced atomically, so a reader never sees half a file); its format, its writer and its one
-reader (:func:`read_status`: typed fields for the API, the whole record for `ctr speed status`
-and the benchmarks) live here together.
+(replaced atomically: a rename on a local disk, one PUT on an object store; a reader never sees
+half a file). With ``CHECKPOINT_ROOT`` on the object store, every API replica and the alerts
+runner read it from any host. Its format, its writer and its one reader (:func:`read_status`:
+typed fields for the API, the whole record for `ctr speed status` and the benchmarks) live here
+together.
 """
 
 from __future__ import annotations
@@ -13,17 +16,33 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lake.settings import LakeSettings
+from lake.storage import arrow_filesystem
 from runtime.streaming import StreamProgress
 
 STATUS_FILE = "speed.status.json"
 
 
-def speed_status_path(lake: LakeSettings) -> Path:
-    return lake.checkpoint_root / STATUS_FILE
+def speed_status_path(lake: LakeSettings) -> str:
+    """Where the status is: a local path, or an object-store URI."""
+    return f"{lake.checkpoint_root}/{STATUS_FILE}"
+
+
+def status_stamp(lake: LakeSettings) -> tuple[int, int] | None:
+    """The status file's modification time and size (None: there is none): what a reader
+    compares to know whether to read it again."""
+    import pyarrow.fs as pafs
+
+    filesystem, path = arrow_filesystem(speed_status_path(lake), lake.object_store)
+    try:
+        info = filesystem.get_file_info(path)
+    except OSError:
+        return None
+    if info.type != pafs.FileType.File:
+        return None
+    return (info.mtime_ns or 0, info.size or 0)
 
 
 def write_status(
@@ -53,11 +72,24 @@ def write_status(
         # Where the batch's time went, in milliseconds (`ctr speed status` shows them).
         "phases_ms": phases or {},
     }
-    path = speed_status_path(lake)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_suffix(f".{os.getpid()}.tmp")
-    scratch.write_text(json.dumps(status, indent=2))
-    scratch.replace(path)
+    _replace(lake, json.dumps(status, indent=2).encode())
+
+
+def _replace(lake: LakeSettings, data: bytes) -> None:
+    """The status file replaced by ``data`` in one step."""
+    import pyarrow.fs as pafs
+
+    filesystem, path = arrow_filesystem(speed_status_path(lake), lake.object_store)
+    if not isinstance(filesystem, pafs.LocalFileSystem):
+        with filesystem.open_output_stream(path) as sink:  # one PUT: there or not at all
+            sink.write(data)
+        return
+    directory = os.path.dirname(path)
+    filesystem.create_dir(directory, recursive=True)
+    scratch = f"{path}.{os.getpid()}.tmp"
+    with filesystem.open_output_stream(scratch) as sink:
+        sink.write(data)
+    filesystem.move(scratch, path)
 
 
 def _invalid_total(previous: SpeedStatus | None, batch_id: int, invalid: int) -> int:
@@ -105,7 +137,9 @@ def read_status(lake: LakeSettings) -> SpeedStatus | None:
     """The last status the job wrote, or None if it never ran or the file is unreadable (it
     is advisory: half-written or from another version, no status rather than an error)."""
     try:
-        raw = json.loads(speed_status_path(lake).read_text())
+        filesystem, path = arrow_filesystem(speed_status_path(lake), lake.object_store)
+        with filesystem.open_input_stream(path) as source:
+            raw = json.loads(bytes(source.read()))
         return SpeedStatus(
             updated_at=_time(raw["updated_at"]) or dt.datetime.min.replace(tzinfo=dt.UTC),
             batch_id=_int(raw.get("batch_id")),

@@ -47,13 +47,14 @@ from events.records import EVENTS_SCHEMA, REJECTED_SCHEMA, one_task_per_core, pa
 from lake.append_table import AppendTable, Maintained
 from lake.arrivals import arrival_rows, arrivals_table
 from lake.catalog import MASTER_EVENTS, MASTER_REJECTED
+from lake.checkpoints import Checkpoint
 from lake.data_files import FILES_SCHEMA, DataFile, files_of, write_files
 from lake.settings import LakeSettings
 from master_dataset.settings import ArchiverSettings
 from runtime.connectors import ARCHIVER_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.object_store import ObjectStoreSettings
-from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive, query_id
+from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive
 from views.ctr import ctr_arrow
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class ArchiveBatchWriter:
     summed over the batch's tasks, which run side by side)."""
 
     def __init__(self, lake: LakeSettings, checkpoint: str, settings: ArchiverSettings) -> None:
-        self.checkpoint = checkpoint
+        self.checkpoint = Checkpoint(checkpoint, lake.object_store)
         self.settings = settings
         # The first pass a minute after the start (see Periodic), with a full VACUUM.
         self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
@@ -150,7 +151,7 @@ class ArchiveBatchWriter:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         clock = PhaseClock()
-        app_id = f"ctr-archiver-{query_id(self.checkpoint)}"
+        app_id = f"ctr-archiver-{self.checkpoint.query_id()}"
         events_due = not self.events.committed(app_id, batch_id)
         rejected_due = not self.rejected.committed(app_id, batch_id)
         # While a data table may still need the batch the job runs anyway, and the arrivals

@@ -1,9 +1,5 @@
-"""What the streaming jobs share: reading their checkpoints and their progress.
-
-Spark's checkpoint holds, per micro-batch, the offsets it reads and the batch's metadata (its
-event-time watermark and its timestamp) *before* the batch runs, so a replayed batch sees the
-same values. The jobs use them to make their writes deterministic.
-"""
+"""What the streaming jobs share: their progress, its phases, and the loop that drives them.
+(Their checkpoints, as the jobs read them: :mod:`lake.checkpoints`.)"""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import CtrError, reason_in
@@ -113,43 +108,6 @@ class StreamProgress:
     durations_ms: dict[str, int] = field(default_factory=dict)
     # The job's own phases of the batch (its writes...), when it reports them.
     phases_ms: dict[str, int] = field(default_factory=dict)
-
-
-def query_id(checkpoint: str) -> str:
-    """The query's id, kept in its checkpoint: a fresh checkpoint is a new application."""
-    metadata = json.loads((Path(checkpoint) / "metadata").read_text())
-    return str(metadata["id"])
-
-
-def _offset_log_entry(checkpoint: str | Path, batch_id: int) -> list[str]:
-    """``offsets/N``: a version line, the batch metadata, then one JSON line per source."""
-    lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
-    if len(lines) < 2 or not lines[0].startswith("v"):
-        raise ValueError(f"unexpected offset log entry {checkpoint}/offsets/{batch_id}")
-    return lines
-
-
-def batch_metadata(checkpoint: str, batch_id: int) -> BatchMetadata:
-    """The offset log entry of ``batch_id`` (written before the batch runs)."""
-    metadata = json.loads(_offset_log_entry(checkpoint, batch_id)[1])
-    return BatchMetadata(
-        batch_id=batch_id,
-        watermark_ms=int(metadata.get("batchWatermarkMs", 0)),
-        timestamp_ms=int(metadata.get("batchTimestampMs", 0)),
-    )
-
-
-def committed_offsets(checkpoint: str | Path, topic: str) -> dict[int, int]:
-    """Next offset per partition of ``topic`` after the checkpoint's last committed batch
-    (``commits/N`` done; ``offsets/N`` what it read); empty if none committed yet."""
-    commits = [int(p.name) for p in (Path(checkpoint) / "commits").glob("*") if p.name.isdigit()]
-    if not commits:
-        return {}
-    for line in _offset_log_entry(checkpoint, max(commits))[2:]:
-        offsets = json.loads(line) if line.strip().startswith("{") else {}
-        if topic in offsets:
-            return {int(partition): int(next_) for partition, next_ in offsets[topic].items()}
-    return {}
 
 
 def parse_progress(progress: dict[str, Any]) -> StreamProgress:

@@ -30,7 +30,7 @@ from deltalake.exceptions import DeltaError
 
 from lake.catalog import SERVED, Table
 from lake.settings import LakeSettings
-from lake.speed_status import SpeedStatus, read_status, speed_status_path
+from lake.speed_status import SpeedStatus, read_status, status_stamp
 from lake.storage import arrow_filesystem, open_delta, store_path
 from runtime.object_store import ObjectStoreSettings
 from runtime.times import EPOCH
@@ -81,7 +81,7 @@ class LakeSnapshot:
     # Where the tables' files are (a local lake: never asked): the SQL sandbox's workers read
     # them with it.
     store: ObjectStoreSettings
-    status_stamp: int | None = None
+    status_stamp: tuple[int, int] | None = None
 
     def __getitem__(self, table: str | Table) -> TableSnapshot:
         """A table's snapshot, by the catalog's :class:`~lake.catalog.Table` or its name."""
@@ -233,11 +233,8 @@ class SnapshotSource:
             tables = dict(zip(names, readers.map(read, names), strict=True))
         else:
             tables = {name: read(name) for name in names}
-        status_path = speed_status_path(self.lake)
-        try:
-            stamp: int | None = status_path.stat().st_mtime_ns
-        except OSError:
-            stamp = None
+        # One HEAD (a stat on a local disk) per refresh: the file is read only when it changed.
+        stamp = status_stamp(self.lake)
         if previous is not None and stamp == previous.status_stamp:
             status = previous.status
         else:

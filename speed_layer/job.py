@@ -43,11 +43,11 @@ import functools
 import json
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from events.records import one_task_per_core
 from lake.catalog import SPEED_CTR, SPEED_LATE
+from lake.checkpoints import Checkpoint
 from lake.coverage.log import read_runs
 from lake.data_files import files_of
 from lake.registry import read_registry
@@ -62,9 +62,7 @@ from runtime.streaming import (
     PhaseClock,
     RecentPhases,
     StreamProgress,
-    batch_metadata,
     drive,
-    query_id,
 )
 from runtime.times import EPOCH
 from speed_layer import state
@@ -111,7 +109,7 @@ def build_query(
     """Start the speed query (it runs until stopped, or until caught up if available_now)."""
     checkpoint = lake.checkpoint(settings.checkpoint_name)
     writer = writer or SpeedBatchWriter(lake, checkpoint, settings)
-    _check_fresh_start(lake, checkpoint)
+    _check_fresh_start(lake, Checkpoint(checkpoint, lake.object_store))
     raw = read_kafka(
         spark,
         kafka,
@@ -133,15 +131,16 @@ def build_query(
     return stream.start()
 
 
-def _check_fresh_start(lake: LakeSettings, checkpoint: str) -> None:
+def _check_fresh_start(lake: LakeSettings, checkpoint: Checkpoint) -> None:
     """A new checkpoint re-reads the log from the start: refuse to add that to old counts."""
 
     path = SPEED_CTR.path(lake)
-    if (Path(checkpoint) / "metadata").exists() or not is_delta(path, lake.object_store):
+    if checkpoint.exists() or not is_delta(path, lake.object_store):
         return
     if open_delta(path, lake.object_store).to_pyarrow_dataset().head(1).num_rows:
         raise SpeedStateError(
-            f"{path} holds counts but the speed checkpoint {checkpoint} is missing, so the job "
+            f"{path} holds counts but the speed checkpoint {checkpoint.location} is missing "
+            "(on this host, if CHECKPOINT_ROOT is a local folder), so the job "
             "would count the retained log again; run `ctr speed --reset` to rebuild speed/ctr "
             "from the log (the batch layer is unaffected)"
         )
@@ -162,7 +161,7 @@ class SpeedBatchWriter:
             SPEED_LATE.path(lake), store, SPEED_LATE.schema, retention_hours=retention
         )
         self.lake = lake
-        self.checkpoint = checkpoint
+        self.checkpoint = Checkpoint(checkpoint, lake.object_store)
         self.settings = settings
         self.late_events = 0  # since this process started
         # The attribution's state, per Kafka partition (speed_layer.state), and the last batch
@@ -187,9 +186,9 @@ class SpeedBatchWriter:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         clock = PhaseClock()
-        query = query_id(self.checkpoint)
+        query = self.checkpoint.query_id()
         app_id = f"ctr-speed-{query}"
-        metadata = batch_metadata(self.checkpoint, batch_id)
+        metadata = self.checkpoint.batch_metadata(batch_id)
         if self.ctr.rewrite is None:  # the roll-ups' and compactions' rewrites: Spark tasks
             self.ctr.rewrite = spark_rewrite(batch.sparkSession)
         if self._watermark_ms is None:
@@ -332,15 +331,14 @@ class SpeedBatchWriter:
 
 
 def reset(lake: LakeSettings, settings: SpeedSettings) -> None:
-    """Forget the speed job's progress: empty speed/ctr and speed/late, delete the checkpoint."""
-    import shutil
-
+    """Forget the speed job's progress: empty speed/ctr and speed/late, delete the checkpoint
+    (the attribution state with it)."""
     retention = settings.vacuum_retention_hours
     for table in (SPEED_CTR, SPEED_LATE):
         SpeedTable(
             table.path(lake), lake.object_store, table.schema, retention_hours=retention
         ).reset()
-    shutil.rmtree(lake.checkpoint(settings.checkpoint_name), ignore_errors=True)
+    Checkpoint(lake.checkpoint(settings.checkpoint_name), lake.object_store).delete()
 
 
 def run(

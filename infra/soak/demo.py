@@ -88,16 +88,20 @@ class Demo:
 
     def lags(self) -> dict[str, int | None]:
         from infra.demo_drain import behind
+        from lake.checkpoints import Checkpoint
         from runtime.kafka_settings import KafkaSettings
+        from runtime.object_store import ObjectStoreSettings
         from runtime.offsets import topic_offsets
-        from runtime.streaming import committed_offsets
 
         kafka = KafkaSettings.from_environ(self.env)  # the demo's broker and its credentials
+        local = ObjectStoreSettings(lake_root="")  # the soak's checkpoints are a local folder
         try:
             ends = {o.partition: o.latest for o in topic_offsets(kafka, kafka.topic, timeout_s=5)}
         except Exception:  # the broker between a kill and its restart
             return {"archiver": None, "speed": None}
         return {
-            job: behind(ends, committed_offsets(self.checkpoints / job, kafka.topic))
+            job: behind(
+                ends, Checkpoint(str(self.checkpoints / job), local).committed_offsets(kafka.topic)
+            )
             for job in ("archiver", "speed")
         }

@@ -173,10 +173,12 @@ def _members(pgid: int) -> list[str]:
 
 def test_drain_compares_the_last_committed_offsets_with_the_topic_end(tmp_path: Path) -> None:
     from infra.demo_drain import behind
-    from runtime.streaming import committed_offsets
+    from lake.checkpoints import Checkpoint
+    from runtime.object_store import ObjectStoreSettings
 
     checkpoint = tmp_path / "archiver"
-    assert committed_offsets(checkpoint, "ad-events") == {}  # not started yet: nothing read
+    local = Checkpoint(str(checkpoint), ObjectStoreSettings(lake_root=""))
+    assert local.committed_offsets("ad-events") == {}  # not started yet: nothing read
     for batch, offsets in ((4, {"0": 10, "1": 7}), (5, {"0": 12, "1": 9})):
         (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
         (checkpoint / "offsets" / str(batch)).write_text(
@@ -185,7 +187,7 @@ def test_drain_compares_the_last_committed_offsets_with_the_topic_end(tmp_path: 
     (checkpoint / "commits").mkdir()
     (checkpoint / "commits" / "4").write_text("v1\n{}")  # batch 5 planned, not committed
 
-    committed = committed_offsets(checkpoint, "ad-events")
+    committed = local.committed_offsets("ad-events")
 
     assert committed == {0: 10, 1: 7}
     assert behind({0: 12, 1: 9, 2: 3}, committed) == 2 + 2 + 3

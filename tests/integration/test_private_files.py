@@ -87,7 +87,7 @@ def test_the_cli_closes_the_lake_and_the_run_directory(open_dir: Path) -> None:
     run_dir = open_dir / "run"
     old = os.umask(0o022)
     try:  # as an earlier version left them: open folders, readable files
-        for folder in (Path(str(lake.lake_root)), lake.checkpoint_root, run_dir):
+        for folder in (Path(str(lake.lake_root)), Path(str(lake.checkpoint_root)), run_dir):
             folder.mkdir(mode=0o755)
         (run_dir / "api-token").write_text("secret")
         (run_dir / "kafka" / "ad-events-0").mkdir(parents=True)
@@ -103,7 +103,7 @@ def test_the_cli_closes_the_lake_and_the_run_directory(open_dir: Path) -> None:
         check=False,
     )
     assert created.returncode == 0, created.stderr
-    for root in (Path(str(lake.lake_root)), lake.checkpoint_root, run_dir / "kafka"):
+    for root in (Path(str(lake.lake_root)), Path(str(lake.checkpoint_root)), run_dir / "kafka"):
         assert stat.S_IMODE(root.stat().st_mode) == 0o700, root
     # Not listed by others, passed through: to the private PostgreSQL's folder (its own to set).
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o711

@@ -1,6 +1,8 @@
 """The lake on a real S3-compatible server (SeaweedFS, started as `ctr s3 up` starts it): the
 pipeline end to end through the `ctr` entry points (produce -> archive -> batch -> speed -> the
-API), whose answers equal the local-disk run's on the same events exactly; the SQL sandbox reads
+API), with the streaming jobs' checkpoints, the attribution state and the speed job's status on
+the server too, whose answers equal the local-disk run's on the same events exactly; the SQL
+sandbox reads
 the views there and nothing else; and the tables with two writing processes stay whole under
 conflicting commits (delta-rs' conditional writes)."""
 
@@ -76,10 +78,10 @@ def ctr(env: dict[str, str], *args: str, timeout: float = 300) -> str:
 
 
 @contextlib.contextmanager
-def serving(env: dict[str, str]) -> Iterator[httpx.Client]:
-    """`ctr serve` on a free port; a client with the token."""
+def serving(env: dict[str, str], logs: Path) -> Iterator[httpx.Client]:
+    """`ctr serve` on a free port (its log under ``logs``); a client with the token."""
     port = free_port()
-    log = Path(env["CHECKPOINT_ROOT"]).with_name(f"api-{port}.log")
+    log = logs / f"api-{port}.log"
     with log.open("w") as out:
         process = subprocess.Popen(
             [CTR, "serve", "--port", str(port)],
@@ -129,13 +131,17 @@ def answers(client: httpx.Client) -> dict[str, object]:
     return found
 
 
-def run_pipeline(env: dict[str, str]) -> dict[str, object]:
-    """archive -> batch (the first hour) -> speed -> the API's answers."""
+def run_pipeline(env: dict[str, str], logs: Path) -> dict[str, object]:
+    """archive -> batch (the first hour) -> speed -> the API's answers (with the speed job's
+    freshness)."""
     ctr(env, "archive", "--available-now")
     ctr(env, "batch", "--start", _iso(H0), "--end", _iso(H1))
     ctr(env, "speed", "--available-now")
-    with serving(env) as client:
-        return answers(client)
+    with serving(env, logs) as client:
+        found = answers(client)
+        freshness = client.get("/api/v1/ctr", params={"granularity": "all"}).json()["freshness"]
+        found["speed reported"] = freshness["latest_speed_bucket"] is not None
+        return found
 
 
 def send_events(topics: KafkaSettings) -> None:
@@ -166,12 +172,15 @@ def test_the_pipeline_on_s3_answers_exactly_as_on_local_disk(
         "CHECKPOINT_ROOT": str(tmp_path / "ck-local"),
     }
     prefix = f"lake-{uuid.uuid4().hex[:8]}"
-    remote = {**common, **s3_lake_env(s3, prefix), "CHECKPOINT_ROOT": str(tmp_path / "ck-s3")}
+    remote = {**common, **s3_lake_env(s3, prefix)}
+    # Issue 67: the checkpoints on the store too (a driver on another host finds them).
+    remote["CHECKPOINT_ROOT"] = f"s3://{s3.settings.bucket}/{prefix}-checkpoints"
 
-    on_disk = run_pipeline(local)
-    on_s3 = run_pipeline(remote)
+    on_disk = run_pipeline(local, tmp_path)
+    on_s3 = run_pipeline(remote, tmp_path)
 
     assert on_s3 == on_disk
+    assert on_s3["speed reported"]
     everything: Any = on_disk["all"]
     assert not everything[1]
     assert everything[0][0]["impressions"] > 3000  # the events were there to compare
@@ -188,7 +197,19 @@ def test_the_pipeline_on_s3_answers_exactly_as_on_local_disk(
                   "speed/ctr"):  # fmt: skip
         log = store.get_file_info(pafs.FileSelector(f"ctr-test/{prefix}/{table}/_delta_log"))
         assert any(info.base_name.endswith(".json") for info in log), table
-    assert not any(Path(remote["CHECKPOINT_ROOT"]).glob("**/_delta_log"))
+    # The checkpoints, the attribution state and the status are in the bucket, under
+    # CHECKPOINT_ROOT; nothing of them on this disk.
+    checkpoints = f"ctr-test/{prefix}-checkpoints"
+    kept = {
+        info.path.removeprefix(checkpoints + "/")
+        for info in store.get_file_info(pafs.FileSelector(checkpoints, recursive=True))
+    }
+    for job in ("archiver", "speed"):
+        assert f"{job}/metadata" in kept
+        assert any(k.startswith(f"{job}/commits/") for k in kept), job
+    assert "speed.status.json" in kept
+    assert any(k.startswith("speed/attribution/partition=") for k in kept)
+    assert not (tmp_path / "s3:").exists()
 
 
 def test_the_sql_sandbox_reads_the_views_on_s3_and_nothing_else(
@@ -198,7 +219,7 @@ def test_the_sql_sandbox_reads_the_views_on_s3_and_nothing_else(
     has none: no table function, secret or path reaches the bucket from SQL."""
     env = {**kafka_env, **s3_lake_env(s3, f"sandbox-{uuid.uuid4().hex[:8]}")}
     env["CHECKPOINT_ROOT"] = str(tmp_path / "ck")
-    with serving(env) as client:
+    with serving(env, tmp_path) as client:
         probes = [
             f"SELECT * FROM read_parquet('s3://{s3.settings.bucket}/**/*.parquet')",
             f"SELECT * FROM read_text('s3://{s3.settings.bucket}/x')",

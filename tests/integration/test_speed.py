@@ -21,7 +21,7 @@ import batch_layer.job
 import speed_layer.tasks
 from events.model import Event, validate
 from lake.settings import LakeSettings
-from lake.speed_status import read_status
+from lake.speed_status import read_status, speed_status_path
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import Periodic, StreamProgress
 from speed_layer.job import SpeedStateError, reset, run
@@ -333,7 +333,7 @@ def test_sigkill_and_restart_never_count_a_bucket_twice(
     got = +got  # drop zero counts
     assert sum(expected.values()) > 5000
     assert got == expected
-    status = json.loads((lake.checkpoint_root / "speed.status.json").read_text())
+    status = json.loads(Path(speed_status_path(lake)).read_text())
     assert status["offsets_behind"] == 0
 
 

@@ -338,7 +338,7 @@ def test_the_speed_job_prunes_what_the_published_version_covers(lake: LakeSettin
     from speed_layer.job import SpeedBatchWriter
     from speed_layer.settings import SpeedSettings
 
-    writer = SpeedBatchWriter(lake, str(lake.checkpoint_root / "speed"), SpeedSettings())
+    writer = SpeedBatchWriter(lake, lake.checkpoint("speed"), SpeedSettings())
     writer.ctr.append(rows((0, "a", 5, 1), (1, "a", 3, 0), (3, "b", 2, 0)), app_id=APP, version=0)
     coverage = [
         {"run_id": "r", "view": view, "interval_start": start, "interval_end": end,

@@ -81,3 +81,32 @@ def test_the_object_store_is_where_the_lake_is(monkeypatch: pytest.MonkeyPatch) 
     assert replay.object_store.lake_root == "s3://bucket/lake/replays/ctr_v2"
     assert replay.object_store.lake_root == replay.lake_root
     assert remote.object_store.lake_root == "s3://bucket/lake"  # the lake itself unchanged
+
+
+def test_checkpoints_on_the_object_store_are_where_every_host_finds_them() -> None:
+    """Issue 67: CHECKPOINT_ROOT=s3://… was taken as a local folder named ``s3:`` under the
+    working directory (the driver died: mkdir of file:…/s3:/bucket/checkpoints failed)."""
+    lake = LakeSettings(lake_root="s3://bucket/lake", checkpoint_root="s3a://bucket/ck/")
+    assert lake.checkpoints_on_object_store
+    assert lake.checkpoint("speed") == "s3://bucket/ck/speed"
+    assert lake.under("replays", "v2").checkpoint("speed") == "s3://bucket/ck/replays/v2/speed"
+    assert LakeSettings(lake_root="/l", checkpoint_root="file:///tmp/ck").checkpoint("a") == (
+        "/tmp/ck/a"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lake_root", "checkpoint_root", "message"),
+    [
+        ("s3://b/lake", "gs://b/ck", "CHECKPOINT_ROOT: a local folder or an S3-compatible store"),
+        ("hdfs://nn/lake", "/tmp/ck", "LAKE_ROOT: a local folder or an S3-compatible store"),
+        ("/tmp/lake", "s3://b/ck", "the checkpoints go on the lake's store"),
+    ],
+)
+def test_a_root_the_platform_cannot_use_is_refused(
+    lake_root: str, checkpoint_root: str, message: str
+) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=message):
+        LakeSettings(lake_root=lake_root, checkpoint_root=checkpoint_root)
