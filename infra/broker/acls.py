@@ -99,20 +99,27 @@ def apply_grants(
 def apply_bindings(
     admin: KafkaSettings, wanted: list[AclBinding], *, timeout_s: float = 30.0
 ) -> None:
-    """Create the ACLs ``wanted`` through ``admin`` (see :func:`apply_grants`)."""
+    """Create the ACLs ``wanted`` through ``admin`` (see :func:`apply_grants`). A controller
+    that does not answer in time (a broker just restarted, a busy machine) is asked again
+    until ``timeout_s`` has passed: creating an ACL that exists is a no-op."""
     client = admin_client(admin)
-    try:
-        for future in client.create_acls(wanted, request_timeout=timeout_s).values():
-            future.result()
-    except KafkaException as exc:
-        error = exc.args[0]
-        if error.code() == KafkaError.SECURITY_DISABLED:
-            raise BrokerError(
-                f"the running cluster has no authorizer ({error.str()}): it was started by an "
-                "earlier version, without ACLs; restart it (`ctr kafka down`, then `ctr kafka "
-                "up`: its data stays) to turn them on"
-            ) from None
-        raise BrokerError(f"creating the cluster's ACLs failed: {error}") from None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            for future in client.create_acls(wanted, request_timeout=timeout_s).values():
+                future.result()
+            break
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.SECURITY_DISABLED:
+                raise BrokerError(
+                    f"the running cluster has no authorizer ({error.str()}): it was started by "
+                    "an earlier version, without ACLs; restart it (`ctr kafka down`, then `ctr "
+                    "kafka up`: its data stays) to turn them on"
+                ) from None
+            if not _worth_again(error) or time.monotonic() > deadline:
+                raise BrokerError(f"creating the cluster's ACLs failed: {error}") from None
+            time.sleep(0.5)
     # The controller has committed them; each broker applies them as it reads the metadata log.
     deadline = time.monotonic() + timeout_s
     pending = list(wanted)
@@ -122,6 +129,22 @@ def apply_bindings(
             raise BrokerError(f"the cluster's ACLs were not applied within {timeout_s:g} s")
         if pending:
             time.sleep(0.1)
+
+
+# The controller or the broker was not there in time: asked again.
+_AGAIN: Final = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_CONTROLLER,
+    }
+)
+
+
+def _worth_again(error: KafkaError) -> bool:
+    return bool(error.retriable()) or error.code() in _AGAIN
 
 
 def _applied(client: AdminClient, wanted: AclBinding, timeout_s: float) -> bool:

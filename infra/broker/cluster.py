@@ -193,7 +193,8 @@ class LocalKafka:
         and the roles' env files."""
         admin = self.client_settings(layout)
         self.logins.complete_users(admin, credentials)
-        apply_grants(admin, credentials, platform_grants(self.kafka))
+        # A node just restarted on a busy machine: its controller may take a while to answer.
+        apply_grants(admin, credentials, platform_grants(self.kafka), timeout_s=120.0)
         self.logins.write_client_files(admin, credentials)
 
     def _wait_ready(self, layout: Layout, pids: dict[int, int | None]) -> None:

@@ -161,6 +161,8 @@ def send_events(topics: KafkaSettings) -> None:
         assert producer.flush(60) == 0
 
 
+# The pipeline twice (local disk, then S3): about 3 minutes on a quiet machine, 5 under load.
+@pytest.mark.timeout(900)
 def test_the_pipeline_on_s3_answers_exactly_as_on_local_disk(
     s3: LocalS3, topics: KafkaSettings, kafka_env: dict[str, str], tmp_path: Path
 ) -> None:
