@@ -89,6 +89,16 @@ def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def python_archive() -> Path:
+    """The packed environment a cluster's executors run (`make python-archive`): built here when
+    the code or the dependencies changed since (minutes for new dependencies, seconds for new
+    code), else as it is."""
+    from infra.python_archive import PythonArchiveSettings, build
+
+    return build(PythonArchiveSettings()).path
+
+
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeSettings:
     return new_lake(tmp_path)
