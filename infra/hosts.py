@@ -19,7 +19,11 @@ group of its own, so a test stops it or SIGKILLs it by pid or pgid). On a host:
 Hosts share the machine's network (loopback included): they reach Kafka, the object store, a
 Spark master and each other over it, as hosts reach each other over a network; the test
 session's broker and S3 server listen on 127.0.0.1, which a network namespace of its own would
-cut a host off from. What a host cannot do is read another's files.
+cut a host off from. Each host has an address of its own on it, ``127.0.0.N`` (the machine keeps
+127.0.0.1), which its processes bind and advertise (``SPARK_LOCAL_IP``): Spark takes executors
+with the same address for one machine and reads their shuffle files from its own disk
+(``spark.shuffle.readHostLocalDisk``), which two hosts do not share. What a host cannot do is
+read another's files.
 
 Each process writes its output to ``<base>/<host>/logs/<name>.log``, opened by the harness
 outside the host. Needs root (CAP_SYS_ADMIN), ``unshare``, ``nsenter`` and ``mount``
@@ -57,6 +61,7 @@ OWN: Final = {Path("/tmp"): 0o1777, Path("/var/tmp"): 0o1777, Path("/dev/shm"): 
 # What a host process gets from the machine's environment (more only when the test says so).
 PASSED: Final = ("PATH", "JAVA_HOME", "LANG", "LC_ALL", "TZ")
 _READY_S: Final = 30.0
+_MAX_HOSTS: Final = 250  # 127.0.0.2 to 127.0.0.251
 
 
 class HostError(InfraError, RuntimeError):
@@ -131,6 +136,7 @@ class Layout:
     disk: Path
     bare: bool = False
     keep: tuple[Path, ...] = ()
+    address: str = "127.0.0.2"
 
     def hidden(self) -> list[Path]:
         """The machine's folders replaced by empty ones (tmpfs), none inside another."""
@@ -159,8 +165,10 @@ class Layout:
 
     def environ(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A host process's environment: the machine's :data:`PASSED` variables, the host's
-        HOME and TMPDIR, on a host with the checkout the machine's jar cache, then ``extra``."""
+        HOME, TMPDIR and address (SPARK_LOCAL_IP), on a host with the checkout the machine's
+        jar cache, then ``extra``."""
         env = {**self.machine.environ, "HOME": str(HOME), "TMPDIR": "/tmp"}
+        env["SPARK_LOCAL_IP"] = self.address
         if not self.bare:
             env["CTR_JAR_CACHE"] = str(self.machine.jar_cache)
         return {**env, **(extra or {})}
@@ -244,10 +252,22 @@ class Host:
         return self.layout.disk
 
     @property
+    def address(self) -> str:
+        """The host's own loopback address, what its processes bind and advertise."""
+        return self.layout.address
+
+    @property
     def python(self) -> Path:
         """The Python a host process runs: .venv's, or on a bare host the base interpreter."""
         machine = self.layout.machine
         return machine.python if self.layout.bare else machine.venv_python
+
+    def venv_command(self, name: str) -> Path:
+        """.venv's ``bin/<name>`` (``ctr``, ``spark-submit``, ``airflow``), on a host with the
+        checkout."""
+        if self.layout.bare:
+            raise HostError(f"host {self.name} is bare: it has no .venv, no {name}")
+        return self.layout.machine.venv_python.parent / name
 
     @property
     def spark_home(self) -> Path:
@@ -354,13 +374,16 @@ class Hosts:
 
     def host(self, name: str, *, bare: bool = False, keep: Sequence[Path] = ()) -> Host:
         """A new host ``name`` (bare: no checkout, no .venv; ``keep``: machine folders a bare
-        host keeps, read-only at the same path), started."""
+        host keeps, read-only at the same path), started, its address the next 127.0.0.N."""
         if name in self.hosts or not name.replace("-", "").isalnum():
             raise HostError(f"host name {name!r}: new, letters, digits and '-' only")
+        if len(self.hosts) >= _MAX_HOSTS:
+            raise HostError(f"at most {_MAX_HOSTS} hosts: one loopback address each")
         disk = self.base / name
         (disk / "home").mkdir(parents=True)
         (disk / "logs").mkdir()
-        layout = Layout(self.machine, disk, bare=bare, keep=tuple(keep))
+        address = f"127.0.0.{len(self.hosts) + 2}"
+        layout = Layout(self.machine, disk, bare=bare, keep=tuple(keep), address=address)
         host = Host(name, layout, _hold(layout))
         self.hosts[name] = host
         return host

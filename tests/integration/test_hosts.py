@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.broker import free_port
 from infra.hosts import HOME, Hosts
 from tests.support import ROOT
 from tests.support.hosts import new_hosts
@@ -52,6 +53,8 @@ def test_the_checkout_is_read_only_on_a_host(hosts: Hosts) -> None:
     assert "Read-only file system" in touched.stderr
     imported = host.run([str(host.python), "-c", "import lake; print(lake.__file__)"])
     assert imported.stdout.strip() == str(ROOT / "lake" / "__init__.py"), imported.stderr
+    ctr = host.run([str(host.venv_command("ctr")), "--help"])
+    assert ctr.returncode == 0, ctr.stderr
 
 
 def test_a_bare_host_has_spark_and_python_and_no_checkout(hosts: Hosts) -> None:
@@ -66,6 +69,26 @@ def test_a_bare_host_has_spark_and_python_and_no_checkout(hosts: Hosts) -> None:
     spark = bare.run(["ls", str(bare.spark_home / "python" / "lib")])
     assert "pyspark.zip" in spark.stdout.split()
     assert bare.run(["test", "-x", str(bare.spark_home / "bin" / "spark-class")]).returncode == 0
+
+
+def test_each_host_has_an_address_of_its_own_on_the_shared_network(hosts: Hosts) -> None:
+    """What a host's processes bind and advertise (SPARK_LOCAL_IP): another host reaches it."""
+    server, client = hosts.host("server"), hosts.host("client")
+    assert server.address != client.address
+    port = free_port()
+    serve = (
+        "import os, socket\n"
+        "address = (os.environ['SPARK_LOCAL_IP'], int(os.environ['PORT']))\n"
+        "with socket.create_server(address) as listener:\n"
+        "    print('listening', flush=True)\n"
+        "    listener.accept()[0].sendall(os.environ['SPARK_LOCAL_IP'].encode())\n"
+    )
+    listening = server.start("server", [str(server.python), "-c", serve], env={"PORT": str(port)})
+    wait_until(lambda: "listening" in listening.output(), timeout_s=30, what="it listens")
+    ask = f"import socket; print(socket.create_connection(('{server.address}', {port})).recv(99))"
+    answer = client.run([str(client.python), "-c", ask])
+    assert answer.stdout.strip() == repr(server.address.encode()), answer.stderr
+    assert listening.popen.wait(timeout=30) == 0
 
 
 def test_a_host_process_stops_with_its_group_and_its_log_is_read_outside(hosts: Hosts) -> None:

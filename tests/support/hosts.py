@@ -22,6 +22,7 @@ import pytest
 
 from infra.broker import free_port
 from infra.hosts import HOME, Host, HostProcess, Hosts, Machine, unavailable
+from runtime.jars import jar_dir
 from runtime.spark_settings import SparkSettings
 from tests.support.waiting import wait_until
 
@@ -52,12 +53,9 @@ class SparkCluster:
 
 
 def spark_env(host: Host) -> dict[str, str]:
-    """What Spark's scripts need on ``host``: its Spark, in the foreground, on loopback."""
-    return {
-        "SPARK_HOME": str(host.spark_home),
-        "SPARK_NO_DAEMONIZE": "1",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
+    """What Spark's scripts need on ``host``: its Spark, in the foreground (the host's address
+    is SPARK_LOCAL_IP already)."""
+    return {"SPARK_HOME": str(host.spark_home), "SPARK_NO_DAEMONIZE": "1"}
 
 
 def spark_cluster(
@@ -67,16 +65,19 @@ def spark_cluster(
     bare: bool = True,
     cores: int = 1,
     memory: str = "1g",
-    keep: Sequence[Path] = (),
+    keep: Sequence[Path] | None = None,
 ) -> SparkCluster:
     """A master on a host ``spark-master`` and ``workers`` workers on hosts ``spark-worker-N``
-    (bare by default: Spark and Python only, plus ``keep``), each with ``cores`` and
-    ``memory``; returned once every worker has registered."""
+    (bare by default: Spark and Python only, plus ``keep``, by default the S3 connector's jars
+    where the jobs' spark.executor.extraClassPath names them, as a cluster's image has them),
+    each with ``cores`` and ``memory``; returned once every worker has registered."""
+    if keep is None:
+        keep = [jar_dir("s3", hosts.machine.jar_cache)]
     master_host = hosts.host("spark-master", bare=bare)
     port = free_port()
-    url = f"spark://127.0.0.1:{port}"
+    url = f"spark://{master_host.address}:{port}"
     command = [str(master_host.spark_home / "bin" / "spark-class")]
-    command += ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+    command += ["org.apache.spark.deploy.master.Master", "--host", master_host.address]
     command += ["--port", str(port), "--webui-port", str(free_port())]
     master = master_host.start("master", command, env=spark_env(master_host))
     started = []
@@ -84,7 +85,7 @@ def spark_cluster(
     for n in range(workers):
         host = hosts.host(f"spark-worker-{n}", bare=bare, keep=keep)
         command = [str(host.spark_home / "bin" / "spark-class")]
-        command += ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1"]
+        command += ["org.apache.spark.deploy.worker.Worker", url, "--host", host.address]
         command += ["--cores", str(cores), "--memory", memory, "--webui-port", str(free_port())]
         command += ["--work-dir", str(HOME / "work")]
         started.append(host.start("worker", command, env=spark_env(host)))

@@ -88,12 +88,14 @@ def test_the_script_binds_what_it_keeps_before_it_hides_anything() -> None:
 
 
 def test_a_host_process_gets_the_host_s_home_and_only_what_it_is_given() -> None:
-    env = Layout(MACHINE, DISK).environ({"LAKE_ROOT": "s3://lake", "TMPDIR": "/tmp/x"})
+    layout = Layout(MACHINE, DISK, address="127.0.0.7")
+    env = layout.environ({"LAKE_ROOT": "s3://lake", "TMPDIR": "/tmp/x"})
     assert env == {
         "PATH": "/usr/bin:/bin",
         "JAVA_HOME": "/usr/lib/jvm/java-17",
         "HOME": "/home/ctr",
         "TMPDIR": "/tmp/x",
+        "SPARK_LOCAL_IP": "127.0.0.7",
         "CTR_JAR_CACHE": "/root/.cache/ctr-lambda/jars",
         "LAKE_ROOT": "s3://lake",
     }
