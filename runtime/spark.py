@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from runtime.jars import jars
+from runtime.jars import JarsMissingError, jars
 from runtime.object_store import ObjectStoreSettings, spark_conf
 from runtime.python_archive import EXECUTOR_PYTHON, is_cluster, shipped_conf
 from runtime.spark_settings import SparkSettings
@@ -46,11 +46,15 @@ _VERSIONED_JAR: Final = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 @cache
 def connector_jars(jar_cache: Path) -> tuple[str, ...]:
     """Local paths of the connector jars (in the jar cache ``jar_cache``): the jar set
-    ``spark`` less every artifact pyspark already ships (Spark's own version of a shared
-    library wins)."""
-    import pyspark
+    ``spark`` less every artifact Spark already ships (Spark's own version of a shared library
+    wins), Spark being the one this process runs on: under spark-submit, pyspark is imported
+    from ``$SPARK_HOME/python/lib/pyspark.zip``, beside which there is no ``jars/`` folder."""
+    from pyspark.find_spark_home import _find_spark_home
 
-    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    spark_jars = Path(_find_spark_home()) / "jars"
+    shipped = {_artifact(p.name) for p in spark_jars.glob("*.jar")}
+    if not shipped:
+        raise JarsMissingError(f"Spark's own jars are not in {spark_jars}: is SPARK_HOME right?")
     return tuple(str(p) for p in jars("spark", jar_cache) if _artifact(p.name) not in shipped)
 
 

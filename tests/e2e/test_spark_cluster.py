@@ -123,3 +123,11 @@ def test_batch_job_on_bare_workers_matches_local_mode(
         for path in host.outside(HOME / "work").glob(f"app-*/*/environment/{MANIFEST_NAME}")
     ]
     assert unpacked, [p.output()[-2000:] for p in cluster.workers]
+    # The connectors travel with the job, not the jars of Spark's own that the workers have.
+    fetched = {
+        path.name
+        for host in cluster.hosts[1:]
+        for path in host.outside(HOME / "work").glob("app-*/*/*.jar")
+    }
+    assert "delta-spark_4.2_2.13-4.4.0.jar" in fetched
+    assert not {name for name in fetched if name.startswith(("hadoop-client", "scala-library"))}
