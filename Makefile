@@ -7,13 +7,19 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve reference lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup python-archive test-host demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve reference lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 setup:  ## create .venv with the pinned dependency set (idempotent)
 	@bash infra/setup.sh
+
+python-archive: setup  ## the packed Python environment a Spark cluster's executors run: dist/ctr-lambda-python.tar.gz (the project's wheel, its dependencies), shipped by every job on spark://, yarn or k8s://
+	@$(PY) -m infra.python_archive
+
+test-host: setup  ## a shell (or CMD="...") on a fresh test host (root): its own /tmp and /home/ctr, the checkout read-only; BARE=1: no checkout, no .venv
+	@$(PY) -m infra.hosts $(if $(BARE),--bare) -- $(or $(CMD),bash)
 
 demo: setup  ## everything in the background: broker, archiver, speed, Airflow, API + dashboard, traffic
 	@bash infra/demo.sh

@@ -39,12 +39,18 @@ BATCH_COVERAGE: Final = Asset(
 
 class ConnectorSparkSubmitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` with the connector jars and Delta's settings of ``runtime.spark``
-    on the command line, computed when the task runs (the jar cache is the worker's). The job
-    keeps the connection's master (``spark_session(submitted=True)``)."""
+    on the command line, computed when the task runs (the jar cache is the worker's), and on a
+    cluster the packed Python environment its executors run (``runtime.spark.shipped``). The
+    job keeps the connection's master (``spark_session(submitted=True)``)."""
 
     def execute(self, context: Context) -> None:
+        self.configure()
+        super().execute(context)
+
+    def configure(self) -> None:
+        """Complete the command line from the worker's settings (once, before submitting)."""
         from lake.settings import LakeSettings
-        from runtime.spark import connector_conf
+        from runtime.spark import connector_conf, shipped
         from runtime.spark_settings import SparkSettings
 
         # The worker's SPARK_* settings, as `ctr batch` takes them: the connectors from its
@@ -61,8 +67,10 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
         self._executor_cores = self._executor_cores or settings.executor_cores
         self._num_executors = self._num_executors or settings.num_executors
         dynamic = {k: v for k, v in resources.items() if k.startswith("spark.dynamic")}
-        self.conf = {**conf, **dynamic, **settings.conf, **(self.conf or {})}
-        super().execute(context)
+        # The connection's master decides, not SPARK_MASTER: spark-submit runs on it.
+        master = str(self._get_hook()._connection["master"])
+        code = shipped(settings, master)
+        self.conf = {**conf, **dynamic, **code, **settings.conf, **(self.conf or {})}
 
 
 def submit(

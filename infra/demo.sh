@@ -79,6 +79,10 @@ if [[ "$PROFILE" == cluster ]]; then
         source "$DEMO/s3/env"
         export LAKE_ROOT="s3://$CTR_S3_BUCKET/lake"
     fi
+    # What the cluster's executors run: the project's packed environment, which every batch
+    # task ships (make python-archive; nothing to do when it is up to date).
+    "$PWD/.venv/bin/python" -m infra.python_archive 2>&1 | sed 's/^/demo:       /'
+    ((PIPESTATUS[0] == 0)) || { echo "demo: error: make python-archive failed" >&2; exit 1; }
     RUN_DIR="$DEMO" bash infra/spark-cluster.sh up 2>&1 | sed 's/^/demo:       /'
     ((PIPESTATUS[0] == 0)) || { echo "demo: error: the Spark cluster did not start; see $DEMO/spark" >&2; bash infra/demo-down.sh; exit 1; }    # Airflow's database: PostgreSQL under RUN_DIR/postgres (its server runs as the postgres
     # user, which cannot enter the demo's own folder: that is the owner's only).

@@ -7,6 +7,10 @@ the driver serves them to the executors of a standalone cluster. Delta's SQL ext
 catalog are configured, and every table delta-spark creates keeps to the Delta features that
 delta-rs and DuckDB read (no deletion vectors, classic checkpoints, no column mapping).
 
+On a cluster (``spark://``, ``yarn``, ``k8s://``) every job also ships the project's code
+and its dependencies, packed (:mod:`runtime.python_archive`, ``spark.archives``): a worker
+needs Spark and a Python, not this repository. ``local[N]`` ships nothing.
+
 ``python -m runtime.spark`` prints the same as ``spark-submit`` arguments (the Airflow DAG's
 spark-submit uses them).
 """
@@ -21,8 +25,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from runtime.jars import jars
+from runtime.jars import JarsMissingError, jars
 from runtime.object_store import ObjectStoreSettings, spark_conf
+from runtime.python_archive import EXECUTOR_PYTHON, is_cluster, shipped_conf
 from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -41,11 +46,15 @@ _VERSIONED_JAR: Final = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 @cache
 def connector_jars(jar_cache: Path) -> tuple[str, ...]:
     """Local paths of the connector jars (in the jar cache ``jar_cache``): the jar set
-    ``spark`` less every artifact pyspark already ships (Spark's own version of a shared
-    library wins)."""
-    import pyspark
+    ``spark`` less every artifact Spark already ships (Spark's own version of a shared library
+    wins), Spark being the one this process runs on: under spark-submit, pyspark is imported
+    from ``$SPARK_HOME/python/lib/pyspark.zip``, beside which there is no ``jars/`` folder."""
+    from pyspark.find_spark_home import _find_spark_home
 
-    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    spark_jars = Path(_find_spark_home()) / "jars"
+    shipped = {_artifact(p.name) for p in spark_jars.glob("*.jar")}
+    if not shipped:
+        raise JarsMissingError(f"Spark's own jars are not in {spark_jars}: is SPARK_HOME right?")
     return tuple(str(p) for p in jars("spark", jar_cache) if _artifact(p.name) not in shipped)
 
 
@@ -93,6 +102,15 @@ def connector_conf(store: ObjectStoreSettings, *, umask: int, jar_cache: Path) -
     return conf
 
 
+def shipped(settings: SparkSettings, master: str) -> dict[str, str]:
+    """The Spark settings that ship the code to the executors of a job on ``master``: on a
+    cluster, the packed environment ``settings.python_archive`` (its executors' Python workers
+    run its interpreter, the driver ``settings.python``); on local[N], none."""
+    if not is_cluster(master):
+        return {}
+    return shipped_conf(settings.python_archive, driver_python=settings.python)
+
+
 def spark_session(
     settings: SparkSettings, store: ObjectStoreSettings, *, submitted: bool = False
 ) -> SparkSession:
@@ -100,12 +118,15 @@ def spark_session(
     to read and write the lake's object store ``store`` when the lake is there.
 
     ``submitted``: the job runs under ``spark-submit``, which chose the master (``--master``):
-    the session keeps it rather than setting ``settings.master``.
+    the session keeps it rather than setting ``settings.master``, and the code it ships came on
+    spark-submit's command line (:func:`submit_args`).
     """
     from pyspark.sql import SparkSession
 
-    # Python workers run settings.python: the conf for executors a cluster starts, and
-    # PYSPARK_PYTHON while the context starts (PySpark takes its pythonExec from it).
+    # Python workers run settings.python, or on a cluster the shipped environment's: the conf
+    # for executors a cluster starts, and PYSPARK_PYTHON while the context starts (PySpark
+    # takes its pythonExec, what every executor runs, from it).
+    ships = {} if submitted else shipped(settings, settings.master)
     python = settings.python
 
     builder = SparkSession.builder if submitted else SparkSession.builder.master(settings.master)
@@ -127,6 +148,7 @@ def spark_session(
     conf: dict[str, Any] = {
         **connector_conf(store, umask=settings.umask, jar_cache=settings.jar_cache),
         **settings.resources(),
+        **ships,
         **settings.conf,
     }
     if not submitted and settings.log_file:
@@ -140,7 +162,10 @@ def spark_session(
     # The JVM reads SPARK_LOCAL_IP from its environment only (no conf says it): without it, it
     # picks a non-loopback interface for its own addresses. PySpark starts the JVM with a copy
     # of os.environ, so the variables are there while it starts and removed again after.
-    with _jvm_environment({"SPARK_LOCAL_IP": settings.local_ip, "PYSPARK_PYTHON": python}):
+    executors = {"PYSPARK_PYTHON": EXECUTOR_PYTHON} if ships else {}
+    with _jvm_environment(
+        {"SPARK_LOCAL_IP": settings.local_ip, "PYSPARK_PYTHON": python}, replace=executors
+    ):
         spark = builder.getOrCreate()
     for key, value in _local_conf(spark.sparkContext.master or settings.master).items():
         if key not in settings.conf:
@@ -159,15 +184,23 @@ def _log_options(log_file: str) -> str:
 
 
 @contextmanager
-def _jvm_environment(variables: dict[str, str]) -> Iterator[None]:
-    """``variables`` in os.environ (where not set already) for the block, then as before."""
-    added = {k: v for k, v in variables.items() if k not in os.environ}
-    os.environ.update(added)
+def _jvm_environment(
+    variables: dict[str, str], *, replace: dict[str, str] | None = None
+) -> Iterator[None]:
+    """``variables`` in os.environ (where not set already) and ``replace`` (whatever was set)
+    for the block, then as before."""
+    replace = replace or {}
+    before = {name: os.environ.get(name) for name in [*variables, *replace]}
+    os.environ.update({k: v for k, v in variables.items() if k not in os.environ})
+    os.environ.update(replace)
     try:
         yield
     finally:
-        for name in added:
-            os.environ.pop(name, None)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _local_conf(master: str) -> dict[str, str]:
@@ -188,10 +221,12 @@ def _local_conf(master: str) -> dict[str, str]:
 
 def submit_args(settings: SparkSettings, store: ObjectStoreSettings) -> list[str]:
     """``spark-submit`` arguments for the connectors (the lake's object store ``store``
-    among them) and the resources of ``settings``: a job under spark-submit has its JVM
-    before it builds its session, so the jars and the driver's memory must be on the command
-    line."""
+    among them), the code shipped to a cluster's executors (when ``settings.master`` is one:
+    :func:`shipped`) and the resources of ``settings``: a job under spark-submit has its JVM
+    before it builds its session, so the jars, the archives and the driver's memory must be on
+    the command line."""
     conf = connector_conf(store, umask=settings.umask, jar_cache=settings.jar_cache)
+    conf.update(shipped(settings, settings.master))
     args = ["--jars", conf.pop("spark.jars")]
     for key, value in conf.items():
         if key.startswith("spark.executorEnv."):

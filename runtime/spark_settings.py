@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime.private import DEFAULT_UMASK, parse_umask
+from runtime.python_archive import DEFAULT_ARCHIVE
 
 
 def default_jar_cache(environ: Mapping[str, str]) -> Path:
@@ -51,9 +52,17 @@ class SparkSettings(BaseSettings):
     dynamic_allocation: bool = False
     # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
     conf: dict[str, str] = Field(default_factory=dict)
-    # The Python interpreter Spark's Python workers run (PySpark's own variable). Default: the
-    # one running `ctr`, which has pyarrow, msgspec, ...; on a cluster, one every node has.
+    # The Python interpreter Spark's Python workers run on local[N], and the driver's under
+    # spark-submit (PySpark's own variable). Default: the one running `ctr`, which has pyarrow,
+    # msgspec, ... On a cluster the executors run the packed environment's (SPARK_PYTHON_ARCHIVE),
+    # or this one when none is shipped: then every node must have it, with the project.
     python: str = Field(default_factory=lambda: sys.executable, validation_alias="PYSPARK_PYTHON")
+    # The packed Python environment (`make python-archive`: the project's wheel and its
+    # dependencies, dist/ctr-lambda-python.tar.gz) that jobs on spark://, yarn or k8s:// ship to
+    # their executors (spark.archives), whose Python workers run it: a path, or a URL the
+    # cluster fetches (hdfs://, s3a://, https://). local[N] ships nothing. Empty: nothing is
+    # shipped, every node has the project installed.
+    python_archive: str = Field(default_factory=lambda: str(DEFAULT_ARCHIVE))
     # The address the driver binds and advertises (spark.driver.bindAddress and .host; Spark's
     # own variable). Executors on other machines need an address they can reach.
     local_ip: str = Field(default="127.0.0.1", validation_alias="SPARK_LOCAL_IP")

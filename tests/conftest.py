@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from api.settings import ApiSettings
 from infra.broker import LocalKafka, scratch_cluster
 from infra.browser import CHROMIUM_MISSING, Page, chromium_binary, chromium_page
+from infra.hosts import Hosts
 from lake.settings import LakeSettings
 from runtime.kafka_settings import KafkaSettings
 from runtime.object_store import ObjectStoreSettings
@@ -26,6 +27,7 @@ from runtime.spark_settings import SparkSettings
 from runtime.topics import delete_topics, ensure_topics
 from tests.support.api_server import running_api
 from tests.support.dashboard_lake import NOW, TOKEN, Lake
+from tests.support.hosts import new_hosts
 from tests.support.lakes import new_lake
 
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
@@ -87,6 +89,24 @@ def spark(spark_settings: SparkSettings) -> Iterator[SparkSession]:
     session = spark_session(spark_settings, ObjectStoreSettings())
     yield session
     session.stop()
+
+
+@pytest.fixture
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
+    """Test hosts of this test (infra.hosts, tests.support.hosts), stopped after it; the test
+    skips, saying why, where they cannot be made (not root)."""
+    with new_hosts(tmp_path_factory) as made:
+        yield made
+
+
+@pytest.fixture(scope="session")
+def python_archive() -> Path:
+    """The packed environment a cluster's executors run (`make python-archive`): built here when
+    the code or the dependencies changed since (minutes for new dependencies, seconds for new
+    code), else as it is."""
+    from infra.python_archive import PythonArchiveSettings, build
+
+    return build(PythonArchiveSettings()).path
 
 
 @pytest.fixture

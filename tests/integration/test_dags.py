@@ -5,6 +5,7 @@ environment, real Spark, real Delta)."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import os
@@ -23,6 +24,7 @@ from lake.catalog import MASTER_EVENTS
 from tests.support import ROOT
 from tests.support.events import archive, event
 from tests.support.lakes import new_lake
+from tests.support.python_archives import manifest_archive, manifest_of_this_checkout
 
 DAGS = ROOT / "dags"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -150,6 +152,42 @@ def test_parsing_reads_no_environment(
     for name, value in GARBAGE.items():
         monkeypatch.setenv(name, value)
     assert serialized(dag_bag(monkeypatch)) == clean
+
+
+def test_on_a_cluster_the_dags_spark_submit_ships_the_packed_environment(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every Spark task's command line, as the Spark provider builds it on the worker, carries
+    the project's packed environment for the executors when the connection names a cluster,
+    and nothing of it on local[N]."""
+    archive = manifest_archive(tmp_path / "ctr-lambda-python.tar.gz", manifest_of_this_checkout())
+    monkeypatch.setenv("SPARK_PYTHON_ARCHIVE", str(archive))
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    bag = dag_bag(monkeypatch)
+    tasks = [("ctr_batch", "recompute_ctr"), ("ctr_recompute_stale", "recompute_stale")]
+    tasks.append(("ctr_reprocess", "build"))
+    for master, ships in [("spark://10.1.2.3:7077", True), ("local[2]", False)]:
+        connection = {"conn_type": "spark", "host": master}
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(connection))
+        for dag_id, task_id in tasks:
+            task = copy.deepcopy(bag.dags[dag_id].get_task(task_id))
+            task.configure()
+            command = task._get_hook()._build_spark_submit_command(task.application)
+            assert command[command.index("--master") + 1] == master
+            conf = dict(
+                command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf"
+            )
+            shipped = {k: v for k, v in conf.items() if k.startswith("spark.pyspark")}
+            shipped.update({k: v for k, v in conf.items() if k == "spark.archives"})
+            assert shipped == (
+                {
+                    "spark.archives": f"{archive.as_uri()}#environment",
+                    "spark.pyspark.python": "./environment/bin/python",
+                    "spark.pyspark.driver.python": sys.executable,
+                }
+                if ships
+                else {}
+            ), (dag_id, master)
 
 
 def test_the_demo_schedule_is_a_call_of_the_same_definition(airflow_env: dict[str, str]) -> None:
