@@ -1,11 +1,13 @@
 """The speed layer's approximation of click attribution (version 3 of ``ctr``): each click
-credited to its impression, from the driver, without a stream-stream join.
+credited to its impression, in the task that counts its Kafka partition, without a
+stream-stream join.
 
 The batch layer attributes exactly: a click counts for its impression when it happened within
 the version's window (an hour) after it. A stream-stream join would keep an hour of impressions
 in Spark's state and hold impressions back until their clicks could no longer come; the speed
-layer must stay fresh within a second. So the speed job keeps, on its driver, only the
-impressions of the buckets that are still *open* (the watermark has not closed them, about the
+layer must stay fresh within a second. So each partition's state (:mod:`speed_layer.state`:
+held by the Python worker that counts the partition, persisted beside the checkpoint) keeps
+only the impressions of the buckets that are still *open* (the watermark has not closed them, about the
 last ``SPEED_WATERMARK``): a 64-bit hash of each impression id, its event time, its bucket and
 dimensions, and whether it was clicked yet. Per micro-batch, impressions are added before the
 clicks are looked up; a click (on time, within the window after its impression) whose
@@ -24,9 +26,9 @@ entry goes when the watermark closes its bucket), so they are never late.
 The error, until the batch layer covers the buckets: a click is an orphan where the batch
 layer would attribute it (orphans overstated, attributed and repeat clicks understated) when
 its impression's bucket closed before the click came (an impression more than about the
-watermark before its click), when the impression arrives after its click, or when the
-impression was seen before the speed job restarted (the state lives in the driver's memory and
-a restart starts it empty). Duplicated events are not removed (as elsewhere in the speed
+watermark before its click), or when the impression arrives after its click. (A restart, on
+this host or another, rebuilds the state from its snapshot and change files: nothing is lost
+there.) Duplicated events are not removed (as elsewhere in the speed
 layer): a duplicated impression is one entry clicked once, a duplicated click a repeat click.
 Two impression ids with the same 64-bit hash (about one chance in 10^6 per day at a few
 thousand impressions per second) would be taken for one.
