@@ -5,13 +5,13 @@ stream-stream join.
 The batch layer attributes exactly: a click counts for its impression when it happened within
 the version's window (an hour) after it. A stream-stream join would keep an hour of impressions
 in Spark's state and hold impressions back until their clicks could no longer come; the speed
-layer must stay fresh within a second. So each partition's state (:mod:`speed_layer.state`:
-held by the Python worker that counts the partition, persisted beside the checkpoint) keeps
-only the impressions of the buckets that are still *open* (the watermark has not closed them, about the
+layer must stay fresh within a second. So each partition's state (:mod:`speed_layer.state`: held
+by the Python worker that counts the partition, persisted beside the checkpoint) keeps only the
+impressions of the buckets that are still *open* (the watermark has not closed them, about the
 last ``SPEED_WATERMARK``): a 64-bit hash of each impression id, its event time, its bucket and
 dimensions, and whether it was clicked yet. Per micro-batch, impressions are added before the
-clicks are looked up; a click (on time, within the window after its impression) whose
-impression is
+clicks are looked up; a click (on time, within the window after its impression) whose impression
+is
 
 - in that state and not clicked yet: one ``attributed_clicks`` on the impression's key (its
   bucket and dimensions), which is then clicked;
