@@ -8,12 +8,14 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import report
 from bench.state_processor import Event, Impression, attribute_key, open_from
 from bench.state_traffic import kafka_partitions, murmur2, write_batches
 from speed_layer.attribution import BUCKET_MS, EVENTS_SCHEMA, MEASURES, Attribution
@@ -147,3 +149,35 @@ def test_the_plan_runs_each_batch_under_the_speed_jobs_watermark(tmp_path: Path)
     assert set(table["kafka_partition"].to_pylist()) <= {0, 1, 2}
     newest = table["event_time"].cast(pa.int64()).to_pylist()
     assert max(newest) // 1000 == plans[2].newest_ms
+
+
+def test_the_results_row_reads_both_sides_and_checks_the_cold_start_bound() -> None:
+    def ours(objects: int) -> dict[str, Any]:
+        return {
+            "snapshot_every": 120,
+            "batch_ms": {"p50": 40.0, "p95": 60.0},
+            "cold_start": {"objects_read_max": objects, "seconds_total": 0.5},
+        }
+
+    spark = {
+        "phase_ms": {"triggerExecution": {"p50": 9000.0, "p95": 12000.0}},
+        "restart": {"first_batch_s": 30.0},
+        "checkpoint": {"partitions": {"0/0": {"restore": {"objects": 24}}}},
+    }
+    result: dict[str, Any] = {
+        "rate": 5000, "partitions": 6, "minutes": 60, "spark_minutes": 2,
+        "ours": {"snapshots": ours(121), "no_snapshots": ours(660)},
+        "spark": {"pandas": spark},
+        "spark_state_cost": {"pandas": {"batch_ms": {"p50": 8000.0, "p95": 11000.0}}},
+        "correctness": {"equal": True},
+    }  # fmt: skip
+    row = report.summarize("state", result)
+    assert "cold start after 60 min: at most 121 objects per partition" in row.measured
+    assert "(without snapshots 660, 0.5 s)" in row.measured
+    assert "the state's share p50 8000.0 ms, p95 11000.0 ms" in row.reference
+    assert "at most 24 objects per partition" in row.reference
+    assert (row.ratio, row.met) == ("183.33", True)
+    result["ours"]["snapshots"] = ours(122)
+    assert report.summarize("state", result).met is False
+    result["ours"]["snapshots"], result["correctness"]["equal"] = ours(121), False
+    assert report.summarize("state", result).met is False
