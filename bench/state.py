@@ -236,6 +236,10 @@ def _spark(  # noqa: PLR0917
         "--window-ms",
         str(int(ATTRIBUTION.total_seconds() * 1000)),
     ]
+    print(
+        f"bench state: Spark {mode}: {len(warm):,} batches (its log: {folder / 'run.log'})",
+        flush=True,
+    )
     began = time.monotonic()
     run_out = folder / "run.json"
     _child(

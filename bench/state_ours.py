@@ -49,6 +49,7 @@ class Requests:
     bytes_read: int = 0
     writes: int = 0
     dirs: int = 0
+    dirs_ms: float = 0.0  # of the writes' time: making the "directory" (a round trip on S3)
     deletes: int = 0
 
     def since(self, before: Requests) -> Requests:
@@ -79,7 +80,9 @@ class CountingFileSystem:
 
     def create_dir(self, path: str, *, recursive: bool = True) -> None:
         self.requests.dirs += 1
+        started = time.perf_counter()
         self._inner.create_dir(path, recursive=recursive)
+        self.requests.dirs_ms += (time.perf_counter() - started) * 1000
 
     def delete_file(self, path: str) -> None:
         self.requests.deletes += 1

@@ -237,6 +237,12 @@ class Recorder(StreamingQueryListener):
                 self.data_batches += 1
                 if self.data_batches == 1:
                     self.first_data_at = time.perf_counter()
+                if self.data_batches % 30 == 0:
+                    print(
+                        f"bench state_spark: {self.data_batches} batches, the last "
+                        f"{kept['durationMs'].get('triggerExecution')} ms",
+                        flush=True,
+                    )
             self._changed.notify_all()
 
     def onQueryIdle(self, event: Any) -> None:
