@@ -78,13 +78,34 @@ class StateBenchSettings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> StateBenchSettings:
+        """The sizes ``python -m bench state`` runs (each unset: the full run's)."""
+        default = cls()
+        #: The attribution-state benchmark's minutes of traffic before the cold starts; default
+        #: 60 (the goal's hour). Below 60 its result is a smoke run's (state-smoke.json).
+        minutes = environ.get("BENCH_STATE_MINUTES")
+        #: The attribution-state benchmark's minutes of traffic for Spark's state, from the
+        #: start; default 2.
+        spark_minutes = environ.get("BENCH_STATE_SPARK_MINUTES")
+        #: The attribution-state benchmark's Kafka partitions; default 6 (the speed
+        #: benchmark's topic).
+        partitions = environ.get("BENCH_STATE_PARTITIONS")
+        #: The attribution-state benchmark's events per second; default 5000 (the speed
+        #: benchmark's steady rate).
+        rate = environ.get("BENCH_STATE_RATE")
+        #: The attribution-state benchmark's watermark delay, as SPEED_WATERMARK; default the
+        #: speed job's (10 minutes).
+        watermark = environ.get("BENCH_STATE_WATERMARK")
+        #: The attribution-state benchmark's Spark state modes after its baseline,
+        #: comma-separated: pandas (transformWithStateInPandas), row (transformWithState);
+        #: default both.
+        modes = environ.get("BENCH_STATE_MODES")
         return cls(
-            minutes=int(environ.get("BENCH_STATE_MINUTES", cls.minutes)),
-            spark_minutes=int(environ.get("BENCH_STATE_SPARK_MINUTES", cls.spark_minutes)),
-            partitions=int(environ.get("BENCH_STATE_PARTITIONS", cls.partitions)),
-            rate=int(environ.get("BENCH_STATE_RATE", cls.rate)),
-            watermark=environ.get("BENCH_STATE_WATERMARK", cls.watermark),
-            modes=tuple(environ.get("BENCH_STATE_MODES", ",".join(cls.modes)).split(",")),
+            minutes=int(minutes) if minutes else default.minutes,
+            spark_minutes=int(spark_minutes) if spark_minutes else default.spark_minutes,
+            partitions=int(partitions) if partitions else default.partitions,
+            rate=int(rate) if rate else default.rate,
+            watermark=watermark or default.watermark,
+            modes=tuple(m for m in modes.split(",") if m) if modes else default.modes,
         ).checked()
 
     def checked(self) -> StateBenchSettings:

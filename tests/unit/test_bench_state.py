@@ -12,10 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import report
+from bench.state import StateBenchSettings
 from bench.state_processor import Event, Impression, attribute_key, open_from
 from bench.state_traffic import kafka_partitions, murmur2, write_batches
 from speed_layer.attribution import BUCKET_MS, EVENTS_SCHEMA, MEASURES, Attribution
@@ -181,3 +183,24 @@ def test_the_results_row_reads_both_sides_and_checks_the_cold_start_bound() -> N
     assert report.summarize("state", result).met is False
     result["ours"]["snapshots"], result["correctness"]["equal"] = ours(121), False
     assert report.summarize("state", result).met is False
+
+
+def test_the_sizes_come_from_the_environment_and_a_short_run_is_a_smoke_run() -> None:
+    full = StateBenchSettings.from_environ({})
+    assert (full.minutes, full.spark_minutes, full.partitions, full.rate) == (60, 2, 6, 5000)
+    assert (full.watermark_ms, full.modes, full.smoke) == (600_000, ("pandas", "row"), False)
+    short = StateBenchSettings.from_environ(
+        {"BENCH_STATE_MINUTES": "3", "BENCH_STATE_SPARK_MINUTES": "1", "BENCH_STATE_MODES": "row"}
+    )
+    assert (short.batches, short.spark_batches, short.modes, short.smoke) == (
+        180,
+        60,
+        ("row",),
+        True,
+    )
+    with pytest.raises(ValueError, match="spark minutes must be in"):
+        StateBenchSettings.from_environ(
+            {"BENCH_STATE_MINUTES": "1", "BENCH_STATE_SPARK_MINUTES": "2"}
+        )
+    with pytest.raises(ValueError, match="unknown Spark state modes"):
+        StateBenchSettings.from_environ({"BENCH_STATE_MODES": "pandas,arrow"})
