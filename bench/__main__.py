@@ -24,6 +24,7 @@ from bench import (
     scale,
     serving,
     speed,
+    state,
     storage,
 )
 
@@ -38,6 +39,7 @@ BENCHMARKS = {
     "reach": reach.main,
     "storage": storage.main,
     "alerts": alerts.main,
+    "state": state.main,
 }
 
 
