@@ -98,7 +98,8 @@ async def post_sql(
     )
     # A backed-off key is refused before it queues; then a place among the key's share of the
     # workers (one key never holds them all, nor fills the queue), then a worker.
-    pool.check_backoff(client)
+    # (On a thread: with replicas, the back-off is kept in their shared store.)
+    await run_in_threadpool(pool.check_backoff, client)
     gate: QueryGate = request.app.state.sql_gate
     try:
         async with gate.place(client):
