@@ -25,7 +25,6 @@ from typing import Any, Final, Protocol, TypeVar, cast
 import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
-import psycopg2.pool
 from pydantic import SecretStr
 
 from api.errors import LimitsUnavailableError
@@ -37,6 +36,8 @@ from serving_layer.sandbox.backoff import ClientBackoff
 T = TypeVar("T")
 
 SCHEMA: Final = "ctr_limits"
+# How the store's connections name themselves to the server (pg_stat_activity).
+APPLICATION_NAME: Final = "ctr-api-limits"
 # Seconds a lease outlives its computation's time limits: past them, it is a crashed replica's.
 LEASE_MARGIN_S: Final = 15.0
 # Advisory locks' first key, per purpose (the second: 0, or a hash of what is locked).
@@ -168,8 +169,9 @@ class _ConnectionLostError(Exception):
 class PostgresLimits:
     """The limits of every replica that names the same database; thread-safe.
 
-    ``connections``: at most this many at once (the rest wait for one); ``timeout_s``: how
-    long connecting, or one statement, may take before the store counts as unreachable;
+    ``connections``: at most this many at once (the rest wait for one), opened as needed and
+    kept open; ``timeout_s``: how long connecting, or one statement, may take before the store
+    counts as unreachable;
     ``push_s``: how often keys' uses are written to the database (a crash loses at most this
     much of them).
     """
@@ -191,15 +193,12 @@ class PostgresLimits:
         if push_s <= 0:
             raise ValueError(f"'push_s' must be > 0, got {push_s}")
         self.push_s = push_s
-        self._pool = psycopg2.pool.ThreadedConnectionPool(
-            0,
-            connections,
-            url.get_secret_value(),
-            connect_timeout=max(1, round(timeout_s)),
-            options=f"-c statement_timeout={round(timeout_s * 1000)}",
-            application_name="ctr-api-limits",
-        )
-        # The pool refuses past its size instead of waiting: a thread waits here instead.
+        self._url = url
+        self._timeout_s = timeout_s
+        # The connections not in use, the latest returned last. (psycopg2's own pools close
+        # every connection returned past their minimum, and open the minimum at once.)
+        self._idle: list[psycopg2.extensions.connection] = []
+        self._idle_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(connections)
         self._schema_ready = False
         self._schema_lock = threading.Lock()
@@ -215,7 +214,14 @@ class PostgresLimits:
         return SharedKeyUses(self, lake, flush_s=flush_s)
 
     def close(self) -> None:
-        self._pool.closeall()
+        """Close the connections (once nothing uses the store)."""
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
     def check(self) -> None:
         """Reach the database and create the tables if they are missing (the first call of
@@ -260,13 +266,13 @@ class PostgresLimits:
     def run(self, work: Callable[[Cursor], T]) -> T:
         """``work`` with a cursor of a pooled connection (autocommit: each message is a
         transaction of its own, unless it begins one, which ``work`` ends). A connection that
-        broke under it (the server restarted: each pooled connection breaks once) is replaced
-        and ``work`` tried once more. Any error of the database's, or none answering, is a
-        :class:`LimitsUnavailableError`."""
+        broke under it (the server restarted: the idle ones are broken too) is replaced, the
+        idle ones dropped, and ``work`` tried once more. Any error of the database's, or none
+        answering, is a :class:`LimitsUnavailableError`."""
         try:
             return self._attempt(work)
         except _ConnectionLostError:
-            pass
+            self._drop_idle()
         try:
             return self._attempt(work)
         except _ConnectionLostError as lost:
@@ -274,12 +280,8 @@ class PostgresLimits:
 
     def _attempt(self, work: Callable[[Cursor], T]) -> T:
         with self._slots:
+            connection = self._connection()
             try:
-                connection = cast(psycopg2.extensions.connection, self._pool.getconn())
-            except psycopg2.Error as exc:
-                raise LimitsUnavailableError(_unreachable(exc)) from None
-            try:
-                connection.autocommit = True
                 with connection.cursor() as cursor:
                     self._ensure_schema(cursor)
                     return work(cursor)
@@ -291,7 +293,28 @@ class PostgresLimits:
                 if not connection.closed and _in_transaction(connection):
                     # ``work`` failed between its BEGIN and its COMMIT.
                     _roll_back(connection)
-                self._pool.putconn(connection, close=not _usable(connection))
+                if _usable(connection):
+                    with self._idle_lock:
+                        self._idle.append(connection)
+                else:
+                    connection.close()
+
+    def _connection(self) -> psycopg2.extensions.connection:
+        """An idle connection, else a new one."""
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        try:
+            connection = psycopg2.connect(
+                self._url.get_secret_value(),
+                connect_timeout=max(1, round(self._timeout_s)),
+                options=f"-c statement_timeout={round(self._timeout_s * 1000)}",
+                application_name=APPLICATION_NAME,
+            )
+        except psycopg2.Error as exc:
+            raise LimitsUnavailableError(_unreachable(exc)) from None
+        connection.autocommit = True
+        return cast(psycopg2.extensions.connection, connection)
 
     def _ensure_schema(self, cursor: Cursor) -> None:
         if self._schema_ready:

@@ -26,7 +26,7 @@ from access.key_ring import ApiKey, KeyRing
 from access.key_store import create_key, read_keys
 from alerts.settings import AlertSettings
 from api.limits import PostgresLimits
-from api.limits.postgres import LEASE_MARGIN_S, SCHEMA
+from api.limits.postgres import APPLICATION_NAME, LEASE_MARGIN_S, SCHEMA
 from api.main import create_app
 from api.query_gate import QueryGate
 from api.settings import ApiSettings
@@ -118,6 +118,26 @@ def test_a_crashed_replicas_leases_lapse(limits_url: SecretStr) -> None:
         assert survivor.shares("ctr", longest_s=10).take("key:crashed", 1) is not None
     finally:
         survivor.close()
+
+
+def test_a_connection_the_server_dropped_is_replaced_not_a_refusal(limits_url: SecretStr) -> None:
+    store = _store(limits_url)
+    try:
+        shares = store.shares("ctr", longest_s=10)
+        lease = shares.take("key:dropped", 5)
+        assert lease is not None
+        shares.give_back(lease)  # its connection back in the pool
+        # The server ends it (a restart would end them all), and it is gone.
+        ours = f"application_name = '{APPLICATION_NAME}' AND pid <> pg_backend_pid()"
+        _sql(limits_url, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {ours}")
+        wait_until(
+            lambda: not _sql(limits_url, f"SELECT pid FROM pg_stat_activity WHERE {ours}"),
+            timeout_s=30,
+            what="the store's connection ended",
+        )
+        assert shares.take("key:dropped", 5) is not None
+    finally:
+        store.close()
 
 
 def test_the_back_off_is_kept_for_every_replica_by_the_databases_clock(
