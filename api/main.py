@@ -55,7 +55,7 @@ def create_app(
     every replica must respect are counted (default: ``API_LIMITS_URL``'s store, else this
     process; one given is the caller's to close). The entry point (``ctr serve``) builds the
     settings from the environment."""
-    store = limits or open_limits(settings)
+    store = limits if limits is not None else open_limits(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
