@@ -71,9 +71,13 @@ def replicas(limits_url: SecretStr) -> Iterator[tuple[PostgresLimits, PostgresLi
 
 def _sql(url: SecretStr, statement: str, parameters: Any = None) -> list[tuple[Any, ...]]:
     """A statement of the test's own on the store's database (what a moved clock would do)."""
-    with psycopg2.connect(url.get_secret_value()) as connection, connection.cursor() as cursor:
-        cursor.execute(statement, parameters)
-        return list(cursor.fetchall()) if cursor.description else []
+    connection = psycopg2.connect(url.get_secret_value())
+    try:
+        with connection, connection.cursor() as cursor:  # a transaction, committed
+            cursor.execute(statement, parameters)
+            return list(cursor.fetchall()) if cursor.description else []
+    finally:
+        connection.close()
 
 
 def test_a_keys_share_is_counted_for_every_replica(
@@ -196,7 +200,9 @@ def two_replicas(
     lake: LakeSettings, limits_url: SecretStr
 ) -> Iterator[tuple[tuple[str, FastAPI], tuple[str, FastAPI]]]:
     # Nothing due to be committed until the test says so.
-    _store(limits_url).check()
+    store = _store(limits_url)
+    store.check()
+    store.close()
     _sql(
         limits_url,
         f"INSERT INTO {SCHEMA}.key_use_commits (committed_at) VALUES (clock_timestamp()) "
