@@ -59,6 +59,7 @@ def create_app(
             SnapshotReader(
                 lake,
                 refresh_s=settings.refresh_s,
+                seldom_s=settings.refresh_seldom_s,
                 max_stale_s=settings.cache_stale_s,
                 timeout_s=settings.ctr_timeout_s,
                 memory_limit_bytes=int(settings.ctr_memory_limit),

@@ -17,10 +17,10 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import pyarrow as pa
@@ -36,6 +36,7 @@ from runtime.object_store import ObjectStoreSettings
 from runtime.times import EPOCH
 from serving_layer.delta_log import DeltaLog, commit_ns, first_true, log_of, log_span, version_at
 from serving_layer.errors import ServingError
+from serving_layer.log_tail import NeedsReload, follow
 
 _log = logging.getLogger(__name__)
 SCHEMAS: Final[Mapping[str, pa.Schema]] = {t.name: t.schema for t in SERVED}
@@ -45,6 +46,17 @@ _UNSUPPORTED_FEATURES: Final = frozenset({"deletionVectors", "columnMapping"})
 # Table versions read for as-of snapshots, kept for the next requests of that moment (a version
 # never changes; reading one replays its log: tens of ms).
 _PAST_VERSIONS: Final = 32
+# The tables that change every second (the speed job commits one per micro-batch): their logs
+# are looked at every ``refresh_s``; the others' every ``seldom_s``.
+OFTEN: Final = frozenset({"speed/ctr"})
+# A client's wish for newer versions than a replica has makes it look at those tables' logs at
+# once, at most this often (seconds) per table: a client cannot make it list logs nonstop.
+_CATCH_UP_S: Final = 0.1
+
+
+class BehindError(ServingError, RuntimeError):
+    """The lake's tables are not (yet) at versions a client has already seen: another
+    replica read newer ones than this one can find (a 503: ask again)."""
 
 
 class UnsupportedTableError(ServingError, RuntimeError):
@@ -95,18 +107,50 @@ class LakeSnapshot:
     def versions(self) -> dict[str, int | None]:
         return {name: table.version for name, table in self.tables.items()}
 
+    def behind(self, wanted: Mapping[str, int]) -> list[str]:
+        """The tables of ``wanted`` (name to version) this snapshot holds at older versions
+        (or not at all); tables it does not serve are not its to answer for."""
+        return sorted(
+            name
+            for name, version in wanted.items()
+            if name in self.tables and _version(self.tables[name].version) < version
+        )
+
+
+def key_covers(key: object, wanted: Mapping[str, int]) -> bool:
+    """Whether the snapshot of :attr:`LakeSnapshot.key` ``key`` holds every table of
+    ``wanted`` at its version or a newer one (an answer computed on it is not older)."""
+    if not wanted:
+        return True
+    if not isinstance(key, tuple):
+        return False
+    versions = {p[0]: p[1] for p in key if isinstance(p, tuple) and len(p) == 2}
+    return all(
+        _version(versions[name]) >= version for name, version in wanted.items() if name in versions
+    )
+
+
+def _version(version: object) -> int:
+    return version if isinstance(version, int) else -1
+
 
 class SnapshotSource:
-    """Hands out the latest :class:`LakeSnapshot`, re-reading the Delta logs at most every
-    ``refresh_s`` seconds (0: on every call).
+    """Hands out the latest :class:`LakeSnapshot`, looking at each table's Delta log at most
+    every ``refresh_s`` seconds for the tables that change every second (:data:`OFTEN`), and
+    every ``seldom_s`` for the others (0 for ``refresh_s``: every table on every call).
+
+    Looking costs one request per table (the next version's commit file, usually not there yet:
+    :mod:`serving_layer.log_tail`); a new commit patches the table's file list instead of reading
+    the table again. :attr:`requests` counts the object-store requests by kind.
 
     :meth:`cached` never does I/O: it returns the current snapshot while that is less than
     ``refresh_s + max_stale_s`` old (consistent, only older) and, when a refresh is due, starts
     one background thread that refreshes every ``refresh_s`` until nobody has called
     :meth:`cached` for ``keep_current_s`` (so a steady reader never meets a due refresh, and an
-    idle API lists no logs). :meth:`current` always waits for a due refresh. Callbacks given to
-    :meth:`subscribe` get each new snapshot from the refreshing thread (keep them short).
-    ``clock`` gives monotonic seconds (tests drive it instead of sleeping).
+    idle API lists no logs). :meth:`current` always waits for a due refresh; :meth:`at_least`
+    for the versions a client has already seen. Callbacks given to :meth:`subscribe` get each
+    new snapshot from the refreshing thread (keep them short). ``clock`` gives monotonic
+    seconds (tests drive it instead of sleeping).
     """
 
     def __init__(
@@ -115,12 +159,15 @@ class SnapshotSource:
         *,
         tables: tuple[str, ...] = ALL_TABLES,
         refresh_s: float = 0.5,
+        seldom_s: float | None = None,
         max_stale_s: float = 0.0,
         keep_current_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if refresh_s < 0:
             raise ValueError(f"'refresh_s' must be >= 0, got {refresh_s}")
+        if seldom_s is not None and seldom_s < 0:
+            raise ValueError(f"'seldom_s' must be >= 0, got {seldom_s}")
         if max_stale_s < 0:
             raise ValueError(f"'max_stale_s' must be >= 0, got {max_stale_s}")
         unknown = set(tables) - set(SCHEMAS)
@@ -129,11 +176,23 @@ class SnapshotSource:
         self.lake = lake
         self.tables = tables
         self.refresh_s = refresh_s
+        self.seldom_s = (
+            refresh_s if seldom_s is None or refresh_s == 0 else max(seldom_s, refresh_s)
+        )
         self.max_stale_s = max_stale_s
         self.keep_current_s = keep_current_s
         self.background_refreshes = 0
+        # Object-store requests (local stats and reads on a local lake) by kind: "commit" (a
+        # look for a table's next commit, found or not), "reload" (a table read whole by
+        # delta-rs: a few requests each), "exists" (a table not created yet looked for),
+        # "status" (the speed job's status: a stat, and a read when it changed).
+        self.requests: Counter[str] = Counter()
+        self._requests_lock = threading.Lock()
         self._clock = clock  # monotonic seconds: the refresh and keep-current intervals
         self._handles: dict[str, DeltaTable] = {}
+        self._roots: dict[str, str] = {}  # each table's root as its file URIs spell it
+        self._looked_at: dict[str, float] = {}  # when each table's log was last looked at
+        self._status_at = float("-inf")
         self._current: LakeSnapshot | None = None
         self._refreshed_at = float("-inf")
         self._used_at = float("-inf")
@@ -151,6 +210,14 @@ class SnapshotSource:
             else None
         )
         self._past_lock = threading.Lock()
+
+    def _count(self, kind: str, requests: int) -> None:
+        with self._requests_lock:
+            self.requests[kind] += requests
+
+    def interval_s(self, table: str) -> float:
+        """How often ``table``'s log is looked at (seconds)."""
+        return self.refresh_s if table in OFTEN else self.seldom_s
 
     def cached(self) -> LakeSnapshot | None:
         """The latest snapshot without I/O (for an event loop), or None: call :meth:`current`.
@@ -212,9 +279,37 @@ class SnapshotSource:
         with self._lock:
             if self._current is not None and self._clock() - self._refreshed_at < self.refresh_s:
                 return self._current
-            previous = self._current
-            self._current = fresh = self._refresh(previous)
-            self._refreshed_at = self._clock()
+            return self._replace(self._refresh(self._current))
+
+    def at_least(self, wanted: Mapping[str, int]) -> LakeSnapshot:
+        """The latest snapshot, holding every table of ``wanted`` (name to version) at that
+        version or a newer one: the tables this source holds at older versions have their logs
+        looked at now. :class:`BehindError` if they are still older (not committed yet as far
+        as this process can see, or looked at less than 0.1 s ago)."""
+        snapshot = self.current()
+        behind = snapshot.behind(wanted)
+        if not behind:
+            return snapshot
+        with self._lock:
+            now = self._clock()
+            due = [n for n in behind if now - self._looked_at.get(n, float("-inf")) >= _CATCH_UP_S]
+            if due and self._current is not None:
+                snapshot = self._replace(self._refresh(self._current, now=due))
+            behind = snapshot.behind(wanted)
+        if behind:
+            raise BehindError(
+                "this API process has not read the versions a previous answer named yet ("
+                + ", ".join(f"{n} {wanted[n]}" for n in behind)
+                + "); ask again in a moment"
+            )
+        return snapshot
+
+    def _replace(self, fresh: LakeSnapshot) -> LakeSnapshot:
+        """Under the lock: ``fresh`` becomes the current snapshot; subscribers hear of it when
+        its versions are new."""
+        previous = self._current
+        self._current = fresh
+        self._refreshed_at = self._clock()
         if previous is not None and fresh.key != previous.key:
             for callback in self._subscribers:
                 try:
@@ -223,37 +318,74 @@ class SnapshotSource:
                     _log.exception("a lake snapshot subscriber failed")
         return fresh
 
-    def _refresh(self, previous: LakeSnapshot | None) -> LakeSnapshot:
+    def _refresh(self, previous: LakeSnapshot | None, *, now: Collection[str] = ()) -> LakeSnapshot:
+        """The snapshot after looking at the logs that are due (all without ``previous``),
+        and at those of ``now``."""
+        clock = self._clock()
+
+        def due(name: str) -> bool:
+            looked_at = self._looked_at.get(name, float("-inf"))
+            return previous is None or name in now or clock - looked_at >= self.interval_s(name)
+
         def read(name: str) -> TableSnapshot:
             return self._table(name, previous.tables.get(name) if previous is not None else None)
 
-        names = list(self.tables)
+        names = [name for name in self.tables if due(name)]
+        for name in names:
+            self._looked_at[name] = clock
         readers = self._readers
-        if readers is not None and not self._closed.is_set():
+        if readers is not None and not self._closed.is_set() and len(names) > 1:
             tables = dict(zip(names, readers.map(read, names), strict=True))
         else:
             tables = {name: read(name) for name in names}
+        if previous is not None:
+            tables = {n: tables[n] if n in tables else previous.tables[n] for n in self.tables}
+        if previous is not None and clock - self._status_at < self.refresh_s:
+            return replace(previous, tables=tables)
+        self._status_at = clock
         # One HEAD (a stat on a local disk) per refresh: the file is read only when it changed.
         stamp = status_stamp(self.lake)
+        self._count("status", 1)
         if previous is not None and stamp == previous.status_stamp:
             status = previous.status
         else:
             status = read_status(self.lake) if stamp is not None else None
+            self._count("status", int(stamp is not None))
         return LakeSnapshot(
             tables=tables, status=status, store=self.lake.object_store, status_stamp=stamp
         )
 
     def _table(self, name: str, old: TableSnapshot | None) -> TableSnapshot:
         path = self.lake.table(name)
-        handle = self._handles.get(name)
-        if handle is None:
+        if old is None or old.version is None:
+            self._count("exists", 1)
             if not _log_exists(path, self.lake.object_store):
                 return TableSnapshot(name, path, None, (), (), SCHEMAS[name])
+            return self._reload(name, path)
+        try:
+            tail = follow(
+                log_of(path, self.lake.object_store), self._roots[name], old.version, old.files
+            )
+        except NeedsReload as reason:
+            self._count("commit", 1)  # at least: the commit it could not follow
+            _log.info("%s is read again from its log: %s", name, reason)
+            return self._reload(name, path)
+        self._count("commit", tail.requests)
+        if tail.version == old.version:
+            return old
+        return replace(old, version=tail.version, files=tail.files)
+
+    def _reload(self, name: str, path: str) -> TableSnapshot:
+        """``name`` read whole through delta-rs (its first read, or a commit the log's tail
+        cannot follow)."""
+        self._count("reload", 1)
+        handle = self._handles.get(name)
+        if handle is None:
             handle = self._handles[name] = open_delta(path, self.lake.object_store)
         else:
             handle.update_incremental()
-        if old is not None and old.version == handle.version():
-            return old
+        root = handle.table_uri.rstrip("/")
+        self._roots[name] = root.removeprefix("file://")
         return _table_snapshot(name, path, handle)
 
     # -- as of a moment -------------------------------------------------------------------------
