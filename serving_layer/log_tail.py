@@ -3,8 +3,8 @@
 A served table gets a commit every second (``speed/ctr``) and holds thousands of files at a
 billion events a day. Reloading it through delta-rs per refresh (``update_incremental`` then
 ``file_uris()``) lists the log and rebuilds the whole list of every file; here a refresh reads
-only what is new: the JSON file of the next version, one GET (or one "not found", the usual
-answer), and the next while there are more. Its ``add`` and ``remove`` actions patch the list.
+only what is new: the JSON file of the next version (a look that finds nothing, the usual
+answer: one request; a look and a read when it is there), and the next while there are more. Its ``add`` and ``remove`` actions patch the list.
 
 A commit this cannot follow — new metadata (schema or partitioning), a new protocol, a file with
 a deletion vector — or a commit file missing (cleaned up past the retention while nobody
@@ -40,7 +40,9 @@ class Tail:
 
     version: int
     files: tuple[str, ...]
-    requests: int  # object-store requests made (GETs, the last one usually "not found")
+    # Object-store requests made: per commit found a look (HEAD) and a read (GET), then one
+    # look that finds nothing (the usual single request).
+    requests: int
 
 
 def follow(
@@ -59,6 +61,7 @@ def follow(
             break
         if last - version >= limit:
             raise NeedsReload(f"more than {limit} new commits")
+        requests += 1  # its read
         if current is None:
             current = dict.fromkeys(files)
         _apply(current, actions, root)
