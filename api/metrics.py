@@ -111,6 +111,7 @@ class LakeCollector(Collector):
         ctr_gate: Callable[[], QueryGate] | None = None,
         *,
         sql_gate: Callable[[], QueryGate] | None = None,
+        key_checks: Callable[[], int] | None = None,
     ):
         self._serving = serving
         self._cache = cache
@@ -118,6 +119,7 @@ class LakeCollector(Collector):
         self._sql_pool = sql_pool
         self._ctr_gate = ctr_gate
         self._sql_gate = sql_gate
+        self._key_checks = key_checks
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         errors = GaugeMetricFamily(
@@ -164,10 +166,14 @@ class LakeCollector(Collector):
             "and reads of a local disk for a local lake), by kind: commit (a look for a "
             "table's next commit, found or not), reload (a table read whole by delta-rs, a "
             "few requests), exists (a table not created yet looked for), status (the speed "
-            "job's status: a stat, and a read when it changed)",
+            "job's status: a stat, and a read when it changed), keys (a look for a new commit "
+            "of the key store)",
             labels=["kind"],
         )
-        for kind, count in sorted(serving.reader.snapshots.requests.items()):
+        counts = dict(serving.reader.snapshots.requests)
+        if self._key_checks is not None:
+            counts["keys"] = self._key_checks()
+        for kind, count in sorted(counts.items()):
             requests.add_metric([kind], count)
         yield requests
 

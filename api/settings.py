@@ -72,6 +72,10 @@ class ApiSettings(BaseSettings):
     # while requests come; at least refresh_s. A client that sends the versions it has seen
     # (the Ctr-Versions header) makes the API look at once.
     refresh_seldom_s: float = Field(default=10.0, ge=0)
+    # Seconds between two looks for a new commit of the key store (access/keys) while requests
+    # come: a revoked or created key takes effect within it on every API process (one
+    # object-store request per look instead of one per request); 0: on every request.
+    keys_check_s: float = Field(default=0.5, ge=0)
     # /api/v1/ctr answers the response cache keeps, least recently used dropped first; 0: no
     # cache.
     cache_entries: int = Field(default=256, ge=0)
