@@ -4,7 +4,8 @@ A served table gets a commit every second (``speed/ctr``) and holds thousands of
 billion events a day. Reloading it through delta-rs per refresh (``update_incremental`` then
 ``file_uris()``) lists the log and rebuilds the whole list of every file; here a refresh reads
 only what is new: the JSON file of the next version (a look that finds nothing, the usual
-answer: one request; a look and a read when it is there), and the next while there are more. Its ``add`` and ``remove`` actions patch the list.
+answer: one request; a look and a read when it is there), and the next while there are more.
+Its ``add`` and ``remove`` actions patch the list.
 
 A commit this cannot follow — new metadata (schema or partitioning), a new protocol, a file with
 a deletion vector — or a commit file missing (cleaned up past the retention while nobody

@@ -6,6 +6,7 @@ and catches up to versions a client has already seen (real Delta tables on a loc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,7 +39,7 @@ def test_the_patched_list_is_the_list_delta_rs_reads_at_every_version(tmp_path: 
     write_deltalake(str(path), rows("a b/c", "x%y", "é"), partition_by=["part"])
     log = log_of(path, ObjectStoreSettings())
     version, files = 0, files_read_whole(path)
-    changes = [
+    changes: list[Callable[[], object]] = [
         lambda: write_deltalake(
             str(path), rows("a b/c", "z"), partition_by=["part"], mode="append"
         ),
