@@ -3,8 +3,8 @@
 A served table gets a commit every second (``speed/ctr``) and holds thousands of files at a
 billion events a day. Reloading it through delta-rs per refresh (``update_incremental`` then
 ``file_uris()``) lists the log and rebuilds the whole list of every file; here a refresh reads
-only what is new: the JSON file of the next version (a look that finds nothing, the usual
-answer: one request; a look and a read when it is there), and the next while there are more.
+only what is new: the JSON file of the next version (one request, usually answered "not
+found"), and the next while there are more.
 Its ``add`` and ``remove`` actions patch the list.
 
 A commit this cannot follow — new metadata (schema or partitioning), a new protocol, a file with
@@ -41,8 +41,8 @@ class Tail:
 
     version: int
     files: tuple[str, ...]
-    # Object-store requests made: per commit found a look (HEAD) and a read (GET), then one
-    # look that finds nothing (the usual single request).
+    # Object-store requests made: a GET per commit found, then one that finds nothing (on S3 a
+    # HEAD answered 404: the usual single request).
     requests: int
 
 
@@ -62,7 +62,6 @@ def follow(
             break
         if last - version >= limit:
             raise NeedsReload(f"more than {limit} new commits")
-        requests += 1  # its read
         if current is None:
             current = dict.fromkeys(files)
         _apply(current, actions, root)

@@ -414,5 +414,5 @@ def test_the_snapshot_follows_new_commits_on_the_object_store(
     whole = open_delta(lake.table("speed/ctr"), lake.object_store)
     assert (table.version, table.files) == (3, tuple(sorted(whole.file_uris())))
     assert source.requests["reload"] == 1
-    # Nothing; then three commits (a look and a read each) and "not there".
-    assert source.requests["commit"] == 1 + 3 * 2 + 1
+    # Nothing; then three commits and "not there".
+    assert source.requests["commit"] == 1 + 3 + 1
