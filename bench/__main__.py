@@ -20,6 +20,7 @@ from bench import (
     ingest,
     passes,
     reach,
+    refresh,
     report,
     scale,
     serving,
@@ -40,6 +41,7 @@ BENCHMARKS = {
     "storage": storage.main,
     "alerts": alerts.main,
     "state": state.main,
+    "refresh": refresh.main,
 }
 
 
