@@ -79,14 +79,17 @@ class RequestMetrics:
             self.latency.labels(route).observe(elapsed)
             if self.access_log and not scope["path"].startswith("/static/"):
                 access: Access | None = scope.get("state", {}).get("access")
+                # The peer, or behind a trusted proxy the client it forwarded for.
+                client = scope.get("client")
                 _access_log.info(
-                    "key=%s role=%s %s %s status=%s ms=%.1f",
+                    "key=%s role=%s %s %s status=%s ms=%.1f client=%s",
                     access.name if access is not None else "-",
                     access.role if access is not None else "-",
                     scope["method"],
                     route if route != "unmatched" else _printable(scope["path"]),
                     status,
                     elapsed * 1000,
+                    _printable(client[0]) if client else "-",
                 )
 
 
