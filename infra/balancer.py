@@ -128,7 +128,7 @@ def haproxy_config(config: BalancerConfig, *, stats_socket: Path | None = None) 
         f"    timeout queue {ms(config.queue_timeout_s)}",
         # A request no replica read (refused, closed unanswered) goes to another one.
         "    retries 2",
-        "    option redispatch",
+        "    option redispatch 1",
         "    retry-on conn-failure empty-response",
         "",
         "frontend api",
@@ -184,6 +184,11 @@ class Balancer:
     @property
     def url(self) -> str:
         return f"http://{self.config.host}:{self.config.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """HAProxy's process id while it runs."""
+        return self._process.pid if self._process is not None else None
 
     def start(self, *, timeout_s: float = 10.0) -> None:
         """Write the configuration, have HAProxy check it, start it and wait until it listens."""

@@ -97,6 +97,12 @@ class ApiReplicas:
                 process.kill()
                 process.wait()
 
+    def kill(self, name: str) -> None:
+        """SIGKILL replica ``name``, as if its host were lost: its requests in flight fail."""
+        process = self._processes.pop(name)
+        process.kill()
+        process.wait()
+
     def _replica(self, name: str) -> Replica:
         for replica in self.replicas:
             if replica.name == name:
