@@ -289,7 +289,9 @@ def _measure(
 
 def _scrape(url: str) -> dict[str, Any]:
     """A replica's response-cache counters and object-store requests from its /metrics."""
-    text = httpx.get(f"{url}/metrics", headers=AUTH, timeout=30).text
+    answer = httpx.get(f"{url}/metrics", headers=AUTH, timeout=30)
+    answer.raise_for_status()
+    text = answer.text
     return {"cache": cache_metrics(text), "object_store": object_store_requests(text)}
 
 
