@@ -39,6 +39,8 @@ class KeyWatcher:
     (seconds, monotonic): the log files of versions long past are cleaned up
     (``LAKE_HISTORY_RETENTION_HOURS``), after which the one the stat looks for could be gone.
     Errors (the store unreachable) are raised, never answered with the keys read before.
+    With ``check_every_s``, the stat is made at most that often (a busy API would otherwise make
+    one per request): a revoke takes effect within it.
     """
 
     def __init__(
@@ -46,13 +48,19 @@ class KeyWatcher:
         lake: LakeSettings,
         *,
         max_age_s: float = 600.0,
+        check_every_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_age_s <= 0:
             raise ValueError(f"max_age_s must be positive, got {max_age_s}")
+        if check_every_s < 0:
+            raise ValueError(f"check_every_s must be >= 0, got {check_every_s}")
         self.path = API_KEYS.path(lake)
         self.max_age_s = max_age_s
+        self.check_every_s = check_every_s
         self.reloads = 0
+        self.checks = 0  # stats made (object-store requests on an object store)
+        self._checked_at = float("-inf")
         self._clock = clock
         self._remote = lake.on_object_store
         self._store = lake.object_store
@@ -82,8 +90,13 @@ class KeyWatcher:
             return loaded.ring
 
     def _stale(self, loaded: _Loaded) -> bool:
-        if self._clock() - loaded.at >= self.max_age_s:
+        now = self._clock()
+        if now - loaded.at >= self.max_age_s:
             return True
+        if now - self._checked_at < self.check_every_s:
+            return False
+        self._checked_at = now
+        self.checks += 1
         # pyarrow, not delta-rs: it releases the GIL while it waits.
         info = self._filesystem.get_file_info(f"{self._log}/{loaded.version + 1:020d}.json")
         return bool(info.type != pafs.FileType.NotFound)

@@ -13,7 +13,7 @@ import asyncio
 import datetime as dt
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from anyio import CapacityLimiter, to_thread
@@ -27,9 +27,10 @@ from api.query_gate import QueryGate
 from api.rendering import Rendered, rendered_ctr
 from api.response_cache import ResponseCache
 from api.settings import ApiSettings
+from api.versions import snapshot_at_least
 from serving_layer.query import CtrQuery, QueryError, QueryLimits
 from serving_layer.service import ServingLayer
-from serving_layer.snapshots import AsOfError
+from serving_layer.snapshots import AsOfError, key_covers
 from views.definitions import UnknownVersionError, definition
 
 DEFAULT_LIMIT: Final = 10_000
@@ -51,6 +52,9 @@ class CtrParameters:
     version: int | None
     reach: bool
     output: Format
+    # The newest table versions the client has seen (its Ctr-Versions header; as-of queries
+    # ignore them).
+    seen: Mapping[str, int] = field(default_factory=dict)
 
 
 async def ctr_answer(
@@ -63,14 +67,22 @@ async def ctr_answer(
     client: str,
     access: Access,
 ) -> Rendered:
-    """The rendered answer of ``parameters`` for ``access``; :class:`ParameterError` for a bad
-    parameter, :class:`GateBusyError` when no place frees up."""
+    """The rendered answer of ``parameters`` for ``access``, read from the versions the client
+    has seen (``parameters.seen``: :mod:`api.versions`) or newer ones;
+    :class:`ParameterError` for a bad parameter, :class:`GateBusyError` when no place frees
+    up, :class:`ServerLimitError` when this process cannot read those versions yet."""
     query = ctr_query(parameters, settings, access)
     moment, version, output = parameters.as_of, parameters.version, parameters.output
     reader = serving.reader
+    wanted = parameters.seen
     if moment is None:
         cached = reader.snapshots.cached()
-        snapshot = cached if cached is not None else await run_in_threadpool(reader.snapshot)
+        if cached is not None and not cached.behind(wanted):
+            snapshot = cached
+        elif wanted:
+            snapshot = await run_in_threadpool(snapshot_at_least, reader.snapshots, dict(wanted))
+        else:
+            snapshot = await run_in_threadpool(reader.snapshot)
         key: tuple[object, ...] = ("ctr", query, version, output)
     else:
         try:
@@ -91,7 +103,11 @@ async def ctr_answer(
     # The latest snapshot's answers are recomputed ahead of the next request while they are
     # read (see ResponseCache.refresh_ahead); an as-of answer never changes.
     ahead = compute_at if moment is None else None
-    answer = cache.peek(key, snapshot.key, compute, ahead=ahead)
+    # An earlier snapshot's answer (served while the new one's is computed) only if it is not
+    # older than what the client has seen.
+    answer = cache.peek(
+        key, snapshot.key, compute, ahead=ahead, accept=lambda seen: key_covers(seen, wanted)
+    )
     if answer is None:
         answer = await _computed(
             request, client, cache, key=key, version=snapshot.key, compute=compute

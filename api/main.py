@@ -59,6 +59,7 @@ def create_app(
             SnapshotReader(
                 lake,
                 refresh_s=settings.refresh_s,
+                seldom_s=settings.refresh_seldom_s,
                 max_stale_s=settings.cache_stale_s,
                 timeout_s=settings.ctr_timeout_s,
                 memory_limit_bytes=int(settings.ctr_memory_limit),
@@ -125,7 +126,8 @@ def create_app(
     app.state.lake = lake
     app.state.alert_settings = alert_settings
     # API_TOKEN (the bootstrap admin) and the keys of the lake's key store (`ctr keys`).
-    authenticator = Authenticator(settings.token, KeyWatcher(lake), clock=key_clock)
+    keys = KeyWatcher(lake, check_every_s=settings.keys_check_s)
+    authenticator = Authenticator(settings.token, keys, clock=key_clock)
     app.state.authenticator = authenticator
     app.state.cache = ResponseCache[Rendered](
         settings.cache_entries,
@@ -152,6 +154,7 @@ def create_app(
             lambda: app.state.sql_pool,
             lambda: app.state.ctr_gate,
             sql_gate=lambda: app.state.sql_gate,
+            key_checks=lambda: keys.checks,
         )
     )
     app.state.registry = registry

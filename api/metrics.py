@@ -116,6 +116,7 @@ class LakeCollector(Collector):
         ctr_gate: Callable[[], QueryGate] | None = None,
         *,
         sql_gate: Callable[[], QueryGate] | None = None,
+        key_checks: Callable[[], int] | None = None,
     ):
         self._serving = serving
         self._cache = cache
@@ -123,6 +124,7 @@ class LakeCollector(Collector):
         self._sql_pool = sql_pool
         self._ctr_gate = ctr_gate
         self._sql_gate = sql_gate
+        self._key_checks = key_checks
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         errors = GaugeMetricFamily(
@@ -148,6 +150,7 @@ class LakeCollector(Collector):
                 ("drift", lambda: self._drift(inventory, lake)),
             ]
         parts += [("dead_letters", self._dlq), ("cache", self._cache_counts)]
+        parts.append(("object_store", lambda: object_store_requests(serving, self._key_checks)))
         if self._sql_pool is not None:
             parts.append(("sql", self._sql))
         if self._ctr_gate is not None:
@@ -341,3 +344,25 @@ class LakeCollector(Collector):
             "SQL worker processes replaced (killed at the time limit, died, or recycled)",
             stats.worker_restarts,
         )
+
+
+def object_store_requests(
+    serving: ServingLayer, key_checks: Callable[[], int] | None
+) -> Iterator[Metric]:
+    """The object-store requests of keeping this process's view of the lake current."""
+    requests = CounterMetricFamily(
+        "ctr_object_store_requests",
+        "object-store requests this process made to keep its lake snapshot current (stats "
+        "and reads of a local disk for a local lake), by kind: commit (a look for a "
+        "table's next commit, found or not), reload (a table read whole by delta-rs, a "
+        "few requests), exists (a table not created yet looked for), status (the speed "
+        "job's status: a stat, and a read when it changed), keys (a look for a new commit "
+        "of the key store)",
+        labels=["kind"],
+    )
+    counts = dict(serving.reader.snapshots.requests)
+    if key_checks is not None:
+        counts["keys"] = key_checks()
+    for kind, count in sorted(counts.items()):
+        requests.add_metric([kind], count)
+    yield requests

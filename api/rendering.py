@@ -5,7 +5,7 @@ report."""
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 from urllib.parse import quote
 
@@ -14,6 +14,7 @@ from fastapi import Response
 
 from api.errors import ParameterError
 from api.formats import CSV_MEDIA_TYPE, Format
+from api.versions import HEADER, header_value
 from serving_layer.csv_rows import csv_cell, csv_text
 from serving_layer.freshness import Freshness
 from serving_layer.query import CtrQuery
@@ -90,6 +91,7 @@ def rendered_ctr(
     """``query``'s answer over ``snapshot`` in ``output``'s format (what the response cache
     keeps); a 400 naming ``limit`` when it is over ``max_bytes``."""
     answer = render(serving.ctr(query, snapshot, version), output)
+    answer = replace(answer, headers=(*answer.headers, (HEADER, header_value(snapshot))))
     if len(answer.body) > max_bytes:
         raise ParameterError(
             "limit",

@@ -104,10 +104,12 @@ class ResponseCache(Generic[T]):
         compute: Callable[[], T],
         *,
         ahead: Callable[[Any], T] | None = None,
+        accept: Callable[[Hashable], bool] | None = None,
     ) -> T | None:
-        """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one, while
-        ``compute`` refreshes it in the background) if there is one; never blocks on a
-        computation, so an event loop may call it. None: call :meth:`get` (in a thread).
+        """The body for ``key`` at ``version`` (or, within ``max_stale_s``, an earlier one
+        that ``accept``s its version, while ``compute`` refreshes it in the background) if
+        there is one; never blocks on a computation, so an event loop may call it. None: call
+        :meth:`get` (in a thread).
 
         ``ahead(snapshot)`` computes the answer for another snapshot: given, the key is
         recomputed by :meth:`refresh_ahead` while it keeps being read."""
@@ -120,7 +122,7 @@ class ResponseCache(Generic[T]):
                 self._ahead.move_to_end(key)
                 while len(self._ahead) > self.entries:
                     self._ahead.popitem(last=False)
-            return self._cached(key, version, compute)
+            return self._cached(key, version, compute, accept)
 
     def _raise_refusal(self, key: Hashable, version: Hashable) -> None:
         """Under the lock: raise the refusal remembered for ``key`` if it holds at ``version``."""
@@ -221,8 +223,15 @@ class ResponseCache(Generic[T]):
             self._fill(key, version, compute, pending)
         return pending.result()
 
-    def _cached(self, key: Hashable, version: Hashable, compute: Callable[[], T]) -> T | None:
-        """Under the lock: a current entry, or a stale one fresh enough (starting its refresh)."""
+    def _cached(
+        self,
+        key: Hashable,
+        version: Hashable,
+        compute: Callable[[], T],
+        accept: Callable[[Hashable], bool] | None = None,
+    ) -> T | None:
+        """Under the lock: a current entry, or a stale one fresh enough and ``accept``ed
+        (starting its refresh)."""
         entry = self._data.get(key)
         if entry is None:
             return None
@@ -231,6 +240,8 @@ class ResponseCache(Generic[T]):
             self.hits += 1
             return entry.body
         if self._clock() - entry.computed_at > self.max_stale_s:
+            return None
+        if accept is not None and not accept(entry.version):
             return None
         self.stale_hits += 1
         if (key, version) not in self._pending:

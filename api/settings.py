@@ -66,10 +66,19 @@ class ApiSettings(BaseSettings):
     sql_forgive_s: float = Field(default=60.0, gt=0)
     # Request bodies larger than this get a 413 (after the token check, before parsing).
     max_body_bytes: ByteSize = Field(default=ByteSize(2**20), ge=1024)
-    # Seconds between two refreshes of the lake's snapshot while requests come (each refresh
-    # lists every table's Delta log: on object storage, raise it to save requests); 0: on
-    # every request.
-    refresh_s: float = Field(default=0.25, ge=0)
+    # Seconds between two looks at the speed layer's table (speed/ctr, a commit a second) and
+    # the speed job's status while requests come: one object-store request each when nothing
+    # changed; 0: every table on every request.
+    refresh_s: float = Field(default=1.0, ge=0)
+    # Seconds between two looks at each of the other tables' logs (the batch layer's, the
+    # master tables', the registry: they change with a batch run or an archiver's commit)
+    # while requests come; at least refresh_s. A client that sends the versions it has seen
+    # (the Ctr-Versions header) makes the API look at once.
+    refresh_seldom_s: float = Field(default=10.0, ge=0)
+    # Seconds between two looks for a new commit of the key store (access/keys) while requests
+    # come: a revoked or created key takes effect within it on every API process (one
+    # object-store request per look instead of one per request); 0: on every request.
+    keys_check_s: float = Field(default=0.5, ge=0)
     # /api/v1/ctr answers the response cache keeps, least recently used dropped first; 0: no
     # cache.
     cache_entries: int = Field(default=256, ge=0)

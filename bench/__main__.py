@@ -20,6 +20,7 @@ from bench import (
     ingest,
     passes,
     reach,
+    refresh,
     replicas,
     report,
     scale,
@@ -42,6 +43,7 @@ BENCHMARKS = {
     "storage": storage.main,
     "alerts": alerts.main,
     "state": state.main,
+    "refresh": refresh.main,
 }
 
 

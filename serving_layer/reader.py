@@ -52,6 +52,7 @@ class SnapshotReader:
         lake: LakeSettings,
         *,
         refresh_s: float = 0.5,
+        seldom_s: float | None = None,
         max_stale_s: float = 0.0,
         threads: int = 2,
         timeout_s: float | None = None,
@@ -61,7 +62,9 @@ class SnapshotReader:
             raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
         self.lake = lake
         self.timeout_s = timeout_s
-        self.snapshots = SnapshotSource(lake, refresh_s=refresh_s, max_stale_s=max_stale_s)
+        self.snapshots = SnapshotSource(
+            lake, refresh_s=refresh_s, seldom_s=seldom_s, max_stale_s=max_stale_s
+        )
         self.relations = RelationCache(
             lake.object_store, threads=threads, memory_limit_bytes=memory_limit_bytes
         )

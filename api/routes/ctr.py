@@ -16,6 +16,7 @@ from api.errors import ParameterError
 from api.formats import FormatParam, negotiate, openapi_responses
 from api.models import CtrResponse, ErrorResponse
 from api.times import as_utc
+from api.versions import wanted_versions
 from views.columns import DIMENSIONS
 
 router = APIRouter(prefix="/api/v1", tags=["ctr"])
@@ -164,6 +165,7 @@ async def get_ctr(
         version=version,
         reach=reach,
         output=output,
+        seen=wanted_versions(request),
     )
     answer = await ctr_answer(
         request,

@@ -18,6 +18,8 @@ from api.models import ErrorResponse, SqlFunctionsResponse, SqlRequest, SqlRespo
 from api.query_gate import QueryGate
 from api.rendering import render_sql
 from api.times import as_utc
+from api.versions import HEADER as VERSIONS_HEADER
+from api.versions import header_value, snapshot_at_least, wanted_versions
 from serving_layer.sandbox.database import SqlError, SqlRefusedError, SqlTimeLimitError
 from serving_layer.sandbox.functions import ALLOWED_TABLE_FUNCTIONS, FUNCTION_GROUPS
 from serving_layer.snapshots import AsOfError
@@ -77,7 +79,9 @@ async def post_sql(
     if body.max_rows is not None and body.max_rows > settings.sql_max_rows:
         raise ParameterError("max_rows", f"at most {settings.sql_max_rows}, got {body.max_rows}")
     if body.as_of is None:
-        snapshot = await run_in_threadpool(serving.reader.snapshot)
+        # Not older than the versions the client has seen (its Ctr-Versions header).
+        seen = wanted_versions(request)
+        snapshot = await run_in_threadpool(snapshot_at_least, serving.reader.snapshots, seen)
     else:
         as_of = as_utc(body.as_of, "as_of")
         try:
@@ -112,7 +116,9 @@ async def post_sql(
         raise ServerLimitError(f"sql: {exc}", math.ceil(exc.retry_after_s)) from None
     except SqlError as exc:
         raise ParameterError("sql", f"query failed: {exc}") from None
-    return render_sql(result, output).response()
+    response = render_sql(result, output).response()
+    response.headers[VERSIONS_HEADER] = header_value(snapshot)
+    return response
 
 
 @router.get(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 
 from api.deps import AccessDep, ServingDep
 from api.models import (
@@ -19,6 +19,7 @@ from api.models import (
     ViewsResponse,
 )
 from api.rendering import freshness_json
+from api.versions import HEADER, header_value, snapshot_at_least, wanted_versions
 from serving_layer.inventory import Inventory
 
 router = APIRouter(prefix="/api/v1", tags=["views"])
@@ -30,11 +31,15 @@ router = APIRouter(prefix="/api/v1", tags=["views"])
     responses={401: {"model": ErrorResponse}},
     summary="Views: covered and stale intervals, drift, latest speed bucket, rows, versions",
 )
-def get_views(serving: ServingDep, access: AccessDep) -> ViewsResponse:
+def get_views(
+    request: Request, response: Response, serving: ServingDep, access: AccessDep
+) -> ViewsResponse:
     """An advertiser key gets what holds for every campaign alike (versions, covered
     intervals, the latest buckets) and its own campaigns' stale intervals; no count over other
     campaigns: no rows, runs, table sizes or drift."""
-    snapshot = serving.reader.snapshot()
+    # Not older than the versions the client has seen (its Ctr-Versions header).
+    snapshot = snapshot_at_least(serving.reader.snapshots, wanted_versions(request))
+    response.headers[HEADER] = header_value(snapshot)
     everything = access.sees_everything
     views = [
         ViewInfoBody(

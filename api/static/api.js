@@ -2,6 +2,26 @@
 
 const TOKEN_KEY = "ctr-lambda.api-token";
 const TIMEOUT_MS = 10000;
+// The newest version of each table an answer has named (its Ctr-Versions header), sent with
+// every request: behind a load balancer, an API replica that has not read them yet looks at
+// once (or answers 503), so the dashboard never moves back to older data.
+const VERSIONS_HEADER = "Ctr-Versions";
+const seenVersions = new Map();
+
+/** Keep the newest version of each table named by an answer's Ctr-Versions header. */
+export function noteVersions(value) {
+  for (const pair of (value || "").split(",")) {
+    const [name, version] = pair.split("=");
+    const number = Number.parseInt(version, 10);
+    if (!name || !Number.isSafeInteger(number)) continue;
+    if (!(seenVersions.get(name) >= number)) seenVersions.set(name, number);
+  }
+}
+
+/** The Ctr-Versions value to send: every table's newest version seen. */
+export function versionsSeen() {
+  return [...seenVersions].map(([name, version]) => `${name}=${version}`).join(",");
+}
 
 /** The API refused the token (HTTP 401): ask for it again. */
 export class AuthError extends Error {}
@@ -66,13 +86,12 @@ async function get(path, params, accept) {
   const url = `${path}?${queryString(params)}`;
   const controller = new AbortController();
   const timer = window.setTimeout(() => controller.abort(), TIMEOUT_MS);
+  const headers = { Authorization: `Bearer ${storedToken()}`, Accept: accept };
+  const seen = versionsSeen();
+  if (seen) headers[VERSIONS_HEADER] = seen;
   let response;
   try {
-    response = await fetch(url, {
-      headers: { Authorization: `Bearer ${storedToken()}`, Accept: accept },
-      signal: controller.signal,
-      cache: "no-store",
-    });
+    response = await fetch(url, { headers, signal: controller.signal, cache: "no-store" });
   } catch (err) {
     const why = err.name === "AbortError" ? `no answer within ${TIMEOUT_MS / 1000} s` : err.message;
     throw new NetworkError(`cannot reach the API (${path}): ${why}`);
@@ -88,6 +107,7 @@ async function get(path, params, accept) {
     const again = wait ? ` (ask again in ${wait} s)` : "";
     throw new ApiError(`${path} answered ${response.status}: ${await errorDetail(response)}${again}`);
   }
+  noteVersions(response.headers.get(VERSIONS_HEADER));
   return response;
 }
 

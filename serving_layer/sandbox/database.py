@@ -172,6 +172,22 @@ def check_read_only(sql: str, access: Access | None = None) -> str:
         parser.close()
 
 
+# The deepest parse tree the check reads, in JSON levels (two per nested expression: about 300
+# nested expressions; DuckDB's own limit is 1,000).
+_MAX_TREE_DEPTH: Final = 600
+_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET: Final = re.compile(r"[\[\]{}]")
+
+
+def _json_depth(text: str) -> int:
+    """How deeply ``text``'s JSON nests (brackets outside its strings)."""
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _require_query(
     parser: duckdb.DuckDBPyConnection, sql: str, access: Access | None = None
 ) -> None:
@@ -185,11 +201,14 @@ def _require_query(
     serialized = parser.execute("SELECT json_serialize_sql($1::VARCHAR)", [sql]).fetchone()
     if keyword not in _QUERY_KEYWORDS or serialized is None:
         raise SqlRefusedError(f"{keyword} statements are not allowed: {ALLOWED_STATEMENTS}")
+    # Measured, not left to Python's recursion limit (which an imported library may raise for
+    # the whole process: Airflow's does): the check walks the tree recursively.
+    if _json_depth(serialized[0]) > _MAX_TREE_DEPTH:
+        raise SqlRefusedError("the query nests too deeply to be checked")
     try:
         # json, not orjson: constants may serialize as Infinity, NaN or integers past 64 bits.
         tree = json.loads(serialized[0])
     except RecursionError:
-        # Python's recursion limit: about 400 nested expressions (DuckDB's own limit is 1,000).
         raise SqlRefusedError("the query nests too deeply to be checked") from None
     if not isinstance(tree, dict) or tree.get("error", True):
         raise SqlRefusedError(f"{keyword} statements are not allowed: {ALLOWED_STATEMENTS}")

@@ -124,7 +124,10 @@ def key_clock() -> KeyClock:
 
 @pytest.fixture(scope="module")
 def base_url(lake: LakeSettings, key_clock: KeyClock) -> Iterator[str]:
-    settings_ = ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0, sql_timeout_s=5)
+    # keys_check_s=0: a revoke's next request is refused, whatever the time between them.
+    settings_ = ApiSettings(
+        token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0, sql_timeout_s=5, keys_check_s=0
+    )
     with running_api(settings_, lake, key_clock=key_clock) as url:
         yield url
 
@@ -434,7 +437,9 @@ def test_keys_survive_a_restart_and_the_log_names_keys_not_secrets(
     try:
         assert _get(base_url, key, "/api/v1/ctr", RANGE).status_code == 200
         assert _get(base_url, "wrong-key-0123456789", "/api/v1/ctr", RANGE).status_code == 401
-        settings_ = ApiSettings(token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0)
+        settings_ = ApiSettings(
+            token=SecretStr(TOKEN), refresh_s=0, cache_stale_s=0, keys_check_s=0
+        )
         with running_api(settings_, lake) as other:
             answer = _get(other, key, "/api/v1/ctr", {**RANGE, "group_by": "campaign_id"})
             assert answer.status_code == 200

@@ -388,3 +388,31 @@ def test_conflicting_writers_on_s3_lose_no_commit(
                          view.column("run_id").to_pylist(), strict=True))  # fmt: skip
     assert [b for b, _ in by_hour] == [T0 + dt.timedelta(hours=h) for h in range(4)]
     assert all(r in {f"run-{h}", f"run-{h + 4}"} for h, (_, r) in enumerate(by_hour))
+
+
+def test_the_snapshot_follows_new_commits_on_the_object_store(
+    s3: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serving_layer.log_tail on S3: a look for the next commit that is not there is a "not
+    found" (not an error), new commits patch the file list into the list delta-rs reads
+    whole, and a reload happens only at the first read."""
+    from lake.storage import open_delta
+    from serving_layer.snapshots import SnapshotSource
+    from tests.support.lake_writer import ctr_row, minute, write_speed
+
+    env = s3_lake_env(s3, f"tail-{uuid.uuid4().hex[:8]}")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lake = LakeSettings()
+    write_speed(lake, [ctr_row(minute(0), 10, 1)])
+    source = SnapshotSource(lake, tables=("speed/ctr",), refresh_s=0)
+    assert source.current()["speed/ctr"].version == 0
+    assert source.current()["speed/ctr"].version == 0  # looked, nothing new
+    for m in range(1, 4):
+        write_speed(lake, [ctr_row(minute(m), 10, 1)])
+    table = source.current()["speed/ctr"]
+    whole = open_delta(lake.table("speed/ctr"), lake.object_store)
+    assert (table.version, table.files) == (3, tuple(sorted(whole.file_uris())))
+    assert source.requests["reload"] == 1
+    # Nothing; then three commits and "not there".
+    assert source.requests["commit"] == 1 + 3 + 1

@@ -14,6 +14,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from lake.settings import LakeSettings
+from lake.storage import delta_options
 from serving_layer.snapshots import SCHEMAS
 from tests.support.events import archived_row, wire_event
 from tests.support.lakes import new_lake
@@ -71,7 +72,11 @@ def write(
     full = [{**row, **extra} for row in rows]
     data = pa.Table.from_pylist(full, schema=schema)
     partition_by = ["event_date"] if table == "master/events" else None
-    write_deltalake(lake.table(table), data, mode="append", partition_by=partition_by)
+    location = lake.table(table)
+    options = delta_options(location, lake.object_store)  # None for a local lake
+    write_deltalake(
+        location, data, mode="append", partition_by=partition_by, storage_options=options
+    )
 
 
 def write_batch(

@@ -320,6 +320,25 @@ def test_a_watcher_reads_again_past_its_max_age(lake: LakeSettings) -> None:
     assert watcher.reloads == 2
 
 
+def test_a_watcher_looks_for_new_commits_at_most_every_check_interval(
+    lake: LakeSettings,
+) -> None:
+    """API_KEYS_CHECK_S: one look per interval however many requests; a revoke is seen at the
+    first look after it."""
+    _, secret = create_key(lake, "bi", "analyst")
+    now = [0.0]
+    watcher = KeyWatcher(lake, check_every_s=0.5, clock=lambda: now[0])
+    watcher.ring()
+    for _ in range(10):
+        watcher.ring()
+    assert watcher.checks == 1
+    revoke_key(lake, "bi")
+    assert watcher.ring().verify(secret, dt.datetime.now(dt.UTC)) is not None  # not looked yet
+    now[0] += 0.5
+    assert watcher.ring().verify(secret, dt.datetime.now(dt.UTC)) is None
+    assert (watcher.checks, watcher.reloads) == (2, 2)
+
+
 # Last uses.
 
 

@@ -29,7 +29,7 @@ COMMANDS = [
 # for its --help with its stdout on a file of its own and says which engines it has loaded: the
 # same check as a fresh interpreter per command, without paying 12 interpreter starts.
 _FORKED_HELP = """
-import json, os, sys, tempfile
+import atexit, json, os, sys, tempfile
 from cli.main import main
 results = {}
 for command in COMMANDS:
@@ -38,14 +38,12 @@ for command in COMMANDS:
     if pid == 0:
         os.dup2(os.open(out.name, os.O_WRONLY), 1)
         sys.argv = ["ctr", *command, "--help"]
-        try:
-            main()
-            code = 0
-        except SystemExit as exit:
-            code = exit.code or 0
-        loaded = sorted(e for e in ENGINES if e in sys.modules)
-        print("engines:", ",".join(loaded), flush=True)
-        os._exit(code if isinstance(code, int) else 1)
+        # main() ends the process itself, once its exit handlers ran: this is the last.
+        atexit.register(
+            lambda: print("engines:", ",".join(sorted(e for e in ENGINES if e in sys.modules)))
+        )
+        main()
+        os._exit(3)  # main() returned: not how the command ends
     _, status = os.waitpid(pid, 0)
     results[" ".join(command)] = [os.waitstatus_to_exitcode(status), out.read()]
     os.unlink(out.name)
