@@ -34,6 +34,7 @@ ORDER = (
     "passes",
     "speed",
     "serving",
+    "replicas",
     "reach",
     "storage",
     "alerts",
@@ -175,6 +176,44 @@ def _serving(r: Mapping[str, Any]) -> Row:
         goal += "; mix p99 ≤ 2× mix floor"
         met = met and mix["p99_ratio"] <= 2
     return Row("serving", measured, reference, ratio, goal, met)
+
+
+def _replicas(r: Mapping[str, Any]) -> Row:
+    runs, speedup = r["runs"], r["speedup"]
+    counted = [key for key in runs if key != "1-direct"]
+    measured = f"the serving mix through HAProxy, {r['clients']} clients: " + "; ".join(
+        f"{key} replica{'s' if key != '1' else ''} {_num(runs[key]['requests_per_s'])} req/s, "
+        f"p50 {runs[key]['p50_ms']:.1f} ms, p99 {runs[key]['p99_ms']:.1f} ms"
+        for key in counted
+    )
+    direct = runs.get("1-direct")
+    if direct:
+        measured += (
+            f"; one replica without the balancer {_num(direct['requests_per_s'])} req/s, "
+            f"p99 {direct['p99_ms']:.1f} ms"
+        )
+    idle = [
+        p["idle_object_store_requests_per_s"]
+        for run in runs.values()
+        for p in run["per_replica"].values()
+        if p["idle_object_store_requests_per_s"] is not None
+    ]
+    measured += (
+        f"; object-store requests per replica at idle ≤ {max(idle):.1f}/s"
+        if idle
+        else "; object-store requests not counted"
+    )
+    goal = "2 replicas ≥ 1.6× one, 3 ≥ 2.2×"
+    if not r["judged"]:
+        goal += f" (not judged on {r['cores']} cores: the replicas share them)"
+    return Row(
+        "replicas",
+        measured,
+        "one replica behind HAProxy",
+        " / ".join(f"{x:.2f}" for x in speedup.values()) or "—",
+        goal,
+        r["met"],
+    )
 
 
 def _reach(r: Mapping[str, Any]) -> Row:
@@ -332,6 +371,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "passes": _passes,
     "speed": _speed,
     "serving": _serving,
+    "replicas": _replicas,
     "reach": _reach,
     "storage": _storage,
     "alerts": _alerts,
