@@ -32,7 +32,7 @@ demo-down:  ## stop every process `make demo` started, by pid (traffic first, jo
 
 test: setup  ## build the docs site (strict), then run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
 	@$(MAKE) --no-print-directory docs
-	@bash infra/system-packages.sh chromium postgresql
+	@bash infra/system-packages.sh chromium postgresql haproxy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup  ## the unit tier only (no JVM, broker or browser): a pure change checked in seconds
@@ -90,7 +90,7 @@ kafka-status: setup  ## brokers, topics, partitions, offsets
 	@$(CTR) kafka status
 
 bench: setup  ## run the benchmarks, write the results table (BENCH_ARGS="ingest" for one)
-	@bash infra/system-packages.sh kcat wrk
+	@bash infra/system-packages.sh kcat wrk haproxy
 	$(PY) -m bench $(BENCH_ARGS)
 
 soak: setup  ## the platform under traffic for SOAK_MINUTES (60) at SOAK_RATE (1000/s); CHAOS=1 kills components; report in RUN_DIR/soak

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import pyarrow.fs as pafs
 
@@ -20,6 +21,9 @@ from access.key_store import read_keys_and_version
 from lake.catalog import API_KEYS
 from lake.settings import LakeSettings
 from lake.storage import arrow_filesystem
+
+# The shortest interval between two looks for a new commit, asked or not.
+_LOOK_NOW_EVERY_S: Final = 0.1
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,13 @@ class KeyWatcher:
         call it from a thread, not an event loop."""
         return self._remote
 
-    def ring(self) -> KeyRing:
-        """The keys, read again only if the table has a commit they do not include."""
+    def ring(self, *, look_now: bool = False) -> KeyRing:
+        """The keys, read again only if the table has a commit they do not include.
+        ``look_now``: look for one even within ``check_every_s`` (a key not found: perhaps one
+        created since), at most every 0.1 s whatever the callers (unknown keys cannot make it
+        look nonstop)."""
         seen = self._loaded
-        if seen is not None and not self._stale(seen):
+        if seen is not None and not self._stale(seen, look_now=look_now):
             return seen.ring
         with self._lock:
             loaded = self._loaded
@@ -89,11 +96,12 @@ class KeyWatcher:
             assert loaded is not None
             return loaded.ring
 
-    def _stale(self, loaded: _Loaded) -> bool:
+    def _stale(self, loaded: _Loaded, *, look_now: bool = False) -> bool:
         now = self._clock()
         if now - loaded.at >= self.max_age_s:
             return True
-        if now - self._checked_at < self.check_every_s:
+        interval = min(self.check_every_s, _LOOK_NOW_EVERY_S) if look_now else self.check_every_s
+        if now - self._checked_at < interval:
             return False
         self._checked_at = now
         self.checks += 1

@@ -81,6 +81,9 @@ class Authenticator:
         now = self._clock()
         key = self.watcher.ring().verify(credentials, now)
         if key is None:
+            # Perhaps a key created since the last look (API_KEYS_CHECK_S): look now.
+            key = self.watcher.ring(look_now=True).verify(credentials, now)
+        if key is None:
             return None
         if self.usage is not None:
             self.usage.touch(key.name, now)

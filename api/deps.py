@@ -70,7 +70,8 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 async def get_client(request: Request) -> str:
     """Whom per-client limits count (the CTR and SQL gates' shares, the SQL back-off): the key
     a request carries (by name: two keys on one address are two clients, one key on many
-    addresses one), else the peer's address (behind a reverse proxy, the proxy)."""
+    addresses one), else the client's address: the peer's, or behind a trusted proxy
+    (``API_TRUSTED_PROXIES``) the one it forwarded for."""
     access: Access | None = getattr(request.state, "access", None)
     if access is not None:
         return f"key:{access.name}"

@@ -9,7 +9,9 @@ subclass that checks every chunk *before* the HTTP parser sees it:
   (431), counted up to the blank line that ends it;
 - a head must arrive within ``head_timeout_s`` of its first byte (or of the connection), a body
   within ``body_timeout_s`` of its head (408);
-- connections per client address and in total (429 once the request's head is in).
+- connections per client address and in total (429 once the request's head is in). A trusted
+  proxy's connections (``API_TRUSTED_PROXIES``) count in the total only: each carries many
+  clients, whose address the edge cannot know before the headers; the balancer caps them.
 
 A refusal is a small JSON answer with ``Connection: close``; the connection then drains what the
 client still sends for a moment before closing (a lingering close, as nginx does), so the client
@@ -19,6 +21,7 @@ reads the answer instead of a reset.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -51,6 +54,8 @@ class EdgeLimits:
     body_timeout_s: float = 30.0
     max_connections: int = 1024
     max_connections_per_client: int = 64
+    # Peers not capped per client (load balancers): their connections count in the total only.
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_head_bytes", "max_headers", "max_request_line_bytes"):
@@ -76,6 +81,16 @@ class EdgeState:
     @property
     def open_connections(self) -> int:
         return sum(self.connections.values())
+
+    def is_trusted_proxy(self, peer: str) -> bool:
+        """Whether ``peer`` (an address) is one of the limits' trusted proxies."""
+        if not self.limits.trusted_proxies:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self.limits.trusted_proxies)
 
 
 def edge_protocol(state: EdgeState) -> type[HttpToolsProtocol]:
@@ -114,7 +129,9 @@ class _EdgeProtocol(HttpToolsProtocol):
                 f"the server has {limits.max_connections} connections open "
                 "(API_MAX_CONNECTIONS); try again shortly"
             )
-        elif self.edge.connections[self._peer] >= limits.max_connections_per_client:
+        elif self.edge.connections[
+            self._peer
+        ] >= limits.max_connections_per_client and not self.edge.is_trusted_proxy(self._peer):
             self._over_cap = (
                 f"{limits.max_connections_per_client} connections from one client are open "
                 "(API_MAX_CONNECTIONS_PER_CLIENT); reuse them or try again shortly"

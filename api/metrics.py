@@ -25,6 +25,7 @@ from serving_layer.snapshots import LakeSnapshot
 _log = logging.getLogger(__name__)
 # Who asked for what (RequestMetrics): `ctr serve` writes it to stderr.
 _access_log = logging.getLogger("ctr.access")
+_UNLOGGED = ("/static/", "/readyz")
 _UNPRINTABLE = re.compile(r"[^A-Za-z0-9/._~%:@!$&'()*+,;=-]")
 Metric = GaugeMetricFamily | CounterMetricFamily
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -77,16 +78,20 @@ class RequestMetrics:
             elapsed = time.perf_counter() - started
             self.requests.labels(scope["method"], route, status).inc()
             self.latency.labels(route).observe(elapsed)
-            if self.access_log and not scope["path"].startswith("/static/"):
+            # Not the static files, nor the balancers' readiness checks (one a second each).
+            if self.access_log and not scope["path"].startswith(_UNLOGGED):
                 access: Access | None = scope.get("state", {}).get("access")
+                # The peer, or behind a trusted proxy the client it forwarded for.
+                client = scope.get("client")
                 _access_log.info(
-                    "key=%s role=%s %s %s status=%s ms=%.1f",
+                    "key=%s role=%s %s %s status=%s ms=%.1f client=%s",
                     access.name if access is not None else "-",
                     access.role if access is not None else "-",
                     scope["method"],
                     route if route != "unmatched" else _printable(scope["path"]),
                     status,
                     elapsed * 1000,
+                    _printable(client[0]) if client else "-",
                 )
 
 

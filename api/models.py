@@ -275,6 +275,13 @@ class Health(BaseModel):
     )
 
 
+class Readiness(BaseModel):
+    """Whether this replica can answer: a load balancer sends it requests only when ready."""
+
+    status: Literal["ready", "not ready"]
+    detail: str | None = Field(default=None, description="why not, when not ready")
+
+
 # -- alerts (alerts.rules, alerts.store) --------------------------------------------------------
 
 AlertMeasure = Literal["ctr", "impressions", "clicks", "orphan_share"]

@@ -24,6 +24,7 @@ def edge_limits(settings: ApiSettings) -> EdgeLimits:
         body_timeout_s=settings.body_timeout_s,
         max_connections=settings.max_connections,
         max_connections_per_client=settings.max_connections_per_client,
+        trusted_proxies=settings.trusted_proxy_networks,
     )
 
 
@@ -36,7 +37,9 @@ def server_config(
     log_level: str = "warning",
 ) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: the edge protocol with ``settings``' limits (its
-    refusals counted in ``app``'s /metrics), keep-alive, no server header."""
+    refusals counted in ``app``'s /metrics), keep-alive, no server header; X-Forwarded-For
+    believed from ``API_TRUSTED_PROXIES`` only (uvicorn's own default believes any local peer,
+    and ``FORWARDED_ALLOW_IPS`` from the environment would widen it unseen)."""
     if settings.access_log:
         log_access_to_stderr()
     edge = EdgeState(edge_limits(settings))
@@ -50,6 +53,8 @@ def server_config(
         http=edge_protocol(edge),
         timeout_keep_alive=int(max(1, round(settings.keep_alive_s))),
         server_header=False,
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=settings.trusted_proxies.split(",") if settings.trusted_proxies else [],
         log_level=log_level,
     )
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from pydantic import ByteSize, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_TOKEN_LENGTH = 16
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class ApiSettings(BaseSettings):
@@ -127,6 +130,13 @@ class ApiSettings(BaseSettings):
     max_connections: int = Field(default=1024, ge=1)
     # Idle keep-alive connections are closed after this many seconds.
     keep_alive_s: float = Field(default=5.0, gt=0)
+    # Load balancers and reverse proxies whose X-Forwarded-For is believed: addresses or CIDRs,
+    # comma-separated (10.0.0.5,10.1.0.0/16). A request from one of them is taken to come from
+    # the client the header names (the last address in it that is not itself a trusted proxy:
+    # per-client limits, the access log); from any other peer the header is ignored. Their
+    # connections are not capped per client (each carries many clients): cap clients at the
+    # balancer (docs: Run several API replicas). Empty: no proxy is trusted.
+    trusted_proxies: str = ""
 
     # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
     # /api/v1/ctr answers computed at once, each on a thread of its own.
@@ -178,6 +188,16 @@ class ApiSettings(BaseSettings):
             raise ValueError("API_LIMITS_URL must be a postgresql://user:password@host/db URL")
         return SecretStr(url)
 
+    @property
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """``trusted_proxies`` as networks (an address is a network of one)."""
+        return _networks(self.trusted_proxies)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: str) -> str:
+        return ",".join(str(network) for network in _networks(value))
+
     @field_validator("token", "metrics_token")
     @classmethod
     def _long_enough(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
@@ -191,6 +211,20 @@ class ApiSettings(BaseSettings):
                 "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         return SecretStr(secret)
+
+
+def _networks(listed: str) -> tuple[IPNetwork, ...]:
+    """Comma-separated addresses and CIDRs as networks; a ValueError naming a bad entry."""
+    networks = []
+    for entry in filter(None, (part.strip() for part in listed.split(","))):
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"API_TRUSTED_PROXIES: {entry!r} is neither an IP address nor a CIDR "
+                "(10.0.0.5, 10.1.0.0/16)"
+            ) from None
+    return tuple(networks)
 
 
 def _share(setting: int | None, workers: int, default: int) -> int:

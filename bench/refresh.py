@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -228,14 +229,16 @@ def _commit(lake: LakeSettings, name: str) -> None:
     )
 
 
-def _keep_committing(lake: LakeSettings, seconds: float, read: object) -> dict[str, int]:
+def _keep_committing(
+    lake: LakeSettings, seconds: float, read: Callable[[], object]
+) -> dict[str, int]:
     commits: Counter[str] = Counter()
     start = time.monotonic()
     next_at = {name: start + every for name, every in WRITERS.items()}
     next_read = start
     while (now := time.monotonic()) < start + seconds:
         if now >= next_read:
-            read()  # type: ignore[operator]
+            read()
             next_read += 0.5
         for name, at in next_at.items():
             if now >= at:

@@ -19,10 +19,11 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from bench.report_rows import Row, _num, _replicas, _state
 
 RESULTS = Path("bench/results")
 PAGE = Path("docs/performance.md")
@@ -34,6 +35,7 @@ ORDER = (
     "passes",
     "speed",
     "serving",
+    "replicas",
     "reach",
     "storage",
     "alerts",
@@ -41,24 +43,6 @@ ORDER = (
 )
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One benchmark's headline: what we measured, against what, and whether the goal is met."""
-
-    benchmark: str
-    measured: str
-    reference: str
-    ratio: str
-    goal: str
-    met: bool | None  # None: no result (failed or not run)
-
-
-def _num(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "n/a"
-    return f"{float(value):,.{digits}f}"
 
 
 def _ingest(r: Mapping[str, Any]) -> Row:
@@ -289,41 +273,6 @@ def _alerts(r: Mapping[str, Any]) -> Row:
     )
 
 
-def _state(r: Mapping[str, Any]) -> Row:
-    ours = r["ours"]["snapshots"]
-    cold, bound = ours["cold_start"], 1 + ours["snapshot_every"]
-    without = r["ours"]["no_snapshots"]["cold_start"]
-    measured = (
-        f"ours: a 1-s micro-batch of {_num(r['rate'])} events/s over {r['partitions']} "
-        f"partitions p50 {ours['batch_ms']['p50']} ms, p95 {ours['batch_ms']['p95']} ms "
-        "(one core); "
-        f"cold start after {r['minutes']} min: at most {cold['objects_read_max']} objects per "
-        f"partition, {cold['seconds_total']} s (without snapshots "
-        f"{without['objects_read_max']}, {without['seconds_total']} s)"
-    )
-    references, ratios = [], []
-    for mode, cost in r["spark_state_cost"].items():
-        spark = r["spark"][mode]
-        restore = [p["restore"]["objects"] for p in spark["checkpoint"]["partitions"].values()]
-        batch = spark["phase_ms"]["triggerExecution"]
-        references.append(
-            f"Spark {mode} (RocksDB, over {r['spark_minutes']} min): batch p50 {batch['p50']} ms, "
-            f"p95 {batch['p95']} ms, the state's share p50 {cost['batch_ms']['p50']} ms, p95 "
-            f"{cost['batch_ms']['p95']} ms; cold restart {spark['restart']['first_batch_s']} s, "
-            f"a cold load at most {max(restore, default=0)} objects per partition"
-        )
-        if ours["batch_ms"]["p95"] and cost["batch_ms"]["p95"] is not None:
-            ratios.append(f"{cost['batch_ms']['p95'] / ours['batch_ms']['p95']:.2f}")
-    return Row(
-        "state",
-        measured,
-        "; ".join(references) or "—",
-        "; ".join(ratios) or "—",
-        f"cold start ≤ {bound} objects per partition; Spark's counts equal ours",
-        cold["objects_read_max"] <= bound and bool(r["correctness"]["equal"]),
-    )
-
-
 SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "ingest": _ingest,
     "archive": _archive,
@@ -332,6 +281,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "passes": _passes,
     "speed": _speed,
     "serving": _serving,
+    "replicas": _replicas,
     "reach": _reach,
     "storage": _storage,
     "alerts": _alerts,

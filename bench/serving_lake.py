@@ -101,12 +101,14 @@ def build_lake(
     *,
     end: dt.datetime = END,
     on_rows: Callable[[pa.Table], None] | None = None,
+    combinations: int = COMBOS,
 ) -> int:
     """batch/ctr hour by hour with coverage for the first COVERED_HOURS, speed/ctr for the
     last hour covered (not pruned yet) and the uncovered rest, in 1-minute commits' worth of
     files. ``on_rows`` is given each part's rows before they are written, every one with its
-    user lists (bench.reach writes their events). Returns the rows written."""
-    dims = combos()
+    user lists (bench.reach writes their events); ``combinations`` per minute (fewer: a smoke
+    run's lake). Returns the rows written."""
+    dims = combos(combinations)
     start = end - dt.timedelta(hours=HOURS)
     rows = 0
     for hour in range(COVERED_HOURS):

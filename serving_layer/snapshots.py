@@ -212,12 +212,16 @@ class SnapshotSource:
     def at_least(self, wanted: Mapping[str, int]) -> LakeSnapshot:
         """The latest snapshot, holding every table of ``wanted`` (name to version) at that
         version or a newer one: the tables this source holds at older versions have their logs
-        looked at now. :class:`BehindError` if they are still older (not committed yet as far
-        as this process can see, or looked at less than 0.1 s ago)."""
+        looked at now (waiting first for 0.1 s to have passed since their last look, so clients
+        cannot make it look nonstop). :class:`BehindError` if they are still older (not
+        committed yet as far as this process can see)."""
         snapshot = self.current()
         behind = snapshot.behind(wanted)
         if not behind:
             return snapshot
+        since = min(self._clock() - self._looked_at.get(n, float("-inf")) for n in behind)
+        if since < _CATCH_UP_S:
+            time.sleep(_CATCH_UP_S - since)
         with self._lock:
             now = self._clock()
             due = [n for n in behind if now - self._looked_at.get(n, float("-inf")) >= _CATCH_UP_S]

@@ -1,17 +1,22 @@
 """GET /healthz (up or down for anyone; the lake's table versions with an admin or analyst
-key) and GET /metrics (Prometheus text, with API_METRICS_TOKEN or an admin key)."""
+key), GET /readyz (whether this replica has read the lake and can answer: a load balancer's
+check) and GET /metrics (Prometheus text, with API_METRICS_TOKEN or an admin key)."""
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.authn import token_ok
 from api.deps import BearerDep, OptionalAccessDep, ServingDep, SettingsDep, authorization
-from api.models import ErrorResponse, Health
+from api.models import ErrorResponse, Health, Readiness
 
 router = APIRouter(tags=["operations"])
+_log = logging.getLogger(__name__)
 
 
 @router.get(
@@ -25,6 +30,31 @@ async def healthz(serving: ServingDep, access: OptionalAccessDep) -> Health:
         return Health(status="ok")
     snapshot = await run_in_threadpool(serving.reader.snapshot)
     return Health(status="ok", versions=snapshot.versions())
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    response_model_exclude_none=True,
+    summary="Readiness: 200 once this replica has read the lake's snapshot, else 503",
+    responses={503: {"model": Readiness, "description": "the lake has not been read yet"}},
+)
+async def readyz(request: Request, serving: ServingDep) -> Readiness | JSONResponse:
+    """Ready from the first snapshot this process reads on (a check reads it if no request
+    did, so the balancer's first checks warm a new replica). Once ready it stays so without I/O:
+    a balancer's checks every few seconds list no Delta log, and a lake that becomes
+    unreadable later fails every replica alike, which taking one out would not mend."""
+    if not getattr(request.app.state, "lake_read", False):
+        try:
+            await run_in_threadpool(serving.reader.snapshot)
+        except Exception as exc:
+            _log.warning("readyz: the lake's snapshot could not be read: %s", exc)
+            not_ready = Readiness(
+                status="not ready", detail="this replica has not read the lake's snapshot yet"
+            )
+            return JSONResponse(not_ready.model_dump(), status_code=503)
+        request.app.state.lake_read = True
+    return Readiness(status="ready")
 
 
 @router.get(

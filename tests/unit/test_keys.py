@@ -337,6 +337,13 @@ def test_a_watcher_looks_for_new_commits_at_most_every_check_interval(
     now[0] += 0.5
     assert watcher.ring().verify(secret, dt.datetime.now(dt.UTC)) is None
     assert (watcher.checks, watcher.reloads) == (2, 2)
+    # A key created since the last look: found when asked to look now (at most every 0.1 s).
+    _, created = create_key(lake, "new", "analyst")
+    now[0] += 0.2
+    assert watcher.ring().verify(created, dt.datetime.now(dt.UTC)) is None
+    assert watcher.ring(look_now=True).verify(created, dt.datetime.now(dt.UTC)) is not None
+    assert watcher.ring(look_now=True).verify(created, dt.datetime.now(dt.UTC)) is not None
+    assert watcher.checks == 3
 
 
 # Last uses.
