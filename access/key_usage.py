@@ -9,11 +9,25 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from typing import Protocol
 
 from access.key_store import checked_utc, record_use
 from lake.settings import LakeSettings
 
 log = logging.getLogger("ctr.keys")
+
+
+class KeyUseRecorder(Protocol):
+    """Where the API records its keys' last uses (:class:`UsageRecorder`, or one that the
+    API's replicas share)."""
+
+    def touch(self, name: str, at: dt.datetime) -> None:
+        """``name``'s key was used at ``at`` (cheap: called on every request)."""
+        ...
+
+    def close(self) -> None:
+        """Stop recording, and pass on what was touched."""
+        ...
 
 
 class UsageRecorder:

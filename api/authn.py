@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from access.roles import BOOTSTRAP, Access
 
 if TYPE_CHECKING:
-    from access.key_usage import UsageRecorder
+    from access.key_usage import KeyUseRecorder
     from access.key_watcher import KeyWatcher
 
 
@@ -61,7 +61,7 @@ class Authenticator:
     ) -> None:
         self.token = token
         self.watcher = watcher
-        self.usage: UsageRecorder | None = None
+        self.usage: KeyUseRecorder | None = None
         self._clock = clock
 
     async def access(self, authorization: str | None) -> Access | None:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from api.errors import (
     GateBusyError,
+    LimitsUnavailableError,
     NotAcceptableError,
     NotFoundError,
     ParameterError,
@@ -88,6 +89,15 @@ def install(app: FastAPI) -> None:
             {"detail": str(exc), "parameter": None},
             status_code=503,
             headers={"Retry-After": str(exc.retry_after_s)},
+        )
+
+    @app.exception_handler(LimitsUnavailableError)
+    async def _limits_unavailable(request: Request, exc: LimitsUnavailableError) -> JSONResponse:
+        _log.warning("limits store unavailable: %s", exc)
+        return JSONResponse(
+            {"detail": str(exc), "parameter": None},
+            status_code=503,
+            headers={"Retry-After": "5"},
         )
 
     @app.exception_handler(SandboxUnavailableError)

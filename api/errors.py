@@ -58,3 +58,8 @@ class GateBusyError(ApiError, RuntimeError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class LimitsUnavailableError(ApiError, RuntimeError):
+    """The store of the limits shared by the API's replicas (``API_LIMITS_URL``) did not
+    answer: a 503 with Retry-After, never a request served past a limit nobody counted."""

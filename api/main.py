@@ -12,7 +12,6 @@ from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
-from access.key_usage import UsageRecorder
 from access.key_watcher import KeyWatcher
 from alerts.settings import AlertSettings
 from api import error_responses
@@ -20,6 +19,7 @@ from api.authn import Authenticator, utc_now
 from api.deps import require_access
 from api.errors import ParameterError
 from api.guard import RequestGuard
+from api.limits import LimitsStore, check_limits, open_limits, sql_longest_s
 from api.metrics import LakeCollector, RequestMetrics
 from api.query_gate import QueryGate
 from api.rendering import Rendered
@@ -44,17 +44,22 @@ def create_app(
     alert_settings: AlertSettings,
     key_clock: Callable[[], dt.datetime] = utc_now,
     clock: Callable[[], float] = time.monotonic,
+    limits: LimitsStore | None = None,
 ) -> FastAPI:
     """The API over ``lake``; ``kafka`` is only asked for the dead-letter topic's depth;
     ``alert_settings`` are what new alert rules are checked against (where webhooks may point,
     rules per key);
     ``key_clock`` (default: the system's UTC time) is what keys' expiry is checked against;
     ``clock`` (seconds, monotonic) times the SQL back-off, the response cache and the
-    dead-letter depth's refresh (tests pass clocks they move). The entry point (``ctr serve``)
-    builds the settings from the environment."""
+    dead-letter depth's refresh (tests pass clocks they move); ``limits`` is where the limits
+    every replica must respect are counted (default: ``API_LIMITS_URL``'s store, else this
+    process; one given is the caller's to close). The entry point (``ctr serve``) builds the
+    settings from the environment."""
+    store = limits if limits is not None else open_limits(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await check_limits(store)
         app.state.serving = ServingLayer(
             SnapshotReader(
                 lake,
@@ -77,6 +82,7 @@ def create_app(
             queue=settings.ctr_queue,
             queue_timeout_s=settings.ctr_queue_timeout_s,
             what="CTR queries",
+            shares=store.shares("ctr", longest_s=settings.ctr_timeout_s),
         )
         app.state.sql_gate = QueryGate(
             workers=settings.sql_workers,
@@ -85,6 +91,7 @@ def create_app(
             queue_timeout_s=settings.sql_queue_timeout_s,
             what="SQL queries",
             setting="API_SQL",
+            shares=store.shares("sql", longest_s=sql_longest_s(settings)),
         )
         # Answers are computed on threads of their own, as many as may run at once.
         app.state.ctr_limiter = CapacityLimiter(settings.ctr_workers)
@@ -94,15 +101,17 @@ def create_app(
             queue_size=settings.sql_queue,
             queue_timeout_s=settings.sql_queue_timeout_s,
             memory_bytes=int(settings.sql_memory_limit),
-            backoff=ClientBackoff(
-                first_s=min(settings.sql_backoff_s, settings.sql_max_backoff_s),
-                max_s=settings.sql_max_backoff_s,
-                forgive_s=settings.sql_forgive_s,
+            backoffs=store.backoffs(
+                ClientBackoff(
+                    first_s=min(settings.sql_backoff_s, settings.sql_max_backoff_s),
+                    max_s=settings.sql_max_backoff_s,
+                    forgive_s=settings.sql_forgive_s,
+                ),
+                clock,
             ),
-            clock=clock,
         )
         app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
-        authenticator.usage = UsageRecorder(lake, flush_s=settings.key_use_flush_s)
+        authenticator.usage = store.key_uses(lake, settings.key_use_flush_s)
         try:
             yield
         finally:
@@ -111,6 +120,8 @@ def create_app(
             app.state.cache.close()
             app.state.sql_pool.close()
             app.state.serving.close()
+            if limits is None:
+                store.close()
 
     app = FastAPI(
         title="ctr-lambda",

@@ -7,18 +7,29 @@ up to ``queue`` more requests wait (first come, first served among those whose c
 free place), each at most ``queue_timeout_s``, of them at most half of ``queue`` (at least one)
 of one client, so one client cannot fill the queue either. Beyond that :class:`GateBusyError`
 (a 429). The gate lives on the event loop: acquiring it never holds a thread.
+
+The workers and the queue are the process's; a client's share may be counted for every
+replica of the API (``shares``, from :mod:`api.limits`): a client that has ``per_client``
+computations running on any of them is refused at once (a 429 that says so), after its place
+here was granted and before it computes. Counting in a database takes a thread, not the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from anyio import to_thread
+
 from api.errors import GateBusyError
+from api.limits.store import KeyShares, Lease
+
+log = logging.getLogger("ctr.limits")
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,7 @@ class QueryGate:
         queue_timeout_s: float,
         what: str = "queries",
         setting: str = "API_CTR",
+        shares: KeyShares | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"'workers' must be >= 1, got {workers}")
@@ -56,6 +68,7 @@ class QueryGate:
         self.queue_timeout_s = queue_timeout_s
         self._what = what
         self._setting = setting
+        self._shares = shares
         self._running: Counter[str] = Counter()
         self._waiters: deque[tuple[str, asyncio.Future[None]]] = deque()
         self._admitted = 0
@@ -65,14 +78,55 @@ class QueryGate:
     async def place(self, client: str) -> AsyncIterator[None]:
         """Hold a place for ``client`` for the duration of the block."""
         await self._acquire(client)
+        try:
+            lease = await self._lease(client)
+        except BaseException:
+            self._release(client)
+            raise
         self._admitted += 1
         try:
             yield
         finally:
-            self._running[client] -= 1
-            if self._running[client] <= 0:
-                del self._running[client]
-            self._wake()
+            self._release(client)
+            if lease is not None:
+                await self._give_back(lease)
+
+    async def _lease(self, client: str) -> Lease | None:
+        """The client's share counted where every replica counts it; GateBusyError if it has
+        its share running (None: not counted beyond this gate)."""
+        shares = self._shares
+        if shares is None:
+            return None
+        if shares.blocking:
+            lease = await to_thread.run_sync(shares.take, client, self.per_client)
+        else:
+            lease = shares.take(client, self.per_client)
+        if lease is None:
+            self._rejected += 1
+            raise GateBusyError(
+                f"this key has {self.per_client} {self._what} running across the API's "
+                f"replicas, its share ({self._setting}_WORKERS_PER_KEY); try again when one "
+                "has answered",
+                retry_after_s=1,
+            )
+        return lease
+
+    async def _give_back(self, lease: Lease) -> None:
+        assert self._shares is not None
+        try:
+            if self._shares.blocking:
+                await to_thread.run_sync(self._shares.give_back, lease)
+            else:
+                self._shares.give_back(lease)
+        except Exception:
+            # Its answer is computed: the lease lapses by itself (see api.limits).
+            log.warning("giving back %s's lease failed", lease.client, exc_info=True)
+
+    def _release(self, client: str) -> None:
+        self._running[client] -= 1
+        if self._running[client] <= 0:
+            del self._running[client]
+        self._wake()
 
     def stats(self) -> GateStats:
         return GateStats(

@@ -94,8 +94,16 @@ class ApiSettings(BaseSettings):
     # /metrics answers this bearer token (or API_TOKEN and admin keys); unset: those only.
     metrics_token: SecretStr | None = None
     # When each key was last used (`ctr keys list`) is written to the key store at most once
-    # per this many seconds (one small commit per API process).
+    # per this many seconds (one small commit per API process; with API_LIMITS_URL, one for all
+    # the replicas).
     key_use_flush_s: float = Field(default=60.0, gt=0)
+    # The store of the limits that hold across the API's replicas (several `ctr serve` behind
+    # one load balancer): a PostgreSQL database, postgresql://user:password@host:port/database,
+    # where each key's share of the CTR and SQL workers, the SQL back-off and the keys' last
+    # uses are counted for every replica (tables in the schema ctr_limits, created on first
+    # use). Unreachable: the requests it counts get a 503. Unset: each process counts its own
+    # (one replica). A secret: never printed.
+    limits_url: SecretStr | None = None
     # A line per request on stderr (logger ctr.access): the key's name (never the key), its
     # role, the method, route and status.
     access_log: bool = True
@@ -168,6 +176,17 @@ class ApiSettings(BaseSettings):
     def sql_per_key(self) -> int:
         """``sql_workers_per_key``, by default one fewer than ``sql_workers`` (at least 1)."""
         return _share(self.sql_workers_per_key, self.sql_workers, max(1, self.sql_workers - 1))
+
+    @field_validator("limits_url")
+    @classmethod
+    def _postgresql_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        url = value.get_secret_value().strip()
+        if not url.startswith(("postgresql://", "postgres://")):
+            # The value is not quoted back: it may hold a password.
+            raise ValueError("API_LIMITS_URL must be a postgresql://user:password@host/db URL")
+        return SecretStr(url)
 
     @property
     def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:

@@ -61,11 +61,15 @@ _CSV_EXAMPLE: Final = (
             "description": "a bad parameter, or over the byte or memory limit",
         },
         401: {"model": ErrorResponse},
-        429: {"model": ErrorResponse, "description": "too many CTR queries at once"},
+        429: {
+            "model": ErrorResponse,
+            "description": "too many CTR queries at once, or this key's share of them running "
+            "(API_CTR_WORKERS_PER_KEY; with API_LIMITS_URL, across the API's replicas)",
+        },
         503: {
             "model": ErrorResponse,
-            "description": "stopped at the time limit (API_CTR_TIMEOUT_S): retry after "
-            "Retry-After seconds",
+            "description": "stopped at the time limit (API_CTR_TIMEOUT_S), or the limits store "
+            "the replicas share (API_LIMITS_URL) did not answer: retry after Retry-After seconds",
         },
     },
     summary="CTR per time bucket: batch where covered, speed elsewhere",

@@ -54,12 +54,14 @@ _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
             "description": "every SQL worker busy and the queue full, this key's share of the "
             "workers taken (API_SQL_WORKERS_PER_KEY), or this key backed off (recent queries "
             "of its were stopped at the time limit, crashed their worker or ran out of "
-            "memory): retry after Retry-After seconds",
+            "memory); with API_LIMITS_URL the share and the back-off count across the API's "
+            "replicas: retry after Retry-After seconds",
         },
         503: {
             "model": ErrorResponse,
-            "description": "stopped at the time limit (API_SQL_TIMEOUT_S), or the sandbox could "
-            "not be set up: retry after Retry-After seconds",
+            "description": "stopped at the time limit (API_SQL_TIMEOUT_S), the sandbox could "
+            "not be set up, or the limits store the replicas share (API_LIMITS_URL) did not "
+            "answer: retry after Retry-After seconds",
         },
     },
     summary="Read-only SQL over events, rejected, ctr_batch, ctr_speed, coverage, covered, ctr",
@@ -102,7 +104,8 @@ async def post_sql(
     )
     # A backed-off key is refused before it queues; then a place among the key's share of the
     # workers (one key never holds them all, nor fills the queue), then a worker.
-    pool.check_backoff(client)
+    # (On a thread: with replicas, the back-off is kept in their shared store.)
+    await run_in_threadpool(pool.check_backoff, client)
     gate: QueryGate = request.app.state.sql_gate
     try:
         async with gate.place(client):

@@ -1,6 +1,9 @@
 """Back-off of the clients whose SQL queries cost workers: a pause that doubles with each
 strike, strikes forgiven with quiet time, all timed by a clock the owner gives (the pool's:
-``time.monotonic`` in production, one the test moves in tests)."""
+``time.monotonic`` in production, one the test moves in tests).
+
+:class:`Backoffs` keeps them in the process; a :class:`BackoffBook` kept elsewhere (the API's
+limits store, shared by its replicas) can take its place in the pool."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 # Clients remembered in back-off at most; past that the longest-quiet ones are forgotten.
 _MAX_BACKOFF_CLIENTS: Final = 4096
@@ -44,6 +47,24 @@ class ClientBackoff:
     def remaining(self, strikes: int, quiet_s: float) -> int:
         """The strikes left of ``strikes`` after ``quiet_s`` seconds without a new one."""
         return max(0, strikes - int(quiet_s // self.forgive_s))
+
+
+class BackoffBook(Protocol):
+    """The clients backed off under ``policy``: what the pool asks, wherever they are kept."""
+
+    policy: ClientBackoff
+
+    def wait_s(self, client: str) -> float:
+        """Seconds ``client``'s queries are still refused for (0: none)."""
+        ...
+
+    def strikes(self, client: str) -> int:
+        """The strikes ``client`` has now (0: not backed off)."""
+        ...
+
+    def strike(self, client: str, strikes: int) -> float:
+        """Count ``strikes`` against ``client`` (a query that cost them); its pause now."""
+        ...
 
 
 @dataclass

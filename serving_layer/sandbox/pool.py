@@ -22,6 +22,8 @@ allowed functions and the key's views only) before a worker sees them. A query t
 worker backs off the client that sent it (:mod:`serving_layer.sandbox.backoff`, timed by the
 pool's ``clock``): its next queries get :class:`SqlBusyError` at once, without a worker, for a
 pause that doubles with each strike.
+The back-off may be kept outside the pool (``backoffs``: the API's limits store, where its
+replicas share it); then the pool's own ``backoff`` and ``clock`` are not used.
 A query stopped at the time limit is a strike; one that cost its worker process (killed at the
 hard limit, crashed, out of memory: a new interpreter must start) two. A query that succeeds
 ends nothing: strikes are forgiven one per ``forgive_s`` without a new one, so a cheap query
@@ -54,6 +56,7 @@ from serving_layer.errors import ServingError
 from serving_layer.sandbox.backoff import (
     STOPPED_STRIKES,
     WORKER_LOST_STRIKES,
+    BackoffBook,
     Backoffs,
     ClientBackoff,
 )
@@ -123,6 +126,7 @@ class SqlPool:
         max_queries_per_worker: int = 500,
         backoff: ClientBackoff | None = None,
         clock: Callable[[], float] = time.monotonic,
+        backoffs: BackoffBook | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"'workers' must be >= 1, got {workers}")
@@ -139,9 +143,10 @@ class SqlPool:
         self.threads = threads
         self.grace_s = grace_s
         self.max_queries_per_worker = max_queries_per_worker
-        self.backoff = backoff or ClientBackoff()
-        # The clients backed off, timed by ``clock`` (tests pass one they move).
-        self._backoffs = Backoffs(self.backoff, clock)
+        # The clients backed off: ``backoffs`` (kept for several processes, by its policy), else
+        # this pool's own, timed by ``clock`` (tests pass one they move).
+        self._backoffs: BackoffBook = backoffs or Backoffs(backoff or ClientBackoff(), clock)
+        self.backoff = self._backoffs.policy
         self._all = [_Worker(memory_bytes, threads) for _ in range(workers)]
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         for worker in self._all:

@@ -1,8 +1,9 @@
 """Two API replicas (``ctr serve`` processes) over one lake behind HAProxy (infra/balancer.py),
 all real processes: both answer through the balancer, each seeing the client's address and not
 one the client forged; at the same lake versions they answer byte for byte alike; a revoked key
-is refused by both within 5 s; the balancer caps one client's connections; and with one
-replica gone the balancer answers from the other.
+is refused by both within 5 s; a key backed off through the balancer is refused by both (their
+shared limits store, API_LIMITS_URL, a private PostgreSQL); the balancer caps one client's
+connections; and with one replica gone the balancer answers from the other.
 
 The last test stops a replica: the tests share the module's replicas and run in file order.
 """
@@ -20,6 +21,7 @@ import pytest
 from access.key_store import create_key, revoke_key
 from infra.balancer import Balancer, BalancerConfig, BalancerError, haproxy_binary
 from infra.broker import free_port
+from infra.private_postgres import PostgresUnavailableError, private_postgres
 from infra.replicas import ApiReplicas
 from lake.settings import LakeSettings
 from tests.support.lake_writer import cover, ctr_row, minute, write_batch, write_speed
@@ -33,6 +35,9 @@ PER_CLIENT = 4  # connections one client may hold at the balancer
 # A client on another loopback address than the balancer's (127.0.0.1), so that the address the
 # replicas see tells the two apart.
 CLIENT_ADDRESS = "127.0.0.2"
+# 1 GB in one string, twice a SQL worker's memory: DuckDB's out-of-memory error at once, the
+# worker lost (two strikes).
+OUT_OF_MEMORY = "SELECT length(repeat('x', 1000000000))"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,16 @@ def run_dir() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def replicas(lake: LakeSettings, run_dir: Path) -> Iterator[ApiReplicas]:
+def limits_url() -> Iterator[str]:
+    try:
+        with private_postgres(os.environ) as url:
+            yield url.get_secret_value()
+    except PostgresUnavailableError as exc:
+        pytest.skip(f"no PostgreSQL for the limits store: {exc}")
+
+
+@pytest.fixture(scope="module")
+def replicas(lake: LakeSettings, run_dir: Path, limits_url: str) -> Iterator[ApiReplicas]:
     try:
         haproxy_binary()
     except BalancerError as exc:
@@ -72,6 +86,12 @@ def replicas(lake: LakeSettings, run_dir: Path) -> Iterator[ApiReplicas]:
         "CHECKPOINT_ROOT": str(lake.checkpoint_root),
         "API_TOKEN": TOKEN,
         "API_TRUSTED_PROXIES": "127.0.0.1",
+        "API_LIMITS_URL": limits_url,
+        # A worker's memory below the query that exhausts it (OUT_OF_MEMORY), and a back-off of
+        # minutes: refused on the other replica however slow the machine.
+        "API_SQL_MEMORY_LIMIT": "512MiB",
+        "API_SQL_BACKOFF_S": "300",
+        "API_SQL_MAX_BACKOFF_S": "600",
     }
     with ApiReplicas(2, environ, run_dir) as started:
         yield started
@@ -158,6 +178,36 @@ def test_a_revoked_key_is_refused_by_both_replicas_within_5_s(
         lambda: statuses() == [401, 401, 401], timeout_s=5, what="both replicas refuse the key"
     )
     assert refused
+
+
+def test_a_key_backed_off_through_the_balancer_is_refused_by_both_replicas(
+    lake: LakeSettings, replicas: ApiReplicas, balancer: Balancer
+) -> None:
+    _, key = create_key(lake, "replicas-runaway", "admin")
+    runaway = {"Authorization": f"Bearer {key}"}
+    wait_until(
+        lambda: all(
+            httpx.get(f"{replicas.url(name)}/api/v1/views", headers=runaway).status_code == 200
+            for name in ("api-1", "api-2")
+        ),
+        timeout_s=30,
+        what="both replicas know the new key",
+    )
+    with _client(balancer.url, **runaway) as client:
+        killed = client.post("/api/v1/sql", json={"sql": OUT_OF_MEMORY})
+    assert killed.status_code == 400, killed.text
+    assert "refused for the next" in killed.json()["detail"]
+    for name in ("api-1", "api-2"):  # whichever replica the balancer chose, both refuse it
+        refused = httpx.post(
+            f"{replicas.url(name)}/api/v1/sql", json={"sql": "SELECT 1"}, headers=runaway
+        )
+        assert refused.status_code == 429, (name, refused.text)
+        assert "cost SQL workers" in refused.json()["detail"]
+        # The API token's key is served by both meanwhile.
+        served = httpx.post(
+            f"{replicas.url(name)}/api/v1/sql", json={"sql": "SELECT 2"}, headers=AUTH
+        )
+        assert served.json()["rows"] == [[2]], (name, served.text)
 
 
 def test_the_balancer_caps_one_clients_connections(balancer: Balancer) -> None:
