@@ -162,22 +162,35 @@ def _serving(r: Mapping[str, Any]) -> Row:
 
 
 def _reach(r: Mapping[str, Any]) -> Row:
-    queries = r["queries"]
-    slowest = max(queries, key=lambda name: queries[name]["with_ms"])
-    worst = queries[slowest]
-    ratios = {name: q["with_ms"] / q["reference_scan_ms"] for name, q in queries.items()}
+    """The realistic lake's two queries of issue 69 against the goal, with the slowest query of
+    each lake (results before issue 69 had the low-cardinality lake's queries only)."""
+    lakes = r.get("lakes") or {"low cardinality": r}
+    realistic = lakes.get("realistic", lakes["low cardinality"])["queries"]
+    judged = {
+        name: realistic[name]
+        for name in ("the day per hour and campaign", "the day by campaign")
+        if name in realistic
+    } or realistic
+    ratios = {name: q["with_ms"] / q["reference_scan_ms"] for name, q in judged.items()}
+    parts = []
+    for lake, result in lakes.items():
+        queries = result["queries"]
+        slowest = max(queries, key=lambda name: queries[name]["with_ms"])
+        parts.append(f"{lake}: slowest {queries[slowest]['with_ms']:.0f} ms ({slowest})")
     measured = (
-        f"reach=true, one client: slowest {worst['with_ms']:.0f} ms ({slowest}); "
-        + ", ".join(f"{q['with_ms']:.0f}" for q in queries.values())
-        + " ms"
+        "reach=true, one client: "
+        + "; ".join(f"{name} {q['with_ms']:.0f} ms" for name, q in judged.items())
+        + " ("
+        + "; ".join(parts)
+        + ")"
     )
     reference = (
         "DuckDB's exact distinct scan of the events: "
-        + ", ".join(f"{q['reference_scan_ms']:.0f}" for q in queries.values())
+        + ", ".join(f"{q['reference_scan_ms']:.0f}" for q in judged.values())
         + " ms"
     )
     goal = "each ≤ 300 ms and ≤ 0.5× the scan"
-    met = worst["with_ms"] <= 300 and max(ratios.values()) <= 0.5
+    met = all(q["with_ms"] <= 300 for q in judged.values()) and max(ratios.values()) <= 0.5
     return Row("reach", measured, reference, f"{max(ratios.values()):.2f}", goal, met)
 
 
