@@ -27,6 +27,7 @@ from batch_layer.drift import record_drift
 from batch_layer.errors import BatchError
 from batch_layer.hours import write_hours
 from batch_layer.interval import Interval
+from batch_layer.reach_cube import write_reach_cube
 from batch_layer.users import number_users
 from events.records import EVENTS_SCHEMA
 from lake import view_files
@@ -335,6 +336,12 @@ class BatchJob:
                     f"wrote {hours.rows:,} hour rows for {hours.hours:,} whole hour(s) "
                     f"({users_added:,} new users numbered)"
                 )
+            cube = write_reach_cube(
+                spark, lake, written, interval, definition=definition, run_id=run_id,
+                input_version=version, on_step=on_step,
+            )  # fmt: skip
+            if cube.committed:
+                on_step(f"wrote {cube.rows:,} reach cube rows for {cube.hours:,} whole hour(s)")
         minutes = record_drift(
             spark, lake, written, interval, definition=definition, run_id=run_id, at=_now()
         )

@@ -331,6 +331,21 @@ _HOUR_SCHEMA: Final = pa.schema(
         *_SKETCHES,
     ]
 )
+# Per hour a batch run covered whole, and single dimension value (``dimension`` names it,
+# ``value`` is its value; both empty: the hour's whole traffic): who the hour reached there, as
+# bitmaps of user numbers, written by the run after its hour rows (batch_layer.reach_cube). The
+# serving layer counts a day's reach per campaign (or ad, site, country, device type, or in
+# all) from these few rows instead of every combination's hour rows, while the minute rows are
+# that run's.
+_REACH_CUBE_SCHEMA: Final = pa.schema(
+    [
+        ("bucket_start", TIMESTAMP),
+        ("dimension", pa.string()),
+        ("value", pa.string()),
+        ("run_id", pa.string()),
+        *((name, pa.binary()) for name in USER_BITMAPS),
+    ]
+)
 # The user dictionary: one dense number per user id (from 1), given by the batch run that
 # first saw the user (batch_layer.users). User ids: never served.
 BATCH_USERS: Final = Table(
@@ -353,6 +368,18 @@ def hours_table(definition: Definition) -> Table:
     )
 
 
+def reach_cube_table(definition: Definition) -> Table:
+    """The reach cube of a view version (:data:`_REACH_CUBE_SCHEMA`): ``batch/ctr_reach`` for
+    version 1, ``batch/ctr_vN_reach`` after."""
+    batch = batch_table(definition)
+    return Table(
+        f"{batch.name}_reach",
+        _REACH_CUBE_SCHEMA,
+        f"{batch.sql_name}_reach",
+        writers=_BATCH_WRITERS,
+    )
+
+
 def batch_table(definition: Definition) -> Table:
     """The batch rows of a view version: ``batch/ctr`` for version 1, ``batch/ctr_vN`` after
     (same schema, plus the attribution measures for a version with attribution; coverage rows
@@ -370,6 +397,7 @@ def batch_table(definition: Definition) -> Table:
 
 VERSIONED: Final = tuple(batch_table(d) for d in DEFINITIONS if d.version != 1)
 HOURS: Final = tuple(hours_table(d) for d in DEFINITIONS)
+REACH_CUBES: Final = tuple(reach_cube_table(d) for d in DEFINITIONS)
 
 # What the serving layer reads and the SQL sandbox exposes (speed/late is the speed job's own;
 # access/keys, the API keys' hashes, is read by the API's key check alone: access.key_watcher).
@@ -384,6 +412,7 @@ SERVED: Final = (
     VIEW_REGISTRY,
     *VERSIONED,
     *HOURS,
+    *REACH_CUBES,
 )
 # Every served table by its name (``speed/ctr`` -> SPEED_CTR).
 SERVED_BY_NAME: Final = {t.name: t for t in SERVED}
@@ -400,4 +429,5 @@ MAINTAINED: Final = (
     ALERT_EVENTS,
     *VERSIONED,
     *HOURS,
+    *REACH_CUBES,
 )

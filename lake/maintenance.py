@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lake.catalog import API_KEYS, BATCH_CTR, HOURS, VERSIONED
+from lake.catalog import API_KEYS, BATCH_CTR, HOURS, REACH_CUBES, VERSIONED
 from lake.retention import STREAMING_TABLES
 from lake.settings import LakeSettings
 from lake.storage import ensure_properties, is_delta, open_delta
@@ -26,7 +26,7 @@ from lake.view_files import compact_hours
 
 log = logging.getLogger("ctr.maintenance")
 
-VIEW_TABLES = frozenset(t.name for t in (BATCH_CTR, *VERSIONED, *HOURS))
+VIEW_TABLES = frozenset(t.name for t in (BATCH_CTR, *VERSIONED, *HOURS, *REACH_CUBES))
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,12 @@ def tables() -> list[tuple[object, str]]:
         if isinstance(value, catalog.Table) and name.isupper():
             found.append((value, comments.get(name, "")))
     seen = {id(t) for t, _ in found}
-    for table in (*catalog.VERSIONED, *catalog.HOURS):
+    groups = {"VERSIONED": catalog.VERSIONED, "HOURS": catalog.HOURS}
+    groups["REACH_CUBES"] = catalog.REACH_CUBES
+    for table in (*catalog.VERSIONED, *catalog.HOURS, *catalog.REACH_CUBES):
         if id(table) not in seen:
             seen.add(id(table))
-            group = "VERSIONED" if table in catalog.VERSIONED else "HOURS"
+            group = next(name for name, members in groups.items() if table in members)
             found.append((table, comments.get(group, "")))
     return found
 

@@ -49,6 +49,7 @@ from lake.catalog import (
     BATCH_DRIFT,
     MASTER_EVENTS,
     MASTER_REJECTED,
+    REACH_CUBES,
     SERVED,
     SERVED_BY_NAME,
 )
@@ -73,7 +74,7 @@ SANDBOX_VIEWS: Final[Mapping[str, str]] = {t.sql_name: t.name for t in SERVED}
 # Raw data: events with user ids, rejected payloads (an admin key's only).
 RAW_VIEWS: Final = frozenset({MASTER_EVENTS.sql_name, MASTER_REJECTED.sql_name})
 # Counted over every campaign, with no campaign to narrow them by (not an advertiser's).
-UNSCOPED_VIEWS: Final = frozenset({BATCH_DRIFT.sql_name})
+UNSCOPED_VIEWS: Final = frozenset({BATCH_DRIFT.sql_name, *(t.sql_name for t in REACH_CUBES)})
 VERSION_VIEWS: Final = tuple(
     f"{name}_v{d.version}"
     for d in versions("ctr")

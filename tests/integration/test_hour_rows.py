@@ -31,7 +31,7 @@ from events.model import Event
 from ingest.traffic import TrafficConfig, TrafficGenerator
 from lake import view_files
 from lake.arrivals import arrivals_table
-from lake.catalog import BATCH_USERS, MASTER_EVENTS, batch_table, hours_table
+from lake.catalog import BATCH_USERS, MASTER_EVENTS, batch_table, hours_table, reach_cube_table
 from lake.data_files import DataFile, write_files
 from lake.settings import LakeSettings
 from runtime.connectors import is_commit_conflict
@@ -85,7 +85,7 @@ def hours_used(layer: ServingLayer, **params: object) -> list[tuple[dt.datetime,
     query = CtrQuery.create(**params, reach=True)  # type: ignore[arg-type]
     snap = layer.reader.snapshot()
     view = layer.reader.definition(snap)
-    return layer.hours_used(query, snap, view)
+    return layer.planner.hours_used(query, snap, view)
 
 
 def in_range(e: Event, start: dt.datetime, end: dt.datetime) -> bool:
@@ -182,6 +182,33 @@ def test_an_hour_row_holds_its_minutes_users_and_counts(
             sketches.sketch_estimate(row["reach_sketch"])
             == sketches.union([sketches.sketch(users[key])]).value
         )
+
+
+def test_the_reach_cube_holds_each_dimension_values_users_per_whole_hour(
+    covered: tuple[LakeSettings, list[Event]],
+) -> None:
+    lake, events = covered
+    names = dictionary(lake)
+    rows = DeltaTable(reach_cube_table(V1).path(lake)).to_pyarrow_table().to_pylist()
+    users: dict[tuple[object, ...], set[str]] = defaultdict(set)
+    clickers: dict[tuple[object, ...], set[str]] = defaultdict(set)
+    for e in events:
+        if not in_range(e, at(0), at(2)):  # the whole hours of the first run only
+            continue
+        hour = dt.datetime.fromtimestamp(e.event_time // 3_600_000 * 3600, dt.UTC)
+        for dimension, value in (*((d, getattr(e, d)) for d in DIMENSIONS), ("*", "*")):
+            key = (hour, dimension, value)
+            users[key]  # a value with clicks only in the hour has a row too
+            if e.event_type == "impression":
+                users[key].add(e.user_id)
+            else:
+                clickers[key].add(e.user_id)
+    got = {(r["bucket_start"], r["dimension"], r["value"]): r for r in rows}
+    assert set(got) == set(users)
+    assert {r["run_id"] for r in rows} == {"ctr-20261123T1000-20261123T1200-v0"}
+    for key, row in got.items():
+        assert {names[n] for n in BitMap.deserialize(row["user_bitmap"])} == users[key]
+        assert {names[n] for n in BitMap.deserialize(row["clicker_bitmap"])} == clickers[key]
 
 
 def test_a_range_that_starts_and_ends_mid_hour_is_exact_in_every_covered_bucket(

@@ -436,6 +436,9 @@ def test_healthz_says_up_to_anyone_and_versions_to_the_token(
             "batch/ctr_hours": None,
             "batch/ctr_v2_hours": None,
             "batch/ctr_v3_hours": None,
+            "batch/ctr_reach": None,
+            "batch/ctr_v2_reach": None,
+            "batch/ctr_v3_reach": None,
         },
     }
 
