@@ -68,7 +68,8 @@ def create_app(
                 max_stale_s=settings.cache_stale_s,
                 timeout_s=settings.ctr_timeout_s,
                 memory_limit_bytes=int(settings.ctr_memory_limit),
-            )
+            ),
+            reach_max_values=settings.ctr_reach_max_values,
         )
         # Each new snapshot (the speed layer commits every second): the answers being read
         # are recomputed at once, so a polling dashboard's next request gets the new one.

@@ -250,6 +250,61 @@ def bitmap_sql(
     return sql, params
 
 
+def cube_dimension(query: CtrQuery) -> str | None:
+    """The reach cube's dimension (:mod:`batch_layer.reach_cube`) whose rows answer
+    ``query``'s reach, or None: buckets of an hour or more, grouped by at most one dimension,
+    filtered (and scoped) on that one only. ``*``: no group and no filter (the whole)."""
+    if query.granularity == "minute" or len(query.group_by) > 1:
+        return None
+    named = {*query.group_by, *(name for name, _ in query.filters)}
+    if query.scope is not None:
+        if query.scope.ads:
+            return None
+        named.add("campaign_id")
+    if len(named) > 1:
+        return None
+    return next(iter(named)) if named else "*"
+
+
+def cube_sql(
+    query: CtrQuery, *, cube: str, dimension: str, parts: Sequence[tuple[dt.datetime, dt.datetime]]
+) -> tuple[str, dict[str, object]]:
+    """SELECT (and parameters) of the reach cube's rows of ``dimension`` (:func:`cube_dimension`)
+    in ``parts`` (whole hours, whole buckets) of the relation ``cube``, within ``query``'s
+    filters and scope: per row its ``bucket_us`` and group value (keyed as :func:`reach_sql`
+    keys them) and its bitmaps, whose unions per key are the exact reach."""
+    params: dict[str, object] = {"dimension": dimension}
+    where = ["t.dimension = $dimension", _bounded("t.bucket_start", "cube", parts, params)]
+    values: set[str] | None = None
+    for name, chosen in query.filters:
+        if name == dimension:
+            values = set(chosen) if values is None else values & set(chosen)
+    if query.scope is not None and dimension == "campaign_id":
+        scoped = set(query.scope.campaigns)
+        values = scoped if values is None else values & scoped
+    if values is not None:
+        placeholders = []
+        for i, value in enumerate(sorted(values)):
+            params[f"value_{i}"] = value
+            placeholders.append(f"$value_{i}")
+        where.append(f"t.value IN ({', '.join(placeholders)})" if placeholders else "FALSE")
+    key = f", t.value AS {dimension}" if query.group_by else ""
+    sql = f"""
+        SELECT {_bucket(query, params)} AS bucket_us{key}, t.user_bitmap, t.clicker_bitmap
+        FROM {cube} t WHERE {" AND ".join(where)}
+    """
+    return sql, params
+
+
+def bitmap_rows_sql(
+    query: CtrQuery, *, hours: str, parts: Sequence[tuple[dt.datetime, dt.datetime]]
+) -> tuple[str, dict[str, object]]:
+    """SELECT (and parameters) of how many hour rows :func:`bitmap_sql` would read."""
+    params: dict[str, object] = {}
+    where = [*_narrowing(query, params), _bounded("t.bucket_start", "bitmaps", parts, params)]
+    return f"SELECT count(*) FROM {hours} t WHERE {' AND '.join(where)}", params
+
+
 def hour_check_sql(
     *, batch: str, hours: str, start: dt.datetime, end: dt.datetime
 ) -> tuple[str, dict[str, object]]:

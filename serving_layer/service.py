@@ -19,36 +19,21 @@ from lake.catalog import (
     SPEED_CTR,
     VIEW_REGISTRY,
     batch_table,
-    hours_table,
 )
 from lake.coverage.model import Source, source_of
 from runtime.times import from_micros
 from serving_layer.ctr_sql import (
     MAX_PREDICATE_INTERVALS,
-    ReachStatements,
-    bitmap_sql,
     ctr_sql,
-    hour_check_sql,
-    reach_sql,
 )
 from serving_layer.freshness import Freshness
-from serving_layer.hour_rows import candidate_hours, hours_of, joined, subtract
 from serving_layer.query import CtrQuery
 from serving_layer.reach import NOT_MEASURED, Reach, ReachFound, reach_of
+from serving_layer.reach_planner import ReachPlanner
 from serving_layer.reader import SnapshotReader
 from serving_layer.snapshots import LakeSnapshot
 from serving_layer.wilson import wilson_interval
-from views import bitmaps
 from views.definitions import Definition
-
-
-class ReachPlan(NamedTuple):
-    """How :meth:`ServingLayer.reach` answers a query (:meth:`ServingLayer.reach_plan`)."""
-
-    statements: ReachStatements
-    hours: str  # the relation of the view's hour rows
-    used: list[tuple[dt.datetime, dt.datetime]]  # the hours whose hour rows stand in
-    by_bitmaps: list[tuple[dt.datetime, dt.datetime]]  # the buckets counted from bitmaps
 
 
 @dataclass(frozen=True)
@@ -103,8 +88,10 @@ class ServingLayer:
     """CTR answers over the lake, read through ``reader`` (which it closes); thread-safe, one
     instance per process."""
 
-    def __init__(self, reader: SnapshotReader) -> None:
+    def __init__(self, reader: SnapshotReader, *, reach_max_values: int = 1_000_000) -> None:
         self.reader = reader
+        # Where reach reads who a query's rows reached (the cube, hour rows, minute rows).
+        self.planner = ReachPlanner(reader, reach_max_values=reach_max_values)
 
     def close(self) -> None:
         self.reader.close()
@@ -120,7 +107,7 @@ class ServingLayer:
             **reader.sides(snapshot, view),
             covered=reader.covered_relation(snapshot, view),
             stale=reader.stale_relation(snapshot, view),
-            intervals=self._covered_within(query, snapshot, view),
+            intervals=self.planner.covered_within(query, snapshot, view),
             marks=reader.marks_relation(snapshot, view),
         )
 
@@ -190,18 +177,23 @@ class ServingLayer:
         there, no user counted elsewhere). Where the batch layer's hour rows stand in for their
         minutes (:mod:`serving_layer.hour_rows`), a bucket made of such hours is counted from
         their bitmaps and an estimate unions their sketches."""
-        plan = self.reach_plan(query, snapshot, view, exact)
+        plan = self.planner.plan(query, snapshot, view, exact)
         sketched, counted = plan.statements
         keys = ["bucket_us", *query.group_by]
         counts: dict[tuple[object, ...], tuple[Any, ...]] = {}
         if counted is not None:
             counts = dict(_keyed(*self.reader.fetch_all(*counted), keys, _COUNTED))
         if plan.by_bitmaps:
-            counts.update(self.bitmap_counts(query, plan.hours, plan.by_bitmaps))
+            counts.update(self.planner.bitmap_counts(query, plan.hours, plan.by_bitmaps))
+        if plan.by_cube and plan.dimension is not None:
+            counts.update(self.planner.cube_counts(query, plan.cube, plan.dimension, plan.by_cube))
         found = {
             key: ReachFound(*counts.get(key, (0, 0))[:2], *values)
             for key, values in _keyed(*self.reader.fetch_all(*sketched), keys, _SKETCHED)
         }
+        self.planner.bounded(
+            sum(len(f.reach_sketches or ()) + len(f.clicker_sketches or ()) for f in found.values())
+        )
         if exact is None:
             return found
         for key, (users, clickers, listed) in counts.items():
@@ -211,77 +203,6 @@ class ServingLayer:
                 return self.reach(query, snapshot, view)
             found.setdefault(key, ReachFound(users, clickers, True, [], [], 0))
         return found
-
-    def reach_plan(
-        self,
-        query: CtrQuery,
-        snapshot: LakeSnapshot,
-        view: Definition,
-        exact: Sequence[tuple[dt.datetime, dt.datetime]] | None,
-    ) -> ReachPlan:
-        """How :meth:`reach` answers ``query``: the hours whose hour rows stand in for their
-        minutes, the buckets counted from their bitmaps, and the SELECTs of the rest."""
-        sides = self.reader.version_sides
-        hours = self.reader.relation_name(snapshot[hours_table(view)])
-        used = self.hours_used(query, snapshot, view)
-        by_bitmaps = query.whole_buckets(used) if used and exact is not None else []
-        statements = reach_sql(
-            query,
-            batch=sides.reach(snapshot[batch_table(view)], None),
-            speed=sides.reach(snapshot[SPEED_CTR], view.where),
-            covered=self.reader.covered_relation(snapshot, view),
-            intervals=self._covered_within(query, snapshot, view),
-            exact=exact,
-            counted=subtract(exact, by_bitmaps) if exact is not None else None,
-            hours=(hours, used) if used else None,
-        )
-        return ReachPlan(statements, hours, used, by_bitmaps)
-
-    def hours_used(
-        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
-    ) -> list[tuple[dt.datetime, dt.datetime]]:
-        """The whole covered hours of ``query``'s range whose hour rows stand in for their
-        minute rows (:mod:`serving_layer.hour_rows`), adjacent ones joined; none when there
-        would be more parts than a range predicate takes."""
-        covered = self.reader.coverage(snapshot, view).within(query.start, query.end)
-        candidates = candidate_hours(query, covered)
-        if not candidates:
-            return []
-        sql, params = hour_check_sql(
-            batch=self.reader.relation_name(snapshot[batch_table(view)]),
-            hours=self.reader.relation_name(snapshot[hours_table(view)]),
-            start=candidates[0][0],
-            end=candidates[-1][1],
-        )
-        invalid = {from_micros(r[0]) for r in self.reader.fetch_all(sql, params)[1]}
-        used = joined(h for h in hours_of(candidates) if h not in invalid)
-        return used if len(used) <= MAX_PREDICATE_INTERVALS else []
-
-    def bitmap_counts(
-        self, query: CtrQuery, hours: str, parts: Sequence[tuple[dt.datetime, dt.datetime]]
-    ) -> dict[tuple[object, ...], tuple[int, int, bool]]:
-        """The exact (users, clickers, listed) per key of the buckets in ``parts``: the sizes
-        of the unions of their hour rows' bitmaps (:func:`views.bitmaps.union_size`)."""
-        sql, params = bitmap_sql(query, hours=hours, parts=parts)
-        _, rows = self.reader.fetch_all(sql, params)  # the key, then the two bitmaps
-        width = 1 + len(query.group_by)
-        grouped: dict[tuple[object, ...], tuple[list[bytes], list[bytes]]] = {}
-        for row in rows:
-            seen, clicked = grouped.setdefault(tuple(row[:width]), ([], []))
-            seen.append(row[width])
-            clicked.append(row[width + 1])
-        return {
-            key: (bitmaps.union_size(seen), bitmaps.union_size(clicked), True)
-            for key, (seen, clicked) in grouped.items()
-        }
-
-    def _covered_within(
-        self, query: CtrQuery, snapshot: LakeSnapshot, view: Definition
-    ) -> list[tuple[dt.datetime, dt.datetime]] | None:
-        """The covered intervals in ``query``'s range as a range predicate's bounds, or None
-        when there are too many (the merge rule then joins the covered table)."""
-        within = self.reader.coverage(snapshot, view).within(query.start, query.end)
-        return within if len(within) <= MAX_PREDICATE_INTERVALS else None
 
     def freshness(
         self, snapshot: LakeSnapshot | None = None, view: Definition | None = None
