@@ -63,6 +63,7 @@ const state = {
   freshness: null,
   ctrView: null, // the ctr view's entry of /api/v1/views: stale intervals, drift
   alerts: null, // /api/v1/alerts/events: the alerts of the range, and those open now
+  reachDropped: null, // why the reach queries were answered without reach (a heavy range), or null
   truncated: false,
   error: null,
   failures: [], // the last 20 failed refreshes, for the console and the browser test
@@ -143,16 +144,28 @@ const table = new DataTable({
 async function fetchAll(window_) {
   const q = queries(state.selection, window_, MIN_COMPARE);
   const dimensions = Object.keys(q.breakdowns);
-  const [access, views, alerts, series, totals, tableAnswer, compare, ...breakdowns] = await Promise.all([
-    getJson(ACCESS_PATH, {}),
-    getJson(VIEWS_PATH, {}),
-    getJson(ALERTS_PATH, alertParams(window_)),
-    getJson(CTR_PATH, q.series),
-    getJson(CTR_PATH, q.totals),
-    getJson(CTR_PATH, q.table),
-    q.compare ? getJson(CTR_PATH, q.compare) : null,
-    ...dimensions.map((d) => getJson(CTR_PATH, q.breakdowns[d])),
-  ]);
+  // The alerts do not depend on the CTR queries: shown even when those fail.
+  const alertsAnswer = getJson(ALERTS_PATH, alertParams(window_)).catch((err) => ({ failed: err }));
+  const reachDropped = [];
+  let parts;
+  try {
+    parts = await Promise.all([
+      getJson(ACCESS_PATH, {}),
+      getJson(VIEWS_PATH, {}),
+      withReach(q.series, reachDropped),
+      withReach(q.totals, reachDropped),
+      withReach(q.table, reachDropped),
+      q.compare ? getJson(CTR_PATH, q.compare) : null,
+      ...dimensions.map((d) => getJson(CTR_PATH, q.breakdowns[d])),
+    ]);
+  } catch (err) {
+    const alerts = await alertsAnswer;
+    if (!alerts.failed) renderAlerts(alerts);
+    throw err;
+  }
+  const [access, views, series, totals, tableAnswer, compare, ...breakdowns] = parts;
+  const alerts = await alertsAnswer;
+  if (alerts.failed) throw alerts.failed;
   return {
     access,
     alerts,
@@ -162,7 +175,23 @@ async function fetchAll(window_) {
     compare,
     breakdowns: Object.fromEntries(dimensions.map((d, i) => [d, breakdowns[i]])),
     ctrView: views.views.find((v) => v.name === "ctr") ?? null,
+    reachDropped: reachDropped[0] ?? null,
   };
+}
+
+/**
+ * A query with reach, or, when the API could not answer it (a heavy range: past its time limit,
+ * no place to compute it, no answer in time), the same query without reach: the counts keep
+ * showing, and the page says why reach is missing (`dropped` gets the reason).
+ */
+async function withReach(params, dropped) {
+  try {
+    return await getJson(CTR_PATH, params);
+  } catch (err) {
+    if (err instanceof AuthError || !params.reach) throw err;
+    dropped.push(err.message);
+    return getJson(CTR_PATH, { ...params, reach: false });
+  }
 }
 
 async function refresh() {
@@ -213,6 +242,7 @@ function show(window_, answer) {
   // The breakdowns are top-N by design; the table says its own truncation.
   state.truncated = [answer.series, answer.compare, answer.totals].some((b) => b?.truncated);
   state.alerts = answer.alerts;
+  state.reachDropped = answer.reachDropped;
   const markers = alertMarkers(answer.alerts, window_, state.selection.filters);
   charts.series.update(window_, state.series, state.compared, markers);
   for (const [d, body] of Object.entries(answer.breakdowns)) {
@@ -357,6 +387,10 @@ function renderSummary() {
 
 /** How the reach of the buckets was counted: exact, estimated, not measured. */
 function renderReachSummary() {
+  if (state.reachDropped) {
+    $("reach-summary").textContent = `· reach not shown for this range: ${state.reachDropped}`;
+    return;
+  }
   const counts = { exact: 0, estimated: 0, "not measured": 0 };
   for (const { row } of state.series) if (row) counts[reachKind(row)] += 1;
   const parts = Object.entries(counts)

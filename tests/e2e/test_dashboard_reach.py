@@ -241,3 +241,34 @@ def test_reach_not_measured_shows_a_dash(kind: type[Lake], page: Page, tmp_path:
     assert {(c["Reach"], c["Frequency"]) for c in table} == {("–", "–")}
     assert failures == []
     assert [m for m in page.console if m.startswith(("error", "warning", "assert"))] == []
+
+
+def test_reach_refused_for_a_heavy_range_is_dropped_and_the_counts_stay(
+    dashboard_lake: Lake, page: Page
+) -> None:
+    """An API whose reach limit the range is over (API_CTR_REACH_MAX_VALUES, set low here as a
+    heavy day would be at its default) refuses the reach queries with a 400: the page asks the
+    same queries without reach, shows the counts, and says why reach is not shown."""
+    assert isinstance(dashboard_lake, ReachLake)
+    settings = ApiSettings(token=SecretStr(TOKEN), ctr_reach_max_values=1)
+    with running_api(settings, dashboard_lake.settings) as url:
+        refused = httpx.get(
+            f"{url}/api/v1/ctr",
+            params={"start": _iso(dashboard_lake.batch_minutes[0]), "reach": "true"},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        _open(page, f"{url}/#token={TOKEN}")
+        shown = page.evaluate(TOTALS)
+        rows = page.evaluate(ROWS)
+        failures = page.evaluate("ctrDashboard.state.failures")
+        alerts_shown = page.evaluate("document.getElementById('alerts-summary').textContent")
+    assert refused.status_code == 400
+    assert "API_CTR_REACH_MAX_VALUES" in refused.json()["detail"]
+    assert len(rows) == 51
+    assert all("reach" not in r for r in rows)  # answered without reach
+    assert shown["impressions"] == f"{sum(r[2] for r in dashboard_lake.expected_series()):,}"
+    assert (shown["reach"], shown["frequency"]) == ("–", "–")
+    assert shown["summary"].startswith("· reach not shown for this range: api/v1/ctr answered 400")
+    assert "API_CTR_REACH_MAX_VALUES" in shown["summary"]
+    assert alerts_shown.startswith("· ")  # the alerts panel was rendered
+    assert failures == []
