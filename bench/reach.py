@@ -14,9 +14,11 @@ beside it; its queries are :data:`REALISTIC_QUERIES`.
 Per query of :data:`bench.serving_in_process.REACH_QUERIES` (and of the realistic ones), in
 process, one client, the better of 3 runs of each figure (one when it takes seconds):
 - the answer without reach and with it (``ServingLayer.ctr``);
-- the parts of reach: the CTR SQL (the answer without reach), the exact distinct count over the
-  batch rows' user lists where buckets are wholly covered (``counted``), the fetch of the other
-  rows' sketches (``sketched``), the sketches' unions in Python, and the rest;
+- the parts of reach: the CTR SQL (the answer without reach), the plan (which hours the reach
+  cube and the hour rows stand in for), the unions of the cube's bitmaps (``cube``) and of the
+  hour rows' (``bitmaps``), the exact distinct count over the batch rows' user lists where
+  buckets are wholly covered otherwise (``counted``), the fetch of the other rows' sketches
+  (``sketched``), the sketches' unions in Python, and the rest;
 - what reach reads: the rows, the users listed, the sketches unioned and their bytes, and
   how many of them the answer used (exact buckets use the counts, the others the sketches);
 - the reference scan.
@@ -171,10 +173,21 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
     # As ServingLayer.reach goes: the hours whose hour rows stand in for their minutes, the
     # buckets counted from their bitmaps, the rest counted from the minute rows' lists, and
     # the estimated buckets' sketches.
-    figures["hour_check_ms"] = _best(lambda: serving.hours_used(query, snap, view))
-    plan = serving.reach_plan(query, snap, view, exact)
+    # The plan: which hours the cube and the hour rows stand in for (their checks against the
+    # minute rows' runs), and how many hour rows there would be to bring in.
+    figures["plan_ms"] = _best(lambda: serving.planner.plan(query, snap, view, exact))
+    plan = serving.planner.plan(query, snap, view, exact)
+    figures["cube_ms"] = (
+        _best(
+            lambda: serving.planner.cube_counts(
+                query, plan.cube, plan.dimension or "", plan.by_cube
+            )
+        )
+        if plan.by_cube
+        else 0.0
+    )
     figures["bitmaps_ms"] = (
-        _best(lambda: serving.bitmap_counts(query, plan.hours, plan.by_bitmaps))
+        _best(lambda: serving.planner.bitmap_counts(query, plan.hours, plan.by_bitmaps))
         if plan.by_bitmaps
         else 0.0
     )
@@ -192,7 +205,8 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
     figures["rest_ms"] = max(
         figures["with_ms"]
         - figures["without_ms"]
-        - figures["hour_check_ms"]
+        - figures["plan_ms"]
+        - figures["cube_ms"]
         - figures["bitmaps_ms"]
         - figures["counted_ms"]
         - figures["sketched_ms"]
@@ -200,6 +214,7 @@ def _measure(serving: ServingLayer, query: CtrQuery) -> dict[str, Any]:
         0.0,
     )
     figures["hours_used"] = sum(int((e - s) / dt.timedelta(hours=1)) for s, e in used)
+    figures["cube_hours"] = sum(int((e - s) / dt.timedelta(hours=1)) for s, e in plan.by_cube)
     # What the answer used: the buckets wholly covered take the exact counts, the others the
     # sketches (serving_layer.reach.reach_of).
     answer = serving.ctr(dataclasses.replace(query, reach=True), snap)
@@ -304,17 +319,20 @@ def _print(name: str, result: dict[str, Any]) -> None:
         f"{result['event_rows']:,} events; in process, one client, the better of 3 (ms)"
     )
     header = (
-        f"{'query':<48} {'without':>8} {'with':>8} {'check':>6} {'bitmaps':>8} {'counted':>8} "
+        f"{'query':<48} {'without':>8} {'with':>8} {'plan':>6} {'cube':>6} {'bitmaps':>8} "
+        f"{'counted':>8} "
         f"{'sketched':>8} {'unions':>8} {'rest':>7} {'scan':>7}  read"
     )
     print(header)
     for query, f in result["queries"].items():
         print(
             f"{query:<48} {f['without_ms']:>8.0f} {f['with_ms']:>8.0f} "
-            f"{f['hour_check_ms']:>6.0f} {f['bitmaps_ms']:>8.0f} {f['counted_ms']:>8.0f} "
+            f"{f['plan_ms']:>6.0f} {f['cube_ms']:>6.0f} {f['bitmaps_ms']:>8.0f} "
+            f"{f['counted_ms']:>8.0f} "
             f"{f['sketched_ms']:>8.0f} {f['sketch_unions_ms']:>8.0f} {f['rest_ms']:>7.0f} "
             f"{f['reference_scan_ms']:>7.0f}  {f['batch_rows_in_range']:,} batch rows, "
             f"{f['user_ids_in_range']:,} ids; {f['sketches_fetched']:,} sketches "
             f"({f['sketch_bytes_fetched'] / 2**20:.0f} MiB), {f['sketches_used']:,} used; "
-            f"{f['exact_rows']}/{f['rows']} rows exact; {f['hours_used']} hour(s) from hour rows"
+            f"{f['exact_rows']}/{f['rows']} rows exact; {f['cube_hours']} hour(s) from the cube, "
+            f"{f['hours_used']} from hour rows"
         )

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import write_deltalake
 
-from bench.serving_lake import END
+from bench.serving_lake import END, reach_cube
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
 from views import bitmaps
@@ -145,13 +145,13 @@ def build_realistic_lake(
                    AS clicker_nos
         FROM events GROUP BY ALL ORDER BY bucket_start
         """
-    ).fetch_arrow_table()
+    ).to_arrow_table()
     # DuckDB's list of no values is null: an empty list, as the batch job writes it.
     con.register("minutes", minutes)
     minutes = con.execute(
         "SELECT * REPLACE (coalesce(user_nos, []) AS user_nos, "
         "coalesce(clicker_nos, []) AS clicker_nos) FROM minutes"
-    ).fetch_arrow_table()
+    ).to_arrow_table()
     _write(lake, "batch/ctr", minutes)
     on_step(f"batch/ctr: {len(minutes):,} minute rows")
     con.register("minutes", minutes)
@@ -163,12 +163,15 @@ def build_realistic_lake(
                flatten(list(user_nos)) AS user_bitmap, flatten(list(clicker_nos)) AS clicker_bitmap
         FROM minutes GROUP BY ALL
         """
-    ).fetch_arrow_table()
+    ).to_arrow_table()
     hours = pa.Table.from_batches(
         bitmaps.bitmap_batches(iter(gathered.to_batches()), ("user_bitmap", "clicker_bitmap"))
     )
     _write(lake, "batch/ctr_hours", hours)
     on_step(f"batch/ctr_hours: {len(hours):,} hour rows")
+    cube = reach_cube(minutes, RUN_ID)
+    _write(lake, "batch/ctr_reach", cube)
+    on_step(f"batch/ctr_reach: {len(cube):,} reach cube rows")
     coverage = pa.Table.from_pylist(
         [
             {
@@ -185,7 +188,12 @@ def build_realistic_lake(
     )
     write_deltalake(lake.table("batch/coverage"), coverage, mode="append")
     _write(lake, "speed/ctr", pa.table({"bucket_start": pa.array([], pa.timestamp("us", "UTC"))}))
-    return {"events": len(table), "batch/ctr": len(minutes), "batch/ctr_hours": len(hours)}
+    return {
+        "events": len(table),
+        "batch/ctr": len(minutes),
+        "batch/ctr_hours": len(hours),
+        "batch/ctr_reach": len(cube),
+    }
 
 
 def _write(lake: LakeSettings, name: str, table: pa.Table) -> None:

@@ -14,13 +14,16 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from batch_layer.reach_cube import KEYS, WHOLE
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
-from views.columns import DIMENSIONS, USER_LISTS
+from views import bitmaps
+from views.columns import DIMENSIONS, USER_BITMAPS, USER_LISTS, USER_NUMBERS
 
 END = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.UTC)
 HOURS = 24
@@ -150,6 +153,12 @@ def build_lake(
             hours.select(hours_schema.names).cast(hours_schema),
             mode="append",
         )
+        cube_schema = SCHEMAS["batch/ctr_reach"]
+        write_deltalake(
+            lake.table("batch/ctr_reach"),
+            reach_cube(table, run_id).select(cube_schema.names).cast(cube_schema),
+            mode="append",
+        )
         rows += len(table)
     speed_start = start + dt.timedelta(hours=COVERED_HOURS - 1)
     for chunk in range(0, (HOURS - COVERED_HOURS + 1) * 60, 10):
@@ -277,3 +286,35 @@ class SpeedWriter(threading.Thread):
             )
             write_deltalake(self.lake.table("speed/ctr"), speed_rows(table), mode="append")
             self.commits += 1
+
+
+def reach_cube(minutes: pa.Table, run_id: str) -> pa.Table:
+    """The reach cube (:mod:`batch_layer.reach_cube`) of ``minutes``, whole hours' minute rows
+    with their users' numbers: stacked per dimension and sorted as the batch job's exchange
+    leaves them (here by DuckDB), then the same Arrow task the job runs."""
+    con = duckdb.connect()
+    con.register("minutes", minutes)
+    per_value = ", ".join(f"{{'dimension': '{d}', 'value': {d}}}" for d in DIMENSIONS)
+    stacked = con.execute(
+        f"""
+        SELECT time_bucket(INTERVAL 1 HOUR, bucket_start) AS bucket_start,
+               s.dimension, s.value, user_nos, clicker_nos
+        FROM (
+            SELECT bucket_start, user_nos, clicker_nos,
+                   unnest([{per_value}, {{'dimension': '{WHOLE}', 'value': '{WHOLE}'}}]) AS s
+            FROM minutes
+        )
+        ORDER BY 1, 2, 3
+        """
+    ).to_arrow_reader()
+    schema = pa.schema(
+        [stacked.schema.field(k) for k in KEYS] + [(name, pa.binary()) for name in USER_BITMAPS]
+    )
+    unioned = pa.Table.from_batches(
+        [
+            b.rename_columns(schema.names)
+            for b in bitmaps.union_sorted(iter(stacked), KEYS, USER_NUMBERS)
+        ],
+        schema,
+    )
+    return unioned.append_column("run_id", pa.array([run_id] * len(unioned), pa.string()))
