@@ -268,6 +268,7 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     # the same process) and in storage (the day's files, per column, with and without).
     stored = _stored_bytes(lake.table("batch/ctr"))
     stored_hours = _stored_bytes(lake.table("batch/ctr_hours"))
+    stored_cube = _stored_bytes(lake.table("batch/ctr_reach"))
     stored_dictionary = _stored_bytes(lake.table("batch/users"))
     unreached = [_spark_run(spark, lake, interval, attempt, reach=False) for attempt in (1, 2)]
     plain_seconds = min(r[0] for r in unreached)
@@ -306,6 +307,7 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
         "stored_bytes": stored,
         "stored_bytes_without_reach": stored_plain,
         "stored_bytes_hours": stored_hours,
+        "stored_bytes_reach_cube": stored_cube,
         "stored_bytes_dictionary": stored_dictionary,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {spark_settings.master}",
     }
@@ -338,7 +340,8 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     print(
         f"bench batch: batch/ctr_hours for the day: {stored_hours['total'] / mib:.1f} MiB "
         f"(bitmaps {stored_hours['users'] / mib:.1f} MiB, sketches "
-        f"{stored_hours['sketches'] / mib:.1f} MiB); the user dictionary (batch/users) "
+        f"{stored_hours['sketches'] / mib:.1f} MiB); the reach cube (batch/ctr_reach) "
+        f"{stored_cube['total'] / mib:.1f} MiB; the user dictionary (batch/users) "
         f"{stored_dictionary['total'] / mib:.1f} MiB"
     )
     print("bench batch: the view's parts, each run alone to completion (nothing written):")

@@ -94,9 +94,11 @@ class ReachPlanner:
             in_cube = self.hours_used(query, snapshot, view, reach_cube_table(view))
             by_cube = query.whole_buckets(in_cube) if in_cube else []
         rest = subtract(exact, by_cube) if exact is not None else None
-        # Every exact bucket from the cube: no hour row is read (the sketches of the other
-        # buckets are read from minute rows, the same estimate).
-        used = self.hours_used(query, snapshot, view) if rest != [] else []
+        # The hour rows stand in for the exact buckets the cube does not count, and give the
+        # estimated buckets their hours' sketches (a mixed day's total: 6,600 hour sketches
+        # instead of 864,000 minute ones); none to read when the cube counts the whole range.
+        whole = by_cube == [(query.start, query.end)]
+        used = [] if whole else self.hours_used(query, snapshot, view)
         by_bitmaps: list[tuple[dt.datetime, dt.datetime]] = []
         if used and rest:
             candidates = subtract(query.whole_buckets(used), by_cube)

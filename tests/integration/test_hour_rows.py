@@ -264,6 +264,11 @@ def test_a_speed_hour_is_estimated_and_hour_sketches_say_what_minute_sketches_sa
         # from their hour sketches. The minutes' sketches of the same rows give the same number.
         params: dict[str, object] = {"start": at(0), "end": at(3.5), "granularity": "all"}
         assert hours_used(layer, **params) == [(at(0), at(2))]
+        # The plan reads those hours' sketches (the cube counts no estimated bucket).
+        query = CtrQuery.create(**params, reach=True)  # type: ignore[arg-type]
+        view = layer.reader.definition(layer.reader.snapshot())
+        plan = layer.planner.plan(query, layer.reader.snapshot(), view, [])
+        assert (plan.used, plan.by_cube) == ([(at(0), at(2))], [])
         [mixed] = reach_rows(layer, **params)
         assert mixed.source == "mixed"
         assert within_error(mixed, truth(events, at(0), at(3.5), lambda e: ())[()])
