@@ -178,7 +178,10 @@ class ServingLayer:
         minutes (:mod:`serving_layer.hour_rows`), a bucket made of such hours is counted from
         their bitmaps and an estimate unions their sketches."""
         plan = self.planner.plan(query, snapshot, view, exact)
-        sketched, counted = plan.statements
+        sketched, counted, sketch_count = plan.statements
+        if sketch_count is not None:  # refused before the sketches are brought in
+            _, [(sketches_read,)] = self.reader.fetch_all(*sketch_count)
+            self.planner.bounded(int(sketches_read or 0))
         keys = ["bucket_us", *query.group_by]
         counts: dict[tuple[object, ...], tuple[Any, ...]] = {}
         if counted is not None:
@@ -191,9 +194,6 @@ class ServingLayer:
             key: ReachFound(*counts.get(key, (0, 0))[:2], *values)
             for key, values in _keyed(*self.reader.fetch_all(*sketched), keys, _SKETCHED)
         }
-        self.planner.bounded(
-            sum(len(f.reach_sketches or ()) + len(f.clicker_sketches or ()) for f in found.values())
-        )
         if exact is None:
             return found
         for key, (users, clickers, listed) in counts.items():
