@@ -62,7 +62,7 @@ class ReachPlanner:
     """How :meth:`serving_layer.service.ServingLayer.reach` reads a query's users; thread-safe,
     one per serving layer."""
 
-    def __init__(self, reader: SnapshotReader, *, reach_max_values: int = 1_000_000) -> None:
+    def __init__(self, reader: SnapshotReader, *, reach_max_values: int = 2_000_000) -> None:
         self.reader = reader
         # At most this many sketches and bitmaps are brought into the process for one
         # answer's reach (API_CTR_REACH_MAX_VALUES); past it the answer is refused.

@@ -88,7 +88,7 @@ class ServingLayer:
     """CTR answers over the lake, read through ``reader`` (which it closes); thread-safe, one
     instance per process."""
 
-    def __init__(self, reader: SnapshotReader, *, reach_max_values: int = 1_000_000) -> None:
+    def __init__(self, reader: SnapshotReader, *, reach_max_values: int = 2_000_000) -> None:
         self.reader = reader
         # Where reach reads who a query's rows reached (the cube, hour rows, minute rows).
         self.planner = ReachPlanner(reader, reach_max_values=reach_max_values)
