@@ -66,6 +66,9 @@ ROLES: Final[dict[str, Access | None]] = {
 # A junk row per table (deleted again by the rewrites) holds "junk" in this column, so that a
 # DELETE rewrites a file that keeps rows.
 JUNK_COLUMN: Final = {
+    "batch/ctr_reach": "value",
+    "batch/ctr_v2_reach": "value",
+    "batch/ctr_v3_reach": "value",
     "batch/coverage": "run_id",
     "batch/drift": "run_id",
     "views/registry": "view",
@@ -86,6 +89,17 @@ def _reach(row: dict[str, object], *users: str) -> dict[str, object]:
 def _hour_row(campaign: str) -> dict[str, object]:
     row = _reach(ctr_row(T0, 30, 3, campaign=campaign), "u1", "u2")
     return {**row, "run_id": "run-a", "user_bitmap": b"\x01\x02", "clicker_bitmap": b"\x01"}
+
+
+def _cube_row(campaign: str) -> dict[str, object]:
+    return {
+        "bucket_start": T0,
+        "dimension": "campaign_id",
+        "value": campaign,
+        "run_id": "run-a",
+        "user_bitmap": b"\x01\x02",
+        "clicker_bitmap": b"\x01",
+    }
 
 
 def _arrival(at: dt.datetime, campaign: str, version: int) -> dict[str, object]:
@@ -157,6 +171,9 @@ COMMITS: Final[dict[str, tuple[list[dict[str, object]], list[dict[str, object]]]
     "batch/ctr_hours": ([_hour_row("cmp-1")], [_hour_row("cmp-2")]),
     "batch/ctr_v2_hours": ([_hour_row("cmp-1")], [_hour_row("cmp-2")]),
     "batch/ctr_v3_hours": ([_hour_row("cmp-1")], [_hour_row("cmp-2")]),
+    "batch/ctr_reach": ([_cube_row("cmp-1")], [_cube_row("cmp-2")]),
+    "batch/ctr_v2_reach": ([_cube_row("cmp-1")], [_cube_row("cmp-2")]),
+    "batch/ctr_v3_reach": ([_cube_row("cmp-1")], [_cube_row("cmp-2")]),
     "batch/coverage": (
         [_covered("run-a", "ctr"), _covered("run-v2", "ctr@v2")],
         [_covered("run-v3", "ctr@v3")],
