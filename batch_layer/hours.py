@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from batch_layer.interval import Interval
 from lake import view_files
-from lake.catalog import hours_table
+from lake.catalog import Table, hours_table
 from lake.settings import LakeSettings
 from views import bitmaps
 from views.columns import DIMENSIONS, SKETCHES, USER_BITMAPS, USER_NUMBERS
@@ -78,15 +78,9 @@ def write_hours(  # noqa: PLR0913 - keyword-only options of one write
     from pyspark.sql.pandas.types import from_arrow_schema
 
     table = hours_table(definition)
-    path = table.path(lake)
-    whole = whole_hours(interval)
-    existing = view_files.open_table(path, lake.object_store, table.schema)
-    if existing.transaction_version(run_id) is not None:
-        return HoursWritten(False, 0, 0)
-    if whole is None:
-        rows = spark.createDataFrame([], table.spark_schema())
-    else:
-        gathered = (
+
+    def gathered(whole: Interval) -> DataFrame:
+        rows = (
             minutes.where(whole.sql_predicate("bucket_start"))
             .groupBy(F.date_trunc("hour", "bucket_start").alias("bucket_start"), *DIMENSIONS)
             .agg(
@@ -100,11 +94,39 @@ def write_hours(  # noqa: PLR0913 - keyword-only options of one write
                 *(F.hll_union_agg(name).alias(name) for name in SKETCHES),
             )
         )
-        rows = gathered.mapInArrow(
+        return rows.mapInArrow(
             functools.partial(bitmaps.bitmap_batches, columns=USER_BITMAPS),
             from_arrow_schema(pa.schema([table.schema.field(n) for n in table.schema.names])),
         )
-    on_step(f"writing the hour rows of {whole or 'no whole hour'} to {table.name}")
+
+    return replace_hours(
+        spark, lake, table, interval, gathered, what="the hour rows",
+        run_id=run_id, input_version=input_version, on_step=on_step,
+    )  # fmt: skip
+
+
+def replace_hours(  # noqa: PLR0913 - keyword-only options of one write
+    spark: SparkSession,
+    lake: LakeSettings,
+    table: Table,
+    interval: Interval,
+    rows_of: Callable[[Interval], DataFrame],
+    *,
+    what: str,
+    run_id: str,
+    input_version: int,
+    on_step: Callable[[str], None],
+) -> HoursWritten:
+    """Replace the hours ``interval`` touches in ``table`` (rows per whole hour: the hour rows,
+    the reach cube) with ``rows_of`` its whole hours, as the run ``run_id``; nothing when the
+    run committed them before."""
+    path = table.path(lake)
+    whole = whole_hours(interval)
+    existing = view_files.open_table(path, lake.object_store, table.schema)
+    if existing.transaction_version(run_id) is not None:
+        return HoursWritten(False, 0, 0)
+    rows = spark.createDataFrame([], table.spark_schema()) if whole is None else rows_of(whole)
+    on_step(f"writing {what} of {whole or 'no whole hour'} to {table.name}")
     replaced = view_files.replace_interval(
         spark,
         rows,

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 
-from batch_layer.hours import HoursWritten, hours_touched, whole_hours
+from batch_layer.hours import HoursWritten, replace_hours
 from batch_layer.interval import Interval
-from lake import view_files
 from lake.catalog import reach_cube_table
 from lake.settings import LakeSettings
 from views import bitmaps
@@ -56,32 +55,11 @@ def write_reach_cube(  # noqa: PLR0913 - keyword-only options of one write
 ) -> HoursWritten:
     """Write the reach cube of the run ``run_id`` over ``interval`` from ``minutes``, its own
     minute rows (with user numbers: a run that measured reach)."""
-    table = reach_cube_table(definition)
-    path = table.path(lake)
-    whole = whole_hours(interval)
-    existing = view_files.open_table(path, lake.object_store, table.schema)
-    if existing.transaction_version(run_id) is not None:
-        return HoursWritten(False, 0, 0)
-    rows = (
-        spark.createDataFrame([], table.spark_schema())
-        if whole is None
-        else cube_rows(minutes.where(whole.sql_predicate("bucket_start")), run_id)
-    )
-    on_step(f"writing the reach cube of {whole or 'no whole hour'} to {table.name}")
-    replaced = view_files.replace_interval(
-        spark,
-        rows,
-        name=table.name,
-        path=path,
-        store=lake.object_store,
-        schema=table.schema,
-        interval=hours_touched(interval),
-        run_id=run_id,
-        input_version=input_version,
-        properties=lake.retention(table.name),
-    )
-    hours = int((whole.end - whole.start).total_seconds() // 3600) if whole else 0
-    return HoursWritten(replaced.committed, hours, replaced.rows)
+    return replace_hours(
+        spark, lake, reach_cube_table(definition), interval,
+        lambda whole: cube_rows(minutes.where(whole.sql_predicate("bucket_start")), run_id),
+        what="the reach cube", run_id=run_id, input_version=input_version, on_step=on_step,
+    )  # fmt: skip
 
 
 def cube_rows(minutes: DataFrame, run_id: str) -> DataFrame:
