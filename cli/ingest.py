@@ -81,7 +81,9 @@ def produce(
         str | None,
         typer.Option(
             help="Event time of the first record (ISO-8601, UTC if no offset). Default: now, or "
-            "with --events and no --rate, early enough that the last record is about now."
+            "with --events and no --rate, early enough that the last record is about now. With "
+            "--rate and a past --start: the records up to now at once (a backlog, as after an "
+            "outage), then at --rate, the clicks of the backlog's impressions in their time."
         ),
     ] = None,
     clock_rate: Annotated[
@@ -175,9 +177,10 @@ def produce(
         if ground_truth is not None
         else None
     )
-    summary = _send_traffic(
-        config, producer, limit=events, pacing=Pacing(rate=rate, duration_s=duration), truth=truth
-    )
+    # A paced stream whose clock starts in the past sends its backlog up to now at once.
+    behind_s = max(0.0, time.time() - start_ms / 1000) if rate is not None else 0.0
+    pacing = Pacing(rate=rate, duration_s=duration, catch_up_s=behind_s)
+    summary = _send_traffic(config, producer, limit=events, pacing=pacing, truth=truth)
     _report_sent(summary)
     if truth is not None and ground_truth is not None:
         _write_ground_truth(truth, ground_truth)

@@ -36,6 +36,9 @@ class Pacing:
 
     rate: float | None = None  # records/s; None: as fast as the producer accepts them
     duration_s: float | None = None  # None: no time limit
+    # With a rate: seconds of the stream that are due at once (a stream whose clock starts in
+    # the past: its backlog up to now as fast as the producer accepts it, then at the rate).
+    catch_up_s: float = 0.0
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time  # seconds since the epoch: what "late" is to
 
@@ -58,7 +61,8 @@ def produce(
     """Send records until ``limit`` records, ``pacing.duration_s`` seconds or a stop request.
 
     With ``pacing.rate`` (records/s) the loop waits for the clock, serving delivery reports
-    while it waits; without it, it sends as fast as the producer accepts. ``ground_truth``
+    while it waits (after the first ``pacing.catch_up_s`` seconds of records, sent at once);
+    without it, it sends as fast as the producer accepts. ``ground_truth``
     counts the original events the producer accepted for the event topic.
     """
     pacing = pacing or Pacing()
@@ -81,7 +85,7 @@ def produce(
             if on_progress is not None:
                 on_progress(sent)
         if rate is not None:
-            _wait_until(start + sent / rate, producer, clock)
+            _wait_until(start + sent / rate - pacing.catch_up_s, producer, clock)
         try:
             record = next(iterator)
         except StopIteration:
