@@ -27,6 +27,11 @@ class FreshnessBody(BaseModel):
         "with attribution, clicks within the window) can change it until then, so the newer "
         "minutes are the speed layer's"
     )
+    clicks_window_minutes: int = Field(
+        description="the view's click attribution window (0 without attribution): a bucket "
+        "younger than this can still receive its impressions' clicks, so its CTR still rises "
+        "(the dashboard marks it: clicks still arriving)"
+    )
 
 
 class CtrRowBody(BaseModel):

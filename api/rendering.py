@@ -51,6 +51,7 @@ def freshness_json(freshness: Freshness, *, scoped: bool = False) -> dict[str, o
         "speed_lag_records": None if scoped else freshness.speed_lag_records,
         "versions": freshness.versions,
         "settle_minutes": int(freshness.settle.total_seconds() // 60),
+        "clicks_window_minutes": int(freshness.clicks_window.total_seconds() // 60),
     }
 
 

@@ -13,7 +13,9 @@ class Freshness:
     last reported (None when unknown): when, its watermark, and how many Kafka records it has
     not read yet (consumer lag). ``versions``: the Delta table versions the answer read.
     ``settle``: how long after a minute the batch layer covers it (the version's
-    :attr:`~views.definitions.Definition.settle`): the minutes since are the speed layer's."""
+    :attr:`~views.definitions.Definition.settle`): the minutes since are the speed layer's.
+    ``clicks_window``: the version's click attribution window (0 without attribution): a
+    minute younger than it can still receive its impressions' clicks, so its CTR still rises."""
 
     latest_covered_bucket: dt.datetime | None
     latest_speed_bucket: dt.datetime | None
@@ -22,3 +24,4 @@ class Freshness:
     speed_lag_records: int | None
     versions: dict[str, int | None]
     settle: dt.timedelta = dt.timedelta(0)
+    clicks_window: dt.timedelta = dt.timedelta(0)

@@ -217,6 +217,7 @@ class ServingLayer:
             speed_watermark=status.watermark if status else None,
             speed_lag_records=status.offsets_behind if status else None,
             settle=view.settle,
+            clicks_window=view.attribution or dt.timedelta(0),
             versions={
                 table.name: snap[table].version
                 for table in (

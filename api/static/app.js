@@ -16,7 +16,7 @@ import {
   storeToken,
 } from "./api.js";
 import { ALERTS_PATH, alertMarkers, alertParams, renderAlerts } from "./alerts.js";
-import { BreakdownChart, SeriesCharts, SOURCE_LABEL } from "./charts.js";
+import { BreakdownChart, FILLING_LABEL, filling, SeriesCharts, SOURCE_LABEL } from "./charts.js";
 import { renderDrift, renderStale } from "./exactness.js";
 import { ValuePicker } from "./filters.js";
 import { comparedValues, queries, suggestionParams, TABLE_LIMIT } from "./queries.js";
@@ -46,6 +46,48 @@ const SUGGESTION_TTL_MS = 60_000;
 const $ = (id) => document.getElementById(id);
 const int = (x) => Math.round(x).toLocaleString("en-US");
 const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)} %`);
+
+/** Now less the view's click attribution window (ms): the buckets ending after it can still
+ * receive clicks. Null for a view without attribution (its clicks count in their own minute). */
+function fillingFrom(freshness, nowMs) {
+  const minutes = freshness?.clicks_window_minutes ?? 0;
+  return minutes > 0 ? nowMs - minutes * 60_000 : null;
+}
+
+/** The 95 % Wilson interval of clicks / impressions (serving_layer.wilson's), or null. */
+function wilson(clicks, impressions, z = 1.959963984540054) {
+  if (!(impressions > 0)) return null;
+  const p = clicks / impressions;
+  const z2 = z * z;
+  const denom = 1 + z2 / impressions;
+  const centre = (p + z2 / (2 * impressions)) / denom;
+  const half =
+    (z * Math.sqrt((p * (1 - p)) / impressions + z2 / (4 * impressions * impressions))) / denom;
+  return [Math.max(0, centre - half), Math.min(1, centre + half)];
+}
+
+/**
+ * The headline's CTR: over the range's buckets whose clicks are all in (those before the view's
+ * click attribution window), so the newest minutes, still receiving clicks, do not pull it
+ * down; `{ctr, low, high, left}` (`left`: the buckets left out), or null when no bucket is
+ * still filling, or every one is.
+ */
+export function settledCtr(series, stepMs, from) {
+  let impressions = 0;
+  let clicks = 0;
+  let left = 0;
+  for (const { t, row } of series) {
+    if (filling(t, stepMs, from)) {
+      left += 1;
+    } else if (row) {
+      impressions += row.impressions;
+      clicks += row.clicks;
+    }
+  }
+  if (left === 0 || left === series.length || impressions === 0) return null;
+  const interval = wilson(clicks, impressions);
+  return { ctr: clicks / impressions, low: interval[0], high: interval[1], left };
+}
 
 const state = {
   selection: null, // what the analyst chose: see state.js
@@ -237,6 +279,7 @@ function show(window_, answer) {
       }))
     : null;
   state.freshness = answer.series.freshness ?? null;
+  state.fillingFrom = fillingFrom(state.freshness, Date.now());
   state.totals = answer.totals.rows[0] ?? null;
   state.table = answer.table;
   // The breakdowns are top-N by design; the table says its own truncation.
@@ -244,7 +287,7 @@ function show(window_, answer) {
   state.alerts = answer.alerts;
   state.reachDropped = answer.reachDropped;
   const markers = alertMarkers(answer.alerts, window_, state.selection.filters);
-  charts.series.update(window_, state.series, state.compared, markers);
+  charts.series.update(window_, state.series, state.compared, markers, state.fillingFrom);
   for (const [d, body] of Object.entries(answer.breakdowns)) {
     state.breakdowns[d] = body.rows;
     charts[d].update(body.rows);
@@ -422,9 +465,25 @@ function renderTotals() {
   $("totals-scope").textContent = scopeText();
   $("total-impressions").textContent = row ? int(row.impressions) : "0";
   $("total-clicks").textContent = row ? int(row.clicks) : "0";
-  $("total-ctr").textContent = row ? pct(row.ctr) : "–";
-  $("total-ci").textContent =
-    row && row.ctr_ci_low !== null ? `95 %: ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)}` : "";
+  const settled = settledCtr(state.series, state.view.stepMs, state.fillingFrom);
+  const arriving = state.series.filter(({ t }) => filling(t, state.view.stepMs, state.fillingFrom));
+  const unit = state.view.granularity === "minute" ? "min" : "h";
+  if (settled) {
+    // The newest buckets are still receiving clicks: the headline leaves them out.
+    $("total-ctr").textContent = pct(settled.ctr);
+    $("total-ci").textContent = `95 %: ${pct(settled.low)} – ${pct(settled.high)}`;
+    $("total-ctr-note").textContent =
+      `without the last ${settled.left} ${unit} (${FILLING_LABEL}); all: ${pct(row?.ctr)}`;
+  } else {
+    $("total-ctr").textContent = row ? pct(row.ctr) : "–";
+    $("total-ci").textContent =
+      row && row.ctr_ci_low !== null ? `95 %: ${pct(row.ctr_ci_low)} – ${pct(row.ctr_ci_high)}` : "";
+    $("total-ctr-note").textContent =
+      row && arriving.length
+        ? `${FILLING_LABEL} in every bucket of this range (up to ` +
+          `${state.freshness.clicks_window_minutes} min after each impression): it will rise`
+        : "";
+  }
   const exact = row ? row.covered_fraction : null;
   $("total-exact").textContent =
     exact === null ? "–" : `${(100 * exact).toFixed(exact > 0 && exact < 1 ? 1 : 0)} % of the range`;

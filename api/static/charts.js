@@ -145,6 +145,40 @@ const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed
 const pctTick = (x) => `${Number((100 * x).toFixed(2))} %`;
 const int = (x) => Math.round(x).toLocaleString("en-US");
 
+const GREY = "#8a8a8a";
+export const FILLING_LABEL = "clicks still arriving";
+
+/**
+ * A chart plugin that draws the buckets whose clicks can still arrive apart: a grey hatched
+ * band behind the data from the first such bucket's left edge to the end, labelled. `band()`
+ * gives `{from}` (ms, the band's left edge) or null.
+ */
+function fillingBandPlugin(band) {
+  let pattern = null;
+  return {
+    id: "clicksArriving",
+    beforeDatasetsDraw(chart) {
+      const shown = band();
+      if (!shown) return;
+      const { ctx, chartArea: area, scales } = chart;
+      const left = Math.max(area.left, scales.x.getPixelForValue(shown.from));
+      if (left >= area.right) return;
+      pattern ??= hatch(GREY);
+      ctx.save();
+      ctx.globalAlpha = 0.35;
+      ctx.fillStyle = pattern;
+      ctx.fillRect(left, area.top, area.right - left, area.bottom - area.top);
+      ctx.globalAlpha = 1;
+      ctx.fillStyle = "#444";
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = "right";
+      ctx.textBaseline = "bottom";
+      ctx.fillText(FILLING_LABEL, area.right - 4, area.bottom - 4);
+      ctx.restore();
+    },
+  };
+}
+
 function baseOptions() {
   return {
     animation: false,
@@ -174,7 +208,26 @@ function timeAxis(view) {
 // A bucket of fewer impressions than this is noise on a CTR chart (one click in 3 impressions
 // is 33 %): its point is faded, it draws no interval band, and it does not set the CTR axis.
 export const FEW_IMPRESSIONS = 30;
-const few = (row) => Boolean(row) && row.impressions < FEW_IMPRESSIONS;
+// Nor does a bucket with under this share of the range's typical (median) bucket: on a long
+// range, the minutes before the traffic began hold a few dozen late events each, whose CTR
+// swings by tens of percent beside the thousands of impressions of every other minute.
+export const TYPICAL_SHARE = 0.1;
+
+/** The fewest impressions a bucket of `rows` needs to count on the CTR chart: FEW_IMPRESSIONS,
+ * or TYPICAL_SHARE of the median bucket's, whichever is more. The same rule on every range. */
+export function enoughImpressions(rows) {
+  const sorted = rows.map((r) => r.impressions).sort((a, b) => a - b);
+  const median = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
+  return Math.max(FEW_IMPRESSIONS, TYPICAL_SHARE * median);
+}
+
+const rowsOf = (series) => series.map((b) => b.row).filter(Boolean);
+const few = (row, floor = FEW_IMPRESSIONS) => Boolean(row) && row.impressions < floor;
+
+/** Whether the bucket starting at `t` can still receive clicks: it ends after `fillingFrom`
+ * (now less the view's click attribution window; null: a view without attribution). */
+export const filling = (t, stepMs, fillingFrom) =>
+  fillingFrom !== null && fillingFrom !== undefined && t + stepMs > fillingFrom;
 
 // One colour per compared series (Tableau's first five: distinct for most colour visions).
 export const SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2"];
@@ -185,9 +238,10 @@ export const SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279
  */
 function ctrDatasets(line, index, compared) {
   const sourceOf = (i) => line.series[i]?.row?.source;
-  const fewAt = (i) => few(line.series[i]?.row);
+  const floor = enoughImpressions(rowsOf(line.series));
+  const fewAt = (i) => few(line.series[i]?.row, floor);
   const at = (value) => line.series.map(({ t, row }) => ({ x: t, y: row ? value(row) : null }));
-  const banded = (value) => at((r) => (few(r) ? null : value(r)));
+  const banded = (value) => at((r) => (few(r, floor) ? null : value(r)));
   const drawn = provenanceLine(line.color, sourceOf);
   const faded = withAlpha(line.color, 0.25);
   return [
@@ -229,13 +283,16 @@ function ctrDatasets(line, index, compared) {
 
 /**
  * The top of the CTR axis: room above the highest CTR of the buckets with enough impressions
- * (FEW_IMPRESSIONS; all of them when none has), so a few buckets with a handful of impressions
- * (at 0 or 100 %, whose intervals span tens of percent) do not flatten every line; what passes
- * the top is cut. Undefined (Chart.js decides) when everything fits anyway.
+ * (enoughImpressions, per line; all of them when none has), so a few buckets with a handful of
+ * impressions (at 0 or 100 %, whose intervals span tens of percent) do not flatten every line;
+ * what passes the top is cut. Undefined (Chart.js decides) when everything fits anyway.
  */
 export function ctrAxisMax(lines) {
-  const all = lines.flatMap((line) => line.series.map((b) => b.row).filter(Boolean));
-  const weighty = all.filter((r) => !few(r));
+  const all = lines.flatMap((line) => rowsOf(line.series));
+  const weighty = lines.flatMap((line) => {
+    const floor = enoughImpressions(rowsOf(line.series));
+    return rowsOf(line.series).filter((r) => !few(r, floor));
+  });
   const rows = weighty.length ? weighty : all;
   const top = Math.max(0, ...rows.map((r) => r.ctr ?? 0));
   const highest = Math.max(0, ...all.map((r) => r.ctr ?? 0));
@@ -281,12 +338,14 @@ export class SeriesCharts {
     this.lines = [];
     this.alerts = []; // alerts.js' markers: {t, open, label}
     this.alertsDrawn = [];
+    this.filling = null; // {from, buckets}: the buckets whose clicks can still arrive
+    const band = fillingBandPlugin(() => this.filling);
     const sourceOf = (i) => this.series[i]?.row?.source;
     const fill = barFill(BLUE);
     this.ctr = new Chart(ctrCanvas, {
       type: "line",
       data: { datasets: [] },
-      plugins: [alertMarkerPlugin(() => this.alerts, this.alertsDrawn)],
+      plugins: [band, alertMarkerPlugin(() => this.alerts, this.alertsDrawn)],
       options: {
         ...baseOptions(),
         scales: { x: { type: "linear" }, y: { beginAtZero: true, ticks: { callback: pctTick } } },
@@ -312,6 +371,7 @@ export class SeriesCharts {
     });
     this.volume = new Chart(volumeCanvas, {
       type: "bar",
+      plugins: [band],
       data: {
         datasets: [
           {
@@ -406,11 +466,17 @@ export class SeriesCharts {
 
   /**
    * `series`: the (filtered) traffic per bucket, for the volume and reach charts and, without
-   * `compared`, the CTR line; `compared`: [{label, series}] lines to draw on the CTR chart instead.
+   * `compared`, the CTR line; `compared`: [{label, series}] lines to draw on the CTR chart instead;
+   * `fillingFrom`: now less the view's click attribution window (null: none), the buckets ending
+   * after it drawn apart (clicks still arriving).
    */
-  update(view, series, compared = null, alerts = []) {
+  update(view, series, compared = null, alerts = [], fillingFrom = null) {
     this.series = series;
     this.alerts = alerts;
+    const arriving = series.filter(({ t }) => filling(t, view.stepMs, fillingFrom));
+    this.filling = arriving.length
+      ? { from: arriving[0].t - view.stepMs / 2, buckets: arriving.length }
+      : null;
     this.lines = compared
       ? compared.map((line, i) => ({ ...line, color: SERIES_COLORS[i % SERIES_COLORS.length] }))
       : [{ label: "CTR", color: TEAL, series }];

@@ -359,6 +359,34 @@ AXIS = """(async () => {
     fewOnly: ctrAxisMax([line([[3, 0.33, 0.8], [2, 0.5, 0.9]])]) ?? null,
     // Everything fits: Chart.js decides.
     fits: ctrAxisMax([line(steady)]) ?? null,
+    // A long range whose first buckets hold a few dozen late events each (before the traffic
+    // began), at 15 %: under a tenth of the typical bucket, they do not set the axis.
+    sparseLate: ctrAxisMax([
+      line([
+        ...Array.from({ length: 20 }, () => [60, 0.15, 0.25]),
+        ...Array.from({ length: 100 }, () => [12000, 0.017, 0.019]),
+      ]),
+    ]),
+  };
+})()"""
+
+# The headline's CTR leaves out the buckets still receiving clicks (app.js' settledCtr).
+SETTLED = """(async () => {
+  const { settledCtr } = await import(new URL("static/app.js", document.baseURI));
+  const { filling } = await import(new URL("static/charts.js", document.baseURI));
+  const minute = 60000;
+  // Ten minutes: the first seven at 2 % (100 impressions each), the last three filling at 0.5 %.
+  const series = Array.from({ length: 10 }, (_, i) => ({
+    t: i * minute,
+    row: { impressions: 100, clicks: i < 7 ? 2 : 0.5 },
+  }));
+  const from = 7 * minute + 1;  // now less the attribution window: buckets ending after it fill
+  return {
+    headline: settledCtr(series, minute, from),
+    none: settledCtr(series, minute, null),
+    all: settledCtr(series, minute, -1),
+    sixth: filling(6 * minute, minute, from),
+    seventh: filling(7 * minute, minute, from),
   };
 })()"""
 
@@ -373,7 +401,22 @@ def test_buckets_of_a_few_impressions_do_not_set_the_ctr_axis(
         "compared": 0.06,
         "fewOnly": None,
         "fits": None,
+        "sparseLate": 0.035,  # twice 1.7 %, rounded up: the late minutes' 15 % is cut
     }
+
+
+def test_the_headline_leaves_out_the_buckets_still_receiving_clicks(
+    dashboard_url: str, dashboard_lake: Lake, page: Page
+) -> None:
+    page.navigate(f"{dashboard_url}/#token={TOKEN}")
+    page.wait_for(f"{STATE} === 'ready'")
+    found = page.evaluate(SETTLED)
+    assert found["headline"]["ctr"] == pytest.approx(0.02)
+    assert found["headline"]["left"] == 3
+    assert found["headline"]["low"] < 0.02 < found["headline"]["high"]
+    assert found["none"] is None  # a view without attribution: nothing is left out
+    assert found["all"] is None  # every bucket filling: the full range's CTR, with a note
+    assert (found["sixth"], found["seventh"]) == (False, True)
 
 
 def test_a_link_naming_a_dimension_to_compare_compares_its_top_values(

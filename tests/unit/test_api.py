@@ -131,6 +131,7 @@ def test_ctr_hourly_by_campaign(client: httpx.Client) -> None:
             "views/registry": None,
         },
         "settle_minutes": 10,  # version 1: its lateness
+        "clicks_window_minutes": 0,  # version 1 counts clicks in their own minute
     }
     assert body["query"]["group_by"] == ["campaign_id"]
 
