@@ -144,12 +144,15 @@ for _ in $(seq "$START_TIMEOUT"); do
 done
 echo
 curl -fsS "$URL/api/v2/monitor/health" > /dev/null || { echo "airflow: no answer at $URL after $START_TIMEOUT s (log $LOG)" >&2; exit 1; }
-"$AIRFLOW" dags reserialize > /dev/null 2>&1 || true
-for dag in $UNPAUSE; do
-    "$AIRFLOW" dags unpause "$dag" > /dev/null 2>&1 || echo "airflow: could not unpause $dag yet" >&2
-done
 passwords="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 [[ -f "$passwords" ]] && chmod 600 "$passwords"  # the admin password: owner-only
+# Through the API server, as soon as the DAG processor has parsed them (one request each; the
+# `airflow dags` commands start Airflow's whole Python each).
+if [[ -n "${UNPAUSE// /}" ]]; then
+    # shellcheck disable=SC2086
+    .venv/bin/python -m infra.airflow_api unpause --url "$URL" --wait "$START_TIMEOUT" $UNPAUSE \
+        || echo "airflow: could not unpause $UNPAUSE (see above); unpause them in the UI" >&2
+fi
 password="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin",""))' \
     "$passwords" 2>/dev/null || true)"
 echo "airflow: UI $URL  login: admin / ${password:-see $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"

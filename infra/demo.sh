@@ -206,64 +206,13 @@ EOF
   Profile     $PROFILE: $(echo "${KAFKA_BOOTSTRAP_SERVERS//,/ }" | wc -w) broker(s), batch tasks on $DEMO_SPARK_MASTER, Airflow's database $(if [[ -n "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]]; then echo "PostgreSQL (LocalExecutor)"; else echo SQLite; fi)
   Stop        make demo-down
 
-Try, in another shell (the env file sets PATH, API_TOKEN, LAKE_ROOT, AIRFLOW_HOME, KAFKA_SASL_*, ...):
-  source $DEMO/env
-
-  # 1. the five countries with the most clicks in the last 24 h, from the merged view
-  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=all&group_by=country&order_by=-clicks&limit=5'
-
-  # 2. ad-hoc SQL: how much of the view is exact (batch) and how much approximate (speed)
-  ctr sql "SELECT source, count(*) AS rows, sum(impressions) AS impressions, sum(clicks) AS clicks FROM ctr GROUP BY source"
-  #    or over HTTP:
-  curl -s -H "Authorization: Bearer \$API_TOKEN" -H 'Content-Type: application/json' $API/api/v1/sql \\
-       -d '{"sql": "SELECT count(*) AS events, count(DISTINCT event_id) AS distinct_ids FROM events"}'
-
+The first steps (docs/getting-started.md explains each), in another shell:
 EOF
-    if [[ -f "$DEMO/airflow.pid" ]]; then
-        cat << EOF
-  # 3. a backfill: recompute the last hour exactly (late events included), one run per interval
-  airflow backfill create --dag-id ctr_batch --from-date "\$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:00Z)" \\
-       --to-date "\$(date -u +%Y-%m-%dT%H:%M:00Z)" --reprocess-behavior completed --max-active-runs 1
-EOF
-    else
-        cat << EOF
-  # 3. a backfill: recompute the last hour exactly (late events included), hour by hour
-  ctr backfill --from "\$(date -u -d '-1 hour' +%Y-%m-%dT%H:00Z)" --to "\$(date -u +%Y-%m-%dT%H:%M:00Z)"
-EOF
-    fi
-    local fixer="the ctr_recompute_stale DAG (every $DEMO_STALE_MINUTES min)"
-    ((DEMO_AIRFLOW)) || fixer="the batch loop's ctr batch --stale (every $DEMO_BATCH_MINUTES min)"
+    "$ROOT/.venv/bin/python" -m reference.first_steps --url "$API" --indent "  " \
+        | sed "s#^  source run/demo/env#  source $DEMO/env#"
     cat << EOF
 
-  # 4. late events: 2,000 events from 90 minutes ago (minutes the batch layer covers: it covers
-  #    a minute once it has settled, $SETTLE_MINUTES min after it), arriving now. Their rows turn
-  #    'stale' (the late events are added, approximately; the dashboard marks them) until
-  #    $fixer makes them exact again:
-  ctr produce --events 2000 --start "\$(date -u -d '-90 min' +%Y-%m-%dT%H:%M:00Z)" --clock-rate 20
-  curl -s -H "Authorization: Bearer \$API_TOKEN" $API/api/v1/views | python3 -m json.tool | grep -A6 stale_intervals
-  #    or recompute them yourself: ctr batch --stale
-
-  # 5. drift: how far the speed layer was from the exact counts (also on the dashboard)
-  ctr sql "SELECT bucket_start, speed_impressions, batch_impressions, speed_clicks, batch_clicks FROM drift ORDER BY bucket_start DESC LIMIT 10"
-
-  # 6. an advertiser's key: its campaigns only, on every route and on the dashboard
-  KEY=\$(ctr keys create acme --scope advertiser --campaign cmp-001 --campaign cmp-002 --expires 30d)
-  curl -s -H "Authorization: Bearer \$KEY" '$API/api/v1/ctr?granularity=all&group_by=campaign_id'
-  echo "$API/#token=\$KEY"              # the dashboard as acme sees it
-  ctr keys list; ctr keys revoke acme   # refused from the next request on
-
-  # 7. reach and frequency: distinct users per campaign over each hour, exact where the batch
-  #    layer covers the hour (reach_exact), else a sketch estimate with reach_low..reach_high
-  curl -s -H "Authorization: Bearer \$API_TOKEN" '$API/api/v1/ctr?granularity=hour&group_by=campaign_id&campaign_id=cmp-001&reach=true' \\
-       | python3 -c 'import json,sys; [print(r["bucket_start"], r["source"], r["reach"], r["reach_exact"], r["reach_low"], r["reach_high"], round(r["frequency"] or 0, 2)) for r in json.load(sys.stdin)["rows"]]'
-
-  # 8. an alert: the evaluator (ctr alerts run) watches two example rules (ctr alerts list);
-  #    a second stream as large as the first, with ad-001-01's click tracking broken, for 15
-  #    min: that ad's CTR halves, within minutes the drop is significant, the rule fires, and
-  #    the dashboard's Alerts panel and chart show it
-  ctr produce --rate $DEMO_RATE --duration 900 --ctr-drop ad-001-01=0 > /dev/null 2>&1 &
-  ctr alerts test ad-ctr      # each ad's test now: change, p-value, evidence
-  curl -s -H "Authorization: Bearer \$API_TOKEN" $API/api/v1/alerts/events | python3 -m json.tool | head -30
+More to try here, an advertiser's key, reach and an alert firing: docs/guides/demo.md
 EOF
 }
 
@@ -423,7 +372,77 @@ fi
 # --- streaming jobs, API, traffic (in the background) --------------------------------------------
 events_before=$(commits master/events)
 speed_before=$(commits speed/ctr)
-say "[2/7] archiver, speed job, API and traffic generator starting in the background"
+history_start=""
+#: The history's traffic record count (DEMO_HISTORY_MINUTES of DEMO_RATE).
+history_events=$((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE))
+# No history beside a ground truth (make soak): the truth counts the live producer's records.
+if ((DEMO_HISTORY_MINUTES > 0 && events_before == 0)) && [[ -z "${DEMO_GROUND_TRUTH:-}" ]]; then
+    history_start="$(date -u -d "-$DEMO_HISTORY_MINUTES min" +%Y-%m-%dT%H:%M:00Z)"
+fi
+# --- batch layer ---------------------------------------------------------------------------------
+# The first scheduled run comes at the next DEMO_BATCH_MINUTES tick, for the interval ending then.
+step=$((DEMO_BATCH_MINUTES * 60))
+first_tick=$(($(date +%s) / step * step + step))
+if ((DEMO_AIRFLOW)); then
+    say "[2/7] Airflow at $AIRFLOW_URL starting in the background (log $DEMO/airflow-up.log)"
+    if ((DEMO_BATCH_MINUTES == 60)); then
+        schedule="0 * * * *"
+    else
+        schedule="*/$DEMO_BATCH_MINUTES * * * *"
+    fi
+    # The DAGs are code, not environment: the demo's schedule is a DAG file of its own, the
+    # project's definitions called with the demo's schedule, lookback and start (the previous
+    # tick, with catch-up: the first run comes at the next tick; after a history, without: the
+    # history's run covered the ticks before ctr_batch is unpaused, and its first run is the
+    # latest interval's).
+    mkdir -p "$DEMO/dags"
+    cron_every() { if (($1 == 60)); then echo "0 * * * *"; else echo "*/$1 * * * *"; fi; }
+    stale_schedule="$(cron_every "$DEMO_STALE_MINUTES")"
+    maintenance_schedule="$(cron_every "$DEMO_MAINTENANCE_MINUTES")"
+    cat > "$DEMO/dags/ctr_demo.py" << EOF
+"""The Airflow DAGs of \`make demo\`, generated by infra/demo.sh: ctr_batch every
+$DEMO_BATCH_MINUTES min, each run with $CTR_BATCH_LOOKBACK_MINUTES min of lookback;
+ctr_recompute_stale every $DEMO_STALE_MINUTES min; ctr_maintenance every $DEMO_MAINTENANCE_MINUTES min;
+ctr_reprocess as in dags/."""
+
+from datetime import datetime
+
+from dags.definitions import (
+    ctr_batch_dag,
+    ctr_maintenance_dag,
+    ctr_recompute_stale_dag,
+    ctr_reprocess_dag,
+)
+
+ctr_batch = ctr_batch_dag(
+    schedule="$schedule",
+    lookback_minutes=$CTR_BATCH_LOOKBACK_MINUTES,
+    start_date=datetime.fromisoformat("$(date -u -d "@$((first_tick - step))" +%Y-%m-%dT%H:%M:00+00:00)"),
+    catchup=$([[ -n "$history_start" ]] && echo False || echo True),
+)
+ctr_recompute_stale = ctr_recompute_stale_dag(schedule="$stale_schedule")
+ctr_reprocess = ctr_reprocess_dag()
+ctr_maintenance = ctr_maintenance_dag(schedule="$maintenance_schedule")
+EOF
+    # ctr_batch's spark-submit runs on the spark_default connection's master.
+    spark_conn='{"conn_type": "spark", "host": "'"$DEMO_SPARK_MASTER"'"}'
+    export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
+    export AIRFLOW_DAGS="$DEMO/dags" AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
+    # Beside everything else (its database migration and its components' start are a minute of
+    # Python): the demo waits for it at [7/7]. With a history, ctr_batch stays paused until the
+    # history's own batch run is done (infra/demo-history.sh), so the two do not recompute the
+    # same minutes side by side. Its tasks read Kafka only to build a view from the log
+    # (ctr_reprocess --from kafka).
+    unpause="ctr_recompute_stale ctr_maintenance"
+    [[ -n "$history_start" ]] || unpause="ctr_batch $unpause"
+    AIRFLOW_UNPAUSE="$unpause" RUN_DIR="$DEMO" nice -n "$DEMO_BATCH_NICE" "${as_consumer[@]}" \
+        bash infra/airflow-up.sh > "$DEMO/airflow-up.log" 2>&1 &
+    airflow_up=$!
+else
+    say "[2/7] batch loop (DEMO_AIRFLOW=0): ctr batch every $DEMO_BATCH_MINUTES min"
+fi
+
+say "[3/7] archiver, speed job, API and traffic generator starting in the background"
 # Each under infra/supervise.sh: started again when it dies (SUPERVISE_DIR: its child's pid
 # and a line per restart in restarts.log).
 export SUPERVISE_DIR="$DEMO"
@@ -448,81 +467,26 @@ producer_args=(--rate "$DEMO_RATE" "${traffic[@]}")
 #: A CSV path: the traffic generator writes the exact counts of every record it delivered
 #: there when it stops (make soak compares the batch view with it); unset: none.
 [[ -n "${DEMO_GROUND_TRUTH:-}" ]] && producer_args+=(--ground-truth "$DEMO_GROUND_TRUTH")
-history_start=""
-# No history beside a ground truth (make soak): the truth counts the live producer's records.
-if ((DEMO_HISTORY_MINUTES > 0 && events_before == 0)) && [[ -z "${DEMO_GROUND_TRUTH:-}" ]]; then
-    # The same traffic, its event clock ending now, sent as fast as the broker takes it.
-    history_start="$(date -u -d "-$DEMO_HISTORY_MINUTES min" +%Y-%m-%dT%H:%M:00Z)"
-    say "      history: the last $DEMO_HISTORY_MINUTES min of traffic ($((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE)) records), sent at once"
-    "${as_producer[@]}" "$CTR" produce --events "$((DEMO_HISTORY_MINUTES * 60 * DEMO_RATE))" --clock-rate "$DEMO_RATE" \
-        --start "$history_start" "${traffic[@]}" > "$DEMO/history.log" 2>&1 \
-        || fail "the history could not be sent; see $DEMO/history.log" "$DEMO/history.log"
+# With a history, the stream's clock starts at its beginning: the history is the backlog the
+# generator sends at once, then it keeps DEMO_RATE, one stream without a seam (a restart after a
+# crash goes on from now: infra/demo-producer.sh).
+rm -f "$DEMO/history-started"
+supervised producer env HISTORY_START="$history_start" DEMO="$DEMO" "${as_producer[@]}" \
+    bash infra/demo-producer.sh "$CTR" produce "${producer_args[@]}"
+if [[ -n "$history_start" ]]; then
+    # Its settled minutes made exact by one batch run once archived (infra/demo-history.sh).
+    start history env HISTORY_START="$history_start" HISTORY_END="$(date -u +%Y-%m-%dT%H:%M:00Z)" \
+        DEMO_BATCH_NICE="$DEMO_BATCH_NICE" UNPAUSE_AFTER="$( ((DEMO_AIRFLOW)) && echo ctr_batch)" \
+        AIRFLOW_HOME="$DEMO/airflow" bash infra/demo-history.sh
+    say "      history: the last $DEMO_HISTORY_MINUTES min of traffic ($history_events records), the generator's backlog; one ctr batch makes it exact once archived ($DEMO/history.log)"
 fi
-supervised producer "${as_producer[@]}" "$CTR" produce "${producer_args[@]}"
 if ((!DEMO_AIRFLOW)); then
     supervised batch-loop nice -n "$DEMO_BATCH_NICE" bash infra/demo-batch-loop.sh
 fi
 
-say "[3/7] API at $API"
+say "[4/7] API at $API"
 wait_for api "$DEMO/api.log" "answer on $API/healthz" curl -fs -o /dev/null "$API/healthz"
 say "      healthy ($(elapsed))"
-
-# --- batch layer ---------------------------------------------------------------------------------
-# The first scheduled run comes at the next DEMO_BATCH_MINUTES tick, for the interval ending then.
-step=$((DEMO_BATCH_MINUTES * 60))
-first_tick=$(($(date +%s) / step * step + step))
-if ((DEMO_AIRFLOW)); then
-    say "[4/7] Airflow at $AIRFLOW_URL (the first start migrates its database)"
-    if ((DEMO_BATCH_MINUTES == 60)); then
-        schedule="0 * * * *"
-    else
-        schedule="*/$DEMO_BATCH_MINUTES * * * *"
-    fi
-    # The DAGs are code, not environment: the demo's schedule is a DAG file of its own, the
-    # project's definitions called with the demo's schedule, lookback and start (the previous
-    # tick, with catch-up: the first run comes at the next tick).
-    mkdir -p "$DEMO/dags"
-    cron_every() { if (($1 == 60)); then echo "0 * * * *"; else echo "*/$1 * * * *"; fi; }
-    stale_schedule="$(cron_every "$DEMO_STALE_MINUTES")"
-    maintenance_schedule="$(cron_every "$DEMO_MAINTENANCE_MINUTES")"
-    cat > "$DEMO/dags/ctr_demo.py" << EOF
-"""The Airflow DAGs of \`make demo\`, generated by infra/demo.sh: ctr_batch every
-$DEMO_BATCH_MINUTES min, each run with $CTR_BATCH_LOOKBACK_MINUTES min of lookback;
-ctr_recompute_stale every $DEMO_STALE_MINUTES min; ctr_maintenance every $DEMO_MAINTENANCE_MINUTES min;
-ctr_reprocess as in dags/."""
-
-from datetime import datetime
-
-from dags.definitions import (
-    ctr_batch_dag,
-    ctr_maintenance_dag,
-    ctr_recompute_stale_dag,
-    ctr_reprocess_dag,
-)
-
-ctr_batch = ctr_batch_dag(
-    schedule="$schedule",
-    lookback_minutes=$CTR_BATCH_LOOKBACK_MINUTES,
-    start_date=datetime.fromisoformat("$(date -u -d "@$((first_tick - step))" +%Y-%m-%dT%H:%M:00+00:00)"),
-    catchup=True,
-)
-ctr_recompute_stale = ctr_recompute_stale_dag(schedule="$stale_schedule")
-ctr_reprocess = ctr_reprocess_dag()
-ctr_maintenance = ctr_maintenance_dag(schedule="$maintenance_schedule")
-EOF
-    # ctr_batch's spark-submit runs on the spark_default connection's master.
-    spark_conn='{"conn_type": "spark", "host": "'"$DEMO_SPARK_MASTER"'"}'
-    export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$spark_conn}"
-    export AIRFLOW_DAGS="$DEMO/dags" AIRFLOW_UNPAUSE="ctr_batch ctr_recompute_stale ctr_maintenance" AIRFLOW_START_TIMEOUT="$DEMO_START_TIMEOUT"
-    # Its tasks read Kafka only to build a view from the log (ctr_reprocess --from kafka).
-    RUN_DIR="$DEMO" nice -n "$DEMO_BATCH_NICE" "${as_consumer[@]}" bash infra/airflow-up.sh 2>&1 | sed 's/^/demo:       /'
-    ((PIPESTATUS[0] == 0)) || fail "Airflow did not start; see $DEMO/airflow.log" "$DEMO/airflow.log"
-    live_pid airflow > /dev/null || fail "Airflow is not running; see $DEMO/airflow.log" "$DEMO/airflow.log"
-    say "      healthy, ctr_batch and ctr_recompute_stale unpaused ($(elapsed))"
-else
-    say "[4/7] batch loop (DEMO_AIRFLOW=0): ctr batch every $DEMO_BATCH_MINUTES min"
-fi
-say "      first batch run at $(date -u -d "@$first_tick" +%H:%M) UTC, then every $DEMO_BATCH_MINUTES min"
 
 # --- streams healthy, data visible ---------------------------------------------------------------
 live_pid producer > /dev/null || fail "the traffic generator exited; see $DEMO/producer.log" "$DEMO/producer.log"
@@ -534,16 +498,21 @@ say "[6/7] speed job: waiting for its first commit to speed/ctr"
 streamed() { (($(commits speed/ctr) > speed_before)); }
 wait_for speed "$DEMO/speed.log" "commit to speed/ctr" streamed
 say "      streaming ($(elapsed))"
-if [[ -n "$history_start" ]]; then
-    # The history's settled minutes made exact once, in the background (the archiver is still
-    # taking the history in: what it archives after this run read is stale, and
-    # ctr_recompute_stale makes it exact); the scheduled runs cover the rest as it settles.
-    start batch-history nice -n "$DEMO_BATCH_NICE" bash -c \
-        'sleep 60; exec "$0" batch --start "$1" --end "$(date -u +%Y-%m-%dT%H:%M:00Z)"' \
-        "$CTR" "$history_start"
-    say "      the history's settled minutes: ctr batch in the background ($DEMO/batch-history.log)"
+if ((DEMO_AIRFLOW)); then
+    say "[7/7] Airflow: waiting for it to answer at $AIRFLOW_URL"
+    wait "$airflow_up"
+    airflow_status=$?
+    sed 's/^/demo:       /' "$DEMO/airflow-up.log"
+    ((airflow_status == 0)) || fail "Airflow did not start; see $DEMO/airflow.log" "$DEMO/airflow.log"
+    live_pid airflow > /dev/null || fail "Airflow is not running; see $DEMO/airflow.log" "$DEMO/airflow.log"
+    if [[ -n "$history_start" ]]; then
+        say "      healthy; ctr_recompute_stale unpaused, ctr_batch once the history's batch run is done ($(elapsed))"
+    else
+        say "      healthy; ctr_batch and ctr_recompute_stale unpaused ($(elapsed))"
+        say "      first batch run at $(date -u -d "@$first_tick" +%H:%M) UTC, then every $DEMO_BATCH_MINUTES min"
+    fi
 fi
-say "[7/7] dashboard: waiting for the API to serve rows"
+say "      dashboard: waiting for the API to serve rows"
 has_rows() {
     curl -fsS -H "Authorization: Bearer $API_TOKEN" "$API/api/v1/ctr?granularity=hour" 2> /dev/null \
         | "$ROOT/.venv/bin/python" -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["rows"] else 1)'
