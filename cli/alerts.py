@@ -21,7 +21,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Name = Annotated[str, typer.Argument(help="The rule's name: 1 to 64 of A-Z a-z 0-9 . _ -.")]
+Name = Annotated[
+    str, typer.Argument(metavar="NAME", help="The rule's name: 1 to 64 of A-Z a-z 0-9 . _ -.")
+]
 Owner = Annotated[
     str | None,
     typer.Option(

@@ -266,7 +266,10 @@ def _write_ground_truth(truth: GroundTruth, path: Path) -> None:
 
 def replay(
     file: Annotated[
-        Path, typer.Argument(help="JSON Lines file, or CSV with a header row (by .csv suffix).")
+        Path,
+        typer.Argument(
+            metavar="FILE", help="JSON Lines file, or CSV with a header row (by .csv suffix)."
+        ),
     ],
     speed: Annotated[
         float | None,

@@ -159,7 +159,7 @@ def down(
 
 @app.command()
 def partition(
-    node: Annotated[int, typer.Argument(help="the broker's node id (1-3)")],
+    node: Annotated[int, typer.Argument(metavar="NODE", help="the broker's node id (1-3)")],
     heal: Annotated[
         bool, typer.Option("--heal", help="Bring it back instead (its link up again).")
     ] = False,

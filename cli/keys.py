@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Final, NoReturn
 
 import typer
 
-from access.roles import Role
+from access.roles import ROLES
 from cli.console import console, fail
 
 if TYPE_CHECKING:
@@ -28,7 +28,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Name = Annotated[str, typer.Argument(help="The key's name: 1 to 64 of A-Z a-z 0-9 . _ @ -.")]
+Name = Annotated[
+    str, typer.Argument(metavar="NAME", help="The key's name: 1 to 64 of A-Z a-z 0-9 . _ @ -.")
+]
 _RELATIVE: Final = re.compile(r"(\d+)([dh])")
 # What each argument of access.key_store is called on this command line.
 _OPTIONS: Final = {
@@ -41,10 +43,24 @@ _OPTIONS: Final = {
 }
 
 
+def _scope(value: str) -> str:
+    """``--scope``'s value, checked as the command line is read (before anything runs)."""
+    if value not in ROLES:
+        raise typer.BadParameter(
+            f"{value!r} is not a scope; choose one of {', '.join(ROLES)}", param_hint="--scope"
+        )
+    return value
+
+
 @app.command()
 def create(
     name: Name,
-    scope: Annotated[Role, typer.Option(help=f"What the key sees. {SCOPES}.")],
+    scope: Annotated[
+        str,
+        typer.Option(
+            metavar="|".join(ROLES), callback=_scope, help=f"What the key sees. {SCOPES}."
+        ),
+    ],
     campaign: Annotated[
         list[str] | None,
         typer.Option(help="A campaign id an advertiser key sees (repeat for several)."),

@@ -24,7 +24,10 @@ class Format(enum.StrEnum):
 
 def sql(
     query: Annotated[
-        str | None, typer.Argument(help="One read-only query; none starts an interactive shell.")
+        str | None,
+        typer.Argument(
+            metavar="QUERY", help="One read-only query; none starts an interactive shell."
+        ),
     ] = None,
     output: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     max_rows: Annotated[int, typer.Option(min=1, help="Rows at most.")] = 10_000,

@@ -20,7 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-View = Annotated[str, typer.Argument(help="The view (today: ctr).")]
+View = Annotated[str, typer.Argument(metavar="VIEW", help="The view (today: ctr).")]
 
 
 def _definition(view: str, version: int) -> Definition:
@@ -188,8 +188,8 @@ def _state(lake: LakeSettings, target: Definition) -> str:
 @app.command()
 def diff(
     view: View,
-    a: Annotated[int, typer.Argument(help="Version A (e.g. the published one).")],
-    b: Annotated[int, typer.Argument(help="Version B.")],
+    a: Annotated[int, typer.Argument(metavar="A", help="Version A (e.g. the published one).")],
+    b: Annotated[int, typer.Argument(metavar="B", help="Version B.")],
     start: Annotated[str | None, typer.Option(help="From (ISO-8601 UTC); default: all.")] = None,
     end: Annotated[str | None, typer.Option(help="To (exclusive); default: all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
@@ -219,7 +219,9 @@ def diff(
 @app.command()
 def publish(
     view: View,
-    version: Annotated[int, typer.Argument(help="The version readers switch to.")],
+    version: Annotated[
+        int, typer.Argument(metavar="VERSION", help="The version readers switch to.")
+    ],
     reason: Annotated[str, typer.Option(help="Why (recorded in the registry).")],
     force: Annotated[
         bool, typer.Option(help="Publish even if the version has not caught up.")
