@@ -166,9 +166,9 @@ def _chrome(table: Table) -> int:
 
 def _least(measures: Sequence[_Measure], columns: Sequence[Column], *, headers: bool) -> list[int]:
     """The narrowest each column can be without folding a word: a whole column its longest
-    value, another its longest word; ``headers``: the header's words too."""
+    value and its header's words, another its longest word; ``headers``: its header's too."""
     return [
-        max(m.value if c.whole else m.word, m.header_word if headers else 1)
+        max(m.value if c.whole else m.word, m.header_word if headers or c.whole else 1)
         for m, c in zip(measures, columns, strict=True)
     ]
 
@@ -176,11 +176,11 @@ def _least(measures: Sequence[_Measure], columns: Sequence[Column], *, headers: 
 def _fit(measures: Sequence[_Measure], columns: Sequence[Column], room: int) -> list[int] | None:
     """Each column's width for ``room`` cells of text (None: every row fits on its lines).
 
-    A whole column gets its longest value, another its longest word, the header's words
-    too where they fit. When not even the values' words fit, the column of the longest folds
-    first (a URL before a rule's words); when not even whole values fit, every column folds.
-    The room left goes first to the columns it lets show a row a line (the nearest first),
-    then evenly."""
+    A whole column gets its longest value, another its longest word, its header's words
+    too where they fit (a whole column's always). When not even the values' words fit, the
+    column of the longest folds first (a URL before a rule's words); when not even whole
+    values fit, every column folds. The room left goes first to the columns it lets show a
+    row a line (the nearest first), then evenly."""
     natural = [m.natural for m in measures]
     if sum(natural) <= room:
         return None
