@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Final, NoReturn
 
 import typer
 
 from cli.console import console, fail
+from cli.tables import Column, Json, Listing, Wide, minute, one_output, print_json, print_table
 
 if TYPE_CHECKING:
     from alerts.evaluate import Finding
@@ -21,7 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Name = Annotated[str, typer.Argument(help="The rule's name: 1 to 64 of A-Z a-z 0-9 . _ -.")]
+Name = Annotated[
+    str, typer.Argument(metavar="NAME", help="The rule's name: 1 to 64 of A-Z a-z 0-9 . _ -.")
+]
 Owner = Annotated[
     str | None,
     typer.Option(
@@ -128,23 +133,43 @@ def create(
 
 
 @app.command("list")
-def list_rules() -> None:
+def list_rules(wide: Wide = False, as_json: Json = False) -> None:
     """The rules: name, what each watches and when it fires, its webhook, who made it. Every
     value is printed as text, control characters escaped (rules and webhooks are tenants')."""
-    from rich.table import Table
-
     from alerts.store import read_rules
     from lake.settings import LakeSettings
 
-    rules = read_rules(LakeSettings())
-    if not rules:
+    one_output(as_json, wide)
+    rules = sorted(read_rules(LakeSettings()).values(), key=lambda r: (r.name, r.owner))
+    if as_json:
+        print_json({"rules": [rule_record(r) for r in rules]})
+    elif not rules:
         console.print("no rules (ctr alerts create)")
-        return
-    table = Table("name", "rule", "webhook", "owner", "created", caption="times in UTC")
-    for rule in sorted(rules.values(), key=lambda r: (r.name, r.owner)):
-        created = f"{rule.created_at:%Y-%m-%d %H:%M}" if rule.created_at else ""
-        table.add_row(rule.name, rule.describe(), rule.webhook_url or "-", rule.owner, created)
-    console.print(table)
+    else:
+        print_table(rules_listing(rules), console, wide=wide)
+
+
+def rules_listing(rules: Sequence[Rule]) -> Listing:
+    """``ctr alerts list``'s table."""
+    listing = Listing(
+        Column("name", whole=True),
+        Column("owner", whole=True),
+        "rule",
+        "webhook",
+        "created",
+        caption="times in UTC",
+    )
+    for rule in rules:
+        created = minute(rule.created_at) if rule.created_at else ""
+        listing.add_row(rule.name, rule.owner, rule.describe(), rule.webhook_url or "-", created)
+    return listing
+
+
+def rule_record(rule: Rule) -> dict[str, object]:
+    """A rule as ``ctr alerts list --json`` prints it: its fields, never its webhook secret."""
+    fields = dataclasses.asdict(rule)
+    del fields["secret"]
+    return {"name": rule.name, "owner": rule.owner, "description": rule.describe(), **fields}
 
 
 @app.command()
@@ -171,10 +196,13 @@ def try_rule(
             help="The window's end, ISO-8601 (UTC unless it says). Default: the last minute."
         ),
     ] = None,
+    wide: Wide = False,
+    as_json: Json = False,
 ) -> None:
     """Evaluate rule NAME once, over the lake as it is, and print each group's test: the
     window's value against the baseline's, the change, the p-value (Holm-adjusted), whether
-    it would fire and on what evidence. Records nothing, sends nothing."""
+    it would fire and on what evidence (or why it was not tested). Records nothing, sends
+    nothing."""
     from alerts.evaluate import evaluate_settled
     from alerts.lake_counts import LakeCounts
     from alerts.settings import AlertSettings
@@ -182,22 +210,27 @@ def try_rule(
     from lake.settings import LakeSettings
     from serving_layer.reader import SnapshotReader
 
+    one_output(as_json, wide)
+    end = _end(at)
     lake = LakeSettings()
     rule, owners = find_rule(read_rules(lake), name, owner)
     if rule is None and owner is None and len(owners) > 1:
         fail(f"--owner: {len(owners)} owners have a rule named {name!r}: {', '.join(owners)}")
     if rule is None:
         fail(f"NAME: no rule is named {name!r} (ctr alerts list)")
-    end = _end(at)
     reader = SnapshotReader(lake, refresh_s=0)
     try:
         lag = dt.timedelta(seconds=AlertSettings().max_speed_lag_s)
         findings, behind = evaluate_settled([rule], LakeCounts(reader), end, lag)
     finally:
         reader.close()
+    if as_json:
+        print_json(findings_record(rule, findings, end, behind))
+        return
     if behind is not None:
         console.print(f"untested on the speed layer's counts: {behind}")
-    _print_findings(rule, findings, end)
+    console.print(rule.describe())
+    print_table(findings_listing(rule, findings, end), console, wide=wide)
 
 
 @app.command()
@@ -252,41 +285,66 @@ def _end(at: str | None) -> dt.datetime:
         raise typer.BadParameter(str(exc), param_hint="--at") from None
 
 
-def _print_findings(rule: Rule, findings: list[Finding], end: dt.datetime) -> None:
-    from rich.table import Table
-
-    console.print(rule.describe())
-    table = Table(
-        rule.per or "rows",
-        "now",
-        "baseline",
-        "change",
-        "p (Holm)",
-        "fires",
+def findings_listing(rule: Rule, findings: Sequence[Finding], end: dt.datetime) -> Listing:
+    """``ctr alerts test``'s table: a row per group, its evidence or why it was not tested."""
+    unit = "" if rule.rate else "; now and baseline in events per minute"
+    listing = Listing(
+        Column(rule.per or "rows", whole=True),
+        Column("now", whole=True, justify="right"),
+        Column("baseline", whole=True, justify="right"),
+        Column("change", whole=True, justify="right"),
+        Column("p (Holm)", whole=True, justify="right"),
+        Column("fires", whole=True),
         "evidence",
-        "why not tested",
-        caption=f"window ending {end:%Y-%m-%d %H:%M} UTC",
+        caption=f"window ending {minute(end)} UTC{unit}",
     )
     for finding in findings:
         result = finding.result
-        table.add_row(
+        listing.add_row(
             finding.group or "all",
             _number(result.current, rule.rate),
             _number(result.baseline, rule.rate),
             "" if result.change is None else f"{result.change:+.1%}",
             "" if finding.adjusted_p is None else f"{finding.adjusted_p:.2g}",
             "yes" if finding.significant else "no",
-            finding.evidence,
-            result.reason,
+            finding.evidence if result.tested else f"not tested: {result.reason or '-'}",
         )
-    console.print(table)
+    return listing
+
+
+def findings_record(
+    rule: Rule, findings: Sequence[Finding], end: dt.datetime, behind: str | None
+) -> dict[str, object]:
+    """``ctr alerts test --json``: the rule, the window's end, and each group's test."""
+    return {
+        "rule": {"name": rule.name, "owner": rule.owner, "description": rule.describe()},
+        "window_end": end,
+        "untested_because": behind,
+        "findings": [
+            {
+                "group": f.group,
+                "window_start": f.window[0],
+                "window_end": f.window[1],
+                "current": f.result.current,
+                "baseline": f.result.baseline,
+                "change": f.result.change,
+                "p_value": f.result.p_value,
+                "adjusted_p": f.adjusted_p,
+                "fires": f.significant,
+                "evidence": f.evidence,
+                "reason": f.result.reason or None,
+                "trials": f.trials,
+            }
+            for f in findings
+        ],
+    }
 
 
 def _number(value: float | None, rate: bool) -> str:
-    """A rate as a percentage, a count as events per minute."""
+    """A rate as a percentage, a count as events per minute (said in the caption)."""
     if value is None:
         return ""
-    return f"{value:.3%}" if rate else f"{value:,.1f}/min"
+    return f"{value:.3%}" if rate else f"{value:,.1f}"
 
 
 def _fail(exc: RuleError) -> NoReturn:

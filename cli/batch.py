@@ -11,6 +11,7 @@ import typer
 
 from batch_layer.interval import Interval, IntervalError
 from cli.console import console, progress_bar
+from cli.tables import Column, Listing, minute, one_output, print_json, print_table
 from lake.settings import LakeSettings
 from runtime.spark_settings import SparkSettings
 
@@ -139,6 +140,17 @@ def backfill(
         ),
     ] = False,
     unsettled: Annotated[bool, typer.Option("--unsettled", help=UNSETTLED_HELP)] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="With --preview: the tables at the width they need.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="With --preview: one JSON document on stdout instead of the tables (each "
+            "hour's comparison and the whole's, as `ctr views diff --json`).",
+        ),
+    ] = False,
 ) -> None:
     """Run the batch job hour by hour over [FROM, TO), without Airflow, with a progress bar.
 
@@ -148,6 +160,12 @@ def backfill(
     from runtime.spark import spark_session
     from workflows.batch import previews, recompute
 
+    one_output(as_json, wide)
+    if (as_json or wide) and not preview:
+        raise typer.BadParameter(
+            "only with --preview (a backfill prints no table)",
+            param_hint="--json" if as_json else "--wide",
+        )
     interval = _interval(start, end, ("--from", "--to"))
     hours = list(interval.hours())
     lake = LakeSettings()
@@ -174,7 +192,7 @@ def backfill(
                 unsettled=unsettled,
             )
     if preview:
-        _print_previews(found)
+        _print_previews(found, as_json=as_json, wide=wide)
         return
     rows = sum(r.rows_written for r in runs)
     view = runs[0].view if runs else "ctr"
@@ -183,20 +201,35 @@ def backfill(
     )
 
 
-def _print_previews(found: list[Comparison]) -> None:
-    from rich.table import Table
-
-    from cli.comparison import change, print_comparison
+def _print_previews(found: list[Comparison], *, as_json: bool, wide: bool) -> None:
+    from cli.comparison import print_comparison
     from views.comparison import combined
 
-    table = Table("hour (UTC)", "rows changed", "impressions now -> after", "clicks now -> after")
+    whole = combined(found, largest=5)
+    if as_json:
+        print_json({"hours": [p.summary() for p in found], "combined": whole.summary()})
+        return
+    print_table(previews_listing(found), console, wide=wide)
+    print_comparison(whole, console, wide=wide)
+    console.print("nothing was replaced (run without --preview to recompute)")
+
+
+def previews_listing(found: list[Comparison]) -> Listing:
+    """``ctr backfill --preview``'s table: a row per hour."""
+    from cli.comparison import change
+
+    listing = Listing(
+        Column("hour", whole=True),
+        Column("rows changed", justify="right"),
+        Column("impressions now -> after", justify="right"),
+        Column("clicks now -> after", justify="right"),
+        caption="times in UTC",
+    )
     for p in found:
-        table.add_row(
-            f"{p.start:%Y-%m-%d %H:%M}",
+        listing.add_row(
+            minute(p.start),
             f"{p.rows_changed:,} of {p.rows_compared:,}",
             change(p.impressions),
             change(p.clicks),
         )
-    console.print(table)
-    print_comparison(combined(found, largest=5), console)
-    console.print("nothing was replaced (run without --preview to recompute)")
+    return listing

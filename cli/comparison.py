@@ -5,14 +5,15 @@ way."""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
+from cli.tables import Column, Listing, minute, print_table
 from views.columns import DIMENSIONS
 from views.comparison import Comparison, Pair
 
 
-def print_comparison(result: Comparison, out: Console) -> None:
-    """The summary (rows changed, each count's totals) and the largest changes as a table."""
+def print_comparison(result: Comparison, out: Console, *, wide: bool = False) -> None:
+    """The summary (rows changed, each count's totals) and the largest changes as a table
+    (``wide``: at the width it needs)."""
     out.print(
         f"{result.view}: {result.a} -> {result.b}, {result.start:%Y-%m-%d %H:%M} – "
         f"{result.end:%Y-%m-%d %H:%M} UTC: {result.rows_changed:,} of {result.rows_compared:,} "
@@ -34,18 +35,30 @@ def print_comparison(result: Comparison, out: Console) -> None:
         if pair != (None, None)
     ]
     out.print("; ".join(counts), highlight=False)
-    if not result.largest:
-        return
-    table = Table("bucket (UTC)", *DIMENSIONS, "impressions", "clicks", "raw clicks")
+    if result.largest:
+        print_table(changes_listing(result), out, wide=wide)
+
+
+def changes_listing(result: Comparison) -> Listing:
+    """The largest changes as a table: a row per bucket and dimensions (the dimensions in one
+    column, each value a word: whole, however narrow the terminal)."""
+    listing = Listing(
+        "bucket",
+        ", ".join(d.removesuffix("_id").removesuffix("_type") for d in DIMENSIONS),
+        Column("impressions", justify="right"),
+        Column("clicks", justify="right"),
+        Column("raw clicks", justify="right"),
+        caption="times in UTC",
+    )
     for c in result.largest:
-        table.add_row(
-            f"{c.bucket_start:%Y-%m-%d %H:%M}",
-            *(str(c.dimensions.get(d, "")) for d in DIMENSIONS),
+        listing.add_row(
+            minute(c.bucket_start),
+            ", ".join(str(c.dimensions.get(d) or "-") for d in DIMENSIONS),
             change(c.impressions, delta=False),
             change(c.clicks, delta=False),
             change(c.raw_clicks, delta=False),
         )
-    out.print(table)
+    return listing
 
 
 def change(pair: Pair | tuple[int, int], *, delta: bool = True) -> str:

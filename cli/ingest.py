@@ -148,12 +148,13 @@ def produce(
     from ingest.send_loop import Pacing
     from ingest.traffic import TrafficConfig
 
-    seed = _seed(seed)
+    # Every argument is checked before anything is printed: a usage error comes first.
+    chosen = seed if seed is not None else random.SystemRandom().randrange(2**31)
     events_per_second = rate or clock_rate
     start_ms = _start_ms(start, events, paced=rate is not None, per_second=events_per_second)
     try:
         config = TrafficConfig(
-            seed=seed,
+            seed=chosen,
             start_ms=start_ms,
             events_per_second=events_per_second,
             campaigns=campaigns,
@@ -170,6 +171,8 @@ def produce(
         if message.startswith("ctr_factors: "):
             raise typer.BadParameter(message.partition(": ")[2], param_hint="--ctr-drop") from None
         raise typer.BadParameter(message) from None
+    if seed is None:
+        console.print(f"seed {chosen} (pass --seed {chosen} to repeat this stream)")
     producer = _open_producer(validate_records=not skip_validation)
     # A long run's counts go to a file beside the ground truth as they pile up.
     truth = (
@@ -201,14 +204,6 @@ def _factors(values: list[str]) -> tuple[tuple[str, float], ...]:
                 f"ID=FACTOR (ad-001-01=0.7), got {value!r}", param_hint="--ctr-drop"
             )
     return tuple(found)
-
-
-def _seed(seed: int | None) -> int:
-    """``seed``, or a random one, printed so the stream can be repeated."""
-    if seed is None:
-        seed = random.SystemRandom().randrange(2**31)
-        console.print(f"seed {seed} (pass --seed {seed} to repeat this stream)")
-    return seed
 
 
 def _start_ms(start: str | None, events: int | None, *, paced: bool, per_second: float) -> int:
@@ -274,7 +269,10 @@ def _write_ground_truth(truth: GroundTruth, path: Path) -> None:
 
 def replay(
     file: Annotated[
-        Path, typer.Argument(help="JSON Lines file, or CSV with a header row (by .csv suffix).")
+        Path,
+        typer.Argument(
+            metavar="FILE", help="JSON Lines file, or CSV with a header row (by .csv suffix)."
+        ),
     ],
     speed: Annotated[
         float | None,

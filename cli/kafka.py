@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from cli.console import SafeConsole, console, fail
+from cli.tables import Column, Json, Listing, Wide, one_output, print_json, print_table
 from infra.broker_settings import BrokerSettings
 from runtime.kafka_settings import KafkaSettings
+
+if TYPE_CHECKING:
+    from infra.cluster_status import ClusterStatus
 
 # The Kafka client (confluent_kafka) is imported inside each command: `ctr --help` loads no
 # engine.
@@ -159,7 +162,7 @@ def down(
 
 @app.command()
 def partition(
-    node: Annotated[int, typer.Argument(help="the broker's node id (1-3)")],
+    node: Annotated[int, typer.Argument(metavar="NODE", help="the broker's node id (1-3)")],
     heal: Annotated[
         bool, typer.Option("--heal", help="Bring it back instead (its link up again).")
     ] = False,
@@ -215,13 +218,14 @@ def _create_topics(kafka: KafkaSettings) -> None:
 
 
 @app.command()
-def status() -> None:
+def status(wide: Wide = False, as_json: Json = False) -> None:
     """Brokers, the controller, and per partition its leader, replicas, in-sync replicas and
     earliest/latest offsets."""
     from infra.broker import BrokerError, LocalKafka
     from infra.cluster_status import cluster_status
     from runtime.topics import KafkaUnavailableError
 
+    one_output(as_json, wide)
     kafka = KafkaSettings()
     controller = "controller {} (as reported by the brokers)"
     if _local(kafka):
@@ -242,15 +246,36 @@ def status() -> None:
         report = cluster_status(kafka)
     except (KafkaUnavailableError, LookupError) as exc:
         fail(str(exc))
+    if as_json:
+        print_json(status_record(report, kafka.bootstrap_servers))
+        return
     out = SafeConsole()  # the report goes to stdout, messages to stderr
     out.print(f"cluster {report.cluster_id} at {kafka.bootstrap_servers}")
     brokers = ", ".join(f"{i}@{address}" for i, address in sorted(report.brokers.items()))
     out.print(f"brokers: {brokers}")
     out.print(controller.format(report.controller_id))
-    table = Table("topic", "partition", "leader", "replicas", "isr", "earliest", "latest")
+    print_table(partitions_listing(report), out, wide=wide)
+    under = sum(p.under_replicated for p in report.partitions)
+    if under:
+        out.print(f"{under} partition(s) under-replicated (in-sync replicas < replicas)")
+    if not report.partitions:
+        out.print("no topics yet: run `ctr kafka create-topics`")
+
+
+def partitions_listing(report: ClusterStatus) -> Listing:
+    """``ctr kafka status``'s table: a row per partition."""
+    listing = Listing(
+        Column("topic", whole=True),
+        Column("partition", whole=True, justify="right"),
+        "leader",
+        "replicas",
+        "isr",
+        Column("earliest", whole=True, justify="right"),
+        Column("latest", whole=True, justify="right"),
+    )
     for p in report.partitions:
         isr = ",".join(map(str, p.isr))
-        table.add_row(
+        listing.add_row(
             p.topic,
             str(p.partition),
             str(p.leader) if p.leader >= 0 else Text("none", style="red"),
@@ -259,9 +284,27 @@ def status() -> None:
             f"{p.earliest:,}",
             f"{p.latest:,}",
         )
-    out.print(table)
-    under = sum(p.under_replicated for p in report.partitions)
-    if under:
-        out.print(f"{under} partition(s) under-replicated (in-sync replicas < replicas)")
-    if not report.partitions:
-        out.print("no topics yet: run `ctr kafka create-topics`")
+    return listing
+
+
+def status_record(report: ClusterStatus, bootstrap_servers: str) -> dict[str, object]:
+    """``ctr kafka status --json`` (a partition without a leader: ``leader`` None)."""
+    return {
+        "cluster_id": report.cluster_id,
+        "bootstrap_servers": bootstrap_servers,
+        "brokers": {str(i): address for i, address in sorted(report.brokers.items())},
+        "controller_id": report.controller_id,
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "leader": p.leader if p.leader >= 0 else None,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "under_replicated": p.under_replicated,
+                "earliest": p.earliest,
+                "latest": p.latest,
+            }
+            for p in report.partitions
+        ],
+    }

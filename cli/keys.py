@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Final, NoReturn
 
 import typer
 
-from access.roles import Role
+from access.roles import ROLES
 from cli.console import console, fail
+from cli.tables import Column, Json, Listing, Wide, minute, one_output, print_json, print_table
 
 if TYPE_CHECKING:
     from access.key_ring import ApiKey
@@ -28,7 +30,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Name = Annotated[str, typer.Argument(help="The key's name: 1 to 64 of A-Z a-z 0-9 . _ @ -.")]
+Name = Annotated[
+    str, typer.Argument(metavar="NAME", help="The key's name: 1 to 64 of A-Z a-z 0-9 . _ @ -.")
+]
 _RELATIVE: Final = re.compile(r"(\d+)([dh])")
 # What each argument of access.key_store is called on this command line.
 _OPTIONS: Final = {
@@ -41,10 +45,24 @@ _OPTIONS: Final = {
 }
 
 
+def _scope(value: str) -> str:
+    """``--scope``'s value, checked as the command line is read (before anything runs)."""
+    if value not in ROLES:
+        raise typer.BadParameter(
+            f"{value!r} is not a scope; choose one of {', '.join(ROLES)}", param_hint="--scope"
+        )
+    return value
+
+
 @app.command()
 def create(
     name: Name,
-    scope: Annotated[Role, typer.Option(help=f"What the key sees. {SCOPES}.")],
+    scope: Annotated[
+        str,
+        typer.Option(
+            metavar="|".join(ROLES), callback=_scope, help=f"What the key sees. {SCOPES}."
+        ),
+    ],
     campaign: Annotated[
         list[str] | None,
         typer.Option(help="A campaign id an advertiser key sees (repeat for several)."),
@@ -109,27 +127,33 @@ def list_keys(
     every: Annotated[
         bool, typer.Option("--all", help="Revoked and expired keys too (default: active ones).")
     ] = False,
+    wide: Wide = False,
+    as_json: Json = False,
 ) -> None:
-    """The keys: name, scope, campaigns and ads, when created, expires and last used, status.
-    Never a key or its hash."""
-    from rich.table import Table
-
+    """The keys: name, scope (campaigns and ads), when created and last used, status and
+    expiry. Never a key or its hash."""
     from access.key_store import read_keys
     from lake.settings import LakeSettings
 
+    one_output(as_json, wide)
     now = dt.datetime.now(dt.UTC)
     keys = [k for k in read_keys(LakeSettings()).keys if every or k.status(now) == "active"]
-    if not keys:
+    if as_json:
+        print_json({"keys": [key_record(k, now) for k in keys]})
+    elif not keys:
         console.print(
             "no keys" if every else "no active keys (--all lists revoked and expired ones)"
         )
-        return
-    table = Table(
-        "name",
+    else:
+        print_table(keys_listing(keys, now), console, wide=wide)
+
+
+def keys_listing(keys: Sequence[ApiKey], now: dt.datetime) -> Listing:
+    """``ctr keys list``'s table."""
+    listing = Listing(
+        Column("name", whole=True),
         "scope",
-        "campaigns / ads",
         "created",
-        "expires",
         "last used",
         "status",
         # The API records a key's last use once a minute (access.key_usage.UsageRecorder): a
@@ -137,16 +161,29 @@ def list_keys(
         caption="times in UTC; the API records last uses once a minute",
     )
     for key in keys:
-        table.add_row(
+        listing.add_row(
             key.name,
-            key.role,
             _scope_cell(key),
-            f"{key.created_at:%Y-%m-%d %H:%M}",
-            "never" if key.expires_at is None else f"{key.expires_at:%Y-%m-%d %H:%M}",
-            "none recorded" if key.last_used_at is None else f"{key.last_used_at:%Y-%m-%d %H:%M}",
-            key.status(now),
+            minute(key.created_at),
+            "none recorded" if key.last_used_at is None else minute(key.last_used_at),
+            _status_cell(key, now),
         )
-    console.print(table)
+    return listing
+
+
+def key_record(key: ApiKey, now: dt.datetime) -> dict[str, object]:
+    """A key as ``ctr keys list --json`` prints it (campaigns and ads None: every one)."""
+    return {
+        "name": key.name,
+        "scope": key.role,
+        "campaigns": None if key.scope is None else list(key.scope.campaigns),
+        "ads": None if key.scope is None or not key.scope.ads else list(key.scope.ads),
+        "created_at": key.created_at,
+        "expires_at": key.expires_at,
+        "revoked_at": key.revoked_at,
+        "last_used_at": key.last_used_at,
+        "status": key.status(now),
+    }
 
 
 @app.command()
@@ -200,9 +237,19 @@ def _grants(key: ApiKey) -> str:
 
 def _scope_cell(key: ApiKey) -> str:
     if key.scope is None:
-        return "all"
-    ads = f" (ads {', '.join(key.scope.ads)})" if key.scope.ads else ""
-    return ", ".join(key.scope.campaigns) + ads
+        return f"{key.role}: {'everything' if key.role == 'admin' else 'every campaign'}"
+    ads = f"; ads {', '.join(key.scope.ads)}" if key.scope.ads else ""
+    return f"{key.role}: {', '.join(key.scope.campaigns)}{ads}"
+
+
+def _status_cell(key: ApiKey, now: dt.datetime) -> str:
+    status = key.status(now)
+    if status == "revoked" and key.revoked_at is not None:
+        return f"revoked {minute(key.revoked_at)}"
+    if key.expires_at is None:
+        return f"{status}, never expires"
+    until = "active until" if status == "active" else status
+    return f"{until} {minute(key.expires_at)}"
 
 
 def _time(moment: dt.datetime) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.console import SafeConsole, console, printable, styled
+from cli.tables import Listing, Wide, print_table
 
 if TYPE_CHECKING:
     from serving_layer.sandbox.pool import SqlPool
@@ -24,7 +25,10 @@ class Format(enum.StrEnum):
 
 def sql(
     query: Annotated[
-        str | None, typer.Argument(help="One read-only query; none starts an interactive shell.")
+        str | None,
+        typer.Argument(
+            metavar="QUERY", help="One read-only query; none starts an interactive shell."
+        ),
     ] = None,
     output: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     max_rows: Annotated[int, typer.Option(min=1, help="Rows at most.")] = 10_000,
@@ -32,12 +36,14 @@ def sql(
     memory: Annotated[
         str, typer.Option(help="Memory limit of the query's sandbox process (e.g. 2GiB).")
     ] = "1GiB",
+    wide: Wide = False,
 ) -> None:
     """Query events, rejected, ctr_batch, ctr_speed, coverage, covered and ctr (the merged view
     at minute grain) with DuckDB, read-only, over the current snapshot of the lake.
 
     Queries run in a sandboxed worker process, as on the API: read-only, with the time and
-    memory limits given here."""
+    memory limits given here. A table printed to a pipe or a file is as wide as its rows
+    (--wide); --format json prints the rows for scripts."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
     from lake.settings import LakeSettings
@@ -56,10 +62,13 @@ def sql(
     pool = SqlPool(workers=1, queue_size=0, memory_bytes=memory_bytes)
     try:
         if query is not None:
-            if not _run(pool, source, query, output=output, max_rows=max_rows, timeout=timeout):
+            ran = _run(
+                pool, source, query, output=output, max_rows=max_rows, timeout=timeout, wide=wide
+            )
+            if not ran:
                 raise typer.Exit(1)
             return
-        _shell(pool, source, output, max_rows, timeout)
+        _shell(pool, source, output, max_rows, timeout, wide=wide)
     finally:
         pool.close()
 
@@ -72,6 +81,7 @@ def _run(
     output: Format,
     max_rows: int,
     timeout: float,
+    wide: bool = False,
 ) -> bool:
     from serving_layer.sandbox.database import SqlError, SqlRefusedError
 
@@ -85,13 +95,15 @@ def _run(
     except SqlError as exc:
         console.print(styled("error:", "bold red", f" {exc}"), soft_wrap=True)
         return False
-    _print(result.columns, result.rows, output)
+    _print(result.columns, result.rows, output, wide=wide)
     if result.truncated:
         console.print(f"(first {max_rows:,} rows shown; raise --max-rows for more)")
     return True
 
 
-def _print(columns: list[str], rows: list[list[object]], output: Format) -> None:
+def _print(
+    columns: list[str], rows: list[list[object]], output: Format, *, wide: bool = False
+) -> None:
     if output is Format.csv:
         from serving_layer.csv_rows import csv_text
 
@@ -103,22 +115,28 @@ def _print(columns: list[str], rows: list[list[object]], output: Format) -> None
         records = [dict(zip(columns, row, strict=True)) for row in rows]
         print(json.dumps(records, indent=2))
     else:
-        from rich.table import Table
-
-        table = Table(*columns, show_lines=False)
-        for column in table.columns:
-            column.overflow = "fold"  # a long value wraps in its cell, never cut to "…"
-        for row in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
         out = SafeConsole()
-        if not out.is_terminal:  # a pipe or a file: each row on one line, whatever its width
-            out = SafeConsole(width=100_000)
-        out.print(table)
+        # A pipe or a file: each row on one line, whatever its width.
+        print_table(rows_listing(columns, rows), out, wide=wide or not out.is_terminal)
         console.print(f"{len(rows):,} row(s)")
 
 
+def rows_listing(columns: list[str], rows: list[list[object]]) -> Listing:
+    """A query's answer as a table: its columns wrap between words (any may be an id)."""
+    listing = Listing(*columns)
+    for row in rows:
+        listing.add_row(*("NULL" if v is None else str(v) for v in row))
+    return listing
+
+
 def _shell(
-    pool: SqlPool, source: SnapshotSource, output: Format, max_rows: int, timeout: float
+    pool: SqlPool,
+    source: SnapshotSource,
+    output: Format,
+    max_rows: int,
+    timeout: float,
+    *,
+    wide: bool,
 ) -> None:
     import readline  # noqa: F401  (line editing and history for input())
 
@@ -151,5 +169,6 @@ def _shell(
             continue
         buffer.append(line)
         if stripped.endswith(";"):
-            _run(pool, source, "\n".join(buffer), output=output, max_rows=max_rows, timeout=timeout)
+            query = "\n".join(buffer)
+            _run(pool, source, query, output=output, max_rows=max_rows, timeout=timeout, wide=wide)
             buffer.clear()

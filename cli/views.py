@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.console import check_kafka_login, console, fail, progress_bar
+from cli.tables import Column, Json, Listing, Wide, minute, one_output, print_json, print_table
 
 if TYPE_CHECKING:
+    from lake.registry import RegistryEvent
     from lake.settings import LakeSettings
+    from serving_layer.inventory import VersionInfo
     from views.definitions import Definition
 
 app = typer.Typer(
@@ -20,7 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-View = Annotated[str, typer.Argument(help="The view (today: ctr).")]
+View = Annotated[str, typer.Argument(metavar="VIEW", help="The view (today: ctr).")]
 
 
 def _definition(view: str, version: int) -> Definition:
@@ -44,40 +48,84 @@ def _time(value: str | None, name: str) -> dt.datetime | None:
 
 
 @app.command("list")
-def list_versions(view: View = "ctr") -> None:
-    """Every version of VIEW: its definition, state, coverage, runs and rows."""
-    from rich.table import Table
-
+def list_versions(view: View = "ctr", wide: Wide = False, as_json: Json = False) -> None:
+    """Every version of VIEW: its definition, state, coverage, runs and rows; then the last
+    publishes and rollbacks (--json: all of them)."""
     from lake.settings import LakeSettings
     from serving_layer.inventory import Inventory
     from serving_layer.reader import SnapshotReader
 
+    one_output(as_json, wide)
     _definition(view, 1)
     serving = SnapshotReader(LakeSettings(), refresh_s=0)
     try:
         snap = serving.snapshot()
         registry = serving.registry(snap)
         inventory = Inventory(serving)
-        table = Table("version", "state", "definition", "covered", "runs", "rows")
-        for info in (inventory.version_info(snap, d, registry) for d in _versions(view)):
-            covered = (
-                f"{info.covered_intervals[0].start:%Y-%m-%d %H:%M} – "
-                f"{info.covered_intervals[-1].end:%Y-%m-%d %H:%M} UTC "
-                f"({len(info.covered_intervals)} interval(s))"
-                if info.covered_intervals
-                else "nothing"
-            )
-            summary = info.summary + (f" [where {info.where}]" if info.where else "")
-            table.add_row(
-                str(info.version), info.state, summary, covered, f"{info.runs:,}", f"{info.rows:,}"
-            )
-        console.print(table)
-        for event in registry.history(view)[-5:]:
-            console.print(
-                f"{event.at:%Y-%m-%d %H:%M:%S} UTC  v{event.version} {event.event}: {event.reason}"
-            )
+        infos = [inventory.version_info(snap, d, registry) for d in _versions(view)]
     finally:
         serving.close()
+    history = registry.history(view)
+    if as_json:
+        print_json(versions_record(view, infos, history))
+        return
+    print_table(versions_listing(infos), console, wide=wide)
+    for event in history[-5:]:
+        console.print(
+            f"{event.at:%Y-%m-%d %H:%M:%S} UTC  v{event.version} {event.event}: {event.reason}"
+        )
+
+
+def versions_listing(infos: Sequence[VersionInfo]) -> Listing:
+    """``ctr views list``'s table: a row per version."""
+    listing = Listing(
+        Column("version", whole=True, justify="right"),
+        Column("state", whole=True),
+        "definition",
+        "covered",
+        Column("runs", whole=True, justify="right"),
+        Column("rows", whole=True, justify="right"),
+        caption="times in UTC",
+    )
+    for info in infos:
+        covered = (
+            f"{minute(info.covered_intervals[0].start)} – {minute(info.covered_intervals[-1].end)} "
+            f"({len(info.covered_intervals)} interval(s))"
+            if info.covered_intervals
+            else "nothing"
+        )
+        summary = info.summary + (f" [where {info.where}]" if info.where else "")
+        listing.add_row(
+            str(info.version), info.state, summary, covered, f"{info.runs:,}", f"{info.rows:,}"
+        )
+    return listing
+
+
+def versions_record(
+    view: str, infos: Sequence[VersionInfo], history: Sequence[RegistryEvent]
+) -> dict[str, object]:
+    """``ctr views list --json``: every version, and every publish and rollback."""
+    return {
+        "view": view,
+        "versions": [
+            {
+                "version": info.version,
+                "state": info.state,
+                "definition": info.summary,
+                "where": info.where,
+                "covered_intervals": [
+                    {"start": i.start, "end": i.end} for i in info.covered_intervals
+                ],
+                "runs": info.runs,
+                "rows": info.rows,
+            }
+            for info in infos
+        ],
+        "history": [
+            {"at": e.at, "version": e.version, "event": e.event, "reason": e.reason}
+            for e in history
+        ],
+    }
 
 
 def _versions(view: str) -> tuple[Definition, ...]:
@@ -188,11 +236,12 @@ def _state(lake: LakeSettings, target: Definition) -> str:
 @app.command()
 def diff(
     view: View,
-    a: Annotated[int, typer.Argument(help="Version A (e.g. the published one).")],
-    b: Annotated[int, typer.Argument(help="Version B.")],
+    a: Annotated[int, typer.Argument(metavar="A", help="Version A (e.g. the published one).")],
+    b: Annotated[int, typer.Argument(metavar="B", help="Version B.")],
     start: Annotated[str | None, typer.Option(help="From (ISO-8601 UTC); default: all.")] = None,
     end: Annotated[str | None, typer.Option(help="To (exclusive); default: all.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+    wide: Wide = False,
+    as_json: Json = False,
 ) -> None:
     """What switching readers from version A to version B of VIEW would change: per minute
     bucket and dimensions, the merged answers of both (batch rows where covered, speed rows
@@ -201,6 +250,7 @@ def diff(
     from lake.settings import LakeSettings
     from workflows.publish import diff as diff_versions
 
+    one_output(as_json, wide)
     result = diff_versions(
         LakeSettings(),
         _definition(view, a),
@@ -209,17 +259,17 @@ def diff(
         end=_time(end, "end"),
     )
     if as_json:
-        import json
-
-        typer.echo(json.dumps(result.summary(), default=str, indent=2))
+        print_json(result.summary())
     else:
-        print_comparison(result, console)
+        print_comparison(result, console, wide=wide)
 
 
 @app.command()
 def publish(
     view: View,
-    version: Annotated[int, typer.Argument(help="The version readers switch to.")],
+    version: Annotated[
+        int, typer.Argument(metavar="VERSION", help="The version readers switch to.")
+    ],
     reason: Annotated[str, typer.Option(help="Why (recorded in the registry).")],
     force: Annotated[
         bool, typer.Option(help="Publish even if the version has not caught up.")

@@ -167,6 +167,7 @@ _decode: Final = msgspec.json.Decoder(Event).decode
 _decode_visible: Final = msgspec.json.Decoder(_Visible).decode
 _all_visible: Final = re.compile(_VISIBLE).search
 _encoder: Final = msgspec.json.Encoder()
+MISSING_FIELDS: Final = "record: missing field(s) "  # the reason's start, the names follow
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +361,7 @@ def _reasons(obj: object, reference_ms: int, rules: ValidationRules) -> tuple[st
     reasons: list[str] = []
     missing = [name for name in FIELDS if name not in obj]
     if missing:
-        reasons.append(f"record: missing field(s) {', '.join(missing)}")
+        reasons.append(f"{MISSING_FIELDS}{', '.join(missing)}")
 
     for name in _STRING_FIELDS:
         if name in obj:

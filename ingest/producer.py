@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from events.model import DEFAULT_RULES, Event, Invalid, ValidationRules, validate
+from events.model import (
+    DEFAULT_RULES,
+    MISSING_FIELDS,
+    Event,
+    Invalid,
+    ValidationRules,
+    validate,
+)
 from ingest.errors import IngestError
 from ingest.settings import ProducerSettings
 from runtime.kafka_settings import KafkaSettings
@@ -76,6 +83,7 @@ class DeliveryStats:
     undelivered: int = 0  # still queued when a flush timed out: lost as far as we know
     flushed: bool = False
     reports_all: bool = False
+    # Refusals by what they are about: a field, a missing field, the record (subjects()).
     invalid_reasons: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
 
@@ -217,8 +225,7 @@ class EventProducer:
         self, value: bytes, key: bytes | None, invalid: Invalid, *, source: str = "producer"
     ) -> None:
         """Send a refused record, untouched, to the dead-letter topic with its reasons."""
-        for reason in invalid.reasons:
-            self.stats.invalid_reasons[reason.partition(":")[0]] += 1
+        self.stats.invalid_reasons.update(subjects(invalid))
         headers: Headers = [
             (REASON_HEADER, invalid.reason.encode()),
             (SOURCE_HEADER, source.encode()),
@@ -306,3 +313,15 @@ __all__ = [
     "TopicMissingError",
     "TopicRefusedError",
 ]
+
+
+def subjects(invalid: Invalid) -> Iterator[str]:
+    """What each of ``invalid``'s reasons is about, to count refusals by: its field
+    (``country``), each field it finds missing (``schema_version (missing)``), else ``record``
+    (not JSON, too large)."""
+    for reason in invalid.reasons:
+        if reason.startswith(MISSING_FIELDS):
+            names = reason.removeprefix(MISSING_FIELDS).split(", ")
+            yield from (f"{name} (missing)" for name in names)
+        else:
+            yield reason.partition(":")[0]

@@ -66,6 +66,10 @@ def render() -> str:
         "`source run/demo/env` puts it on the `PATH`). Every command prints its own `--help`; "
         "settings that are not options come from the environment: "
         "[Configuration](configuration.md). A usage error exits with status 2, a failure with "
-        "status 1 and a one-line `error:` naming its cause."
+        "status 1 and a one-line `error:` naming its cause. A command that prints a table fits "
+        "it to the terminal (80 columns and up): the values that tell its rows apart (ids, "
+        "names, scopes) stay whole, other columns wrap; `--wide` prints it at the width it "
+        "needs, a row a line, and `--json` prints one JSON document instead, every value in "
+        "full under stable keys (`ctr sql`: `--format json`)."
     )
     return markdown.page("Command line", "the `ctr` command tree, `cli/`", intro, body)

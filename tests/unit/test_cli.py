@@ -99,3 +99,25 @@ def test_speed_status_reads_the_jobs_status_file(tmp_path: Path) -> None:
         assert words in shown.output
     raw = runner.invoke(app, ["speed", "status", "--json"], env=env)
     assert json.loads(raw.output)["offsets_behind"] == 130
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--ctr-drop", "ad-001-01"], ["--start", "yesterday"], ["--campaigns", "0"]],
+)
+def test_a_produce_usage_error_comes_before_any_other_output(args: list[str]) -> None:
+    """`ctr produce` printed "seed …" before its usage error (issue 80)."""
+    result = runner.invoke(app, ["produce", *args], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert result.output.startswith("Usage:")
+    assert "seed" not in result.output
+
+
+def test_the_delivery_report_names_a_missing_field(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.ingest import _report_delivery
+    from ingest.producer import DeliveryStats
+
+    stats = DeliveryStats(dead_lettered=2, flushed=True)
+    stats.invalid_reasons.update({"schema_version (missing)": 1, "record": 1})
+    _report_delivery(stats)
+    assert "dead-lettered by field: schema_version (missing) 1, record 1" in capsys.readouterr().err

@@ -430,7 +430,8 @@ def test_ctr_keys_create_prints_the_key_alone_on_the_last_line(lake: LakeSetting
         (["bi", "--scope", "analyst"], 1, "NAME: 'bi' has a key already"),
         (["acme", "--scope", "advertiser"], 1, "--campaign: an advertiser's scope needs"),
         (["acme", "--scope", "analyst", "--campaign", "c1"], 1, "--campaign: only an advertiser"),
-        (["acme", "--scope", "owner"], 2, "'owner' is not one of"),
+        (["acme", "--scope", "owner"], 2, "'owner' is not a scope; choose one of admin, analyst"),
+        (["acme", "--scope", "advertizer"], 2, "--scope: 'advertizer' is not a scope"),
         (["acme", "--scope", "admin", "--expires", "soon"], 2, "--expires"),
         (["acme", "--scope", "admin", "--expires", "2020-01-01"], 1, "--expires: must be in"),
     ],
@@ -465,6 +466,8 @@ def test_ctr_keys_list_shows_active_keys_or_all_never_a_hash(lake: LakeSettings)
 def test_ctr_keys_help_says_what_each_scope_sees() -> None:
     result = runner.invoke(app, ["keys", "create", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
+    assert "keys create [OPTIONS] {NAME}" in result.output  # not {name}
+    assert "admin|analyst|advertiser" in result.output
     for words in ("--scope", "--campaign", "--expires", "raw events", "/metrics", "shown"):
         assert words in result.output
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -112,7 +113,20 @@ def test_invalid_records_are_dead_lettered_untouched_with_reasons() -> None:
     assert dict(headers)[REASON_HEADER].startswith(b"record: not valid JSON")
     assert dict(headers2)["ctr.source"] == b"file.jsonl:7"
     assert (producer.stats.dead_lettered, producer.stats.dead_letter_delivered) == (2, 2)
-    assert producer.stats.invalid_reasons["record"] == 2
+    assert producer.stats.invalid_reasons["record"] == 1  # not JSON
+    assert producer.stats.invalid_reasons["event_id"] == 1  # not a string
+    assert producer.stats.invalid_reasons["schema_version (missing)"] == 1
+
+
+def test_dead_letters_are_counted_by_the_field_they_miss() -> None:
+    """`ctr replay` of an event without schema_version said "dead-lettered by field: record 1"
+    (issue 80): the missing field is named."""
+    producer, _ = make()
+    unversioned = orjson.loads(event(1))
+    del unversioned["schema_version"]
+    no_country = {**orjson.loads(event(2)), "country": "XX"}
+    producer.send_many([(orjson.dumps(r), None) for r in (unversioned, no_country)])
+    assert dict(producer.stats.invalid_reasons) == {"schema_version (missing)": 1, "country": 1}
 
 
 def test_failed_deliveries_are_counted_with_their_error() -> None:
