@@ -42,6 +42,12 @@ DEMO_HISTORY_MINUTES="${DEMO_HISTORY_MINUTES:-120}"
 DEMO_BATCH_NICE="${DEMO_BATCH_NICE:-10}"
 # What the topics may keep on disk, per partition: the archiver reads within seconds, and
 # master/events is the system of record (the size bound keeps a long run's disk bounded).
+# Micro-batches small enough that the streaming jobs commit within seconds of starting while
+# they take a backlog in (a fresh lake's history, a restart after a pause) on a small machine:
+# the archiver's default million records a batch kept its first commit, and the dashboard's
+# first rows, 2-3 minutes away on 2 cores.
+export ARCHIVER_MAX_OFFSETS_PER_TRIGGER="${ARCHIVER_MAX_OFFSETS_PER_TRIGGER:-100000}"
+export SPEED_MAX_OFFSETS_PER_TRIGGER="${SPEED_MAX_OFFSETS_PER_TRIGGER:-50000}"
 export KAFKA_TOPIC_CONFIG="${KAFKA_TOPIC_CONFIG:-{\"retention.bytes\": \"536870912\", \"segment.bytes\": \"67108864\"\}}"
 #: Seconds each part of the demo may take to come up.
 DEMO_START_TIMEOUT="${DEMO_START_TIMEOUT:-300}"
