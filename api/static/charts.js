@@ -150,8 +150,8 @@ export const FILLING_LABEL = "clicks still arriving";
 
 /**
  * A chart plugin that draws the buckets whose clicks can still arrive apart: a grey hatched
- * band behind the data from the first such bucket's left edge to the end, labelled. `band()`
- * gives `{from}` (ms, the band's left edge) or null.
+ * band behind the data from the first such bucket's left edge to the end, darkening towards
+ * now, labelled. `band()` gives `{from}` (ms, the band's left edge) or null.
  */
 function fillingBandPlugin(band) {
   let pattern = null;
@@ -165,9 +165,15 @@ function fillingBandPlugin(band) {
       if (left >= area.right) return;
       pattern ??= hatch(GREY);
       ctx.save();
-      ctx.globalAlpha = 0.35;
       ctx.fillStyle = pattern;
-      ctx.fillRect(left, area.top, area.right - left, area.bottom - area.top);
+      // Paler where the window began, darker towards now: the younger the bucket, the more of
+      // its clicks are still to come.
+      const strips = 24;
+      const width = (area.right - left) / strips;
+      for (let i = 0; i < strips; i += 1) {
+        ctx.globalAlpha = 0.06 + (0.5 * (i + 1)) / strips;
+        ctx.fillRect(left + i * width, area.top, width + 0.5, area.bottom - area.top);
+      }
       ctx.globalAlpha = 1;
       ctx.fillStyle = "#444";
       ctx.font = "11px system-ui, sans-serif";
@@ -208,17 +214,20 @@ function timeAxis(view) {
 // A bucket of fewer impressions than this is noise on a CTR chart (one click in 3 impressions
 // is 33 %): its point is faded, it draws no interval band, and it does not set the CTR axis.
 export const FEW_IMPRESSIONS = 30;
-// Nor does a bucket with under this share of the range's typical (median) bucket: on a long
-// range, the minutes before the traffic began hold a few dozen late events each, whose CTR
-// swings by tens of percent beside the thousands of impressions of every other minute.
+// Nor does a bucket with under this share of the range's full buckets (the 90th percentile of
+// its buckets' impressions: a range half of which came before the traffic began has a median
+// of a few dozen): on a long range, the minutes before the traffic began hold a few dozen late
+// events each, whose CTR swings by tens of percent beside the thousands of impressions of every
+// other minute.
 export const TYPICAL_SHARE = 0.1;
 
 /** The fewest impressions a bucket of `rows` needs to count on the CTR chart: FEW_IMPRESSIONS,
- * or TYPICAL_SHARE of the median bucket's, whichever is more. The same rule on every range. */
+ * or TYPICAL_SHARE of the range's full buckets', whichever is more. The same rule on every
+ * range. */
 export function enoughImpressions(rows) {
   const sorted = rows.map((r) => r.impressions).sort((a, b) => a - b);
-  const median = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
-  return Math.max(FEW_IMPRESSIONS, TYPICAL_SHARE * median);
+  const full = sorted.length ? sorted[Math.floor(0.9 * (sorted.length - 1))] : 0;
+  return Math.max(FEW_IMPRESSIONS, TYPICAL_SHARE * full);
 }
 
 const rowsOf = (series) => series.map((b) => b.row).filter(Boolean);
