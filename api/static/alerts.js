@@ -103,12 +103,17 @@ const ALERT_PAST = "#98a2b3";
  * vertical line at its window's end with a triangle on top, red and solid while open, grey and
  * dashed once over. What it drew, in pixels, goes to `drawn` (the browser test reads it).
  */
+// Alert labels stack on up to this many lines at the chart's top, this far apart.
+const LABEL_LINES = 4;
+const LABEL_LINE_PX = 13;
+
 export function alertMarkerPlugin(markers, drawn) {
   return {
     id: "alertMarkers",
     afterDatasetsDraw(chart) {
       const { ctx, chartArea: area } = chart;
       drawn.length = 0;
+      const rows = []; // per line of labels, the [left, right] spans taken
       for (const marker of markers()) {
         const x = chart.scales.x.getPixelForValue(marker.t);
         if (!(x >= area.left - 0.5 && x <= area.right + 0.5)) continue;
@@ -131,9 +136,27 @@ export function alertMarkerPlugin(markers, drawn) {
         ctx.fill();
         ctx.font = "11px system-ui, sans-serif";
         ctx.textAlign = x > (area.left + area.right) / 2 ? "right" : "left";
-        ctx.fillText(marker.label, x + (ctx.textAlign === "right" ? -8 : 8), area.top + 9);
+        // Several alerts in one minute (or close by): each label on the first line where it
+        // overlaps none, up to LABEL_LINES; past them the line alone (the panel lists them all).
+        const width = ctx.measureText(marker.label).width;
+        const left = ctx.textAlign === "right" ? x - 8 - width : x + 8;
+        const span = [left - 4, left + width + 4];
+        let line = rows.findIndex((taken) => taken.every(([a, b]) => span[1] < a || span[0] > b));
+        if (line < 0 && rows.length < LABEL_LINES) line = rows.push([]) - 1;
+        if (line >= 0) {
+          rows[line].push(span);
+          const y = area.top + 9 + line * LABEL_LINE_PX;
+          ctx.fillText(marker.label, x + (ctx.textAlign === "right" ? -8 : 8), y);
+        }
         ctx.restore();
-        drawn.push({ t: marker.t, x, y: area.top + 3, open: marker.open, label: marker.label });
+        drawn.push({
+          t: marker.t,
+          x,
+          y: area.top + 3,
+          open: marker.open,
+          label: marker.label,
+          line: line >= 0 ? line : null,
+        });
       }
     },
   };

@@ -144,3 +144,31 @@ def test_the_panel_lists_the_alerts_and_the_chart_marks_them(
     assert panel["rows"] == []
     assert panel["summary"] == "· none open"
     assert page.evaluate("ctrDashboard.charts.series.alertsDrawn.length") == 0
+
+
+def test_alerts_in_one_minute_get_a_label_line_each(
+    dashboard_url: str, dashboard_lake: Lake, page: Page
+) -> None:
+    """Three ads of one rule firing in the same minute: three labels, one under the other (they
+    were drawn over each other)."""
+    rule = Rule.create(
+        name="c3-ads", measure="ctr", where=("campaign_id", "c3"), per="ad_id", direction="drop"
+    )
+    store.create_rule(
+        dashboard_lake.settings, rule, AlertSettings(), now=NOW - dt.timedelta(hours=2)
+    )
+    fired = NOW - 30 * MINUTE
+    numbers = {"current": 0.01, "baseline": 0.02, "change": -0.5, "p_value": 0.0001}
+    rows = [
+        _row(rule, "fired", fired, group=ad, evidence="approximate", at=fired, **numbers)
+        for ad in ("a7", "a8", "a9")
+    ]
+    store.append_events(dashboard_lake.settings, rows, app_id="dashboard-test-lines", version=1)
+    page.navigate(f"{dashboard_url}/#token={TOKEN}")
+    page.wait_for(f"{STATE} === 'ready' && ctrDashboard.state.alerts !== null")
+    drawn = page.evaluate(
+        "ctrDashboard.charts.series.alertsDrawn.map((m) => ({label: m.label, line: m.line}))"
+    )
+    lines = [m["line"] for m in drawn if m["label"].startswith("c3-ads")]
+    assert len(lines) == 3, drawn
+    assert None not in lines and len(set(lines)) == 3, drawn
