@@ -2,6 +2,7 @@
 # The backfills of the running Airflow (infra/airflow-up.sh, make demo): list, pause, unpause or
 # cancel them through Airflow's REST API, or create one with Airflow's CLI once its DAG is known
 # to exist. Cancelling stops new runs of the backfill from starting; runs already running finish.
+# Airflow marks its queued runs failed: each gets the note 'never ran: backfill N was cancelled'.
 #   bash infra/airflow-backfills.sh list [DAG_ID]      (default ctr_batch; --dag-id DAG_ID too)
 #   bash infra/airflow-backfills.sh cancel|pause|unpause BACKFILL_ID
 #   bash infra/airflow-backfills.sh create --dag-id DAG_ID --from-date ... --to-date ... [...]
@@ -69,9 +70,11 @@ PY
 )"
 body="$(mktemp)"
 trap 'rm -f "$body"' EXIT
-call() {  # METHOD PATH: the answer's body into $body, its HTTP status on stdout
+call() {  # METHOD PATH [JSON]: the answer's body into $body, its HTTP status on stdout
+    local data=()
+    [[ -z "${3:-}" ]] || data=(-H "Content-Type: application/json" --data "$3")
     curl -sS -o "$body" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $token" \
-        "$URL/api/v2$2" || fail "Airflow's API at $URL did not answer"
+        "${data[@]}" "$URL/api/v2$2" || fail "Airflow's API at $URL did not answer"
 }
 detail() {  # what Airflow said of a refusal
     python3 -c 'import json, sys
@@ -90,6 +93,43 @@ check_dag() {  # DAG_ID: fail, naming the DAGs there are, unless Airflow has it
     known="$(python3 -c 'import json, sys
 print(", ".join(d["dag_id"] for d in json.load(open(sys.argv[1]))["dags"]))' "$body")"
     fail "no DAG '$1' in this Airflow; its DAGs: ${known:-none}"
+}
+note_cancelled() {  # BACKFILL_ID, its cancel's answer in $body: a note on each run that never ran
+    # Airflow's cancel turns the backfill's queued runs to failed, shown as failures in its UI. The
+    # REST API gives a run no backfill_id: the backfill's runs are its DAG's backfill runs changed
+    # since it was created (a DAG has one backfill running at a time); the failed ones without a
+    # start_date never ran. A run that has a note keeps it.
+    local id="$1" dag since status offset=0 noted=0 run answer page=() runs=()
+    local note="never ran: backfill $id was cancelled (Airflow marks its queued runs failed)"
+    answer="$(python3 -c 'import json, sys, urllib.parse
+b = json.load(open(sys.argv[1]))
+print(*(urllib.parse.quote(b[k], safe="") for k in ("dag_id", "created_at")))' "$body")"
+    dag="${answer% *}"
+    since="${answer#* }"
+    local runs_of="/dags/$dag/dagRuns?run_type=backfill&state=failed&updated_at_gte=$since"
+    while :; do
+        status="$(call GET "$runs_of&order_by=id&limit=100&offset=$offset")"
+        [[ "$status" == 200 ]] || fail "backfill $id: cancelled; its runs: HTTP $status: $(detail)"
+        # The page's length, whether more follow, then the ids (quoted for a path) of those to note.
+        answer="$(python3 -c 'import json, sys, urllib.parse
+found, offset = json.load(open(sys.argv[1])), int(sys.argv[2])
+runs = found["dag_runs"]
+print(len(runs))
+print("more" if runs and offset + len(runs) < (found.get("total_entries") or 0) else "last")
+for r in runs:
+    if r["state"] == "failed" and r["start_date"] is None and not r["note"]:
+        print(urllib.parse.quote(r["dag_run_id"], safe=""))' "$body" "$offset")"
+        mapfile -t page <<< "$answer"
+        runs+=("${page[@]:2}")
+        [[ "${page[1]}" == more ]] || break
+        offset=$((offset + page[0]))
+    done
+    for run in "${runs[@]}"; do
+        status="$(call PATCH "/dags/$dag/dagRuns/$run?update_mask=note" "{\"note\": \"$note\"}")"
+        [[ "$status" == 200 ]] || fail "backfill $id: cancelled; run $run: HTTP $status: $(detail)"
+        noted=$((noted + 1))
+    done
+    echo "backfill $id: $noted run(s) that never ran noted '$note'"
 }
 
 case "$action" in
@@ -112,6 +152,9 @@ for b in found:
             404) fail "no backfill $1 (list them: bash $0 list [DAG_ID])" ;;
             *) fail "backfill $1: $action refused, HTTP $status: $(detail)" ;;
         esac
+        if [[ "$action" == cancel ]]; then
+            note_cancelled "$1"
+        fi
         ;;
     create)
         check_dag "$dag"
