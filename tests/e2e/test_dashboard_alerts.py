@@ -171,4 +171,5 @@ def test_alerts_in_one_minute_get_a_label_line_each(
     )
     lines = [m["line"] for m in drawn if m["label"].startswith("c3-ads")]
     assert len(lines) == 3, drawn
-    assert None not in lines and len(set(lines)) == 3, drawn
+    assert None not in lines, drawn
+    assert len(set(lines)) == 3, drawn

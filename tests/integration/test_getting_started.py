@@ -112,8 +112,6 @@ def test_the_getting_started_commands_run_as_written(
 def test_each_command_of_the_page_is_a_platform_command(script: str) -> None:
     """What the page shows is `ctr` or `curl` against the demo's API: nothing the test would
     have to stand in for silently."""
-    commands = [
-        line for line in script.splitlines() if line and not line.startswith((" ", "#"))
-    ]
+    commands = [line for line in script.splitlines() if line and not line.startswith((" ", "#"))]
     assert all(c.split()[0] in ("ctr", "curl") for c in commands), commands
     assert DEMO_URL in script or script.startswith("ctr ")

@@ -65,8 +65,10 @@ def test_the_demo_summary_numbers_the_steps_at_the_demos_address() -> None:
 def test_the_readme_block_is_rewritten_between_its_markers_only() -> None:
     text = f"# title\n\n{first_steps.BEGIN}\nold\n{first_steps.END}\n\nafter\n"
     new = first_steps.readme(text, PAGE)
-    assert new.startswith("# title\n\n") and new.endswith("\n\nafter\n")
-    assert "# 2. ad-hoc SQL" in new and "old" not in new
+    assert new.startswith("# title\n\n")
+    assert new.endswith("\n\nafter\n")
+    assert "# 2. ad-hoc SQL" in new
+    assert "old" not in new
     with pytest.raises(first_steps.FirstStepsError, match="no block"):
         first_steps.readme("# no markers\n", PAGE)
 
