@@ -19,6 +19,7 @@ from pydantic import SecretStr
 
 from api.settings import ApiSettings
 from lake.settings import LakeSettings
+from reference import first_steps
 from tests.support.api_server import running_api
 from tests.support.events import archive, event
 from tests.support.lake_writer import speed_row, write_speed
@@ -76,8 +77,11 @@ def _run(script: str, env: dict[str, str], cwd: Path) -> str:
 def test_the_getting_started_commands_run_as_written(
     spark: SparkSession, kafka_env: dict[str, str], tmp_path: Path
 ) -> None:
-    scripts = blocks()
-    assert len(scripts) >= 9, "the page lost its commands"
+    steps = first_steps.steps()
+    assert len(steps) >= 9, "the page lost its commands"
+    assert [block.partition("\n")[2].rstrip("\n") for block in blocks()] == [
+        step.command for step in steps
+    ]
     lake = new_lake(tmp_path)
     # curl exits non-zero on an HTTP error (with the error's body on stdout): a 4xx fails.
     (tmp_path / ".curlrc").write_text("fail-with-body\n")
@@ -91,27 +95,32 @@ def test_the_getting_started_commands_run_as_written(
         "CURL_HOME": str(tmp_path),
     }
     settings = ApiSettings(token=SecretStr(TOKEN), refresh_s=0)
-    outputs: dict[str, str] = {}
+    outputs: dict[str, str] = {}  # by what the step does
     with running_api(settings, lake) as url:
-        for script in scripts:
-            outputs[script] = _run(script.replace(DEMO_URL, url), env, tmp_path)
+        for step in steps:
+            outputs[step.what] = _run(step.command.replace(DEMO_URL, url), env, tmp_path)
 
-    by_first_word = list(outputs.items())
-    print(*(f"$ {s}\n{out[:2000]}" for s, out in by_first_word), sep="\n")  # on failure
-    first_query = orjson.loads(by_first_word[0][1])
+    print(*(f"# {what}\n{out[:2000]}" for what, out in outputs.items()), sep="\n")  # on failure
+    answers = list(outputs.values())
+    first_query = orjson.loads(answers[0])
     assert 1 <= len(first_query["rows"]) <= 5
     assert {row["country"] for row in first_query["rows"]} <= {"US", "DE", "FR"}
-    assert by_first_word[1][1].splitlines()[0].startswith("bucket_start,")
-    http_sql = orjson.loads(next(out for s, out in outputs.items() if "/api/v1/sql" in s))
+    assert answers[1].splitlines()[0].startswith("bucket_start,")
+    http_sql = orjson.loads(next(o for w, o in outputs.items() if w.startswith("the same over")))
     assert http_sql["columns"] == ["minutes"], http_sql
-    after_backfill = next(out for s, out in reversed(by_first_word) if s.startswith("ctr sql"))
+    after_backfill = next(o for w, o in outputs.items() if w.startswith("where the backfilled"))
     assert "batch" in after_backfill, after_backfill
+    assert "speed" not in after_backfill, after_backfill  # the backfill covered every minute
+    drift = next(o for w, o in outputs.items() if w.startswith("drift"))
+    runs = re.findall(r"^\S (ctr-\S+) ", drift, re.MULTILINE)  # a row per run, its id first
+    assert runs, drift
+    assert len(runs) == len(set(runs)), drift
 
 
-@pytest.mark.parametrize("script", blocks())
-def test_each_command_of_the_page_is_a_platform_command(script: str) -> None:
+@pytest.mark.parametrize("step", first_steps.steps(), ids=lambda step: step.what[:40])
+def test_each_command_of_the_page_is_a_platform_command(step: first_steps.Step) -> None:
     """What the page shows is `ctr` or `curl` against the demo's API: nothing the test would
     have to stand in for silently."""
-    commands = [line for line in script.splitlines() if line and not line.startswith((" ", "#"))]
+    commands = [line for line in step.command.splitlines() if line and not line.startswith(" ")]
     assert all(c.split()[0] in ("ctr", "curl") for c in commands), commands
-    assert DEMO_URL in script or script.startswith("ctr ")
+    assert DEMO_URL in step.command or step.command.startswith("ctr ")
