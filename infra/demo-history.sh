@@ -21,7 +21,7 @@ say() { echo "history: $(date -u +%H:%M:%S) $*"; }
 archived() {
     local since="${HISTORY_END/T/ }"
     "$CTR" sql -f csv "SELECT count(*) AS n FROM events WHERE event_time >= TIMESTAMP '${since%Z}'" \
-        2> /dev/null | tail -n 1 | grep -qE '^[1-9][0-9]*$'
+        2> /dev/null | tr -d '\r' | tail -n 1 | grep -qE '^[1-9][0-9]*$'  # CSV lines end in CRLF
 }
 
 say "waiting for the archiver to take in the history ($HISTORY_START to $HISTORY_END)"
