@@ -57,17 +57,7 @@ fi
 URL="http://127.0.0.1:${AIRFLOW_PORT:-8080}"
 passwords="${AIRFLOW_HOME:?set AIRFLOW_HOME (source run/demo/env)}/simple_auth_manager_passwords.json.generated"
 [[ -r "$passwords" ]] || fail "no password file at $passwords"
-token="$(python3 - "$URL" "$passwords" << 'PY'
-import json, sys, urllib.request
-url, passwords = sys.argv[1], sys.argv[2]
-body = json.dumps({"username": "admin", "password": json.load(open(passwords))["admin"]}).encode()
-request = urllib.request.Request(f"{url}/auth/token", body, {"Content-Type": "application/json"})
-try:
-    print(json.load(urllib.request.urlopen(request, timeout=30))["access_token"])
-except OSError as exc:
-    sys.exit(f"airflow-backfills: cannot log in to Airflow at {url} ({exc}): is it running?")
-PY
-)"
+token="$(cd "$here/.." && python3 -m infra.airflow_api token --url "$URL")"
 body="$(mktemp)"
 trap 'rm -f "$body"' EXIT
 call() {  # METHOD PATH [JSON]: the answer's body into $body, its HTTP status on stdout

@@ -1,12 +1,15 @@
 """The running Airflow's REST API, for the scripts that start it (infra/airflow-up.sh, make demo).
 
+``python -m infra.airflow_api token`` prints an access token of the admin (what
+``infra/airflow-backfills.sh`` calls the API with).
+
 ``python -m infra.airflow_api unpause ctr_batch ctr_maintenance`` unpauses DAGs as soon as the
 DAG processor has parsed them, through the API server (one request each), instead of the
 ``airflow dags reserialize`` and ``airflow dags unpause`` commands, each of which starts
 Airflow's whole Python (5-30 s apiece on a busy small machine).
 
 It logs in as the admin of the simple auth manager (its generated password file under
-``AIRFLOW_HOME``), as ``infra/airflow-backfills.sh`` does.
+``AIRFLOW_HOME``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class AirflowApi:
     def __init__(self, url: str, password_file: Path, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._token = self._login(password_file)
+        self.token = self._login(password_file)
 
     def _login(self, password_file: Path) -> str:
         try:
@@ -46,7 +49,7 @@ class AirflowApi:
     ) -> Any:
         headers = {"Content-Type": "application/json"}
         if authorized:
-            headers["Authorization"] = f"Bearer {self._token}"
+            headers["Authorization"] = f"Bearer {self.token}"
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data, headers, method=method)
         try:
@@ -88,8 +91,8 @@ def unpause(api: AirflowApi, dag_ids: list[str], wait_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["unpause"], help="what to do")
-    parser.add_argument("dag_ids", nargs="+", metavar="DAG_ID", help="the DAGs")
+    parser.add_argument("action", choices=["token", "unpause"], help="what to do")
+    parser.add_argument("dag_ids", nargs="*", metavar="DAG_ID", help="the DAGs to unpause")
     parser.add_argument(
         "--url",
         default=f"http://127.0.0.1:{os.environ.get('AIRFLOW_PORT', '8080')}",
@@ -102,11 +105,16 @@ def main(argv: list[str] | None = None) -> None:
     home = os.environ.get("AIRFLOW_HOME")
     if not home:
         parser.error("set AIRFLOW_HOME (source run/demo/env)")
+    if args.action == "unpause" and not args.dag_ids:
+        parser.error("unpause: name the DAGs")
     try:
         api = AirflowApi(args.url, Path(home) / "simple_auth_manager_passwords.json.generated")
+        if args.action == "token":
+            print(api.token)
+            return
         unpause(api, args.dag_ids, args.wait)
     except AirflowApiError as exc:
-        sys.exit(f"airflow: {exc}")
+        sys.exit(f"airflow: {exc} (is Airflow running at {args.url}?)")
     print(f"airflow: unpaused {' '.join(args.dag_ids)}")
 
 

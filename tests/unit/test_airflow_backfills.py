@@ -1,4 +1,4 @@
-"""infra/airflow-backfills.sh's errors (issue 80): an unknown action prints the usage (not a
+"""infra/airflow-backfills.sh's errors (issue 70): an unknown action prints the usage (not a
 stray `set -euo pipefail`), an unknown backfill or DAG is named as such, with the DAGs there are,
 never a bare curl 404 or Airflow's traceback. A cancel notes the backfill's runs that Airflow
 marked failed though they never ran. Against a stand-in for Airflow's REST API."""

@@ -106,7 +106,7 @@ def test_speed_status_reads_the_jobs_status_file(tmp_path: Path) -> None:
     [["--ctr-drop", "ad-001-01"], ["--start", "yesterday"], ["--campaigns", "0"]],
 )
 def test_a_produce_usage_error_comes_before_any_other_output(args: list[str]) -> None:
-    """`ctr produce` printed "seed …" before its usage error (issue 80)."""
+    """`ctr produce` printed "seed …" before its usage error (issue 70)."""
     result = runner.invoke(app, ["produce", *args], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert result.output.startswith("Usage:")

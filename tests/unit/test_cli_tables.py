@@ -1,4 +1,4 @@
-"""Every table ``ctr`` prints, at 80 columns (issue 80: `ctr alerts test` cut each ad id to
+"""Every table ``ctr`` prints, at 80 columns (issue 70: `ctr alerts test` cut each ad id to
 "ad-001…", `ctr keys list` showed "advertis…"): no line is wider than the terminal and each row's
 identifying values are shown whole; `--wide` shows a row a line; `--json` the full values.
 Pure rendering: the tables are built from constructed rows, as each command builds them."""

@@ -120,7 +120,7 @@ def test_invalid_records_are_dead_lettered_untouched_with_reasons() -> None:
 
 def test_dead_letters_are_counted_by_the_field_they_miss() -> None:
     """`ctr replay` of an event without schema_version said "dead-lettered by field: record 1"
-    (issue 80): the missing field is named."""
+    (issue 70): the missing field is named."""
     producer, _ = make()
     unversioned = orjson.loads(event(1))
     del unversioned["schema_version"]
