@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--wait", type=float, default=180.0, help="seconds to wait for the DAGs to be parsed"
     )
-    args = parser.parse_args(argv)
+    # Intermixed: the DAG ids may follow the options (a '*' positional is otherwise taken, empty,
+    # right after the action, and the ids are refused as unrecognized).
+    args = parser.parse_intermixed_args(argv)
     home = os.environ.get("AIRFLOW_HOME")
     if not home:
         parser.error("set AIRFLOW_HOME (source run/demo/env)")
