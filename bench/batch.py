@@ -73,7 +73,7 @@ def main(events: int | None = None) -> dict[str, object]:
         return _measure(lake, events)
 
 
-def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
+def _generate(path: str, events: int, chunk: int = 2_000_000, day: dt.datetime = DAY) -> None:
     rng = np.random.default_rng(42)
     ads = np.array([f"ad-{c:03d}-{a:02d}" for c in range(1, 21) for a in range(1, 9)])
     campaigns = np.array([a[:7].replace("ad-", "cmp-") for a in ads])
@@ -82,7 +82,7 @@ def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
     site_p = 1 / np.arange(1, len(sites) + 1) ** 1.1
     countries, country_p = np.array(list(COUNTRY_MIX)), np.array(list(COUNTRY_MIX.values()), float)
     devices, device_p = np.array(list(DEVICE_MIX)), np.array(list(DEVICE_MIX.values()), float)
-    day_us = int(DAY.timestamp() * 1_000_000)
+    day_us = int(day.timestamp() * 1_000_000)
     unique = int(events / 1.02)
     offset = 0
     for start in range(0, events, chunk):
@@ -118,7 +118,7 @@ def _generate(path: str, events: int, chunk: int = 2_000_000) -> None:
                 "device_type": pa.array(devices[_choose(_key(seed, 13), device_p)]),
                 "user_id": pa.array((seed % np.uint64(200_000)).astype(str)),
                 "schema_version": pa.array(np.ones(n, np.int32)),
-                "event_date": pa.array(np.full(n, DAY.date())),
+                "event_date": pa.array(np.full(n, day.date())),
                 "kafka_partition": pa.array((ids % 6).astype(np.int32)),
                 "kafka_offset": pa.array(np.arange(offset, offset + n, dtype=np.int64)),
                 "ingest_time": pa.array(when.astype(np.int64) + 1000, pa.timestamp("us", tz="UTC")),

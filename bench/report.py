@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.report_rows import Row, _num, _replicas, _state
+from bench.report_rows import Row, _beside_batch, _num, _replicas, _state
 
 RESULTS = Path("bench/results")
 PAGE = Path("docs/performance.md")
@@ -35,6 +35,7 @@ ORDER = (
     "passes",
     "speed",
     "serving",
+    "beside-batch",
     "replicas",
     "reach",
     "storage",
@@ -294,6 +295,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "passes": _passes,
     "speed": _speed,
     "serving": _serving,
+    "beside-batch": _beside_batch,
     "replicas": _replicas,
     "reach": _reach,
     "storage": _storage,

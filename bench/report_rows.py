@@ -97,3 +97,33 @@ def _state(r: Mapping[str, Any]) -> Row:
         f"cold start ≤ {bound} objects per partition; Spark's counts equal ours",
         cold["objects_read_max"] <= bound and bool(r["correctness"]["equal"]),
     )
+
+
+def _beside_batch(r: Mapping[str, Any]) -> Row:
+    phases = r["phases"]
+    quiet, before, after = (
+        phases["quiet"],
+        phases["batch, nice 0"],
+        phases["batch, lowered weight"],
+    )
+
+    def figures(p: Mapping[str, Any]) -> str:
+        return (
+            f"p99 {p['p99_ms']:.0f} ms (refresh p99 {p['refresh_p99_ms']:.0f} ms, "
+            f"{_num(p['errors'])} errors)"
+        )
+
+    measured = (
+        f"{r['users']} dashboards refreshing every {r['refresh_s']:.0f} s: alone {figures(quiet)}; "
+        f"beside `ctr batch` of a day ({_num(r['events'])} events) at the API's weight "
+        f"{figures(before)}, batch {before['batch_s']:.0f} s; at niceness {r['batch_nice']} "
+        f"{figures(after)}, batch {after['batch_s']:.0f} s"
+    )
+    return Row(
+        "beside-batch",
+        measured,
+        f"the dashboards alone: p99 {quiet['p99_ms']:.0f} ms",
+        f"{after['p99_ms'] / quiet['p99_ms']:.2f}",
+        "p99 ≤ 1 s beside a batch run",
+        after["p99_ms"] <= 1000 and after["errors"] == 0,
+    )

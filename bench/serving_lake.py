@@ -17,7 +17,7 @@ from typing import Final
 import duckdb
 import numpy as np
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from batch_layer.reach_cube import KEYS, WHOLE
 from lake.settings import LakeSettings
@@ -268,11 +268,14 @@ class SpeedWriter(threading.Thread):
     """Commits a small speed/ctr batch every second (beyond the queried range), as the stream
     does, so the API keeps seeing new snapshot versions."""
 
-    def __init__(self, lake: LakeSettings) -> None:
+    def __init__(self, lake: LakeSettings, *, compact_every: int | None = None) -> None:
+        """``compact_every``: compact speed/ctr after that many commits, as the speed job
+        compacts its minutes once a minute (a long run's reads then stay the same size)."""
         super().__init__(daemon=True)
         self.lake = lake
         self.stop = threading.Event()
         self.commits = 0
+        self.compact_every = compact_every
 
     def run(self) -> None:
         dims = combos(20)
@@ -286,6 +289,8 @@ class SpeedWriter(threading.Thread):
             )
             write_deltalake(self.lake.table("speed/ctr"), speed_rows(table), mode="append")
             self.commits += 1
+            if self.compact_every and self.commits % self.compact_every == 0:
+                DeltaTable(self.lake.table("speed/ctr")).optimize.compact()
 
 
 def reach_cube(minutes: pa.Table, run_id: str) -> pa.Table:
