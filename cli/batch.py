@@ -76,7 +76,7 @@ def batch(
 
     interval = _interval(start, end, ("--start", "--end"))
     lake = LakeSettings()
-    spark = spark_session(SparkSettings(), lake.object_store)
+    spark = spark_session(SparkSettings(), lake.object_store, batch=True)
     on_step = _pausing(console.print, pause_after) if pause_after else console.print
     runs = recompute(spark, lake, [interval], on_step=on_step, unsettled=unsettled)
     for result in runs:
@@ -110,7 +110,7 @@ def _recompute_stale() -> None:
         f"{stale.buckets:,} stale minute(s) with {stale.events:,} late event(s); recomputing "
         f"{len(stale.intervals)} interval(s)"
     )
-    spark = spark_session(SparkSettings(), lake.object_store)
+    spark = spark_session(SparkSettings(), lake.object_store, batch=True)
     with progress_bar("intervals", total_known=True) as bar:
         task = bar.add_task("recomputing", total=len(stale.intervals))
 
@@ -169,7 +169,7 @@ def backfill(
     interval = _interval(start, end, ("--from", "--to"))
     hours = list(interval.hours())
     lake = LakeSettings()
-    spark = spark_session(SparkSettings(), lake.object_store)
+    spark = spark_session(SparkSettings(), lake.object_store, batch=True)
     with progress_bar("hours", total_known=True) as bar:
         task = bar.add_task("previewing" if preview else "backfilling", total=len(hours))
 

@@ -171,7 +171,9 @@ def build(
         f"{target.key}: {target.summary}; {len(plan.done)} hour(s) built, "
         f"{len(plan.intervals)} to build (the published version is v{plan.published.version})"
     )
-    spark = spark_session(SparkSettings(), lake.object_store) if plan.intervals else None
+    spark = (
+        spark_session(SparkSettings(), lake.object_store, batch=True) if plan.intervals else None
+    )
     with progress_bar("hours", total_known=True) as bar:
         task = bar.add_task("building", total=len(plan.intervals))
         try:
@@ -200,7 +202,7 @@ def _build_from_kafka(lake: LakeSettings, target: Definition) -> None:
 
     kafka = KafkaSettings()
     check_kafka_login(kafka)
-    spark = spark_session(SparkSettings(), lake.object_store)
+    spark = spark_session(SparkSettings(), lake.object_store, batch=True)
     console.print(f"{target.key}: replaying the event topic from its earliest offset ...")
     with progress_bar("hours", total_known=True) as bar:
         task = bar.add_task("replaying", total=None)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Context, Param, task
 from airflow.timetables.interval import CronDataIntervalTimetable
@@ -71,6 +72,23 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
         master = str(self._get_hook()._connection["master"])
         code = shipped(settings, master)
         self.conf = {**conf, **dynamic, **code, **settings.conf, **(self.conf or {})}
+        self._batch_nice = settings.batch_nice
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, its spark-submit started at the batch layer's CPU weight, in a
+        session of its own (``python -m runtime.cpu_weight``: SPARK_BATCH_NICE), so that on a
+        host the API shares, the API's answers come first. The process it starts is still the
+        one the hook waits for and kills (the wrapper replaces itself with spark-submit)."""
+        hook = super()._get_hook()
+        nice = getattr(self, "_batch_nice", 0)
+        if nice:
+            build = hook._build_spark_submit_command
+            weight = [sys.executable, "-m", "runtime.cpu_weight", str(nice)]
+            hook._build_spark_submit_command = lambda application: [  # type: ignore[method-assign]
+                *weight,
+                *build(application),
+            ]
+        return hook
 
 
 def submit(

@@ -33,7 +33,7 @@ archived || say "the history is not all archived after 10 min; making what is th
 sleep 30
 end="$(date -u +%Y-%m-%dT%H:%M:00Z)"
 say "ctr batch --start $HISTORY_START --end $end"
-nice -n "${DEMO_BATCH_NICE:-10}" "$CTR" batch --start "$HISTORY_START" --end "$end" \
+nice -n "${DEMO_BATCH_NICE:-19}" "$CTR" batch --start "$HISTORY_START" --end "$end" \
     || say "error: the history's batch run failed (exit $?); the scheduled runs go on"
 #: Set by infra/demo.sh: the Airflow DAGs to unpause once the history's batch run is done
 #: (ctr_batch; empty without Airflow).

@@ -36,10 +36,12 @@ DEMO_MAINTENANCE_MINUTES="${DEMO_MAINTENANCE_MINUTES:-60}"
 #: covers a minute only 70 min after it (views/definitions.py Definition.settle). 0: none (none
 #: either with DEMO_GROUND_TRUTH).
 DEMO_HISTORY_MINUTES="${DEMO_HISTORY_MINUTES:-120}"
-#: The batch layer (Airflow and its Spark tasks, or the batch loop) runs at this niceness: on a
-#: few shared cores the speed layer's freshness and a restarted streaming job come first, the
-#: batch layer's throughput after (make soak CHAOS=1: restarts took 55-100 s beside a batch job).
-DEMO_BATCH_NICE="${DEMO_BATCH_NICE:-10}"
+#: The batch layer (Airflow and its Spark tasks, or the batch loop, and the history's run) runs
+#: at this niceness, in sessions weighted alike (runtime/cpu_weight.py; a niceness alone holds
+#: only within a session): on a few shared cores the API's answers, the speed layer's freshness
+#: and a restarted streaming job come first, the batch layer's throughput after (make soak
+#: CHAOS=1: restarts took 55-100 s beside a batch job; python -m bench beside-batch).
+DEMO_BATCH_NICE="${DEMO_BATCH_NICE:-19}"
 # What the topics may keep on disk, per partition: the archiver reads within seconds, and
 # master/events is the system of record (the size bound keeps a long run's disk bounded).
 # Micro-batches small enough that the streaming jobs commit within seconds of starting while
@@ -120,6 +122,10 @@ export API_HOST=127.0.0.1 API_PORT="${API_PORT:-8000}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
 CTR="$ROOT/.venv/bin/ctr"
+# The batch layer's processes at DEMO_BATCH_NICE, their session too (each component has one:
+# start), so that on the demo's few cores the API and the streaming jobs come first
+# (runtime/cpu_weight.py: between sessions the kernel shares CPU by session).
+weighted=("$ROOT/.venv/bin/python" -m runtime.cpu_weight "$DEMO_BATCH_NICE")
 API="http://127.0.0.1:$API_PORT"
 AIRFLOW_URL="http://127.0.0.1:$AIRFLOW_PORT"
 
@@ -481,13 +487,13 @@ supervised producer env HISTORY_START="$history_start" DEMO="$DEMO" "${as_produc
     bash infra/demo-producer.sh "$CTR" produce "${producer_args[@]}"
 if [[ -n "$history_start" ]]; then
     # Its settled minutes made exact by one batch run once archived (infra/demo-history.sh).
-    start history env HISTORY_START="$history_start" HISTORY_END="$(date -u +%Y-%m-%dT%H:%M:00Z)" \
+    start history "${weighted[@]}" env HISTORY_START="$history_start" HISTORY_END="$(date -u +%Y-%m-%dT%H:%M:00Z)" \
         DEMO_BATCH_NICE="$DEMO_BATCH_NICE" UNPAUSE_AFTER="$( ((DEMO_AIRFLOW)) && echo ctr_batch)" \
         AIRFLOW_HOME="$DEMO/airflow" bash infra/demo-history.sh
     say "      history: the last $DEMO_HISTORY_MINUTES min of traffic ($history_events records), the generator's backlog; one ctr batch makes it exact once archived ($DEMO/history.log)"
 fi
 if ((!DEMO_AIRFLOW)); then
-    supervised batch-loop nice -n "$DEMO_BATCH_NICE" bash infra/demo-batch-loop.sh
+    start batch-loop "${weighted[@]}" bash infra/supervise.sh batch-loop bash infra/demo-batch-loop.sh
 fi
 
 say "[4/7] API at $API"

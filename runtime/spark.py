@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from runtime import cpu_weight
 from runtime.jars import JarsMissingError, jars
 from runtime.object_store import ObjectStoreSettings, spark_conf
 from runtime.python_archive import EXECUTOR_PYTHON, is_cluster, shipped_conf
@@ -112,7 +113,11 @@ def shipped(settings: SparkSettings, master: str) -> dict[str, str]:
 
 
 def spark_session(
-    settings: SparkSettings, store: ObjectStoreSettings, *, submitted: bool = False
+    settings: SparkSettings,
+    store: ObjectStoreSettings,
+    *,
+    submitted: bool = False,
+    batch: bool = False,
 ) -> SparkSession:
     """Build (or return the running) SparkSession with the connectors on its classpath, able
     to read and write the lake's object store ``store`` when the lake is there.
@@ -120,8 +125,15 @@ def spark_session(
     ``submitted``: the job runs under ``spark-submit``, which chose the master (``--master``):
     the session keeps it rather than setting ``settings.master``, and the code it ships came on
     spark-submit's command line (:func:`submit_args`).
+
+    ``batch``: a batch job's session: if this call starts the JVM, this process and what it
+    starts run at the batch layer's CPU weight (``settings.batch_nice``, runtime.cpu_weight).
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+    if batch and SparkContext._active_spark_context is None:
+        cpu_weight.lower(settings.batch_nice)
 
     # Python workers run settings.python, or on a cluster the shipped environment's: the conf
     # for executors a cluster starts, and PYSPARK_PYTHON while the context starts (PySpark

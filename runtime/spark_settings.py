@@ -50,6 +50,12 @@ class SparkSettings(BaseSettings):
     num_executors: int | None = Field(default=None, ge=1)
     # Executors added and removed with the work (shuffle tracking: no external shuffle service).
     dynamic_allocation: bool = False
+    # The niceness of batch jobs (`ctr batch`, `ctr backfill`, `ctr views build`, the Airflow
+    # tasks' spark-submit) and of what they start (their JVM, its Python workers), and, in a
+    # session of their own, of that session (runtime.cpu_weight): on a host they share with the
+    # API, the API's answers come first (19: the dashboards answer beside a batch run as they
+    # do alone, python -m bench beside-batch). 0: the same weight as everything else.
+    batch_nice: int = Field(default=19, ge=0, le=19)
     # Anything else, e.g. object-store credentials {"spark.hadoop.fs.s3a.access.key": "…"}.
     conf: dict[str, str] = Field(default_factory=dict)
     # The Python interpreter Spark's Python workers run on local[N], and the driver's under

@@ -190,6 +190,59 @@ def test_on_a_cluster_the_dags_spark_submit_ships_the_packed_environment(
             ), (dag_id, master)
 
 
+def test_the_dags_spark_submit_runs_at_the_batch_layers_cpu_weight(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit starts through runtime.cpu_weight at SPARK_BATCH_NICE (its own session,
+    niced: the API on the same host answers first), and as it is with 0."""
+    bag = dag_bag(monkeypatch)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    for nice, prefix in [
+        (None, [sys.executable, "-m", "runtime.cpu_weight", "19"]),  # the default
+        ("7", [sys.executable, "-m", "runtime.cpu_weight", "7"]),
+        ("0", []),
+    ]:
+        if nice is None:
+            monkeypatch.delenv("SPARK_BATCH_NICE", raising=False)
+        else:
+            monkeypatch.setenv("SPARK_BATCH_NICE", nice)
+        task = copy.deepcopy(bag.dags["ctr_batch"].get_task("recompute_ctr"))
+        task.configure()
+        command = task._get_hook()._build_spark_submit_command(task.application)
+        assert command[: len(prefix)] == prefix, nice
+        assert command[len(prefix)].endswith("spark-submit"), command
+
+
+def test_the_tasks_spark_driver_runs_niced_in_a_session_of_its_own(
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The task's own hook submits a real application on local[1]: the driver spark-submit
+    starts (its JVM's child) has the batch layer's niceness, leads no session of the test's,
+    and its session has the same weight."""
+    report = tmp_path / "weight.txt"
+    application = tmp_path / "weight.py"
+    application.write_text(
+        "import os, pathlib, sys\n"
+        "group = pathlib.Path('/proc/self/autogroup')\n"
+        "pathlib.Path(sys.argv[1]).write_text(' '.join(map(str, [\n"
+        "    os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0),\n"
+        "    group.read_text().split()[-1] if group.exists() else '-'])))\n"
+    )
+    bag = dag_bag(monkeypatch)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[1]"}')
+    monkeypatch.setenv("SPARK_BATCH_NICE", "9")
+    task = copy.deepcopy(bag.dags["ctr_batch"].get_task("recompute_ctr"))
+    task.application, task.application_args = str(application), [str(report)]
+    task.configure()
+    hook = task._get_hook()
+    hook.submit(task.application)
+    hook._submit_sp.stdout.close()  # the provider reads it to the end but leaves it open
+    nice, session, group_nice = report.read_text().split()
+    assert int(nice) == 9
+    assert int(session) != os.getsid(0)
+    assert group_nice == ("9" if Path("/proc/self/autogroup").exists() else "-")
+
+
 def test_the_demo_schedule_is_a_call_of_the_same_definition(airflow_env: dict[str, str]) -> None:
     # What infra/demo.sh generates: a run every 10 minutes, each with 20 minutes of lookback.
     from dags.definitions import ctr_batch_dag
