@@ -18,8 +18,10 @@ that weight: the Airflow tasks' spark-submit (dags.definitions) starts so.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
@@ -49,12 +51,22 @@ def lower(nice: int, *, own_session: bool = False) -> list[str]:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
         done.append(f"niceness {nice}")
     if os.getsid(0) == os.getpid() and AUTOGROUP.exists():
+        done.append(_set_session_nice(nice))
+    return done
+
+
+def _set_session_nice(nice: int, attempts: int = 3) -> str:
+    """Write the session's autogroup niceness. Without CAP_SYS_ADMIN the kernel takes one such
+    write a tenth of a second, machine-wide (EAGAIN otherwise): tried again after that."""
+    for attempt in range(attempts):
         try:
             AUTOGROUP.write_text(str(nice))
-            done.append(f"session's niceness {nice}")
+            return f"session's niceness {nice}"
         except OSError as exc:  # RLIMIT_NICE, or a kernel that refuses it: the niceness holds
-            done.append(f"session's niceness not set ({exc.strerror})")
-    return done
+            if exc.errno != errno.EAGAIN or attempt == attempts - 1:
+                return f"session's niceness not set ({exc.strerror})"
+            time.sleep(0.11)
+    return "session's niceness not set (not tried)"
 
 
 def main(argv: list[str] | None = None) -> int:
