@@ -40,6 +40,28 @@ class ApiRuns:
     admin_mix_after: dict[str, float]
 
 
+def start_api_server(
+    lake: LakeSettings, environ: Mapping[str, str], *, own_session: bool = False
+) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
+    """``ctr serve`` over ``lake`` on a free port, with the bearer TOKEN: (the process, its URL,
+    its environment: ``environ`` with the lake's and the API's settings). ``own_session``: in a
+    session of its own, as `make demo` starts it (setsid)."""
+    port = free_port()
+    env = {
+        **environ,
+        "LAKE_ROOT": str(lake.lake_root),
+        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
+        "API_TOKEN": TOKEN,
+        "API_PORT": str(port),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from cli.main import main; main()", "serve"],
+        env=env,
+        start_new_session=own_session,
+    )
+    return server, f"http://127.0.0.1:{port}", env
+
+
 def run_api(
     lake: LakeSettings, duration: float, mix_paths: Sequence[str], environ: Mapping[str, str]
 ) -> ApiRuns:
@@ -50,19 +72,8 @@ def run_api(
 
     import httpx
 
-    port = free_port()
-    env = {
-        **environ,
-        "LAKE_ROOT": str(lake.lake_root),
-        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
-        "API_TOKEN": TOKEN,
-        "API_PORT": str(port),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", "serve"], env=env
-    )
+    server, url, _ = start_api_server(lake, environ)
     writer = SpeedWriter(lake)
-    url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url, server)
         asyncio.run(python_load(url, 2.0, CLIENTS, [dashboard_path()]))  # warm-up

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from bench.batch import _generate as generate_events
+from bench.serving_api import start_api_server
 from bench.serving_lake import END, SpeedWriter, build_lake, combos
-from bench.serving_load import AUTH, TOKEN, percentiles, wait_until_up
-from infra.broker import free_port
+from bench.serving_load import AUTH, percentiles, wait_until_up
 from lake.catalog import MASTER_EVENTS
 from lake.settings import LakeSettings
 from runtime.spark_settings import SparkSettings
@@ -117,20 +117,7 @@ def main(events: int | None = None) -> dict[str, object]:
 def _run(
     lake: LakeSettings, users: Sequence[Sequence[str]], environ: Mapping[str, str]
 ) -> dict[str, dict[str, Any]]:
-    port = free_port()
-    env = {
-        **environ,
-        "LAKE_ROOT": str(lake.lake_root),
-        "CHECKPOINT_ROOT": str(lake.checkpoint_root),
-        "API_TOKEN": TOKEN,
-        "API_PORT": str(port),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", "serve"],
-        env=env,
-        start_new_session=True,  # its own session, as `make demo` starts it (setsid)
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url, env = start_api_server(lake, environ, own_session=True)
     writer = SpeedWriter(lake, compact_every=60)
     phases: dict[str, dict[str, Any]] = {}
     try:

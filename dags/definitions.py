@@ -72,15 +72,16 @@ class ConnectorSparkSubmitOperator(SparkSubmitOperator):
         master = str(self._get_hook()._connection["master"])
         code = shipped(settings, master)
         self.conf = {**conf, **dynamic, **code, **settings.conf, **(self.conf or {})}
-        self._batch_nice = settings.batch_nice
 
     def _get_hook(self) -> SparkSubmitHook:
         """The provider's hook, its spark-submit started at the batch layer's CPU weight, in a
         session of its own (``python -m runtime.cpu_weight``: SPARK_BATCH_NICE), so that on a
         host the API shares, the API's answers come first. The process it starts is still the
         one the hook waits for and kills (the wrapper replaces itself with spark-submit)."""
+        from runtime.spark_settings import SparkSettings
+
         hook = super()._get_hook()
-        nice = getattr(self, "_batch_nice", 0)
+        nice = SparkSettings().batch_nice  # the worker's, read when the task runs
         if nice:
             build = hook._build_spark_submit_command
             weight = [sys.executable, "-m", "runtime.cpu_weight", str(nice)]

@@ -10,7 +10,7 @@
 #     in after that run read is stale, and ctr_recompute_stale or the batch loop make it exact);
 #  3. then unpauses the DAGs in UNPAUSE_AFTER (ctr_batch): its scheduled runs would otherwise
 #     recompute the same minutes beside this run, twice the work on a small machine.
-# Settings from infra/demo.sh: HISTORY_START, HISTORY_END, DEMO_BATCH_NICE, UNPAUSE_AFTER,
+# Settings from infra/demo.sh: HISTORY_START, HISTORY_END, UNPAUSE_AFTER,
 # AIRFLOW_HOME, AIRFLOW_PORT, and the lake's (LAKE_ROOT, ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +33,7 @@ archived || say "the history is not all archived after 10 min; making what is th
 sleep 30
 end="$(date -u +%Y-%m-%dT%H:%M:00Z)"
 say "ctr batch --start $HISTORY_START --end $end"
-nice -n "${DEMO_BATCH_NICE:-19}" "$CTR" batch --start "$HISTORY_START" --end "$end" \
+"$CTR" batch --start "$HISTORY_START" --end "$end" \
     || say "error: the history's batch run failed (exit $?); the scheduled runs go on"
 #: Set by infra/demo.sh: the Airflow DAGs to unpause once the history's batch run is done
 #: (ctr_batch; empty without Airflow).

@@ -126,6 +126,8 @@ CTR="$ROOT/.venv/bin/ctr"
 # start), so that on the demo's few cores the API and the streaming jobs come first
 # (runtime/cpu_weight.py: between sessions the kernel shares CPU by session).
 weighted=("$ROOT/.venv/bin/python" -m runtime.cpu_weight "$DEMO_BATCH_NICE")
+# What the batch jobs lower themselves to (`ctr batch`, the Airflow tasks' spark-submit).
+export SPARK_BATCH_NICE="${SPARK_BATCH_NICE:-$DEMO_BATCH_NICE}"
 API="http://127.0.0.1:$API_PORT"
 AIRFLOW_URL="http://127.0.0.1:$AIRFLOW_PORT"
 
@@ -488,7 +490,7 @@ supervised producer env HISTORY_START="$history_start" DEMO="$DEMO" "${as_produc
 if [[ -n "$history_start" ]]; then
     # Its settled minutes made exact by one batch run once archived (infra/demo-history.sh).
     start history "${weighted[@]}" env HISTORY_START="$history_start" HISTORY_END="$(date -u +%Y-%m-%dT%H:%M:00Z)" \
-        DEMO_BATCH_NICE="$DEMO_BATCH_NICE" UNPAUSE_AFTER="$( ((DEMO_AIRFLOW)) && echo ctr_batch)" \
+        UNPAUSE_AFTER="$( ((DEMO_AIRFLOW)) && echo ctr_batch)" \
         AIRFLOW_HOME="$DEMO/airflow" bash infra/demo-history.sh
     say "      history: the last $DEMO_HISTORY_MINUTES min of traffic ($history_events records), the generator's backlog; one ctr batch makes it exact once archived ($DEMO/history.log)"
 fi
