@@ -131,7 +131,7 @@ run_components() {
     done
 }
 echo "airflow: database $database, executor $AIRFLOW__CORE__EXECUTOR" > "$LOG"
-# In a session of its own, weighted as this script was started (`nice -n 10 airflow-up.sh`: the
+# In a session of its own, weighted as this script was started (under `nice -n N`: the
 # session's CPU weight too, runtime/cpu_weight.py); its Spark tasks take SPARK_BATCH_NICE.
 setsid .venv/bin/python -m runtime.cpu_weight "$(nice)" \
     bash -c "$(declare -f run_components); run_components \"\$1\"" _ "$AIRFLOW" \

@@ -36,7 +36,7 @@ DEMO_MAINTENANCE_MINUTES="${DEMO_MAINTENANCE_MINUTES:-60}"
 #: covers a minute only 70 min after it (views/definitions.py Definition.settle). 0: none (none
 #: either with DEMO_GROUND_TRUTH).
 DEMO_HISTORY_MINUTES="${DEMO_HISTORY_MINUTES:-120}"
-#: The batch layer (Airflow and its Spark tasks, or the batch loop, and the history's run) runs
+#: The batch layer (Airflow's Spark tasks, or the batch loop, and the history's run) runs
 #: at this niceness, in sessions weighted alike (runtime/cpu_weight.py; a niceness alone holds
 #: only within a session): on a few shared cores the API's answers, the speed layer's freshness
 #: and a restarted streaming job come first, the batch layer's throughput after (make soak
@@ -446,10 +446,12 @@ EOF
     # Python): the demo waits for it at [7/7]. With a history, ctr_batch stays paused until the
     # history's own batch run is done (infra/demo-history.sh), so the two do not recompute the
     # same minutes side by side. Its tasks read Kafka only to build a view from the log
-    # (ctr_reprocess --from kafka).
+    # (ctr_reprocess --from kafka). Its own components at the usual weight (at the lowest, they
+    # took 280 s to start beside the streaming jobs taking in the history); its Spark tasks run
+    # at SPARK_BATCH_NICE, in sessions of their own (dags/definitions.py).
     unpause="ctr_recompute_stale ctr_maintenance"
     [[ -n "$history_start" ]] || unpause="ctr_batch $unpause"
-    AIRFLOW_UNPAUSE="$unpause" RUN_DIR="$DEMO" nice -n "$DEMO_BATCH_NICE" "${as_consumer[@]}" \
+    AIRFLOW_UNPAUSE="$unpause" RUN_DIR="$DEMO" "${as_consumer[@]}" \
         bash infra/airflow-up.sh > "$DEMO/airflow-up.log" 2>&1 &
     airflow_up=$!
 else
