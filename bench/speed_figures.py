@@ -19,6 +19,7 @@ from lake.settings import LakeSettings
 
 RESTART_BUCKETS_S = 60  # the buckets of the last minute before the stop, for attribution
 _PHASES_LINE = re.compile(r"batch (\d+) phases \(ms\): (\{.*\})")
+_PASS_LINE = re.compile(r"maintenance pass \(ms\): (\{.*\})")
 
 
 def visibility(table: str) -> dict[str, tuple[float, int]]:
@@ -80,6 +81,20 @@ def phases_per_batch(log: Path) -> dict[int, dict[str, int]]:
         if match:
             try:
                 found[int(match.group(1))] = json.loads(match.group(2))
+            except ValueError:
+                continue
+    return found
+
+
+def maintenance_passes(log: Path) -> list[dict[str, int]]:
+    """The job's maintenance passes (ms per part), from its ``maintenance pass (ms): {...}``
+    log lines: they run beside the micro-batches, so no batch's phases hold them."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        match = _PASS_LINE.search(line)
+        if match:
+            try:
+                found.append(json.loads(match.group(1)))
             except ValueError:
                 continue
     return found

@@ -12,7 +12,12 @@ import statistics
 from pathlib import Path
 
 from bench.speed_api import ApiWatcher
-from bench.speed_figures import RESTART_BUCKETS_S, api_share, phases_per_batch
+from bench.speed_figures import (
+    RESTART_BUCKETS_S,
+    api_share,
+    maintenance_passes,
+    phases_per_batch,
+)
 from bench.speed_traffic import LIVE_RATE, MAIN_RATE, MAIN_SECONDS, Phase
 from bench.speed_view import VIEW_RECORDS
 
@@ -73,6 +78,11 @@ def report(  # noqa: PLR0917
                 "api_share_ms": api_share(phase, visible, watcher.requests),
                 "batches": len(in_phase),
                 "batch_phases_ms": _medians(in_phase),
+                # The slowest micro-batch: a pause of the stream (a roll-up on the commit
+                # path held one batch a minute) shows here, not in the medians.
+                "slowest_batch_ms": max(
+                    (p.get("spark.triggerExecution", 0) for p in in_phase), default=None
+                ),
             }
         )
     live_row, main_row = rows[0], rows[1]
@@ -98,6 +108,7 @@ def report(  # noqa: PLR0917
         "backlog": backlog,
         "phases": rows,
         "speed_ctr_files": files,
+        "maintenance_passes": _passes(work / "speed.log"),
         "view_breakdown_ms": view_breakdown,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, local[2]",
     }
@@ -112,7 +123,8 @@ def report(  # noqa: PLR0917
         print(f"  {r['rate']:>6,}/s (achieved {r['achieved_rate']:,}/s): API p50 {api['p50_s']} s, "
               f"p95 {api['p95_s']} s, max {api['max_s']} s; committed p50 {r['p50_s']} s, "
               f"p95 {r['p95_s']} s; max behind {r['max_offsets_behind']}, "
-              f"missing {r['missing']}, kept up: {r['kept_up']}")  # fmt: skip
+              f"missing {r['missing']}, kept up: {r['kept_up']}; slowest batch "
+              f"{r['slowest_batch_ms']} ms")  # fmt: skip
     print(
         f"bench speed: highest rate sustained without growing lag: {sustained:,} events/s "
         "(goal >= 20,000)"
@@ -130,6 +142,14 @@ def report(  # noqa: PLR0917
             for r in rows
         )
         print(f"  {name:<24}{cells}")
+    passes = result["maintenance_passes"]
+    assert isinstance(passes, dict)
+    if passes["passes"]:
+        print(
+            f"bench speed: {passes['passes']} maintenance passes beside the micro-batches "
+            f"(roll-up, compaction, pruning, VACUUM), median {passes['median_ms']:,} ms, "
+            f"longest {passes['max_ms']:,} ms"
+        )
     print("bench speed: after the commit, through the API (median ms: snapshot = commit until a "
           "request reading its version is sent; query = that request):")  # fmt: skip
     for name in ("snapshot", "query", "request"):
@@ -184,9 +204,19 @@ _ORDER = (
         "rollup",
         "state_expiry",
         "maintenance",
+        "maintenance_start",
     ),
     *("spark.commitOffsets", "spark.triggerExecution", "lag", "status", "view_rows"),
 )
+
+
+def _passes(log: Path) -> dict[str, int]:
+    totals = [sum(p.values()) for p in maintenance_passes(log)]
+    return {
+        "passes": len(totals),
+        "median_ms": round(statistics.median(totals)) if totals else 0,
+        "max_ms": max(totals, default=0),
+    }
 
 
 def _phase_order(name: str) -> tuple[int, str]:

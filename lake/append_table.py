@@ -208,31 +208,42 @@ class AppendTable:
         (:func:`lake.data_files.write_files`, in Spark tasks) as one append carrying
         (``app_id``, ``version``) and ``metadata`` (the commit's custom metadata); nothing if
         the table holds that commit already (the files then stay unnamed, for VACUUM).
-        Returns whether it committed."""
-        table = self.table
-        if self._replayed(table, app_id, version):
-            return False
-        if table is None:
-            table = DeltaTable.create(
-                self.path,
-                self.schema,
-                partition_by=self.partition_by or None,
-                configuration=self.properties or None,
-                storage_options=delta_options(self.path, self.store),
-            )
-            self._table = table
+        Returns whether it committed.
+
+        The writer's maintenance commits from another thread (its own handle); a commit the
+        conflict check refuses for one of those is tried again on the newer version, as
+        :meth:`append` does."""
         actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=self.schema,
-            partition_by=self.partition_by or None,
-            commit_properties=CommitProperties(
-                custom_metadata=dict(metadata) if metadata else None,
-                app_transactions=[Transaction(app_id=app_id, version=version)],
-            ),
-        )
-        return True
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            table = self.table
+            if self._replayed(table, app_id, version):
+                return False
+            if table is None:
+                table = DeltaTable.create(
+                    self.path,
+                    self.schema,
+                    partition_by=self.partition_by or None,
+                    configuration=self.properties or None,
+                    storage_options=delta_options(self.path, self.store),
+                )
+                self._table = table
+            try:
+                table.create_write_transaction(
+                    actions,
+                    mode="append",
+                    schema=self.schema,
+                    partition_by=self.partition_by or None,
+                    commit_properties=CommitProperties(
+                        custom_metadata=dict(metadata) if metadata else None,
+                        app_transactions=[Transaction(app_id=app_id, version=version)],
+                    ),
+                )
+                return True
+            except Exception as exc:
+                if not is_commit_conflict(exc) or attempt == APPEND_ATTEMPTS:
+                    raise
+                log.info("%s: commit conflicted (attempt %d), retried: %s", self.path, attempt, exc)
+        raise AssertionError("unreachable")
 
 
 def add_action(file: DataFile, *, data_change: bool = True) -> AddAction:

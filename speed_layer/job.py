@@ -16,7 +16,9 @@ watermark it first ran under and a restarted job goes on from it. The driver com
 the tasks describe with delta-rs (:mod:`speed_layer.tables`), each commit carrying (query id,
 batch id), so a micro-batch replayed after a crash changes nothing twice. The job also keeps
 ``speed/ctr`` small: it rolls up the files of closed buckets (summed per key), deletes what the
-batch layer covers, and vacuums, between micro-batches (one writer).
+batch layer covers, and vacuums, in a thread of its own beside the micro-batches (one writing
+process; the pass's commits change no data, or delete covered buckets the stream never writes,
+so the stream's appends go on committing while it runs).
 
 Version 3 of ``ctr`` attributes clicks to their impressions (within an hour after them, in
 the impression's bucket and dimensions). The speed job approximates it without a
@@ -42,6 +44,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -91,6 +94,8 @@ OBSERVATION: Final = "speed"
 # The attribution window of the version of ``ctr`` that attributes clicks (version 3).
 ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attribution is not None)
 STATE_DIR: Final = "attribution"  # the attribution's state, in the checkpoint's directory
+# How long a stopping job waits for a maintenance pass under way.
+MAINTENANCE_JOIN_S: Final = 120
 
 
 class SpeedStateError(SpeedError, RuntimeError):
@@ -149,17 +154,34 @@ def _check_fresh_start(lake: LakeSettings, checkpoint: Checkpoint) -> None:
 class SpeedBatchWriter:
     """foreachBatch function: the micro-batch's view, split at the watermark, appended to
     ``speed/late`` and ``speed/ctr`` with the clicks attributed to the open impressions;
-    between batches, the roll-up and maintenance."""
+    beside the batches, in a thread of its own, the roll-up and maintenance."""
 
     def __init__(self, lake: LakeSettings, checkpoint: str, settings: SpeedSettings) -> None:
         retention = settings.vacuum_retention_hours
         store = lake.object_store
-        self.ctr = SpeedTable(
-            SPEED_CTR.path(lake), store, SPEED_CTR.schema, retention_hours=retention
-        )
-        self.late = SpeedTable(
-            SPEED_LATE.path(lake), store, SPEED_LATE.schema, retention_hours=retention
-        )
+
+        def tables() -> tuple[SpeedTable, SpeedTable]:
+            return (
+                SpeedTable(
+                    SPEED_CTR.path(lake), store, SPEED_CTR.schema, retention_hours=retention
+                ),
+                SpeedTable(
+                    SPEED_LATE.path(lake), store, SPEED_LATE.schema, retention_hours=retention
+                ),
+            )
+
+        # The micro-batches' commits, and the maintenance pass's (roll-ups, compaction,
+        # pruning, VACUUM): a handle each, as they run in different threads.
+        self.ctr, self.late = tables()
+        self.kept_ctr, self.kept_late = tables()
+        self._pass: threading.Thread | None = None
+        # A delete of covered buckets conflicts with any commit that adds rows meanwhile (Delta's
+        # conflict check): the pass's deletes and the micro-batches' commits take turns. The
+        # compactions' commits change no data and need no turn.
+        self._commit_turn = threading.Lock()
+        # What the last maintenance pass did, milliseconds per part (for the log and the
+        # benchmark: it no longer belongs to a micro-batch).
+        self.last_pass: dict[str, int] = {}
         self.lake = lake
         self.checkpoint = Checkpoint(checkpoint, lake.object_store)
         self.settings = settings
@@ -189,8 +211,8 @@ class SpeedBatchWriter:
         query = self.checkpoint.query_id()
         app_id = f"ctr-speed-{query}"
         metadata = self.checkpoint.batch_metadata(batch_id)
-        if self.ctr.rewrite is None:  # the roll-ups' and compactions' rewrites: Spark tasks
-            self.ctr.rewrite = spark_rewrite(batch.sparkSession)
+        if self.kept_ctr.rewrite is None:  # the roll-ups' and compactions' rewrites: Spark tasks
+            self.kept_ctr.rewrite = spark_rewrite(batch.sparkSession)
         if self._watermark_ms is None:
             # Where the last committed batch left the watermark (a restart goes on from it).
             self._watermark_ms = self.ctr.next_watermark_ms() or 0
@@ -237,7 +259,8 @@ class SpeedBatchWriter:
             self._state_batches.update({int(p): int(b) for p, b in summary["state"].items()})
             for name, ms in summary["task_ms"].items():
                 clock.ms[f"task.{name}"] = clock.ms.get(f"task.{name}", 0) + int(ms)
-        self.maintain(plan.watermark_ms, clock)
+        if self.start_maintenance(plan.watermark_ms):
+            clock.lap("maintenance_start")
         self._watermark_ms = watermark
         totals = {
             name: sum(int(s[name]) for s in summaries)
@@ -249,8 +272,8 @@ class SpeedBatchWriter:
         for old in sorted(self.watermarks)[:-8]:
             del self.watermarks[old]
 
-    @staticmethod
     def _commit(  # noqa: PLR0917
+        self,
         table: SpeedTable,
         files: list[dict[str, Any]],
         name: str,
@@ -262,36 +285,72 @@ class SpeedBatchWriter:
         ``metadata``; whether it committed (not when the table holds the batch, or no task
         wrote a file)."""
         mine = files_of(files, name)
-        return bool(mine) and table.commit(mine, app_id=app_id, version=batch_id, metadata=metadata)
+        if not mine:
+            return False
+        with self._commit_turn:
+            return table.commit(mine, app_id=app_id, version=batch_id, metadata=metadata)
 
-    def maintain(self, watermark_ms: int, clock: PhaseClock | None = None) -> None:
-        """Roll up the buckets the watermark closed and compact the micro-batch files of the
-        minutes past (every ``rollup_seconds``); delete what the batch layer covers and vacuum
-        (every ``maintenance_seconds``). Never stops the stream: a failure is logged and tried
-        again next time."""
-        clock = clock or PhaseClock()
-        if watermark_ms > 0 and self._rollup.due():
+    def start_maintenance(self, watermark_ms: int) -> bool:
+        """Start a pass of the periodic work now due (:meth:`maintain`) in a thread of its own,
+        after a micro-batch ran under ``watermark_ms``, unless a pass is still running (what
+        falls due meanwhile waits for the next batch after it); returns whether one started.
+        The next micro-batches commit while it runs: the stream never waits for it."""
+        if self._pass is not None and self._pass.is_alive():
+            return False
+        roll_up = watermark_ms > 0 and self._rollup.due()
+        maintenance = self.maintenance_due.due()
+        if not (roll_up or maintenance):
+            return False
+        self._pass = threading.Thread(
+            target=self.maintain,
+            args=(watermark_ms,),
+            kwargs={"roll_up": roll_up, "maintenance": maintenance},
+            name="speed-maintenance",
+            daemon=True,
+        )
+        self._pass.start()
+        return True
+
+    def join_maintenance(self, timeout: float | None = None) -> bool:
+        """Wait for the running maintenance pass (if any); returns whether none is running."""
+        if self._pass is not None:
+            self._pass.join(timeout)
+            return not self._pass.is_alive()
+        return True
+
+    def maintain(
+        self, watermark_ms: int, *, roll_up: bool = True, maintenance: bool = True
+    ) -> None:
+        """One pass, on the pass's own table handles: ``roll_up`` the buckets the watermark
+        closed and compact the micro-batch files of the minutes past, then expire the
+        attribution state of closed buckets (every ``rollup_seconds``); ``maintenance``: delete
+        what the batch layer covers and vacuum (every ``maintenance_seconds``). Never stops the
+        stream: a failure is logged and tried again next time."""
+        clock = PhaseClock()
+        if roll_up:
             self._roll_up(closed_before(watermark_ms))
             clock.lap("rollup")
             self._expire_state(watermark_ms)
             clock.lap("state_expiry")
-        if self.maintenance_due.due():
+        if maintenance:
             self._maintenance()
             clock.lap("maintenance")
+        self.last_pass = dict(clock.ms)
+        log.info("maintenance pass (ms): %s", json.dumps(clock.ms))
 
     def _roll_up(self, end: dt.datetime) -> None:
         try:
             if not self._rolled_up_known:
-                self._rolled_up_before = self.ctr.rolled_up_before()
+                self._rolled_up_before = self.kept_ctr.rolled_up_before()
                 self._rolled_up_known = True
-            done = self.ctr.roll_up(self._rolled_up_before, end)
+            done = self.kept_ctr.roll_up(self._rolled_up_before, end)
             if done is not None:
                 self._rolled_up_before = end
                 log.info(
                     "speed/ctr roll-up of buckets before %s: %d rows -> %d",
                     f"{end:%Y-%m-%d %H:%M}", done.rows_before, done.rows_after,
                 )  # fmt: skip
-            compacted = self.ctr.compact_minutes(self._rolled_up_before)
+            compacted = self.kept_ctr.compact_minutes(self._rolled_up_before)
             if compacted:
                 log.info("speed/ctr: micro-batch files compacted, %d minute(s)", compacted)
         except Exception as exc:  # maintenance must never stop the stream
@@ -313,9 +372,10 @@ class SpeedBatchWriter:
             # the batch layer, so their speed rows are never read again.
             published = read_registry(self.lake).published("ctr")
             coverage = read_runs(self.lake).of(published.key)
-            pruned = self.ctr.delete_covered(coverage)
-            merged = self.ctr.merge_closed_hours(self._rolled_up_before)
-            vacuumed = self.ctr.vacuum()
+            with self._commit_turn:
+                pruned = self.kept_ctr.delete_covered(coverage)
+            merged = self.kept_ctr.merge_closed_hours(self._rolled_up_before)
+            vacuumed = self.kept_ctr.vacuum()
             log.info(
                 "speed/ctr maintenance: %d covered rows deleted, %d closed hours merged to a "
                 "file each, %d files vacuumed",
@@ -323,9 +383,10 @@ class SpeedBatchWriter:
             )  # fmt: skip
             # speed/late is read for the minutes no batch run covered yet (drift): the covered
             # ones are forgotten, the rest (a file per batch with late events) compacted.
-            late_pruned = self.late.delete_covered(coverage)
+            with self._commit_turn:
+                late_pruned = self.kept_late.delete_covered(coverage)
             log.info("speed/late maintenance: %d covered rows deleted, %s",
-                     late_pruned, self.late.maintain())  # fmt: skip
+                     late_pruned, self.kept_late.maintain())  # fmt: skip
         except Exception as exc:  # maintenance must never stop the stream
             log.warning("speed/ctr maintenance failed (will retry later): %s", exc)
 
@@ -397,3 +458,8 @@ def run(
         return drive(query, "the speed job", on_progress=report, should_stop=should_stop)
     finally:
         lag.close()
+        # A pass under way finishes (its files committed, not left for VACUUM); a stopped job
+        # waits for it a bounded while.
+        if not writer.join_maintenance(timeout=MAINTENANCE_JOIN_S):
+            log.warning("the maintenance pass was still running %d s after the stream ended",
+                        MAINTENANCE_JOIN_S)  # fmt: skip

@@ -51,8 +51,11 @@ Rewrite = Callable[
 
 
 def spark_rewrite(spark: SparkSession) -> Rewrite:
-    """Rewrites run as one Spark job, the groups spread over the cores (a task per group at
-    most)."""
+    """Rewrites run as one Spark job, the groups spread over half the cores (a task per group
+    at most): the job runs beside the stream's micro-batches (the speed job's maintenance
+    thread), and with no more tasks than that, a core is free for each micro-batch's tasks
+    whenever one starts (Spark's FIFO scheduling gives a freed core to the older job's tasks
+    still waiting)."""
 
     def rewrite(
         root: str,
@@ -66,7 +69,7 @@ def spark_rewrite(spark: SparkSession) -> Rewrite:
         if not groups:
             return []
         rows = [(n, json.dumps(list(paths))) for n, paths in enumerate(groups)]
-        tasks = min(len(groups), spark.sparkContext.defaultParallelism)
+        tasks = min(len(groups), max(1, spark.sparkContext.defaultParallelism // 2))
         frame = spark.createDataFrame(rows, "group long, paths string").repartition(tasks)
         task = functools.partial(
             rewrite_groups, root=root, store=store, schema=schema, summed=summed

@@ -32,9 +32,10 @@ class SpeedSettings(BaseSettings):
     # The speed job's streaming checkpoint: the folder of that name under CHECKPOINT_ROOT.
     checkpoint_name: str = "speed"
     # Seconds between two roll-ups of the buckets the watermark closed (one row per key each)
-    # and compactions of the past minutes' micro-batch files, done between micro-batches.
+    # and compactions of the past minutes' micro-batch files, done beside the micro-batches
+    # (in a thread of the job's own).
     rollup_seconds: float = Field(default=60.0, gt=0)
-    # Seconds between two maintenance passes of the job (between micro-batches): deleting the
+    # Seconds between two maintenance passes of the job (beside the micro-batches): deleting the
     # buckets the batch layer covers, merging closed hours' roll-ups, compacting speed/late,
     # vacuuming.
     maintenance_seconds: float = Field(default=300.0, gt=0)

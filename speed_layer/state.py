@@ -284,8 +284,9 @@ def snapshots(
 def expire(root: str, store: ObjectStoreSettings, open_from_ms: int) -> int:
     """Delete what no rebuild reads again: the change files whose newest bucket is before
     ``open_from_ms`` (closed), and per partition the snapshots but the two newest and the
-    change files the older of those holds. Returns how many files went. The driver calls it
-    between micro-batches."""
+    change files the older of those holds. Returns how many files went. The driver's maintenance
+    pass calls it beside the micro-batches: what it deletes, no task of a running batch reads
+    (it reads a partition's newest snapshot and the change files after it, of open buckets)."""
     filesystem, _ = arrow_filesystem(root, store)
     changes, snaps = _listing(root, store)
     kept: dict[int, list[Snapshot]] = {}

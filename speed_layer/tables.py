@@ -24,7 +24,9 @@ of both tables, in one process.
 - **Schema evolution.** A table created before columns were added to its schema (the
   attribution measures of ``speed/ctr``) gets them when the job opens it, as nullable
   columns: its older rows read null there (not measured), its roll-ups keep them null.
-- **Maintenance** in the job's own loop (one writer): delete buckets the batch layer covers
+- **Maintenance** in a thread of the job's own, beside the micro-batches' commits, with its own
+  handles (one writing process; :class:`speed_layer.job.SpeedBatchWriter`): the roll-ups above,
+  and: delete buckets the batch layer covers
   (from both tables), merge each closed hour's roll-ups into one file, compact
   ``speed/late``, vacuum (full) files older than the retention; and the Delta log is
   checkpointed every ``lake.retention.CHECKPOINT_INTERVAL`` commits and cleaned past the

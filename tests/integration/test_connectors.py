@@ -289,6 +289,60 @@ def test_a_replayed_speed_batch_is_appended_once(spark: SparkSession, lake: Lake
     assert table.version() == 2  # created, then a commit per batch: the replay made none
 
 
+def test_the_speed_jobs_maintenance_never_holds_a_batch_back(
+    spark: SparkSession, lake: LakeSettings
+) -> None:
+    """The roll-ups and maintenance run in a thread of their own: micro-batches commit while a
+    pass is under way, a pass due meanwhile waits for the next batch after it, and a real pass
+    beside the commits loses no count."""
+    checkpoint = Path(lake.checkpoint("speed-aside"))
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"aside-query"}')
+    at = dt.datetime(2026, 11, 22, 10, 0, 30, tzinfo=dt.UTC)
+    stamp = int(at.timestamp() * 1000) + 60_000
+    for batch_id in range(6):
+        (checkpoint / "offsets" / str(batch_id)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{stamp}}}\n{{}}\n'
+        )
+    events = spark.createDataFrame(  # the Kafka source's columns
+        [(b"k", orjson.dumps(wire_event("e0", "impression", at)), "events", 0, 0, at)],
+        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp",
+    )
+    write = SpeedBatchWriter(lake, str(checkpoint), SpeedSettings())
+    started, release = threading.Event(), threading.Event()
+    passes: list[int] = []
+    real_pass = write.maintain
+
+    def held(watermark_ms: int, *, roll_up: bool, maintenance: bool) -> None:
+        passes.append(watermark_ms)
+        started.set()
+        assert release.wait(timeout=120)
+
+    write.maintain = held  # type: ignore[method-assign]
+    write.maintenance_due = Periodic(0.001)
+    write(events, 0)  # commits, then starts a pass, which holds
+    assert started.wait(timeout=120)
+    write(events, 1)  # commit while the pass holds; the passes due now wait
+    write(events, 2)
+    table = DeltaTable(lake.table("speed/ctr"))
+    assert table.transaction_version("ctr-speed-aside-query") == 2
+    assert len(passes) == 1
+    release.set()
+    assert write.join_maintenance(timeout=120)
+    write(events, 3)  # the next pass starts after the batch
+    assert write.join_maintenance(timeout=120)
+    assert len(passes) == 2
+    # A real pass (compaction of the minute's micro-batch files is the roll-up's; here the
+    # maintenance: pruning, VACUUM, speed/late) beside two more batches' commits.
+    write.maintain = real_pass  # type: ignore[method-assign]
+    write(events, 4)
+    write(events, 5)
+    assert write.join_maintenance(timeout=120)
+    rows = DeltaTable(lake.table("speed/ctr")).to_pyarrow_table()
+    assert sum(rows.column("impressions").to_pylist()) == 6
+    assert write.last_pass.keys() >= {"maintenance"}
+
+
 # -- Spark's kafka source ----------------------------------------------------------------------
 
 
