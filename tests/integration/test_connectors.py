@@ -313,7 +313,7 @@ def test_the_speed_jobs_maintenance_never_holds_a_batch_back(
     passes: list[int] = []
     real_pass = write.maintain
 
-    def held(watermark_ms: int, *, roll_up: bool, maintenance: bool) -> None:
+    def held(watermark_ms: int, *, roll_up: bool = True, maintenance: bool = True) -> None:
         passes.append(watermark_ms)
         started.set()
         assert release.wait(timeout=120)
