@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -311,15 +312,30 @@ def sum_per_key(rows: pa.Table, counts: Sequence[str] = COUNTS) -> pa.Table:
     return summed
 
 
-def _unions(lists: pa.ChunkedArray) -> pa.Array:
-    """Each list of sketches as one: itself when it is the only one, null when all are."""
-    merged = []
-    for group in lists.to_pylist():
-        present = [s for s in group if s is not None]
-        merged.append(
-            None if not present else present[0] if len(present) == 1 else union_sketch(present)
-        )
-    return pa.array(merged, pa.binary())
+def _unions(lists: pa.ChunkedArray | pa.ListArray) -> pa.Array:
+    """Each list of sketches as one: itself when it is the only one, null when all are. Only
+    the lists of several sketches reach Python (a roll-up of a minute at 5,000 events/s: about
+    a third of its 160,000 keys); the rest is taken in Arrow."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    n = len(lists)
+    flat = pc.list_flatten(lists)
+    present = pc.is_valid(flat)
+    flat = flat.filter(present)
+    # The list each present sketch belongs to, ascending: each list's sketches are adjacent.
+    owners = pc.list_parent_indices(lists).filter(present).to_numpy()
+    counts = np.bincount(owners, minlength=n)
+    first = np.minimum(np.searchsorted(owners, np.arange(n)), max(len(flat) - 1, 0))
+    if not len(flat):
+        return pa.nulls(n, pa.binary())
+    merged = flat.take(pa.array(first, mask=counts == 0))
+    several = np.flatnonzero(counts > 1)
+    if not len(several):
+        return merged
+    unioned = [union_sketch(flat.slice(first[i], counts[i]).to_pylist()) for i in several]
+    mask = np.zeros(n, dtype=bool)
+    mask[several] = True
+    return pc.replace_with_mask(merged, pa.array(mask), pa.array(unioned, pa.binary()))
 
 
 def total(rows: pa.Table, column: str) -> int:

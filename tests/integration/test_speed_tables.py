@@ -24,9 +24,10 @@ from serving_layer.relations import RelationCache
 from serving_layer.sandbox.database import SANDBOX_VIEWS, open_sandbox
 from serving_layer.snapshots import SnapshotSource
 from speed_layer.rewrite import spark_rewrite
-from speed_layer.tables import SpeedTable, sum_per_key
+from speed_layer.tables import SpeedTable, _unions, sum_per_key
 from speed_layer.tasks import closed_before
 from views.columns import DIMENSIONS
+from views.sketches import sketch, sketch_estimate, union_sketch
 
 T = dt.datetime(2026, 11, 24, 9, 58, tzinfo=dt.UTC)
 APP = "ctr-speed-test-query"
@@ -293,6 +294,20 @@ def test_sum_per_key_is_the_readers_rule() -> None:
     summed = sum_per_key(rows((0, "a", 1, 0), (0, "a", 2, 1), (1, "a", 1, 1)))
     found = sorted((r["bucket_start"], r["impressions"], r["clicks"]) for r in summed.to_pylist())
     assert found == [(minute(0), 3, 1), (minute(1), 1, 1)]
+
+
+def test_the_sketches_of_a_key_are_unioned_and_a_lone_one_kept_as_it_is() -> None:
+    """A key's rows' sketches become their union; one sketch stays byte for byte; a key whose
+    rows all have none stays null (not measured)."""
+    a, b, c = sketch(["u1", "u2"]), sketch(["u2", "u3"]), sketch(["u9"])
+    lists = pa.array(
+        [[a, None, b], [None], [c], [None, c, None], [], [b, a]], pa.list_(pa.binary())
+    )
+    merged = _unions(pa.chunked_array([lists[:2], lists[2:]])).to_pylist()
+    assert merged == [union_sketch([a, b]), None, c, c, None, union_sketch([b, a])]
+    assert sketch_estimate(merged[0]) == pytest.approx(3)
+    assert _unions(pa.array([[None], [None]], pa.list_(pa.binary()))).to_pylist() == [None, None]
+    assert _unions(pa.array([], pa.list_(pa.binary()))).to_pylist() == []
 
 
 @pytest.mark.parametrize(
