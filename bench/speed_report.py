@@ -148,7 +148,8 @@ def report(  # noqa: PLR0917
         print(
             f"bench speed: {passes['passes']} maintenance passes beside the micro-batches "
             f"(roll-up, compaction, pruning, VACUUM), median {passes['median_ms']:,} ms, "
-            f"longest {passes['max_ms']:,} ms"
+            f"longest {passes['max_ms']:,} ms; median per part: "
+            + ", ".join(f"{k} {v:,.0f}" for k, v in passes["parts_median_ms"].items())
         )
     print("bench speed: after the commit, through the API (median ms: snapshot = commit until a "
           "request reading its version is sent; query = that request):")  # fmt: skip
@@ -210,12 +211,14 @@ _ORDER = (
 )
 
 
-def _passes(log: Path) -> dict[str, int]:
-    totals = [sum(p.values()) for p in maintenance_passes(log)]
+def _passes(log: Path) -> dict[str, object]:
+    passes = maintenance_passes(log)
+    totals = [sum(p.values()) for p in passes]
     return {
         "passes": len(totals),
         "median_ms": round(statistics.median(totals)) if totals else 0,
         "max_ms": max(totals, default=0),
+        "parts_median_ms": _medians(passes) if passes else {},
     }
 
 
