@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from runtime.connectors import kafka_options
+from runtime.connectors import MAX_POLL_RECORDS, kafka_options, read_kafka
 from runtime.kafka_settings import KafkaSettings, jaas_config
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -172,3 +172,40 @@ def test_from_environ_takes_no_credentials_from_this_process(
     other = KafkaSettings.from_environ({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
     assert other.security_protocol == "PLAINTEXT"
     assert other.sasl_username is None
+
+
+class _Reader:
+    """What read_kafka gives Spark's reader (no JVM: the options it assembles)."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, str] = {}
+
+    def format(self, name: str) -> _Reader:
+        assert name == "kafka"
+        return self
+
+    def option(self, key: str, value: str) -> _Reader:
+        self.options[key] = value
+        return self
+
+    def load(self) -> dict[str, str]:
+        return self.options
+
+
+def test_sparks_kafka_reads_poll_many_records_at_once_unless_told_otherwise() -> None:
+    class Spark:
+        read = readStream = _Reader()
+
+    default = read_kafka(Spark(), sasl(), stream=True, group_prefix="g")  # type: ignore[arg-type]
+    assert default["kafka.max.poll.records"] == MAX_POLL_RECORDS == "20000"
+    assert default["groupIdPrefix"] == "g"
+    assert default["kafka.sasl.mechanism"] == "SCRAM-SHA-256"
+    Spark.read = _Reader()
+    told = read_kafka(
+        Spark(),  # type: ignore[arg-type]
+        sasl(),
+        stream=False,
+        group_prefix="g",
+        **{"kafka.max.poll.records": "800"},
+    )
+    assert told["kafka.max.poll.records"] == "800"
