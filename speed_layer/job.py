@@ -328,8 +328,7 @@ class SpeedBatchWriter:
         stream: a failure is logged and tried again next time."""
         clock = PhaseClock()
         if roll_up:
-            self._roll_up(closed_before(watermark_ms))
-            clock.lap("rollup")
+            self._roll_up(closed_before(watermark_ms), clock)
             self._expire_state(watermark_ms)
             clock.lap("state_expiry")
         if maintenance:
@@ -338,7 +337,8 @@ class SpeedBatchWriter:
         self.last_pass = dict(clock.ms)
         log.info("maintenance pass (ms): %s", json.dumps(clock.ms))
 
-    def _roll_up(self, end: dt.datetime) -> None:
+    def _roll_up(self, end: dt.datetime, clock: PhaseClock) -> None:
+        """The roll-up, then the minute compaction (a lap of ``clock`` each)."""
         try:
             if not self._rolled_up_known:
                 self._rolled_up_before = self.kept_ctr.rolled_up_before()
@@ -350,10 +350,13 @@ class SpeedBatchWriter:
                     "speed/ctr roll-up of buckets before %s: %d rows -> %d",
                     f"{end:%Y-%m-%d %H:%M}", done.rows_before, done.rows_after,
                 )  # fmt: skip
+            clock.lap("rollup")
             compacted = self.kept_ctr.compact_minutes(self._rolled_up_before)
+            clock.lap("compaction")
             if compacted:
                 log.info("speed/ctr: micro-batch files compacted, %d minute(s)", compacted)
         except Exception as exc:  # maintenance must never stop the stream
+            clock.lap("rollup")
             log.warning("speed/ctr roll-up failed (will retry): %s", exc)
 
     def _expire_state(self, watermark_ms: int) -> None:
