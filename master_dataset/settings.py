@@ -26,7 +26,8 @@ class ArchiverSettings(BaseSettings):
     fail_on_data_loss: bool = True
     # The archiver's streaming checkpoint: the folder of that name under CHECKPOINT_ROOT.
     checkpoint_name: str = "archiver"
-    # Seconds between two compactions and vacuums of the archiver's tables (between batches).
+    # Seconds between two compactions and vacuums of the archiver's tables (in a thread of its
+    # own, beside the micro-batches).
     maintenance_seconds: float = Field(default=900.0, gt=0)
     # Seconds between two full VACUUMs of those tables (the listing of every file: the only
     # way to find files a crashed attempt wrote); the other passes vacuum lite.
