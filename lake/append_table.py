@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -165,29 +165,38 @@ class AppendTable:
         :data:`APPEND_ATTEMPTS` times: it adds rows only, and the transaction makes a retry
         of a commit that did land a no-op."""
         data = rows.select(self.schema.names).cast(self.schema)
+
+        def write(table: DeltaTable | None) -> None:
+            write_deltalake(
+                table if table is not None else self.path,
+                data,
+                mode="append",
+                partition_by=self.partition_by or None,
+                configuration=(self.properties or None) if table is None else None,
+                storage_options=delta_options(self.path, self.store) if table is None else None,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id=app_id, version=version)]
+                ),
+            )
+
+        return self._once(app_id, version, write)
+
+    def _once(self, app_id: str, version: int, write: Callable[[DeltaTable | None], None]) -> bool:
+        """``write`` (given the table, None while it does not exist) as the commit of
+        (``app_id``, ``version``), unless the table holds it already; a commit refused for a
+        concurrent one is tried again on the newer version, up to :data:`APPEND_ATTEMPTS`
+        times. Returns whether it wrote."""
         for attempt in range(1, APPEND_ATTEMPTS + 1):
             table = self.table
             if self._replayed(table, app_id, version):
                 return False
             try:
-                write_deltalake(
-                    table if table is not None else self.path,
-                    data,
-                    mode="append",
-                    partition_by=self.partition_by or None,
-                    configuration=(self.properties or None) if table is None else None,
-                    storage_options=(
-                        delta_options(self.path, self.store) if table is None else None
-                    ),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id=app_id, version=version)]
-                    ),
-                )
+                write(table)
                 return True
             except Exception as exc:
                 if not is_commit_conflict(exc) or attempt == APPEND_ATTEMPTS:
                     raise
-                log.info("%s: append conflicted (attempt %d), retried: %s", self.path, attempt, exc)
+                log.info("%s: commit conflicted (attempt %d), retried: %s", self.path, attempt, exc)
         raise AssertionError("unreachable")
 
     def _replayed(self, table: DeltaTable | None, app_id: str, version: int) -> bool:
@@ -214,36 +223,28 @@ class AppendTable:
         conflict check refuses for one of those is tried again on the newer version, as
         :meth:`append` does."""
         actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]
-        for attempt in range(1, APPEND_ATTEMPTS + 1):
-            table = self.table
-            if self._replayed(table, app_id, version):
-                return False
+
+        def write(table: DeltaTable | None) -> None:
             if table is None:
-                table = DeltaTable.create(
+                table = self._table = DeltaTable.create(
                     self.path,
                     self.schema,
                     partition_by=self.partition_by or None,
                     configuration=self.properties or None,
                     storage_options=delta_options(self.path, self.store),
                 )
-                self._table = table
-            try:
-                table.create_write_transaction(
-                    actions,
-                    mode="append",
-                    schema=self.schema,
-                    partition_by=self.partition_by or None,
-                    commit_properties=CommitProperties(
-                        custom_metadata=dict(metadata) if metadata else None,
-                        app_transactions=[Transaction(app_id=app_id, version=version)],
-                    ),
-                )
-                return True
-            except Exception as exc:
-                if not is_commit_conflict(exc) or attempt == APPEND_ATTEMPTS:
-                    raise
-                log.info("%s: commit conflicted (attempt %d), retried: %s", self.path, attempt, exc)
-        raise AssertionError("unreachable")
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=self.schema,
+                partition_by=self.partition_by or None,
+                commit_properties=CommitProperties(
+                    custom_metadata=dict(metadata) if metadata else None,
+                    app_transactions=[Transaction(app_id=app_id, version=version)],
+                ),
+            )
+
+        return self._once(app_id, version, write)
 
 
 def add_action(file: DataFile, *, data_change: bool = True) -> AddAction:

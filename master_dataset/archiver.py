@@ -37,7 +37,6 @@ import datetime as dt
 import functools
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -54,7 +53,15 @@ from master_dataset.settings import ArchiverSettings
 from runtime.connectors import ARCHIVER_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.object_store import ObjectStoreSettings
-from runtime.streaming import Periodic, PhaseClock, RecentPhases, StreamProgress, drive
+from runtime.streaming import (
+    MAINTENANCE_JOIN_SECONDS,
+    BackgroundPass,
+    Periodic,
+    PhaseClock,
+    RecentPhases,
+    StreamProgress,
+    drive,
+)
 from views.ctr import ctr_arrow
 
 if TYPE_CHECKING:
@@ -63,8 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctr.archiver")
 
-# Seconds a stopping archiver waits for a maintenance pass under way.
-MAINTENANCE_JOIN_SECONDS: Final = 120.0
 # What a task returns: a row per data file written, and one row with its counts (the
 # arrivals, as an Arrow IPC stream) and its own phases (ms, JSON).
 TASK_SCHEMA: Final = pa.schema([*FILES_SCHEMA, ("counts", pa.binary()), ("task_ms", pa.string())])
@@ -126,7 +131,7 @@ class ArchiveBatchWriter:
         # The first pass a minute after the start (see Periodic), with a full VACUUM.
         self.maintenance_due = Periodic(self.settings.maintenance_seconds, first_after_s=60)
         self.full_vacuum_due = Periodic(self.settings.full_vacuum_seconds, first_after_s=0)
-        self._maintenance: threading.Thread | None = None
+        self._maintenance = BackgroundPass("archiver-maintenance")
         self.phases = RecentPhases()
         # The lake's object store, given to the tasks too (in their closure).
         self.store = lake.object_store
@@ -207,23 +212,14 @@ class ArchiveBatchWriter:
     def start_maintenance(self) -> bool:
         """Start a maintenance pass in its own thread (:meth:`maintain`), unless one is still
         running; returns whether it started."""
-        if self._maintenance is not None and self._maintenance.is_alive():
+        if self._maintenance.running:
             log.info("maintenance: the last pass is still running; this one is skipped")
             return False
-        full = self.full_vacuum_due.due()
-        self._maintenance = threading.Thread(
-            target=self.maintain, kwargs={"full_vacuum": full}, name="archiver-maintenance",
-            daemon=True,
-        )  # fmt: skip
-        self._maintenance.start()
-        return True
+        return self._maintenance.start(self.maintain, full_vacuum=self.full_vacuum_due.due())
 
     def join_maintenance(self, timeout: float | None = None) -> bool:
         """Wait for the running maintenance pass (if any); returns whether none is running."""
-        if self._maintenance is not None:
-            self._maintenance.join(timeout)
-            return not self._maintenance.is_alive()
-        return True
+        return self._maintenance.join(timeout)
 
     def maintain(self, *, full_vacuum: bool = True) -> None:
         """Compact and vacuum master/events, master/rejected and master/arrivals, one pass; a

@@ -6,10 +6,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from runtime.errors import CtrError, reason_in
 
@@ -59,6 +60,40 @@ class Periodic:
             return False
         self._last = now
         return True
+
+
+# How long a stopping job waits for its maintenance pass under way (BackgroundPass.join).
+MAINTENANCE_JOIN_SECONDS: Final = 120.0
+
+
+class BackgroundPass:
+    """A streaming job's periodic work (compaction, roll-ups, VACUUM) in a thread of its own,
+    one pass at a time: the micro-batches go on committing while it runs."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, target: Callable[..., object], *args: object, **kwargs: object) -> bool:
+        """Run ``target(*args, **kwargs)`` in a daemon thread, unless a pass is still running;
+        returns whether it started."""
+        if self.running:
+            return False
+        self._thread = threading.Thread(
+            target=target, args=args, kwargs=kwargs, name=self.name, daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the pass under way (if any); returns whether none is running."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
 
 
 class RecentPhases:

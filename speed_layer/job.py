@@ -60,6 +60,8 @@ from lake.storage import is_delta, open_delta
 from runtime.connectors import SPEED_GROUP, read_kafka
 from runtime.kafka_settings import KafkaSettings
 from runtime.streaming import (
+    MAINTENANCE_JOIN_SECONDS,
+    BackgroundPass,
     KafkaLag,
     Periodic,
     PhaseClock,
@@ -94,8 +96,6 @@ OBSERVATION: Final = "speed"
 # The attribution window of the version of ``ctr`` that attributes clicks (version 3).
 ATTRIBUTION: Final = next(d.attribution for d in versions("ctr") if d.attribution is not None)
 STATE_DIR: Final = "attribution"  # the attribution's state, in the checkpoint's directory
-# How long a stopping job waits for a maintenance pass under way.
-MAINTENANCE_JOIN_S: Final = 120
 
 
 class SpeedStateError(SpeedError, RuntimeError):
@@ -174,7 +174,7 @@ class SpeedBatchWriter:
         # pruning, VACUUM): a handle each, as they run in different threads.
         self.ctr, self.late = tables()
         self.kept_ctr, self.kept_late = tables()
-        self._pass: threading.Thread | None = None
+        self._pass = BackgroundPass("speed-maintenance")
         # A delete of covered buckets conflicts with any commit that adds rows meanwhile (Delta's
         # conflict check): the pass's deletes and the micro-batches' commits take turns. The
         # compactions' commits change no data and need no turn.
@@ -295,28 +295,19 @@ class SpeedBatchWriter:
         after a micro-batch ran under ``watermark_ms``, unless a pass is still running (what
         falls due meanwhile waits for the next batch after it); returns whether one started.
         The next micro-batches commit while it runs: the stream never waits for it."""
-        if self._pass is not None and self._pass.is_alive():
+        if self._pass.running:
             return False
         roll_up = watermark_ms > 0 and self._rollup.due()
         maintenance = self.maintenance_due.due()
         if not (roll_up or maintenance):
             return False
-        self._pass = threading.Thread(
-            target=self.maintain,
-            args=(watermark_ms,),
-            kwargs={"roll_up": roll_up, "maintenance": maintenance},
-            name="speed-maintenance",
-            daemon=True,
+        return self._pass.start(
+            self.maintain, watermark_ms, roll_up=roll_up, maintenance=maintenance
         )
-        self._pass.start()
-        return True
 
     def join_maintenance(self, timeout: float | None = None) -> bool:
         """Wait for the running maintenance pass (if any); returns whether none is running."""
-        if self._pass is not None:
-            self._pass.join(timeout)
-            return not self._pass.is_alive()
-        return True
+        return self._pass.join(timeout)
 
     def maintain(
         self, watermark_ms: int, *, roll_up: bool = True, maintenance: bool = True
@@ -463,6 +454,6 @@ def run(
         lag.close()
         # A pass under way finishes (its files committed, not left for VACUUM); a stopped job
         # waits for it a bounded while.
-        if not writer.join_maintenance(timeout=MAINTENANCE_JOIN_S):
-            log.warning("the maintenance pass was still running %d s after the stream ended",
-                        MAINTENANCE_JOIN_S)  # fmt: skip
+        if not writer.join_maintenance(timeout=MAINTENANCE_JOIN_SECONDS):
+            log.warning("the maintenance pass was still running %.0f s after the stream ended",
+                        MAINTENANCE_JOIN_SECONDS)  # fmt: skip

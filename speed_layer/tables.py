@@ -340,12 +340,13 @@ def _unions(lists: pa.ChunkedArray | pa.ListArray) -> pa.Array:
     flat = pc.list_flatten(lists)
     present = pc.is_valid(flat)
     flat = flat.filter(present)
+    if not len(flat):
+        return pa.nulls(n, pa.binary())
     # The list each present sketch belongs to, ascending: each list's sketches are adjacent.
     owners = pc.list_parent_indices(lists).filter(present).to_numpy()
     counts = np.bincount(owners, minlength=n)
-    first = np.minimum(np.searchsorted(owners, np.arange(n)), max(len(flat) - 1, 0))
-    if not len(flat):
-        return pa.nulls(n, pa.binary())
+    # Each list's first present sketch (a list with none points anywhere: masked below).
+    first = np.minimum(np.searchsorted(owners, np.arange(n)), len(flat) - 1)
     merged = flat.take(pa.array(first, mask=counts == 0))
     several = np.flatnonzero(counts > 1)
     if not len(several):
