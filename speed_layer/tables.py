@@ -20,9 +20,7 @@ of both tables, in one process.
   files closed at different minutes): readers sum per key anyway.
 - **Minute compaction.** With the roll-up, the micro-batch files of each minute the stream
   has moved past become one file: the open buckets live in about ten files instead of one
-  per micro-batch (600 at a micro-batch a second), and each query reads them. Their rows are
-  concatenated, not summed: the roll-up sums them once, when their buckets close (a sum here
-  too cost as much again, the sketches' unions mostly, and kept 60 % of the rows).
+  per micro-batch (600 at a micro-batch a second), and each query reads them.
 - **Schema evolution.** A table created before columns were added to its schema (the
   attribution measures of ``speed/ctr``) gets them when the job opens it, as nullable
   columns: its older rows read null there (not measured), its roll-ups keep them null.
@@ -188,20 +186,17 @@ class SpeedTable(AppendTable):
         table: DeltaTable,
         groups: Sequence[Sequence[dict[str, Any]]],
         metadata: dict[str, str],
-        *,
-        summed: Callable[[pa.Table], pa.Table] | None = None,
     ) -> tuple[int, int]:
-        """Replace each group of ``files`` by one file of their rows ``summed`` (default: per
-        key, :func:`sum_per_key`): the groups rewritten by Spark tasks
-        (:mod:`speed_layer.rewrite`), then one commit of the removes and adds
-        (``dataChange=false``: every reader sums per key, so the table says the same), with
-        ``metadata``. Returns the rows before and after."""
+        """Replace each group of ``files`` by one file of their rows summed per key: the
+        groups rewritten by Spark tasks (:mod:`speed_layer.rewrite`), then one commit of the
+        removes and adds (``dataChange=false``: every reader sums per key, so the table says the
+        same), with ``metadata``. Returns the rows before and after."""
         if not groups:
             return 0, 0
         if self.rewrite is None:
             raise RuntimeError(f"{self.path}: a SpeedTable needs a rewrite to roll up or compact")
         paths = [[f["path"] for f in files] for files in groups]
-        done = self.rewrite(self.path, self.store, paths, self.schema, summed or sum_per_key)
+        done = self.rewrite(self.path, self.store, paths, self.schema, sum_per_key)
         now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
         actions: list[AddAction | RemoveAction] = [
             RemoveAction(
@@ -233,8 +228,7 @@ class SpeedTable(AppendTable):
         so this leaves a file per minute where there were one per micro-batch (the open
         buckets' files, read by every query, until the watermark closes them), and a compacted
         minute is compacted again only if a later micro-batch's newest bucket falls in it (a
-        replay). The rows are joined, not summed (:func:`concatenated`): the roll-up takes the
-        compacted files as it took their micro-batches', and sums them once."""
+        replay). The roll-up takes the compacted files as it took their micro-batches'."""
         table = self.table
         if table is None:
             return 0
@@ -247,20 +241,13 @@ class SpeedTable(AppendTable):
             ),
             lambda t: t.replace(second=0, microsecond=0),
         )
-        past = [files for _, files in per_minute[:-1]]
-        return self._merge_each(table, past, summed=concatenated)
+        return self._merge_each(table, [files for _, files in per_minute[:-1]])
 
-    def _merge_each(
-        self,
-        table: DeltaTable,
-        groups: Sequence[Sequence[dict[str, Any]]],
-        *,
-        summed: Callable[[pa.Table], pa.Table] | None = None,
-    ) -> int:
-        """Replace each group of several files by one, in one commit, their rows ``summed``
-        (default: per key); returns the groups replaced."""
+    def _merge_each(self, table: DeltaTable, groups: Sequence[Sequence[dict[str, Any]]]) -> int:
+        """Replace each group of several files by one, in one commit; returns the groups
+        replaced."""
         merged = [files for files in groups if len(files) > 1]
-        self._replace(table, merged, {}, summed=summed)
+        self._replace(table, merged, {})
         return len(merged)
 
     def delete_covered(self, coverage: Coverage) -> int:
@@ -302,11 +289,6 @@ def _per_period(
     for f in files:
         groups.setdefault(period(f["max"]), []).append(f)
     return sorted(groups.items())
-
-
-def concatenated(rows: pa.Table) -> pa.Table:
-    """The rows as they are (the minute compaction: files joined, not summed)."""
-    return rows
 
 
 def sum_per_key(rows: pa.Table, counts: Sequence[str] = COUNTS) -> pa.Table:
