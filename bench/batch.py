@@ -107,19 +107,20 @@ def _generate(path: str, events: int, chunk: int = 2_000_000, day: dt.datetime =
         ad = _choose(pick, ad_p)
         table = pa.table(
             {
-                "event_id": pa.array(ids.astype(str)),
+                "event_id": _ids("evt", ids),
                 "event_type": pa.array(np.where(click, "click", "impression")),
                 "event_time": pa.array(when.astype(np.int64), pa.timestamp("us", tz="UTC")),
-                "impression_id": pa.array(np.where(click, shown, ids).astype(str)),
+                "impression_id": _ids("imp", np.where(click, shown, ids)),
                 "ad_id": pa.array(ads[ad]),
                 "campaign_id": pa.array(campaigns[ad]),
                 "site_id": pa.array(sites[_choose(_key(seed, 7), site_p)]),
                 "country": pa.array(countries[_choose(_key(seed, 11), country_p)]),
                 "device_type": pa.array(devices[_choose(_key(seed, 13), device_p)]),
-                "user_id": pa.array((seed % np.uint64(200_000)).astype(str)),
+                "user_id": _users(seed % np.uint64(200_000)),
                 "schema_version": pa.array(np.ones(n, np.int32)),
                 "event_date": pa.array(np.full(n, day.date())),
-                "kafka_partition": pa.array((ids % 6).astype(np.int32)),
+                # The Kafka key is the impression id: a click shares its impression's partition.
+                "kafka_partition": pa.array((np.where(click, shown, ids) % 6).astype(np.int32)),
                 "kafka_offset": pa.array(np.arange(offset, offset + n, dtype=np.int64)),
                 "ingest_time": pa.array(when.astype(np.int64) + 1000, pa.timestamp("us", tz="UTC")),
             }
@@ -215,6 +216,21 @@ def _stored_bytes(path: str) -> dict[str, int]:
                 sizes[kind] += chunk.total_compressed_size
                 sizes["total"] += chunk.total_compressed_size
     return sizes
+
+
+def _ids(prefix: str, numbers: np.ndarray) -> pa.Array:
+    """Ids as the traffic generator makes them (``evt-`` and 24 random-looking hex digits,
+    :mod:`ingest.traffic`), one per number: a sort by them compares their whole 28 bytes, as
+    it does in live traffic, not a short decimal."""
+    mixed = numbers.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    low = (numbers.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)) >> np.uint64(32)
+    pairs = zip(mixed.tolist(), low.tolist(), strict=True)
+    return pa.array([f"{prefix}-{m:016x}{w:08x}" for m, w in pairs])
+
+
+def _users(numbers: np.ndarray) -> pa.Array:
+    """User ids as the traffic generator makes them (``user-0001234``)."""
+    return pa.array([f"user-{u:07d}" for u in numbers.tolist()])
 
 
 def _key(seed: np.ndarray, salt: int) -> np.ndarray:
