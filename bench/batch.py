@@ -163,9 +163,9 @@ def _spark_run(
 
 def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> dict[str, float]:
     """Seconds of the view's parts, cumulatively, over the day's events: the scan of the
-    columns the job reads, + the view's aggregation without the dedup, + the dedup (the job's
-    view, in the job's partitions). Each is run to completion into Spark's ``noop`` sink, so
-    no write is timed."""
+    columns the job reads, + the view's aggregation without the dedup, + the dedup's exchange
+    of every row by event_id, + its sort (the job's view, in the job's partitions). Each is
+    run to completion into Spark's ``noop`` sink, so no write is timed."""
     from batch_layer.job import deduplicate, interval_events
     from views.columns import DIMENSIONS
     from views.ctr import ctr
@@ -181,6 +181,10 @@ def _view_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> 
     parts = {
         "scan (the columns the job reads)": events,
         "scan + view, no dedup": events.transform(ctr),
+        # The dedup's two halves: its exchange of every row by event_id, then its sort.
+        f"scan + exchange by event_id + view, no dedup ({partitions} partitions)": (
+            events.repartition(partitions, "event_id").transform(ctr)
+        ),
         f"scan + dedup + view (the job's, {partitions} partitions)": deduplicate(
             events, partitions
         ).transform(ctr),
