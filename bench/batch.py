@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from batch_layer.interval import Interval
 from batch_layer.job import BatchRun, run
+from bench import batch_local
 from events.records import EVENTS_SCHEMA
 from ingest.traffic import COUNTRY_MIX, DEVICE_MIX
 from lake.catalog import MASTER_EVENTS
@@ -284,6 +285,15 @@ def _measure(lake: LakeSettings, events: int) -> dict[str, object]:
     ratio = spark_seconds / duck_seconds
     first_ratio = runs[0][0] / ducks[0]
     parts = _view_parts(spark, lake, interval)
+    # The dedup without an exchange, a candidate the job does not use (bench/batch_local.py).
+    parts |= batch_local.parts(
+        spark,
+        DeltaTable(MASTER_EVENTS.path(lake)).file_uris(),
+        interval,
+        Path(lake.lake_root).parent / "local-dedup",
+        ours,
+    )
+    parts |= batch_local.reach_parts(spark, lake, interval)
     # Reach: what the user lists and sketches cost in time (version 1 without them, twice, in
     # the same process) and in storage (the day's files, per column, with and without).
     stored = _stored_bytes(lake.table("batch/ctr"))
