@@ -124,25 +124,27 @@ def _task(
 def _partition_rows(file: str, partition: int) -> pa.Table | None:
     """The row groups of ``file`` whose statistics may hold ``partition``."""
     parquet = pq.ParquetFile(file)
-    metadata = parquet.metadata
-    column = metadata.schema.to_arrow_schema().get_field_index("kafka_partition")
-    groups = []
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(column).statistics
-        if stats is None or not stats.has_min_max or stats.min <= partition <= stats.max:
-            groups.append(group)
+    groups = [g for g, (low, high) in enumerate(_ranges(parquet)) if low <= partition <= high]
     return parquet.read_row_groups(groups, columns=READ) if groups else None
 
 
 def _partitions(file: str) -> set[int]:
     """The Kafka partitions ``file``'s row groups may hold (their statistics: no data read)."""
-    metadata = pq.ParquetFile(file).metadata
+    return {p for low, high in _ranges(pq.ParquetFile(file)) for p in range(low, high + 1)}
+
+
+def _ranges(parquet: pq.ParquetFile) -> list[tuple[int, int]]:
+    """Each row group's lowest and highest Kafka partition, from its statistics (the files
+    the benchmark writes all have them)."""
+    metadata = parquet.metadata
     column = metadata.schema.to_arrow_schema().get_field_index("kafka_partition")
-    found: set[int] = set()
+    ranges = []
     for group in range(metadata.num_row_groups):
         stats = metadata.row_group(group).column(column).statistics
-        found.update(range(stats.min, stats.max + 1))
-    return found
+        if stats is None or not stats.has_min_max:
+            raise ValueError(f"row group {group} has no kafka_partition bounds")
+        ranges.append((int(stats.min), int(stats.max)))
+    return ranges
 
 
 def local_view(
