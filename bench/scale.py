@@ -35,7 +35,6 @@ import platform
 import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Final
 
 from bench.batch import DAY, _generate
-from infra.broker import scratch_broker
+from infra.broker import free_port, scratch_broker
 from ingest.producer import EventProducer
 from ingest.send_loop import produce
 from ingest.settings import ProducerSettings
@@ -363,19 +362,19 @@ class _Cluster:
 
     def __enter__(self) -> str:
         self.folder.mkdir(parents=True)
-        port = _free_port()
+        port = free_port()
         url = f"spark://127.0.0.1:{port}"
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                "PYSPARK_PYTHON": sys.executable}  # fmt: skip
         master_log = self.folder / "master.log"
         self._start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                     str(port), "--webui-port", str(_free_port())], master_log, env)  # fmt: skip
+                     str(port), "--webui-port", str(free_port())], master_log, env)  # fmt: skip
         for n in range(self.workers):
             work = self.folder / f"work-{n}"
             work.mkdir()
             log = self.folder / f"worker-{n}.log"
             self._start(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                         "--cores", "1", "--memory", "3g", "--webui-port", str(_free_port()),
+                         "--cores", "1", "--memory", "3g", "--webui-port", str(free_port()),
                          "--work-dir", str(work)], log, env)  # fmt: skip
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -404,13 +403,6 @@ class _Cluster:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, 9)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.errors import InfraError
+from infra.ports import LOWEST, bindable, claim, ephemeral_low
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT: Final = ROOT / "infra" / "seaweedfs.sh"
@@ -130,7 +130,7 @@ class LocalS3:
             self._write_env()
             return False
         for port in self.ports():
-            if not _bindable(port):
+            if not bindable(port):
                 raise S3Error(
                     f"port {port} (of the S3 server's {', '.join(map(str, self.ports()))}) is "
                     "taken by another process: set CTR_S3_PORT or stop it"
@@ -248,41 +248,17 @@ class LocalS3:
 
 def free_base_port() -> int:
     """A ``CTR_S3_PORT`` whose eight ports (:meth:`LocalS3.ports`) are all free now (tests,
-    benchmarks).
-
-    The block lies below the kernel's ephemeral range, so that no outgoing connection (Spark's,
-    Kafka's: hundreds in a test session) can take one of its ports between this check and the
-    server's bind; each port is checked by binding it, which also sees a port held by a
-    connection and not only by a listener."""
-    low = _ephemeral_low()
-    top = min(low, 65536) - 10004  # the block's gRPC ports stay below the ephemeral range
-    if top <= 1024:
-        raise S3Error(f"no room for the S3 server's ports below the ephemeral range (from {low})")
+    benchmarks): below the kernel's ephemeral range and checked by binding, as
+    :func:`infra.ports.free_port` chooses its ports (and never one of those)."""
+    top = min(ephemeral_low(), 65536) - 10004  # the block's gRPC ports stay below the range
+    if top <= LOWEST:
+        raise S3Error(f"no room for the S3 server's ports below the ephemeral range (from {top})")
     chooser = random.SystemRandom()
     for _ in range(200):
-        base = chooser.randrange(max(1024, top // 2), top)
-        ports = [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
-        if all(_bindable(port) for port in ports):
+        base = chooser.randrange(max(LOWEST, top // 2), top)
+        if claim([base + i for i in range(4)] + [base + 10000 + i for i in range(4)]):
             return base
     raise S3Error("no free block of ports for the S3 server")
-
-
-def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
-    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def _reap(pid: int) -> None:

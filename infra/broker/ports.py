@@ -1,12 +1,15 @@
-"""Ports of the local cluster: whether one is taken, a free one for tests."""
+"""Ports of the local cluster: whether one is taken; a free one for tests is
+:func:`infra.ports.free_port`."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 
 from infra.broker.errors import BrokerError
 from infra.broker.layout import Node
+from infra.ports import bindable, free_port
+
+__all__ = ["check_ports", "free_port", "port_in_use"]
 
 
 def check_ports(nodes: Iterable[Node]) -> None:
@@ -25,17 +28,4 @@ def check_ports(nodes: Iterable[Node]) -> None:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return not bindable(port, host)
