@@ -146,7 +146,7 @@ def compute_view(  # noqa: PLR0913 - keyword-only options of one computation
     version (or from a ``replay``): rows with ``run_id``, the master/events version they
     hold, the run id, and the bytes of events they are computed from. Same interval,
     definition and input version -> same run id, so a rerun writes identical rows.
-    ``reach``: with who each row reached (:func:`views.ctr.reach_columns`; without, the view
+    ``reach``: with who each row reached (:func:`views.ctr.with_reach`; without, the view
     leaves those columns out and the write stores them null: the benchmark's comparison). Its
     users are numbered first: the interval's users the dictionary has not got are added to it
     (a commit of ``batch/users``, :mod:`batch_layer.users`), and each event joined to its
@@ -180,9 +180,9 @@ def compute_view(  # noqa: PLR0913 - keyword-only options of one computation
         users_added = dictionary.added
         deduplicated = deduplicated.join(dictionary.users, "user_id", "left")
     if window is None:
-        view = ctr(deduplicated, reach=reach)
+        view = ctr(deduplicated, reach=reach, partitions=partitions)
     else:
-        view = attributed_ctr(deduplicated, window, reach=reach).where(
+        view = attributed_ctr(deduplicated, window, reach=reach, partitions=partitions).where(
             interval.sql_predicate("bucket_start")
         )
     return ComputedView(

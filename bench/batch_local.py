@@ -1,5 +1,6 @@
-"""The batch benchmark's candidates for issue 71 (the job uses neither yet): a dedup without an
-exchange, and reach counted in Arrow tasks.
+"""The batch benchmark's measured parts for issue 71: a dedup without an exchange (a candidate
+the job does not use yet), and reach counted in Arrow tasks (the job's since 2026-11-30)
+against Spark's own aggregates (the job's before).
 
 A record's Kafka key is its impression id, so the copies of one event share their Kafka
 partition: a task that holds every row of one Kafka partition of the interval can keep the
@@ -17,12 +18,9 @@ of each event id (lowest ingest time, then Kafka partition and offset: the job's
 aggregates them (:func:`views.ctr.ctr`), or counts its partial view in Arrow
 (:func:`views.ctr.ctr_arrow`) and Spark sums the partial rows.
 
-Reach in Arrow tasks (:func:`reach_view`): any collecting aggregate (``collect_set``,
-``hll_sketch_agg``) turns Spark's hash aggregation into a sort-based one. Instead the
-deduplicated, numbered events are exchanged by the view's key (minute and dimensions), and
-each task counts its rows' groups, lists their distinct user numbers in order and sketches
-their distinct ids with the DataSketches library the speed layer uses
-(:func:`views.sketches.sketch`): the rows the job's view has, reach columns and all.
+Reach (:func:`reach_parts`): the job's Arrow tasks (:func:`views.ctr.with_reach`) against
+Spark's collecting aggregates (``collect_set``, ``hll_sketch_agg``: :func:`spark_reach`), which
+turn its hash aggregation into a sort-based one; the two are checked to give the same rows.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from views.columns import DIMENSIONS, SKETCHES, USER_NUMBERS
 from views.ctr import ctr, ctr_arrow
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from batch_layer.interval import Interval
     from lake.settings import LakeSettings
@@ -201,105 +199,31 @@ def parts(
     return seconds
 
 
-REACH_INPUT = pa.schema(
-    [
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("event_type", pa.string()),
-        *((name, pa.string()) for name in DIMENSIONS),
-        ("user_id", pa.string()),
-        ("user_no", pa.int32()),
-    ]
-)
-REACH_OUTPUT = pa.schema(
-    [
-        ("bucket_start", pa.timestamp("us", tz="UTC")),
-        *((name, pa.string()) for name in DIMENSIONS),
-        ("impressions", pa.int64()),
-        ("clicks", pa.int64()),
-        *((name, pa.binary()) for name in SKETCHES),
-        *((name, pa.list_(pa.int32())) for name in USER_NUMBERS),
-    ]
-)
-
-
-def reach_rows(events: pa.Table) -> pa.Table:
-    """:func:`views.ctr.ctr` with reach over events in Arrow that hold whole groups (the
-    view's rows: counts, sketches of the distinct ids, sorted lists of the distinct numbers;
-    null ids and numbers are nobody)."""
-    kind = events.column("event_type")
-    impression, click = pc.equal(kind, "impression"), pc.equal(kind, "click")
-    ids, numbers = events.column("user_id"), events.column("user_no")
-    no_id, no_number = pa.nulls(len(events), pa.string()), pa.nulls(len(events), pa.int32())
-    keys = ["bucket_start", *DIMENSIONS]
-    grouped = (
-        pa.table(
-            {
-                "bucket_start": pc.floor_temporal(events.column("event_time"), unit="minute"),
-                **{name: events.column(name) for name in DIMENSIONS},
-                "impressions": pc.fill_null(pc.cast(impression, pa.int64()), 0),
-                "clicks": pc.fill_null(pc.cast(click, pa.int64()), 0),
-                "seen": pc.if_else(impression, ids, no_id),
-                "clicked": pc.if_else(click, ids, no_id),
-                "seen_no": pc.if_else(impression, numbers, no_number),
-                "clicked_no": pc.if_else(click, numbers, no_number),
-            }
-        )
-        .group_by(keys, use_threads=False)
-        .aggregate(
-            [
-                ("impressions", "sum"),
-                ("clicks", "sum"),
-                ("seen", "distinct"),
-                ("clicked", "distinct"),
-                ("seen_no", "distinct"),
-                ("clicked_no", "distinct"),
-            ]
-        )
-    )
-    columns = {name: grouped.column(name) for name in keys}
-    columns["impressions"] = grouped.column("impressions_sum")
-    columns["clicks"] = grouped.column("clicks_sum")
-    for source, name in zip(("seen_distinct", "clicked_distinct"), SKETCHES, strict=True):
-        users = grouped.column(source).to_pylist()
-        columns[name] = pa.array([sketches.sketch(u) for u in users], pa.binary())
-    for source, name in zip(("seen_no_distinct", "clicked_no_distinct"), USER_NUMBERS, strict=True):
-        columns[name] = _sorted_lists(grouped.column(source))
-    return pa.table(columns).cast(REACH_OUTPUT)
-
-
-def _sorted_lists(lists: pa.ChunkedArray) -> pa.ListArray:
-    """Each list of ``lists`` (no nulls in them) in ascending order, in one sort of all their
-    values by (list, value)."""
-    combined = lists.combine_chunks()
-    values = combined.flatten()
-    parents = pc.list_parent_indices(combined).to_numpy()
-    order = np.lexsort((values.to_numpy(), parents))
-    offsets = pc.subtract(combined.offsets, combined.offsets[0])
-    return pa.ListArray.from_arrays(offsets, values.take(pa.array(order)))
-
-
-def _reach_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    # A partition holds whole groups (exchanged by the view's key) and about the job's
-    # dedup share of the input (batch_layer.job.dedup_partitions): it is counted at once.
-    events = pa.Table.from_batches(list(batches), schema=REACH_INPUT)
-    if events.num_rows:
-        yield from reach_rows(events).to_batches(50_000)
-
-
-def reach_view(numbered: DataFrame, partitions: int) -> DataFrame:
-    """The view with reach over deduplicated events with their user numbers, counted in Arrow
-    tasks after an exchange by the view's key."""
+def spark_reach(numbered: DataFrame) -> DataFrame:
+    """The view with reach in Spark's own aggregates, as the job counted it before 2026-11-30
+    (``collect_set`` of the numbers, ``hll_sketch_agg`` of the ids): the benchmark's "before"."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    key: list[Column | str] = [F.date_trunc("minute", "event_time"), *DIMENSIONS]
-    rows = numbered.select(*REACH_INPUT.names).repartition(partitions, *key)
-    return rows.mapInArrow(_reach_task, from_arrow_schema(REACH_OUTPUT))
+    kind, user, number = F.col("event_type"), F.col("user_id"), F.col("user_no")
+    impression, click = kind == "impression", kind == "click"
+    reach = (
+        F.hll_sketch_agg(F.when(impression, user), sketches.LG_K),
+        F.hll_sketch_agg(F.when(click, user), sketches.LG_K),
+        F.array_sort(F.collect_set(F.when(impression, number))),
+        F.array_sort(F.collect_set(F.when(click, number))),
+    )
+    return numbered.groupBy(F.date_trunc("minute", "event_time").alias("bucket_start"),
+                            *DIMENSIONS).agg(
+        F.count(F.when(impression, 1)).alias("impressions"),
+        F.count(F.when(click, 1)).alias("clicks"),
+        *(value.alias(name) for name, value in zip((*SKETCHES, *USER_NUMBERS), reach, strict=True)),
+    )  # fmt: skip
 
 
 def reach_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> dict[str, float]:
-    """Seconds of the view with reach in Spark's aggregates (the job's) and in Arrow tasks, and
-    of the view without reach, back to back over the same deduplicated and numbered events
+    """Seconds of the view with reach in Spark's aggregates (before) and in Arrow tasks (the
+    job's, :func:`views.ctr.with_reach`), and of the view without reach, back to back over the
+    same deduplicated and numbered events
     (the job's dedup; the users numbered by the runs before), each into ``noop``; the Arrow
     rows are checked to equal Spark's (counts and number lists, and each sketch's estimate)."""
     from pyspark.sql import functions as F
@@ -317,8 +241,10 @@ def reach_parts(spark: SparkSession, lake: LakeSettings, interval: Interval) -> 
     numbered = deduplicated.join(users, "user_id", "left")
     variants = {
         "the view without reach (the job's dedup)": deduplicated.transform(ctr),
-        "the view with reach in Spark's aggregates (the job's)": ctr(numbered, reach=True),
-        "the view with reach counted in Arrow tasks": reach_view(numbered, partitions),
+        "the view with reach in Spark's aggregates (before)": spark_reach(numbered),
+        "the view with reach counted in Arrow tasks (the job's)": ctr(
+            numbered, reach=True, partitions=partitions
+        ),
     }
     seconds = {}
     for name, view in variants.items():

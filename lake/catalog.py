@@ -34,7 +34,7 @@ TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _CTR_KEY: Final = [("bucket_start", TIMESTAMP), *((d, pa.string()) for d in DIMENSIONS)]
 _MEASURES: Final = [("impressions", pa.int64()), ("clicks", pa.int64())]
 _ATTRIBUTION: Final = [(name, pa.int64()) for name in ATTRIBUTION_MEASURES]
-# Who the rows reached (views.ctr.reach_columns), last: a table written before them gets them
+# Who the rows reached (views.ctr.with_reach), last: a table written before them gets them
 # appended, null in its older rows (reach not measured there).
 _SKETCHES: Final = [(name, pa.binary()) for name in SKETCHES]
 _REACH: Final = [
