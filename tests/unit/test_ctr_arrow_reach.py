@@ -26,7 +26,6 @@ EVENTS = pa.schema(
 
 
 def test_each_group_is_counted_listed_and_sketched() -> None:
-
     at = dt.datetime(2026, 11, 21, 10, 0, 5, tzinfo=dt.UTC)
     dims = {"campaign_id": "cmp-1", "ad_id": "ad-1", "site_id": "s", "country": "DE"}
     rows = [
@@ -64,7 +63,6 @@ def test_each_group_is_counted_listed_and_sketched() -> None:
 
 
 def test_many_numbers_are_listed_in_order() -> None:
-
     at = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
     numbers = random.Random(3).sample(range(100_000), 500)
     events = pa.Table.from_pylist(
