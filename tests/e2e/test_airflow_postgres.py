@@ -170,12 +170,15 @@ def test_airflow_runs_on_postgres_with_the_local_executor(
             dags = db.execute(sa.text("SELECT dag_id FROM dag WHERE NOT is_stale ORDER BY 1"))
             assert dags.scalars().all() == DAG_IDS
             assert db.execute(sa.text("SELECT count(*) FROM import_error")).scalar() == 0
-        state = _finished_run(postgres, "ctr_recompute_stale", timeout=240)
+        run_id, state = _finished_run(postgres, "ctr_recompute_stale", timeout=240)
         with postgres.engine().connect() as db:
+            # That run's tasks only: the next 10-minute interval may have started its own run.
             tasks = db.execute(
                 sa.text(
-                    "SELECT task_id, state FROM task_instance WHERE dag_id = 'ctr_recompute_stale'"
-                )
+                    "SELECT task_id, state FROM task_instance"
+                    " WHERE dag_id = 'ctr_recompute_stale' AND run_id = :run"
+                ),
+                {"run": run_id},
             )
             assert (state, {task: task_state for task, task_state in tasks}) == (
                 "success",
@@ -222,13 +225,15 @@ def _spark_master(env: dict[str, str]) -> str:
     return master.removeprefix("master: ")
 
 
-def _finished_run(cluster: Cluster, dag_id: str, *, timeout: float) -> str:
-    """The state of ``dag_id``'s first run once it is done, waiting up to ``timeout`` s."""
-    query = sa.text("SELECT state FROM dag_run WHERE dag_id = :dag ORDER BY id LIMIT 1")
+def _finished_run(cluster: Cluster, dag_id: str, *, timeout: float) -> tuple[str, str]:
+    """The run id and state of ``dag_id``'s first run once it is done (waiting ``timeout`` s)."""
+    query = sa.text("SELECT run_id, state FROM dag_run WHERE dag_id = :dag ORDER BY id LIMIT 1")
 
-    def finished() -> str | None:
+    def finished() -> tuple[str, str] | None:
         with cluster.engine().connect() as db:
-            state = db.execute(query, {"dag": dag_id}).scalar()
-        return str(state) if state in ("success", "failed") else None
+            row = db.execute(query, {"dag": dag_id}).first()
+        if row is None or row.state not in ("success", "failed"):
+            return None
+        return str(row.run_id), str(row.state)
 
     return wait_until(finished, timeout_s=timeout, what=f"{dag_id}'s first run finished", poll_s=2)
