@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -29,6 +30,10 @@ class BrokerSettings(BaseSettings):
     # Each local Kafka node's JVM heap (e.g. 512m, 1g): fixed (-Xms = -Xmx) and touched at
     # start, so its memory is flat from the first minute.
     heap: str = Field(default="512m", pattern=r"^\d+[kmg]$", validation_alias="KAFKA_HEAP")
+    # More options for each local Kafka node's JVM (and the one that formats its log
+    # directory), split as a shell splits words and put after the platform's own, so they win:
+    # GC logging, say, or -XX:TieredStopAtLevel=1 for short-lived clusters (the test suite's).
+    jvm_options: str = Field(default="", validation_alias="KAFKA_JVM_OPTIONS")
     # The port of the local cluster's controller listener. Unset: the first broker's port
     # plus 100.
     controller_port: int | None = Field(
@@ -53,6 +58,15 @@ class BrokerSettings(BaseSettings):
     local_tls: bool | None = Field(
         default=None, validation_alias=AliasChoices("KAFKA_LOCAL_TLS", "local_tls")
     )
+
+    @field_validator("jvm_options")
+    @classmethod
+    def _words(cls, value: str) -> str:
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"KAFKA_JVM_OPTIONS={value!r} is not words: {exc}") from exc
+        return value
 
     @field_validator("local_auth", mode="before")
     @classmethod

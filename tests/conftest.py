@@ -30,6 +30,14 @@ from tests.support.dashboard_lake import NOW, TOKEN, Lake
 from tests.support.hosts import new_hosts
 from tests.support.lakes import new_lake
 
+# The suite's JVMs (the session's Spark driver, every `ctr` job and spark-submit the tests
+# start, the local Kafka nodes) live seconds to minutes on small data: with the C1 compiler
+# only, they spend less CPU compiling than C2's faster code would save them (a third of the
+# integration tier's Spark tests: 14 % less CPU, 11 % less time). Production keeps the JVM's
+# defaults. SPARK_SUBMIT_OPTS: the options of every JVM spark-submit starts as a driver.
+for _variable in ("SPARK_SUBMIT_OPTS", "KAFKA_JVM_OPTIONS"):
+    os.environ.setdefault(_variable, "-XX:TieredStopAtLevel=1")
+
 # Airflow's logging setup (imported by the DAG tests) raises py4j's level to INFO; its "closing
 # connection" message at interpreter exit then hits a closed stream. Keep py4j to warnings.
 logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -5,6 +5,7 @@ log directory formatted once, its JVM started, signalled and waited for."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 from collections.abc import Collection
@@ -121,7 +122,12 @@ class Nodes:
             arguments = [f"@{argfile}"]
         try:
             done = subprocess.run(
-                [java, f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", *arguments],
+                [
+                    java,
+                    f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+                    *shlex.split(self.settings.jvm_options),
+                    *arguments,
+                ],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -149,6 +155,7 @@ class Nodes:
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            *shlex.split(self.settings.jvm_options),
             "-cp",
             classpath,
             KAFKA_MAIN,

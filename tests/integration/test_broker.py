@@ -46,6 +46,12 @@ def test_records_and_committed_offsets_survive_a_restart(cluster: LocalKafka) ->
     assert first.running
     assert first.started_by_us
     assert cluster.start().pids == first.pids  # idempotent: no second JVM
+    # KAFKA_JVM_OPTIONS (the suite sets some: tests/conftest.py) reaches each node's JVM.
+    options = [o.encode() for o in shlex.split(BrokerSettings().jvm_options)]
+    assert options
+    for pid in first.pids.values():
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert set(options) <= set(arguments)
     kafka = cluster.kafka
     ensure_topics(kafka)
     producer = Producer(kafka.client(**{"acks": "all"}))

@@ -59,6 +59,16 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         }
 
 
+@pytest.fixture(scope="module")
+def migrated(airflow_env: dict[str, str]) -> dict[str, str]:
+    """The environment of the `airflow dags test` runs (none of GARBAGE), its AIRFLOW_HOME's
+    database made once for the module's runs (`airflow db migrate`, no need for one per test)."""
+    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    migrate = airflow("db migrate", env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    return env
+
+
 def dag_bag(patch: pytest.MonkeyPatch) -> Any:
     """The DAG folder parsed afresh: the helper module too, not a copy cached in sys.modules."""
     from airflow.dag_processing.dagbag import DagBag
@@ -259,7 +269,7 @@ def test_the_demo_schedule_is_a_call_of_the_same_definition(airflow_env: dict[st
 
 @pytest.mark.timeout(600)
 def test_airflow_dags_test_runs_the_batch_job(
-    airflow_env: dict[str, str],
+    migrated: dict[str, str],
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
@@ -276,7 +286,7 @@ def test_airflow_dags_test_runs_the_batch_job(
             event("too-late", "impression", t + dt.timedelta(minutes=60)),
         ],
     )
-    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env = dict(migrated)
     env.update(
         LAKE_ROOT=str(lake.lake_root),
         CHECKPOINT_ROOT=str(lake.checkpoint_root),
@@ -285,8 +295,6 @@ def test_airflow_dags_test_runs_the_batch_job(
         # The driver's size: spark-submit's --driver-memory (Spark's default would be 1 GiB).
         SPARK_DRIVER_MEMORY="1536m",
     )
-    migrate = airflow("db migrate", env=env, timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
     # A manual run at 13:00 gets the data interval that ends then, [12:00, 13:00); with a
     # lookback of 90 minutes (the run's conf, instead of the param's 120) it recomputes
     # [10:30, 13:00).
@@ -315,7 +323,7 @@ def test_airflow_dags_test_runs_the_batch_job(
 
 @pytest.mark.timeout(600)
 def test_airflow_dags_test_recomputes_what_late_events_made_stale(
-    airflow_env: dict[str, str],
+    migrated: dict[str, str],
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
@@ -350,14 +358,12 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
     arrivals_table(lake).append(rows, app_id="test-archiver", version=1)
     assert [b.events for b in read_stale(lake)] == [2]
 
-    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env = dict(migrated)
     env.update(
         LAKE_ROOT=str(lake.lake_root),
         CHECKPOINT_ROOT=str(lake.checkpoint_root),
         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
     )
-    migrate = airflow("db migrate", env=env, timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
     done = airflow("dags test ctr_recompute_stale 2026-11-22T19:00:00+00:00", env=env, timeout=400)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
@@ -376,7 +382,7 @@ def test_airflow_dags_test_recomputes_what_late_events_made_stale(
 
 @pytest.mark.timeout(600)
 def test_airflow_dags_test_reprocesses_a_view_version(
-    airflow_env: dict[str, str],
+    migrated: dict[str, str],
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
@@ -395,14 +401,12 @@ def test_airflow_dags_test_reprocesses_a_view_version(
         ],
     )
     run(spark, Interval(t, t + dt.timedelta(hours=1)), lake=lake)
-    env = {k: v for k, v in airflow_env.items() if k not in GARBAGE}
+    env = dict(migrated)
     env.update(
         LAKE_ROOT=str(lake.lake_root),
         CHECKPOINT_ROOT=str(lake.checkpoint_root),
         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[1]"}),
     )
-    migrate = airflow("db migrate", env=env, timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
 
     # Half the rows change (v2 drops the 'other' one): over a 10 % threshold, it stops for review.
     strict = json.dumps({"view": "ctr", "version": 2, "max_changed_fraction": 0.1})
