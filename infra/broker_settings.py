@@ -68,6 +68,10 @@ class BrokerSettings(BaseSettings):
             raise ValueError(f"KAFKA_JVM_OPTIONS={value!r} is not words: {exc}") from exc
         return value
 
+    def jvm_arguments(self) -> list[str]:
+        """:attr:`jvm_options` as the JVM's arguments."""
+        return shlex.split(self.jvm_options)
+
     @field_validator("local_auth", mode="before")
     @classmethod
     def _auth(cls, value: object) -> object:

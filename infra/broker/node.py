@@ -5,7 +5,6 @@ log directory formatted once, its JVM started, signalled and waited for."""
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 from collections.abc import Collection
@@ -125,7 +124,7 @@ class Nodes:
                 [
                     java,
                     f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                    *shlex.split(self.settings.jvm_options),
+                    *self.settings.jvm_arguments(),
                     *arguments,
                 ],
                 capture_output=True,
@@ -155,7 +154,7 @@ class Nodes:
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-            *shlex.split(self.settings.jvm_options),
+            *self.settings.jvm_arguments(),
             "-cp",
             classpath,
             KAFKA_MAIN,

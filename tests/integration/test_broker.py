@@ -47,8 +47,8 @@ def test_records_and_committed_offsets_survive_a_restart(cluster: LocalKafka) ->
     assert first.started_by_us
     assert cluster.start().pids == first.pids  # idempotent: no second JVM
     # KAFKA_JVM_OPTIONS (the suite sets some: tests/conftest.py) reaches each node's JVM.
-    options = [o.encode() for o in shlex.split(BrokerSettings().jvm_options)]
-    assert options
+    options = [o.encode() for o in BrokerSettings().jvm_arguments()]
+    assert options, "KAFKA_JVM_OPTIONS is empty: tests/conftest.py sets it unless it is set"
     for pid in first.pids.values():
         arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert set(options) <= set(arguments)

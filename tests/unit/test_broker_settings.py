@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 from pydantic import ValidationError
 
@@ -12,7 +10,7 @@ from infra.broker_settings import BrokerSettings
 
 def test_the_options_split_as_a_shell_splits_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAFKA_JVM_OPTIONS", "-Xlog:gc:file='/tmp/a b.log' -XX:+UseSerialGC")
-    options = shlex.split(BrokerSettings().jvm_options)
+    options = BrokerSettings().jvm_arguments()
     assert options == ["-Xlog:gc:file=/tmp/a b.log", "-XX:+UseSerialGC"]
 
 
