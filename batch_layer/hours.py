@@ -8,11 +8,11 @@ the union of the hours' sketches (each the union of its minutes'). It uses an ho
 while every minute row of that hour is the same run's (:mod:`serving_layer.hour_rows`), so a run
 stopped between its two commits is never half-served.
 
-Made from the run's own minute rows, read back by Spark's tasks (the drift reads them too), in
-one aggregation per hour and combination: the minute rows' counts summed, their lists of user
-numbers (:data:`views.columns.USER_NUMBERS`, numbered by the run before the view:
-:func:`batch_layer.job.compute_view`) gathered into a bitmap, their sketches unioned
-(``hll_union_agg``). Written by the tasks, committed by the driver
+Made from the run's own minute rows, read back by Spark's tasks (the drift reads them too),
+exchanged by hour and combination and grouped in Arrow tasks (:func:`hour_rows`): the minute
+rows' counts summed, their lists of user numbers (:data:`views.columns.USER_NUMBERS`, numbered
+by the run before the view: :func:`batch_layer.job.compute_view`) gathered into a bitmap, their
+sketches unioned. Written by the tasks, committed by the driver
 (:func:`lake.view_files.replace_interval`: the hours the run touches are replaced, so an hour
 it covered only in part keeps no hour row).
 """
@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Final, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batch_layer.interval import Interval
 from lake import view_files
 from lake.catalog import Table, hours_table
 from lake.settings import LakeSettings
-from views import bitmaps
+from views import bitmaps, sketches
 from views.columns import DIMENSIONS, SKETCHES, USER_BITMAPS, USER_NUMBERS
 from views.definitions import Definition
 
@@ -70,39 +72,82 @@ def write_hours(  # noqa: PLR0913 - keyword-only options of one write
     definition: Definition,
     run_id: str,
     input_version: int,
+    partitions: int | None = None,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> HoursWritten:
     """Write the hour rows of the run ``run_id`` over ``interval`` from ``minutes``, its own
-    minute rows (with user numbers: a run that measured reach)."""
+    minute rows (with user numbers: a run that measured reach), exchanged by the hour rows' key
+    into ``partitions`` (None: Spark's shuffle partitions) and grouped by Arrow tasks
+    (:func:`hour_batches`), each holding its partition's rows."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     table = hours_table(definition)
+    keys = ["bucket_start", *DIMENSIONS]
 
     def gathered(whole: Interval) -> DataFrame:
-        rows = (
-            minutes.where(whole.sql_predicate("bucket_start"))
-            .groupBy(F.date_trunc("hour", "bucket_start").alias("bucket_start"), *DIMENSIONS)
-            .agg(
-                F.sum("impressions").alias("impressions"),
-                F.sum("clicks").alias("clicks"),
-                F.lit(run_id).alias("run_id"),
-                *(
-                    F.flatten(F.collect_list(numbers)).alias(bitmap)
-                    for numbers, bitmap in zip(USER_NUMBERS, USER_BITMAPS, strict=True)
-                ),
-                *(F.hll_union_agg(name).alias(name) for name in SKETCHES),
-            )
+        rows = minutes.where(whole.sql_predicate("bucket_start")).select(
+            F.date_trunc("hour", "bucket_start").alias("bucket_start"),
+            *DIMENSIONS,
+            *_SUMMED,
+            *USER_NUMBERS,
+            *SKETCHES,
         )
-        return rows.mapInArrow(
-            functools.partial(bitmaps.bitmap_batches, columns=USER_BITMAPS),
-            from_arrow_schema(pa.schema([table.schema.field(n) for n in table.schema.names])),
+        spread = rows.repartition(partitions, *keys) if partitions else rows.repartition(*keys)
+        return spread.mapInArrow(
+            functools.partial(hour_batches, run_id=run_id, schema=table.schema),
+            from_arrow_schema(table.schema),
         )
 
     return replace_hours(
         spark, lake, table, interval, gathered, what="the hour rows",
         run_id=run_id, input_version=input_version, on_step=on_step,
     )  # fmt: skip
+
+
+def hour_batches(
+    batches: Iterator[pa.RecordBatch], *, run_id: str, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over minute rows exchanged by the hour rows' key (their
+    ``bucket_start`` already the hour): the partition's hour rows (``schema``) of the run
+    ``run_id`` (:func:`hour_rows`)."""
+    held = list(batches)  # whole groups: the exchange was by their key
+    if held and any(batch.num_rows for batch in held):
+        yield from hour_rows(pa.Table.from_batches(held), run_id, schema).to_batches(
+            _OUTPUT_BATCH_ROWS
+        )
+
+
+def hour_rows(minutes: pa.Table, run_id: str, schema: pa.Schema) -> pa.Table:
+    """The hour rows (``schema``'s columns) of ``minutes``: minute rows whose ``bucket_start``
+    is their hour, with :data:`views.columns.USER_NUMBERS` and :data:`views.columns.SKETCHES`.
+    Per hour and combination: the counts summed, the lists of user numbers as one bitmap, the
+    sketches unioned (a combination seen in one minute of the hour, most of them at real
+    cardinality, keeps its minute's sketch as it is).
+
+    Sorted by key in the task and grouped by where the key changes: a hash aggregation in Spark
+    with ``collect_list`` and ``hll_union_agg`` is a sort-based one, 11-16 s of the 10M-event
+    day's run (docs/performance.md)."""
+    keys = ["bucket_start", *DIMENSIONS]
+    ordered = minutes.take(pc.sort_indices(minutes, [(k, "ascending") for k in keys]))
+    ordered = ordered.combine_chunks()
+    starts = bitmaps.key_starts(ordered, keys)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        name: ordered.column(name).take(pa.array(starts)) for name in keys
+    }
+    for name in _SUMMED:
+        values = ordered.column(name).to_numpy(zero_copy_only=False)
+        columns[name] = pa.array(np.add.reduceat(values, starts), pa.int64())
+    columns["run_id"] = pa.array([run_id] * len(starts), pa.string())
+    for numbers, bitmap in zip(USER_NUMBERS, USER_BITMAPS, strict=True):
+        columns[bitmap] = bitmaps.group_bitmaps(ordered.column(numbers), starts)
+    for name in SKETCHES:
+        columns[name] = sketches.group_unions(ordered.column(name), starts)
+    return pa.table(columns).select(schema.names).cast(schema)
+
+
+_SUMMED: Final = ("impressions", "clicks")
+_OUTPUT_BATCH_ROWS: Final = 50_000
 
 
 def replace_hours(  # noqa: PLR0913 - keyword-only options of one write

@@ -327,9 +327,12 @@ class BatchJob:
             rows = written.count()
             on_step(f"this run ({run_id}) was committed before: {rows:,} rows")
         if reach:
+            # The view's exchange held each partition's events in an Arrow task: their minute
+            # rows, far fewer, fit the same partitions.
+            partitions = dedup_partitions(input_bytes, spark.sparkContext.defaultParallelism)
             hours = write_hours(
                 spark, lake, written, interval, definition=definition, run_id=run_id,
-                input_version=version, on_step=on_step,
+                input_version=version, partitions=partitions, on_step=on_step,
             )  # fmt: skip
             if hours.committed:
                 on_step(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import array
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 import numpy as np
@@ -79,7 +79,7 @@ def union_sorted(
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        starts = _key_starts(batch, keys)
+        starts = key_starts(batch, keys)
         # The keys' values at their first rows only.
         first_rows = pa.array(starts)
         key_values = [batch.column(k).take(first_rows).to_pylist() for k in keys]
@@ -109,8 +109,8 @@ def _uint32s(numbers: np.ndarray) -> array.array[int]:
     return copied
 
 
-def _key_starts(batch: pa.RecordBatch, keys: tuple[str, ...]) -> np.ndarray:
-    """Where a new key starts in ``batch`` (its first row always)."""
+def key_starts(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Where a new key starts in ``batch`` (rows sorted by ``keys``; its first row always)."""
     changed = np.zeros(batch.num_rows, dtype=bool)
     changed[0] = True
     for name in keys:
@@ -119,6 +119,23 @@ def _key_starts(batch: pa.RecordBatch, keys: tuple[str, ...]) -> np.ndarray:
         nulls = pc.xor(column.slice(1).is_null(), column.slice(0, batch.num_rows - 1).is_null())
         changed[1:] |= pc.or_kleene(differs, nulls).fill_null(False).to_numpy(zero_copy_only=False)
     return np.flatnonzero(changed)
+
+
+def group_bitmaps(lists: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.BinaryArray:
+    """Per group of consecutive rows of ``lists`` (lists of user numbers; a group from each of
+    ``starts`` to the next, the last to the end), the serialized bitmap of every number of its
+    rows (null values and null lists skipped): one Python call per group, never per row."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    values, offsets = _numbers(lists)
+    bounds = offsets[[*starts.tolist(), len(lists)]]
+    return pa.array(
+        [
+            bytes(BitMap(_uint32s(values[begin:end])).serialize())
+            for begin, end in itertools.pairwise(bounds.tolist())
+        ],
+        pa.binary(),
+    )
 
 
 def _numbers(lists: pa.Array) -> tuple[np.ndarray, np.ndarray]:

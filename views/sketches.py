@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import datasketches as ds
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -119,6 +121,29 @@ def _union(sketches: Iterable[bytes | None]) -> ds.hll_sketch:
 def union_sketch(sketches: Iterable[bytes | None]) -> bytes:
     """The union of ``sketches`` as one sketch in Spark's format (for rolled-up rows)."""
     return bytes(_union(sketches).serialize_updatable())
+
+
+def group_unions(sketches: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.BinaryArray:
+    """Per group of consecutive rows of ``sketches`` (a group from each of ``starts`` to the
+    next, the last to the end), the union of its sketches (:func:`union_sketch`; all null:
+    null). A group of one row keeps its sketch's bytes: no sketch is read for it."""
+    if isinstance(sketches, pa.ChunkedArray):
+        sketches = sketches.combine_chunks()
+    bounds = np.append(starts, len(sketches))
+    single = np.diff(bounds) == 1
+    unioned = sketches.take(pa.array(starts))
+    if single.all():
+        return unioned
+    values = sketches.to_pylist()
+    groups = np.flatnonzero(~single)
+    merged = [
+        None
+        if all(values[i] is None for i in range(bounds[g], bounds[g + 1]))
+        else union_sketch(values[bounds[g] : bounds[g + 1]])
+        for g in groups.tolist()
+    ]
+    mask = pa.array(~single)
+    return pc.replace_with_mask(unioned, mask, pa.array(merged, pa.binary()))
 
 
 class SealError(ViewError, ValueError):

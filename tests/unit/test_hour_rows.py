@@ -8,16 +8,19 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from batch_layer.hours import hours_touched, whole_hours
+from batch_layer.hours import hour_rows, hours_touched, whole_hours
 from batch_layer.interval import Interval
 from batch_layer.users import task_offsets
+from lake.catalog import hours_table
 from serving_layer.ctr_sql import hour_check_sql
 from serving_layer.hour_rows import candidate_hours, hours_of, joined, subtract
 from serving_layer.query import CtrQuery
-from views import bitmaps
+from views import bitmaps, sketches
+from views.definitions import DEFINITIONS
 
 T0 = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.UTC)
 
@@ -79,6 +82,55 @@ def test_bitmap_batches_turn_lists_of_numbers_into_bitmaps() -> None:
     assert got == [{1, 3}, set(), {7}]
     assert bitmaps.union_size(out.column("u").to_pylist()) == 3
     assert bitmaps.union_size([None, bitmaps.EMPTY]) == 0
+
+
+def test_hour_rows_sum_each_hour_and_combinations_minutes() -> None:
+    ts = pa.timestamp("us", tz="UTC")
+    dims = {"campaign_id": "c1", "ad_id": "a1", "site_id": "s1", "country": "DE"}
+    one = sketches.sketch(["u1", "u2"])
+    # Three minute rows of one hour and combination (shuffled among the others), one of a
+    # second device, one of the next hour: given with their hour as bucket_start.
+    minutes = pa.table(
+        {
+            "bucket_start": pa.array([at(0), at(1), at(0), at(0), at(0)], ts),
+            **{name: [value] * 5 for name, value in dims.items()},
+            "device_type": ["mobile", "mobile", "mobile", "desktop", "mobile"],
+            "impressions": pa.array([2, 1, 3, 4, 0], pa.int64()),
+            "clicks": pa.array([1, 0, 0, 2, 1], pa.int64()),
+            "user_nos": pa.array([[1, 2], [9], [2, 5], [7], None], pa.list_(pa.int32())),
+            "clicker_nos": pa.array([[1], [], [], [7], [3]], pa.list_(pa.int32())),
+            "reach_sketch": [one, sketches.sketch(["u9"]), sketches.sketch(["u2", "u5"]),
+                             sketches.sketch(["u7"]), None],
+            "clicker_sketch": [sketches.sketch(["u1"]), None, None, sketches.sketch(["u7"]),
+                               sketches.sketch(["u3"])],
+        }
+    )  # fmt: skip
+    schema = hours_table(DEFINITIONS[0]).schema
+    got = hour_rows(minutes, "run-1", schema)
+    assert got.schema == schema
+    rows = {(r["bucket_start"], r["device_type"]): r for r in got.to_pylist()}
+    assert set(rows) == {(at(0), "mobile"), (at(0), "desktop"), (at(1), "mobile")}
+    mobile = rows[(at(0), "mobile")]
+    assert (mobile["impressions"], mobile["clicks"], mobile["run_id"]) == (5, 2, "run-1")
+    assert set(BitMap.deserialize(mobile["user_bitmap"])) == {1, 2, 5}
+    assert set(BitMap.deserialize(mobile["clicker_bitmap"])) == {1, 3}
+    assert round(sketches.sketch_estimate(mobile["reach_sketch"])) == 3  # u1, u2, u5
+    assert round(sketches.sketch_estimate(mobile["clicker_sketch"])) == 2  # u1, u3, a null skipped
+    # A combination of one minute in its hour keeps that minute's sketch as it is.
+    later = rows[(at(1), "mobile")]
+    assert set(BitMap.deserialize(later["user_bitmap"])) == {9}
+    assert later["clicker_sketch"] is None
+    assert rows[(at(0), "desktop")]["reach_sketch"] == sketches.sketch(["u7"])
+
+
+def test_group_unions_of_null_sketches_are_null() -> None:
+    starts = np.array([0, 2])
+    one = sketches.sketch(["u1"])
+    got = sketches.group_unions(pa.array([None, None, one, None], pa.binary()), starts)
+    first, second = got.to_pylist()
+    assert first is None
+    assert second is not None
+    assert round(sketches.sketch_estimate(second)) == 1
 
 
 def test_an_hour_stands_in_only_while_its_minute_and_hour_rows_are_one_runs() -> None:
