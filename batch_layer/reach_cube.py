@@ -10,21 +10,23 @@ unions a few hundred of these rows a day instead (:mod:`serving_layer.reach_cube
 star-tree and Druid's rollup pre-aggregate along the dimensions people group by. Queries that
 group or filter by two dimensions still read the hour and minute rows, exactly.
 
-Made from the run's own minute rows: each row stacked once per dimension and once for the whole
-(``dimension`` and ``value`` ``*``), exchanged by key and sorted within the partitions, and
-each key's lists of user numbers gathered into a bitmap by an Arrow task that streams
-(:func:`views.bitmaps.union_sorted`): no Spark aggregation of lists, one bitmap in memory per
-key at a time. Written by the tasks, committed by the driver after the hour rows, replacing the
-hours the run touches, as the hour rows are.
+Made from the run's own minute rows in two steps of Arrow tasks, no Spark aggregation of lists:
+each task cubes its own rows (per hour and dimension value, and per hour for the whole:
+``dimension`` and ``value`` ``*``), their lists of user numbers into one bitmap per key
+(:func:`partial_cube`); those few rows are exchanged by key and each key's bitmaps unioned
+(:func:`union_cube_batches`). Stacking every minute row six times and sorting them by key in
+Spark took 17-20 s of the 10M-event day's run (docs/performance.md). Written by the tasks,
+committed by the driver after the hour rows, replacing the hours the run touches, as the hour
+rows are.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batch_layer.hours import HoursWritten, replace_hours
 from batch_layer.interval import Interval
@@ -40,6 +42,17 @@ if TYPE_CHECKING:
 # The dimension and value of a row counting the hour's whole traffic.
 WHOLE: Final = "*"
 KEYS: Final = ("bucket_start", "dimension", "value")
+# Minute rows a task cubes at once: the more, the fewer partial rows to exchange; bounded, so a
+# task's memory does not grow with its input.
+PARTIAL_ROWS: Final = 500_000
+_PARTIAL: Final = pa.schema(
+    [
+        ("bucket_start", pa.timestamp("us", tz="UTC")),
+        ("dimension", pa.string()),
+        ("value", pa.string()),
+        *((name, pa.binary()) for name in USER_BITMAPS),
+    ]
+)
 
 
 def write_reach_cube(  # noqa: PLR0913 - keyword-only options of one write
@@ -63,35 +76,81 @@ def write_reach_cube(  # noqa: PLR0913 - keyword-only options of one write
 
 
 def cube_rows(minutes: DataFrame, run_id: str) -> DataFrame:
-    """The reach cube's rows (the table's columns) of ``minutes``, whole hours' minute rows."""
+    """The reach cube's rows (the table's columns) of ``minutes``, whole hours' minute rows:
+    each task's rows cubed where they are (:func:`partial_cube_batches`), the partial cubes
+    exchanged by key and unioned (:func:`union_cube_batches`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    per_value = [F.struct(F.lit(d).alias("dimension"), F.col(d).alias("value")) for d in DIMENSIONS]
-    whole = F.struct(F.lit(WHOLE).alias("dimension"), F.lit(WHOLE).alias("value"))
-    stacked = minutes.select(
-        F.date_trunc("hour", "bucket_start").alias("bucket_start"),
-        F.inline(F.array(*per_value, whole)),
-        *USER_NUMBERS,
+    hours = minutes.select(
+        F.date_trunc("hour", "bucket_start").alias("bucket_start"), *DIMENSIONS, *USER_NUMBERS
     )
-    unioned = pa.schema(
-        [
-            ("bucket_start", pa.timestamp("us", tz="UTC")),
-            ("dimension", pa.string()),
-            ("value", pa.string()),
-            *((name, pa.binary()) for name in USER_NUMBERS),
-        ]
-    )
+    schema = from_arrow_schema(_PARTIAL)
     return (
-        stacked.repartition(*KEYS)
-        .sortWithinPartitions(*KEYS)
-        .mapInArrow(
-            functools.partial(bitmaps.union_sorted, keys=KEYS, columns=USER_NUMBERS),
-            from_arrow_schema(unioned),
-        )
-        .select(
-            *KEYS,
-            F.lit(run_id).alias("run_id"),
-            *(F.col(n).alias(b) for n, b in zip(USER_NUMBERS, USER_BITMAPS, strict=True)),
-        )
+        hours.mapInArrow(partial_cube_batches, schema)
+        .repartition(*KEYS)
+        .mapInArrow(union_cube_batches, schema)
+        .select(*KEYS, F.lit(run_id).alias("run_id"), *USER_BITMAPS)
     )
+
+
+def partial_cube_batches(
+    batches: Iterator[pa.RecordBatch], at_once: int = PARTIAL_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over minute rows (``bucket_start`` their hour, the dimensions,
+    :data:`views.columns.USER_NUMBERS`): the cube of each ``at_once`` rows of them or more
+    (:func:`partial_cube`), a few rows per hour and dimension value."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        held.append(batch)
+        rows += batch.num_rows
+        if rows >= at_once:
+            yield from partial_cube(pa.Table.from_batches(held)).to_batches()
+            held, rows = [], 0
+    if rows:
+        yield from partial_cube(pa.Table.from_batches(held)).to_batches()
+
+
+def partial_cube(minutes: pa.Table) -> pa.Table:
+    """The cube (:data:`_PARTIAL`'s columns) of ``minutes``: per hour and each dimension's
+    value, and per hour for the whole (:data:`WHOLE`), the bitmaps of every number of their
+    rows. Grouped by sorting the keys in the task: one Python call per key, not per row."""
+    parts = []
+    for dimension in (*DIMENSIONS, WHOLE):
+        values = (
+            minutes.column(dimension)
+            if dimension != WHOLE
+            else pa.array([WHOLE] * minutes.num_rows, pa.string())
+        )
+        keyed = pa.table({"bucket_start": minutes.column("bucket_start"), "value": values})
+        order = pc.sort_indices(keyed, [("bucket_start", "ascending"), ("value", "ascending")])
+        keyed = keyed.take(order).combine_chunks()
+        starts = bitmaps.key_starts(keyed, ("bucket_start", "value"))
+        first = pa.array(starts)
+        part = {
+            "bucket_start": keyed.column("bucket_start").take(first),
+            "dimension": pa.array([dimension] * len(starts), pa.string()),
+            "value": keyed.column("value").take(first),
+        }
+        for numbers, bitmap in zip(USER_NUMBERS, USER_BITMAPS, strict=True):
+            part[bitmap] = bitmaps.group_bitmaps(minutes.column(numbers).take(order), starts)
+        parts.append(pa.table(part).cast(_PARTIAL))
+    return pa.concat_tables(parts)
+
+
+def union_cube_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over partial cubes exchanged by key: one row per key, its bitmaps
+    the union of its partial ones (a partition holds a few rows per hour and dimension value,
+    whatever the events' number)."""
+    held = [batch for batch in batches if batch.num_rows]
+    if not held:
+        return
+    rows = pa.Table.from_batches(held)
+    rows = rows.take(pc.sort_indices(rows, [(k, "ascending") for k in KEYS])).combine_chunks()
+    starts = bitmaps.key_starts(rows, KEYS)
+    first = pa.array(starts)
+    unioned = {name: rows.column(name).take(first) for name in KEYS}
+    for name in USER_BITMAPS:
+        unioned[name] = bitmaps.group_unions(rows.column(name), starts)
+    yield from pa.table(unioned).cast(_PARTIAL).to_batches()

@@ -14,12 +14,12 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from batch_layer.reach_cube import KEYS, WHOLE
+from batch_layer.reach_cube import partial_cube_batches, union_cube_batches
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
 from views import bitmaps
@@ -178,8 +178,8 @@ def hour_rows(table: pa.Table, combinations: int) -> pa.Table:
     """The batch layer's hour rows (batch_layer.hours) of ``table``, an hour's minute rows
     (minute by minute, every combination in the same order): per combination, the counts
     summed, bitmaps of the users' numbers and the minutes' sketches unioned."""
-    from views import bitmaps, sketches
-    from views.columns import SKETCHES, USER_BITMAPS, USER_NUMBERS
+    from views import sketches
+    from views.columns import SKETCHES, USER_NUMBERS
 
     combo = np.arange(len(table)) % combinations
     first = table.slice(0, combinations)
@@ -295,31 +295,12 @@ class SpeedWriter(threading.Thread):
 
 def reach_cube(minutes: pa.Table, run_id: str) -> pa.Table:
     """The reach cube (:mod:`batch_layer.reach_cube`) of ``minutes``, whole hours' minute rows
-    with their users' numbers: stacked per dimension and sorted as the batch job's exchange
-    leaves them (here by DuckDB), then the same Arrow task the job runs."""
-    con = duckdb.connect()
-    con.register("minutes", minutes)
-    per_value = ", ".join(f"{{'dimension': '{d}', 'value': {d}}}" for d in DIMENSIONS)
-    stacked = con.execute(
-        f"""
-        SELECT time_bucket(INTERVAL 1 HOUR, bucket_start) AS bucket_start,
-               s.dimension, s.value, user_nos, clicker_nos
-        FROM (
-            SELECT bucket_start, user_nos, clicker_nos,
-                   unnest([{per_value}, {{'dimension': '{WHOLE}', 'value': '{WHOLE}'}}]) AS s
-            FROM minutes
-        )
-        ORDER BY 1, 2, 3
-        """
-    ).to_arrow_reader()
-    schema = pa.schema(
-        [stacked.schema.field(k) for k in KEYS] + [(name, pa.binary()) for name in USER_BITMAPS]
+    with their users' numbers, by the job's own Arrow tasks: the rows cubed in parts (as the
+    job's tasks cube theirs), the parts unioned by key."""
+    hours = minutes.select(["bucket_start", *DIMENSIONS, *USER_NUMBERS])
+    hours = hours.set_column(
+        0, "bucket_start", pc.floor_temporal(hours.column("bucket_start"), unit="hour")
     )
-    unioned = pa.Table.from_batches(
-        [
-            b.rename_columns(schema.names)
-            for b in bitmaps.union_sorted(iter(stacked), KEYS, USER_NUMBERS)
-        ],
-        schema,
-    )
+    partial = list(partial_cube_batches(iter(hours.to_batches(max_chunksize=100_000))))
+    unioned = pa.Table.from_batches(list(union_cube_batches(iter(partial))))
     return unioned.append_column("run_id", pa.array([run_id] * len(unioned), pa.string()))

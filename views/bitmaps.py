@@ -62,43 +62,28 @@ def _bitmaps(lists: pa.ListArray) -> list[bytes]:
     ]
 
 
-def union_sorted(
-    batches: Iterator[pa.RecordBatch], keys: tuple[str, ...], columns: tuple[str, ...]
-) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function over rows sorted by ``keys`` (each key's rows in one partition,
-    together): per key one row, its ``keys`` and each of ``columns`` (lists of user numbers)
-    as the serialized bitmap of every list's numbers (nulls skipped).
-
-    Streams: one bitmap per column is held while a key's rows pass, whatever their number, and
-    each batch costs a Python call per key it holds, never per row (a key's numbers are added
-    to its bitmap from one slice of the batch's values)."""
-    current: tuple[object, ...] | None = None
-    held = [BitMap() for _ in columns]
-    schema = pa.schema([])
-    done: list[tuple[tuple[object, ...], list[bytes]]] = []
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        starts = key_starts(batch, keys)
-        # The keys' values at their first rows only.
-        first_rows = pa.array(starts)
-        key_values = [batch.column(k).take(first_rows).to_pylist() for k in keys]
-        numbers = [_numbers(batch.column(c)) for c in columns]
-        bounds = [*starts.tolist(), batch.num_rows]
-        for n, (begin, end) in enumerate(itertools.pairwise(bounds)):
-            key = tuple(values[n] for values in key_values)
-            if key != current:
-                if current is not None:
-                    done.append((current, [bytes(b.serialize()) for b in held]))
-                current, held = key, [BitMap() for _ in columns]
-            for bitmap_of, (values, offsets) in zip(held, numbers, strict=True):
-                bitmap_of.update(_uint32s(values[offsets[begin] : offsets[end]]))
-        schema = batch.schema
-        if done:
-            yield _keyed_batch(done, schema, keys, columns)
-            done = []
-    if current is not None:
-        yield _keyed_batch([(current, [bytes(b.serialize()) for b in held])], schema, keys, columns)
+def group_unions(serialized: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.BinaryArray:
+    """Per group of consecutive rows of ``serialized`` (bitmaps; a group from each of ``starts``
+    to the next, the last to the end), the serialized union of its bitmaps (nulls skipped). A
+    group of one row keeps its bytes."""
+    if isinstance(serialized, pa.ChunkedArray):
+        serialized = serialized.combine_chunks()
+    bounds = np.append(starts, len(serialized))
+    single = np.diff(bounds) == 1
+    unioned = serialized.take(pa.array(starts)).fill_null(EMPTY)
+    if single.all():
+        return unioned
+    values = serialized.to_pylist()
+    several = zip(bounds[:-1][~single].tolist(), bounds[1:][~single].tolist(), strict=True)
+    merged = [
+        bytes(
+            BitMap.union(
+                BitMap(), *(BitMap.deserialize(b) for b in values[begin:end] if b is not None)
+            ).serialize()
+        )
+        for begin, end in several
+    ]
+    return pc.replace_with_mask(unioned, pa.array(~single), pa.array(merged, pa.binary()))
 
 
 def _uint32s(numbers: np.ndarray) -> array.array[int]:
@@ -152,17 +137,3 @@ def _numbers(lists: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         kept = np.concatenate([[0], np.cumsum(valid)])
         return values.drop_null().to_numpy().astype("uint32"), kept[offsets]
     return values.to_numpy(zero_copy_only=False).astype("uint32", copy=False), offsets
-
-
-def _keyed_batch(
-    rows: list[tuple[tuple[object, ...], list[bytes]]],
-    schema: pa.Schema,
-    keys: tuple[str, ...],
-    columns: tuple[str, ...],
-) -> pa.RecordBatch:
-    arrays = [
-        pa.array([key[i] for key, _ in rows], schema.field(name).type)
-        for i, name in enumerate(keys)
-    ]
-    arrays += [pa.array([b[j] for _, b in rows], pa.binary()) for j in range(len(columns))]
-    return pa.RecordBatch.from_arrays(arrays, names=[*keys, *columns])

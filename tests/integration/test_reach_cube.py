@@ -6,7 +6,7 @@ minute rows' lists where two do, and from the minute rows' lists when the hour r
 too many bitmaps into the process.
 
 Real Delta tables and the serving layer's DuckDB; the lake's cube rows are made by the batch
-job's own Arrow task (views.bitmaps.union_sorted); the Spark job's cube is checked in
+job's own Arrow tasks (batch_layer.reach_cube); the Spark job's cube is checked in
 test_hour_rows."""
 
 from __future__ import annotations
