@@ -65,3 +65,15 @@ def test_nulls_and_no_sketch_are_no_users() -> None:
     assert union([]).value == 0
     assert union([None, sketch([None, ""])]).value == 0
     assert pytest.approx(0.0162, abs=1e-4) == RELATIVE_ERROR
+
+
+def test_sketches_are_stored_compact_with_the_updatable_ones_estimates() -> None:
+    for distinct, size in ((1, 12), (5, 28), (5000, 2088)):
+        users = [f"user-{n:07d}" for n in range(distinct)]
+        stored = sketch(users)
+        read = ds.hll_sketch.deserialize(stored)
+        assert (read.tgt_type, len(stored)) == (ds.tgt_hll_type.HLL_4, size)
+        updatable = ds.hll_sketch(LG_K, ds.tgt_hll_type.HLL_8)
+        for user in users:
+            updatable.update(user)
+        assert union([stored]) == union([bytes(updatable.serialize_updatable())])
