@@ -130,24 +130,28 @@ def union_sketch(sketches: Iterable[bytes | None]) -> bytes:
 def group_unions(sketches: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.BinaryArray:
     """Per group of consecutive rows of ``sketches`` (a group from each of ``starts`` to the
     next, the last to the end), the union of its sketches (:func:`union_sketch`; all null:
-    null). A group of one row keeps its sketch's bytes: no sketch is read for it."""
+    null). A group of one sketch (and nulls) keeps that sketch's bytes: no sketch is read for
+    it, and at real cardinality most groups are such."""
     if isinstance(sketches, pa.ChunkedArray):
         sketches = sketches.combine_chunks()
-    bounds = np.append(starts, len(sketches))
-    single = np.diff(bounds) == 1
-    unioned = sketches.take(pa.array(starts))
-    if single.all():
+    if not len(sketches):
+        return pa.array([], pa.binary())
+    valid = sketches.is_valid().to_numpy(zero_copy_only=False)
+    counts = np.add.reduceat(valid.astype(np.int64), starts)
+    last = np.maximum.reduceat(np.where(valid, np.arange(len(sketches)), -1), starts)
+    unioned = sketches.take(pa.array(last, pa.int64(), mask=last < 0))
+    several = counts > 1
+    if not several.any():
         return unioned
+    bounds = np.append(starts, len(sketches))
     values = sketches.to_pylist()
-    groups = np.flatnonzero(~single)
     merged = [
-        None
-        if all(values[i] is None for i in range(bounds[g], bounds[g + 1]))
-        else union_sketch(values[bounds[g] : bounds[g + 1]])
-        for g in groups.tolist()
+        union_sketch(values[begin:end])
+        for begin, end in zip(
+            bounds[:-1][several].tolist(), bounds[1:][several].tolist(), strict=True
+        )
     ]
-    mask = pa.array(~single)
-    return pc.replace_with_mask(unioned, mask, pa.array(merged, pa.binary()))
+    return pc.replace_with_mask(unioned, pa.array(several), pa.array(merged, pa.binary()))
 
 
 class SealError(ViewError, ValueError):
