@@ -67,7 +67,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     try:
         yield store
     finally:
-        store.stop()
+        store.stop(discard=True)
 
 
 @pytest.fixture(scope="module")

@@ -468,7 +468,7 @@ def s3_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSettings]:
         rewrite(lake, "delta-rs OPTIMIZE, DELETE")
         yield lake
     finally:
-        s3.stop()
+        s3.stop(discard=True)
 
 
 def test_every_view_filters_files_delta_rs_rewrote_on_s3(

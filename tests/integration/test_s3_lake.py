@@ -53,7 +53,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     try:
         yield store
     finally:
-        store.stop()
+        # The scratch server's data goes with it: killed, not waited for (a stop keeping the
+        # data takes ~15 s); its data directory removed.
+        assert store.stop(discard=True)
+        assert store.pid() is None
+        assert not (store.dir / "data").exists()
 
 
 def s3_lake_env(store: LocalS3, prefix: str) -> dict[str, str]:
