@@ -13,11 +13,11 @@ group or filter by two dimensions still read the hour and minute rows, exactly.
 Made from the run's own minute rows in two steps of Arrow tasks, no Spark aggregation of lists:
 each task cubes its own rows (per hour and dimension value, and per hour for the whole:
 ``dimension`` and ``value`` ``*``), their lists of user numbers into one bitmap per key
-(:func:`partial_cube`); those few rows are exchanged by key and each key's bitmaps unioned
-(:func:`union_cube_batches`). Stacking every minute row six times and sorting them by key in
-Spark took 17-20 s of the 10M-event day's run (docs/performance.md). Written by the tasks,
-committed by the driver after the hour rows, replacing the hours the run touches, as the hour
-rows are.
+(:func:`partial_cube`); those few rows are exchanged and sorted by key, and each key's bitmaps
+unioned as they stream past (:func:`union_cube_batches`). Stacking every minute row six times
+and sorting them by key in Spark took 17-20 s of the 10M-event day's run (docs/performance.md).
+Written by the tasks, committed by the driver after the hour rows, replacing the hours the run
+touches, as the hour rows are.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import BitMap
 
 from batch_layer.hours import HoursWritten, replace_hours
 from batch_layer.interval import Interval
@@ -78,7 +79,8 @@ def write_reach_cube(  # noqa: PLR0913 - keyword-only options of one write
 def cube_rows(minutes: DataFrame, run_id: str) -> DataFrame:
     """The reach cube's rows (the table's columns) of ``minutes``, whole hours' minute rows:
     each task's rows cubed where they are (:func:`partial_cube_batches`), the partial cubes
-    exchanged by key and unioned (:func:`union_cube_batches`)."""
+    exchanged and sorted by key (a few rows per task, hour and dimension value) and unioned
+    (:func:`union_cube_batches`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -89,6 +91,7 @@ def cube_rows(minutes: DataFrame, run_id: str) -> DataFrame:
     return (
         hours.mapInArrow(partial_cube_batches, schema)
         .repartition(*KEYS)
+        .sortWithinPartitions(*KEYS)
         .mapInArrow(union_cube_batches, schema)
         .select(*KEYS, F.lit(run_id).alias("run_id"), *USER_BITMAPS)
     )
@@ -140,17 +143,39 @@ def partial_cube(minutes: pa.Table) -> pa.Table:
 
 
 def union_cube_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function over partial cubes exchanged by key: one row per key, its bitmaps
-    the union of its partial ones (a partition holds a few rows per hour and dimension value,
-    whatever the events' number)."""
-    held = [batch for batch in batches if batch.num_rows]
-    if not held:
-        return
-    rows = pa.Table.from_batches(held)
-    rows = rows.take(pc.sort_indices(rows, [(k, "ascending") for k in KEYS])).combine_chunks()
-    starts = bitmaps.key_starts(rows, KEYS)
-    first = pa.array(starts)
-    unioned = {name: rows.column(name).take(first) for name in KEYS}
-    for name in USER_BITMAPS:
-        unioned[name] = bitmaps.group_unions(rows.column(name), starts)
-    yield from pa.table(unioned).cast(_PARTIAL).to_batches()
+    """mapInArrow function over partial cubes exchanged by key and sorted by it: one row per
+    key, its bitmaps the union of its partial ones. Streams: one key's union is held at a
+    time, whatever the number of tasks whose partial rows meet there (every task's rows of an
+    hour meet in its whole-traffic key)."""
+    current: tuple[object, ...] | None = None
+    held: list[BitMap] = []
+    done: list[tuple[tuple[object, ...], list[bytes]]] = []
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        starts = bitmaps.key_starts(batch, KEYS)
+        first = pa.array(starts)
+        keys = list(zip(*(batch.column(k).take(first).to_pylist() for k in KEYS), strict=True))
+        columns = [batch.column(name).to_pylist() for name in USER_BITMAPS]
+        bounds = [*starts.tolist(), batch.num_rows]
+        for key, begin, end in zip(keys, bounds[:-1], bounds[1:], strict=True):
+            if key != current:
+                if current is not None:
+                    done.append((current, [bytes(b.serialize()) for b in held]))
+                current, held = key, [BitMap() for _ in USER_BITMAPS]
+            for union, values in zip(held, columns, strict=True):
+                union.update(*(BitMap.deserialize(v) for v in values[begin:end] if v is not None))
+        if done:
+            yield _cube_batch(done)
+            done = []
+    if current is not None:
+        yield _cube_batch([(current, [bytes(b.serialize()) for b in held])])
+
+
+def _cube_batch(rows: list[tuple[tuple[object, ...], list[bytes]]]) -> pa.RecordBatch:
+    columns = [[key[i] for key, _ in rows] for i in range(len(KEYS))]
+    columns += [[unions[j] for _, unions in rows] for j in range(len(USER_BITMAPS))]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, field.type) for values, field in zip(columns, _PARTIAL, strict=True)],
+        schema=_PARTIAL,
+    )

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from batch_layer.reach_cube import partial_cube_batches, union_cube_batches
+from batch_layer.reach_cube import KEYS, partial_cube_batches, union_cube_batches
 from lake.settings import LakeSettings
 from serving_layer.snapshots import SCHEMAS
 from views import bitmaps
@@ -301,6 +301,9 @@ def reach_cube(minutes: pa.Table, run_id: str) -> pa.Table:
     hours = hours.set_column(
         0, "bucket_start", pc.floor_temporal(hours.column("bucket_start"), unit="hour")
     )
-    partial = list(partial_cube_batches(iter(hours.to_batches(max_chunksize=100_000))))
-    unioned = pa.Table.from_batches(list(union_cube_batches(iter(partial))))
+    partial = pa.Table.from_batches(
+        list(partial_cube_batches(iter(hours.to_batches(max_chunksize=100_000))))
+    )
+    ordered = partial.sort_by([(k, "ascending") for k in KEYS])  # as the job's exchange sorts
+    unioned = pa.Table.from_batches(list(union_cube_batches(iter(ordered.to_batches()))))
     return unioned.append_column("run_id", pa.array([run_id] * len(unioned), pa.string()))

@@ -62,30 +62,6 @@ def _bitmaps(lists: pa.ListArray) -> list[bytes]:
     ]
 
 
-def group_unions(serialized: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.BinaryArray:
-    """Per group of consecutive rows of ``serialized`` (bitmaps; a group from each of ``starts``
-    to the next, the last to the end), the serialized union of its bitmaps (nulls skipped). A
-    group of one row keeps its bytes."""
-    if isinstance(serialized, pa.ChunkedArray):
-        serialized = serialized.combine_chunks()
-    bounds = np.append(starts, len(serialized))
-    single = np.diff(bounds) == 1
-    unioned = serialized.take(pa.array(starts)).fill_null(EMPTY)
-    if single.all():
-        return unioned
-    values = serialized.to_pylist()
-    several = zip(bounds[:-1][~single].tolist(), bounds[1:][~single].tolist(), strict=True)
-    merged = [
-        bytes(
-            BitMap.union(
-                BitMap(), *(BitMap.deserialize(b) for b in values[begin:end] if b is not None)
-            ).serialize()
-        )
-        for begin, end in several
-    ]
-    return pc.replace_with_mask(unioned, pa.array(~single), pa.array(merged, pa.binary()))
-
-
 def _uint32s(numbers: np.ndarray) -> array.array[int]:
     """``numbers`` (uint32) as an ``array.array``: pyroaring copies those at once, where it
     takes a NumPy array's numbers one by one (6x slower on 2 M numbers)."""

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from batch_layer.reach_cube import WHOLE, partial_cube_batches, union_cube_batches
+from batch_layer.reach_cube import KEYS, WHOLE, partial_cube_batches, union_cube_batches
 from views import bitmaps
 from views.columns import DIMENSIONS, USER_BITMAPS
 
@@ -47,7 +47,8 @@ def _row(hour: int, values: Sequence[str | None], users: object, clickers: objec
 def _cubed(rows: list[Row], tasks: int, batch_rows: int, at_once: int) -> Sets:
     """The cube of ``rows`` split over ``tasks`` tasks, each given batches of ``batch_rows``
     and cubing ``at_once`` rows or more at a time; the partial rows shuffled, as an exchange
-    may deliver them."""
+    may deliver them, then sorted by key (as Spark sorts them) and given to the union in
+    batches of ``batch_rows`` (a key's rows over several batches)."""
     table = pa.Table.from_pylist(rows, SCHEMA)
     step = -(-len(rows) // tasks) if rows else 1
     partial: list[pa.RecordBatch] = []
@@ -55,8 +56,14 @@ def _cubed(rows: list[Row], tasks: int, batch_rows: int, at_once: int) -> Sets:
         batches = table.slice(start, step).to_batches(max_chunksize=batch_rows)
         partial += partial_cube_batches(iter(batches), at_once)
     random.Random(len(rows)).shuffle(partial)
+    exchanged = pa.Table.from_batches(partial, partial[0].schema) if partial else None
+    ordered = (
+        exchanged.sort_by([(k, "ascending") for k in KEYS]).to_batches(max_chunksize=batch_rows)
+        if exchanged is not None
+        else []
+    )
     got: Sets = {}
-    for batch in union_cube_batches(iter(partial)):
+    for batch in union_cube_batches(iter(ordered)):
         for row in batch.to_pylist():
             key = (row["bucket_start"], row["dimension"], row["value"])
             assert key not in got, f"{key} twice"
@@ -128,13 +135,8 @@ def test_a_key_over_many_rows_and_tasks_holds_all_its_numbers() -> None:
     assert got[(T0, "campaign_id", "c")][0] == set(numbers)
 
 
-def test_groups_of_consecutive_rows_get_one_bitmap_or_union_each() -> None:
+def test_groups_of_consecutive_rows_get_one_bitmap_each() -> None:
     lists = pa.array([[1, 2], None, [2, 3], [None, 4], []], pa.list_(pa.int32()))
     starts = np.array([0, 2, 4])
     got = bitmaps.group_bitmaps(lists, starts).to_pylist()
     assert [set(BitMap.deserialize(b)) for b in got] == [{1, 2}, {2, 3, 4}, set()]
-    serialized = pa.array(
-        [bitmaps.bitmap([1]), None, bitmaps.bitmap([5]), bitmaps.bitmap([1, 6])], pa.binary()
-    )
-    unions = bitmaps.group_unions(serialized, np.array([0, 1, 2])).to_pylist()
-    assert [set(BitMap.deserialize(b)) for b in unions] == [{1}, set(), {1, 5, 6}]
