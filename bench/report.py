@@ -407,6 +407,33 @@ def update_page(page: Path, block: str) -> bool:
     return True
 
 
+def _with_page_rows(block: str, rows: list[Row], text: str) -> str:
+    """``block`` (the table of ``rows`` and its machine line) with the page's own rows of the
+    benchmarks that have no result here, in :data:`ORDER`: the results are files of the
+    machine that ran them, so a benchmark run alone on a fresh checkout keeps the others' rows
+    the page has (and says which), rather than dropping them."""
+    fresh = {row.benchmark for row in rows}
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    kept = {}
+    if 0 <= start < end:
+        for line in text[start:end].splitlines():
+            name = line.split("|")[1].strip() if line.startswith("| ") else ""
+            if name in ORDER and name not in fresh:
+                kept[name] = line
+    if not kept:
+        return block
+    lines = block.splitlines()
+    body = {line.split("|")[1].strip(): line for line in lines[2:] if line.startswith("| ")}
+    ordered = [body.get(name) or kept.get(name) for name in ORDER]
+    table_lines = [*lines[:2], *(line for line in ordered if line)]
+    rest = lines[2 + len(body) :]
+    note = (
+        f"The rows of {', '.join(kept)} are the page's as they were (no result of theirs "
+        "in this run's bench/results): see their sections for when and where they were measured."
+    )
+    return "\n".join([*table_lines, *rest, "", note]) + "\n"
+
+
 def write(results: Path = RESULTS, page: Path | None = PAGE) -> list[Row]:
     """Build RESULTS.md and results.json from the per-benchmark files (and the docs page's
     table)."""
@@ -415,6 +442,9 @@ def write(results: Path = RESULTS, page: Path | None = PAGE) -> list[Row]:
     host = machine()
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     block = markdown(rows, host, when)
+    page_block = block
+    if page is not None and page.exists():
+        page_block = _with_page_rows(block, rows, page.read_text())
     results.mkdir(parents=True, exist_ok=True)
     (results / "RESULTS.md").write_text(f"# Benchmark results\n\n{block}")
     payload = {
@@ -425,7 +455,7 @@ def write(results: Path = RESULTS, page: Path | None = PAGE) -> list[Row]:
         "failures": {name: error for name, (_, error) in found.items() if error is not None},
     }
     (results / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-    if page is not None and page.exists() and not update_page(page, block):
+    if page is not None and page.exists() and not update_page(page, page_block):
         print(f"bench: {page} has no {TABLE_START} marker; the table is only in {results}")
     return rows
 

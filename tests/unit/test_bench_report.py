@@ -170,6 +170,35 @@ def test_write_builds_the_files_and_replaces_only_the_pages_table(tmp_path: Path
     assert readme.read_text().count(report.TABLE_START) == 1
 
 
+def test_the_pages_rows_without_a_result_here_are_kept_and_named(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    _write(results, "batch", BATCH)
+    page = tmp_path / "performance.md"
+    old = [
+        "| ingest | 1 events/s | - | - | - | yes |",
+        "| batch | 99 s | - | - | - | **no** |",
+        "| speed | 2 s | - | - | - | **no** |",
+    ]
+    page.write_text(
+        f"{report.TABLE_START}\n| benchmark | measured |\n|---|---|\n" + "\n".join(old)
+        + f"\n\nMeasured long ago.\n{report.TABLE_END}\n"
+    )  # fmt: skip
+
+    report.write(results, page)
+
+    text = page.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == ["ingest", "batch", "speed"]
+    assert old[0] in text  # carried as they were
+    assert old[2] in text
+    assert "| batch | 41.6 s" in text  # this run's own row replaces the page's
+    assert "99 s" not in text
+    assert "The rows of ingest, speed are the page's as they were" in text
+    report.write(results, page)  # again: the same rows, one note
+    assert page.read_text().count("are the page's as they were") == 1
+    assert (results / "RESULTS.md").read_text().count("| speed |") == 0
+
+
 def test_a_page_without_markers_is_left_alone(tmp_path: Path) -> None:
     readme = tmp_path / "performance.md"
     readme.write_text("no table here\n")
