@@ -112,7 +112,7 @@ def hour_batches(
     ``bucket_start`` already the hour): the partition's hour rows (``schema``) of the run
     ``run_id`` (:func:`hour_rows`)."""
     held = list(batches)  # whole groups: the exchange was by their key
-    if held and any(batch.num_rows for batch in held):
+    if any(batch.num_rows for batch in held):
         yield from hour_rows(pa.Table.from_batches(held), run_id, schema).to_batches(
             _OUTPUT_BATCH_ROWS
         )

@@ -129,6 +129,7 @@ class ComputedView(NamedTuple):
     run_id: str
     input_bytes: int  # of the events read (lake.view_files.write_tasks)
     users_added: int  # to the user dictionary (batch_layer.users), for reach
+    partitions: int  # the view's exchanges (dedup_partitions): its rows fit them
 
 
 def compute_view(  # noqa: PLR0913 - keyword-only options of one computation
@@ -186,7 +187,12 @@ def compute_view(  # noqa: PLR0913 - keyword-only options of one computation
             interval.sql_predicate("bucket_start")
         )
     return ComputedView(
-        view.withColumn("run_id", F.lit(run_id)), version, run_id, input_bytes, users_added
+        view.withColumn("run_id", F.lit(run_id)),
+        version,
+        run_id,
+        input_bytes,
+        users_added,
+        partitions,
     )
 
 
@@ -275,7 +281,7 @@ class BatchJob:
         from pyspark.sql import functions as F
 
         spark, lake, on_step = self.spark, self.lake, self.on_step
-        view, version, run_id, input_bytes, users_added = compute_view(
+        view, version, run_id, input_bytes, users_added, partitions = compute_view(
             spark,
             interval,
             lake=lake,
@@ -329,7 +335,6 @@ class BatchJob:
         if reach:
             # The view's exchange held each partition's events in an Arrow task: their minute
             # rows, far fewer, fit the same partitions.
-            partitions = dedup_partitions(input_bytes, spark.sparkContext.defaultParallelism)
             hours = write_hours(
                 spark, lake, written, interval, definition=definition, run_id=run_id,
                 input_version=version, partitions=partitions, on_step=on_step,
