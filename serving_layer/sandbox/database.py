@@ -32,6 +32,7 @@ The worker processes that run these databases add OS limits (see :mod:`serving_l
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 import threading
@@ -408,8 +409,10 @@ def execute(
     max_rows: int,
     max_bytes: int,
     timeout_s: float,
+    params: Sequence[str | None] = (),
 ) -> SqlResult:
-    """Run a checked ``statement``; rows stop at ``max_rows`` rows or ``max_bytes`` of JSON.
+    """Run a checked ``statement`` with ``params`` bound to its ``$1``, ``$2``…; rows stop at
+    ``max_rows`` rows or ``max_bytes`` of JSON.
 
     A timer interrupts DuckDB at ``timeout_s`` (it notices between row batches; the worker
     pool's kill is the hard limit)."""
@@ -417,7 +420,7 @@ def execute(
     timer = threading.Timer(timeout_s, con.interrupt)
     timer.start()
     try:
-        cursor = con.execute(statement)
+        cursor = con.execute(statement, list(params)) if params else con.execute(statement)
         if cursor.description is None:  # pragma: no cover - every query has one
             raise SqlError("the statement returned no result")
         columns = [d[0] for d in cursor.description]
@@ -448,3 +451,44 @@ def execute(
 def _clean(exc: duckdb.Error) -> str:
     # DuckDB messages start with their kind ("Catalog Error: …"), which is what a user needs.
     return str(exc).strip()
+
+
+@functools.cache
+def _columns_by_reach(
+    store: ObjectStoreSettings, raw_tables: bool, sees_everything: bool
+) -> dict[str, list[tuple[str, str]]]:
+    # A stand-in of the role: the views and columns depend on it, not on the key.
+    access: Access | None = None
+    if not sees_everything:
+        access = Access("columns", "advertiser", Scope(campaigns=("c",)))
+    elif not raw_tables:
+        access = Access("columns", "analyst")
+    tables = {
+        view: TableSnapshot(name, "", None, (), (), SERVED_BY_NAME[name].schema)
+        for view, name in sandbox_views(access).items()
+    }
+    con = open_sandbox(tables, store, memory_limit_bytes=256 * 2**20, access=access)
+    try:
+        rows = con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE NOT internal ORDER BY table_name, column_index"
+        ).fetchall()
+    finally:
+        con.close()
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in rows:
+        columns.setdefault(table, []).append((column, kind))
+    return columns
+
+
+def view_columns(
+    store: ObjectStoreSettings, access: Access | None = None
+) -> dict[str, list[tuple[str, str]]]:
+    """Each view a query of ``access`` (None: an admin's) may read, with its columns and their
+    DuckDB types, as a query sees them (user ids hidden and sketches sealed below admin): the
+    sandbox's own views over tables with no rows, so nothing of the lake is read. What SQL
+    clients list as the database's tables (the PostgreSQL endpoint's catalog). ``store`` is
+    the lake's (no file is read)."""
+    if access is None:
+        return _columns_by_reach(store, True, True)
+    return _columns_by_reach(store, access.raw_tables, access.sees_everything)

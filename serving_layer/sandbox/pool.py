@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -158,7 +158,7 @@ class SqlPool:
             ("queries", "refused", "failed", "timed_out", "rejected_busy", "backed_off"), 0
         )
 
-    def run(
+    def run(  # noqa: PLR0913 - keyword-only limits of one query
         self,
         sql: str,
         snapshot: LakeSnapshot,
@@ -168,10 +168,13 @@ class SqlPool:
         timeout_s: float = 10.0,
         client: str | None = None,
         access: Access | None = None,
+        params: Sequence[str | None] = (),
     ) -> SqlResult:
         """Run one read-only query over ``snapshot`` in a worker, over the tables and rows
         ``access`` may read (None: an admin's; see
-        :func:`~serving_layer.sandbox.database.open_sandbox`).
+        :func:`~serving_layer.sandbox.database.open_sandbox`). ``params`` are the values of
+        its ``$1``, ``$2``… (text or NULL, cast by DuckDB to the type each place wants), never
+        part of its text.
 
         ``client`` (the caller's address, say) is whom a query that costs its worker backs
         off; ``None``: nobody. Raises :class:`SqlRefusedError` (not a single read-only query,
@@ -185,6 +188,8 @@ class SqlPool:
             raise ValueError(f"'max_bytes' must be >= 1, got {max_bytes}")
         if timeout_s <= 0:
             raise ValueError(f"'timeout_s' must be > 0, got {timeout_s}")
+        if any(p is not None and not isinstance(p, str) for p in params):
+            raise ValueError("'params' must be strings or None")
         self.check_backoff(client)
         try:
             statement = check_read_only(sql, access)
@@ -215,6 +220,7 @@ class SqlPool:
                     timeout_s=timeout_s,
                     client=client,
                     access=access,
+                    params=tuple(params),
                 )
             finally:
                 self._idle.put(worker)
@@ -248,13 +254,15 @@ class SqlPool:
         timeout_s: float,
         client: str | None,
         access: Access | None,
+        params: tuple[str | None, ...] = (),
     ) -> SqlResult:
         if worker.queries >= self.max_queries_per_worker:
             worker.stop()
         self._count("queries")
         try:
+            limits = (max_rows, max_bytes, timeout_s, self.grace_s)
             kind, payload = worker.ask(
-                (sql, dict(tables), store, access, max_rows, max_bytes, timeout_s, self.grace_s),
+                (sql, dict(tables), store, access, *limits, params),
                 wait_s=timeout_s + self.grace_s,
             )
         except TimeoutError:

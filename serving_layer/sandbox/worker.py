@@ -15,7 +15,7 @@ import ctypes
 import os
 import resource
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Final
 
@@ -51,7 +51,8 @@ def main(argv: list[str]) -> None:
     conn.send("ready")
     while True:
         try:
-            sql, tables, store, access, max_rows, max_bytes, timeout_s, grace_s = conn.recv()
+            request = conn.recv()
+            sql, tables, store, access, max_rows, max_bytes, timeout_s, grace_s, params = request
         except (EOFError, OSError, KeyboardInterrupt):
             return
         _limit_cpu(timeout_s + grace_s, threads)
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> None:
                 timeout_s=timeout_s,
                 memory_bytes=memory_bytes,
                 threads=threads,
+                params=params,
             )
         )
         _release_memory()
@@ -82,6 +84,7 @@ def answer(  # noqa: PLR0913 - keyword-only limits of one query
     memory_bytes: int,
     threads: int,
     access: Access | None = None,
+    params: Sequence[str | None] = (),
 ) -> tuple[str, object]:
     """One request's reply: ``("ok", SqlResult)`` or ``(kind, message)`` with kind one of
     refused, error, timeout, unavailable; over the tables and rows ``access`` may read, their
@@ -91,7 +94,12 @@ def answer(  # noqa: PLR0913 - keyword-only limits of one query
         con = _open(tables, store, memory_bytes, threads, access)
         try:
             result = execute(
-                con, statement, max_rows=max_rows, max_bytes=max_bytes, timeout_s=timeout_s
+                con,
+                statement,
+                max_rows=max_rows,
+                max_bytes=max_bytes,
+                timeout_s=timeout_s,
+                params=params,
             )
         finally:
             con.close()
