@@ -21,6 +21,7 @@ from api.errors import ParameterError
 from api.guard import RequestGuard
 from api.limits import LimitsStore, check_limits, open_limits, sql_longest_s
 from api.metrics import LakeCollector, RequestMetrics
+from api.pg_wire import PgWire
 from api.query_gate import QueryGate
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
@@ -34,6 +35,26 @@ from serving_layer.reader import QueryLimitError, SnapshotReader
 from serving_layer.sandbox.backoff import ClientBackoff
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
+
+
+async def _start_pg_wire(
+    app: FastAPI, settings: ApiSettings, authenticator: Authenticator
+) -> PgWire | None:
+    """The views over PostgreSQL's protocol (API_PG_PORT; None: off), by this process's key
+    check, SQL pool and gate."""
+    if settings.pg_port is None:
+        return None
+    wire = PgWire(
+        settings,
+        authenticator=authenticator,
+        serving=app.state.serving,
+        pool=app.state.sql_pool,
+        gate=app.state.sql_gate,
+        limiter=app.state.sql_limiter,
+        store=app.state.lake.object_store,
+    )
+    await wire.start()
+    return wire
 
 
 def create_app(
@@ -113,9 +134,12 @@ def create_app(
         )
         app.state.sql_limiter = CapacityLimiter(settings.sql_workers + settings.sql_queue + 4)
         authenticator.usage = store.key_uses(lake, settings.key_use_flush_s)
+        app.state.pg_wire = await _start_pg_wire(app, settings, authenticator)
         try:
             yield
         finally:
+            if app.state.pg_wire is not None:
+                await app.state.pg_wire.close()
             authenticator.usage.close()
             authenticator.usage = None
             app.state.cache.close()

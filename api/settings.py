@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import ByteSize, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_TOKEN_LENGTH = 16
@@ -138,6 +138,27 @@ class ApiSettings(BaseSettings):
     # balancer (docs: Run several API replicas). Empty: no proxy is trusted.
     trusted_proxies: str = ""
 
+    # -- the PostgreSQL endpoint (api/pg_wire.py): the views for psql, BI tools, notebooks ----
+    # The TCP port of the PostgreSQL wire protocol (`ctr serve --pg-port` overrides it): the
+    # key is the password, the queries are POST /api/v1/sql's with its limits. Unset: off.
+    pg_port: int | None = Field(default=None, ge=0, le=65535)
+    # The address the PostgreSQL endpoint binds; unset: API_HOST's.
+    pg_host: str | None = None
+    # The PEM certificate (chain) the PostgreSQL endpoint presents to clients that ask for
+    # TLS (sslmode=require); with API_PG_TLS_KEY. Unset: TLS refused, plain text only.
+    pg_tls_cert: str | None = None
+    # The PEM private key of API_PG_TLS_CERT.
+    pg_tls_key: str | None = None
+    # Refuse PostgreSQL connections that do not ask for TLS (before their password is sent);
+    # needs API_PG_TLS_CERT and API_PG_TLS_KEY.
+    pg_tls_required: bool = False
+    # Open PostgreSQL connections in all at most; past it a new one is refused (SQLSTATE 53300).
+    pg_max_connections: int = Field(default=256, ge=1)
+    # Open PostgreSQL connections from one client address at most; past it a new one is
+    # refused (53300). A key's queries also share the SQL workers as over HTTP
+    # (API_SQL_WORKERS_PER_KEY).
+    pg_max_connections_per_client: int = Field(default=32, ge=1)
+
     # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
     # /api/v1/ctr answers computed at once, each on a thread of its own.
     ctr_workers: int = Field(default=4, ge=1, le=64)
@@ -180,6 +201,17 @@ class ApiSettings(BaseSettings):
     def sql_per_key(self) -> int:
         """``sql_workers_per_key``, by default one fewer than ``sql_workers`` (at least 1)."""
         return _share(self.sql_workers_per_key, self.sql_workers, max(1, self.sql_workers - 1))
+
+    @model_validator(mode="after")
+    def _pg_tls(self) -> ApiSettings:
+        if (self.pg_tls_cert is None) != (self.pg_tls_key is None):
+            raise ValueError("API_PG_TLS_CERT and API_PG_TLS_KEY go together: set both or neither")
+        if self.pg_tls_required and self.pg_tls_cert is None:
+            raise ValueError(
+                "API_PG_TLS_REQUIRED needs API_PG_TLS_CERT and API_PG_TLS_KEY (the certificate "
+                "the endpoint presents)"
+            )
+        return self
 
     @field_validator("limits_url")
     @classmethod

@@ -15,8 +15,16 @@ def serve(
         str | None, typer.Option(help="Bind address (default: API_HOST, 127.0.0.1).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: API_PORT, 8000).")] = None,
+    pg_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of the PostgreSQL endpoint, the views for psql and BI tools with the key "
+            "as password (default: API_PG_PORT; unset: off)."
+        ),
+    ] = None,
 ) -> None:
-    """Serve /api/v1 (ctr, views, sql), /healthz, /metrics, /docs and the dashboard.
+    """Serve /api/v1 (ctr, views, sql), /healthz, /metrics, /docs and the dashboard; with
+    --pg-port (API_PG_PORT) the SQL views over PostgreSQL's protocol too.
 
     Needs API_TOKEN (clients send 'Authorization: Bearer <API_TOKEN>'); without it the server
     refuses to start.
@@ -42,7 +50,16 @@ def serve(
         raise
     host = host or settings.host
     port = port or settings.port
+    if pg_port is not None:
+        settings = settings.model_copy(update={"pg_port": pg_port})
     console.print(f"serving on http://{host}:{port}/ (API docs: http://{host}:{port}/docs)")
+    if settings.pg_port is not None:
+        pg_host = settings.pg_host or host
+        console.print(
+            f"PostgreSQL endpoint on {pg_host}:{settings.pg_port} "
+            f'(psql "host={pg_host} port={settings.pg_port} user=ctr dbname=ctr", the key as '
+            "password)"
+        )
     from alerts.settings import AlertSettings
 
     app = create_app(settings, LakeSettings(), KafkaSettings(), alert_settings=AlertSettings())

@@ -37,9 +37,10 @@ fi
     exit 1
 }
 
-# Apache Kafka's broker jars (and the Spark connectors'), resolved by Maven into a cache outside
-# the repository once; a no-op when they are there.
-bash infra/jars.sh kafka spark s3
+# Apache Kafka's broker jars (and the Spark connectors', and PostgreSQL's JDBC driver the
+# PostgreSQL endpoint's tests use), resolved by Maven into a cache outside the repository once; a
+# no-op when they are there.
+bash infra/jars.sh kafka spark s3 pgjdbc
 # The S3-compatible server `ctr s3 up` runs (SeaweedFS), built once from the Go module proxy
 # into the same cache; a no-op when it is there.
 bash infra/seaweedfs.sh > /dev/null
