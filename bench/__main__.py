@@ -27,6 +27,7 @@ from bench import (
     serving,
     serving_beside_batch,
     speed,
+    sql_wire,
     state,
     storage,
 )
@@ -46,6 +47,7 @@ BENCHMARKS = {
     "alerts": alerts.main,
     "state": state.main,
     "refresh": refresh.main,
+    "sql-wire": sql_wire.main,
 }
 
 

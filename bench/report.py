@@ -41,6 +41,7 @@ ORDER = (
     "storage",
     "alerts",
     "state",
+    "sql-wire",
 )
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
@@ -287,6 +288,20 @@ def _alerts(r: Mapping[str, Any]) -> Row:
     )
 
 
+def _sql_wire(r: Mapping[str, Any]) -> Row:
+    return Row(
+        "sql-wire",
+        f"a small query over PostgreSQL's protocol (psycopg, bound parameters): p50 "
+        f"{r['wire_p50_ms']:.1f} ms, p95 {r['wire_p95_ms']:.1f} ms ({r['rounds']} rounds of 3 "
+        "queries, one client)",
+        f"the same over POST /api/v1/sql: p50 {r['http_p50_ms']:.1f} ms, p95 "
+        f"{r['http_p95_ms']:.1f} ms",
+        f"{r['ratio_p50']:.2f}",
+        "≤ 1.5× the HTTP API's p50",
+        r["ratio_p50"] <= 1.5 and bool(r["same_row_counts"]),
+    )
+
+
 SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "ingest": _ingest,
     "archive": _archive,
@@ -301,6 +316,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any]], Row]] = {
     "storage": _storage,
     "alerts": _alerts,
     "state": _state,
+    "sql-wire": _sql_wire,
 }
 
 
