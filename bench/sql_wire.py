@@ -68,6 +68,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def main(events: int | None = None) -> None:
+    #: Rounds of each query per protocol in `python -m bench sql-wire` (after 10 warm-up rounds).
     rounds = int(os.environ.get("SQL_WIRE_ROUNDS", "100"))
     warmup = 10
     with tempfile.TemporaryDirectory(prefix="bench-sql-wire-") as root:

@@ -119,6 +119,9 @@ else
     export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"
 fi
 export API_HOST=127.0.0.1 API_PORT="${API_PORT:-8000}"
+#: The port of the API's PostgreSQL endpoint in the demo (psql, DBeaver, Grafana; the key is the
+#: password): docs/guides/sql-clients.md.
+export API_PG_PORT="${API_PG_PORT:-5433}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
 CTR="$ROOT/.venv/bin/ctr"
@@ -197,6 +200,7 @@ print_summary() {
 
   Dashboard   $API/#token=$token
   API token   $token        (API docs: $API/docs)
+  SQL         psql "host=127.0.0.1 port=$API_PG_PORT dbname=ctr user=demo" (password: the API token; docs/guides/sql-clients.md)
 EOF
     if [[ -f "$DEMO/airflow.pid" ]]; then
         local password
@@ -289,7 +293,7 @@ if ! [[ "$DEMO_AIRFLOW" =~ ^[01]$ ]]; then
         "got '$DEMO_AIRFLOW'" >&2
     exit 2
 fi
-ports=("$API_PORT:the API (API_PORT)")
+ports=("$API_PORT:the API (API_PORT)" "$API_PG_PORT:the API's PostgreSQL endpoint (API_PG_PORT)")
 if ((DEMO_AIRFLOW)); then
     # Only Airflow's API server listens: infra/airflow-up.sh runs no log servers (8793/8794).
     ports+=("$AIRFLOW_PORT:Airflow (AIRFLOW_PORT)")
