@@ -21,7 +21,7 @@ from api.errors import ParameterError
 from api.guard import RequestGuard
 from api.limits import LimitsStore, check_limits, open_limits, sql_longest_s
 from api.metrics import LakeCollector, RequestMetrics
-from api.pg_wire import PgWire
+from api.pg_wire import PgWire, PgWireCollector
 from api.query_gate import QueryGate
 from api.rendering import Rendered
 from api.response_cache import ResponseCache
@@ -54,6 +54,7 @@ async def _start_pg_wire(
         store=app.state.lake.object_store,
     )
     await wire.start()
+    app.state.registry.register(PgWireCollector(wire))
     return wire
 
 

@@ -35,10 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import ssl
+import time
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from anyio import CapacityLimiter, to_thread
@@ -48,6 +50,8 @@ from pg_mimic.auth import AuthPlugin, IdentityProvider
 from pg_mimic.errors import PgError
 from pg_mimic.session import CallbackStatement, Statement
 from pg_mimic.stream import ConnectionClosed, PgStream
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from access.roles import Access
 from api.authn import Authenticator
@@ -71,6 +75,7 @@ from serving_layer.sandbox.database import (
 from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
 
+_access_log = logging.getLogger("ctr.access")
 # What clients read from server_version: pgJDBC, SQLAlchemy and Grafana parse a major version.
 SERVER_VERSION: Final = "16.0 (ctr-lambda)"
 _PROTOCOL_3: Final = 196608
@@ -123,6 +128,29 @@ class PgWire:
     @property
     def refused_connections(self) -> Counter[str]:
         return self._server.refused
+
+
+class PgWireCollector(Collector):
+    """``ctr_api_pg_open_connections`` and ``ctr_api_pg_refused_connections_total{reason}``
+    (too many connections, TLS required, a wrong key, the start-up too slow)."""
+
+    def __init__(self, wire: PgWire) -> None:
+        self._wire = wire
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "ctr_api_pg_open_connections",
+            "open connections of the PostgreSQL endpoint (API_PG_PORT)",
+            value=self._wire.open_connections,
+        )
+        refused = CounterMetricFamily(
+            "ctr_api_pg_refused_connections",
+            "PostgreSQL connections refused before their first query, by reason",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._wire.refused_connections.copy().items()):
+            refused.add_metric([reason], count)
+        yield refused
 
 
 def tls_context(settings: ApiSettings) -> ssl.SSLContext | None:
@@ -347,6 +375,7 @@ class _Session(Session):
     async def run(self, sql: str, params: Sequence[str | None]) -> SqlResult:
         """``sql`` with ``params`` in the sandbox, under ``POST /api/v1/sql``'s rules."""
         wire, settings = self.wire, self.wire.settings
+        started = time.perf_counter()
         access = await self.live_access()
         client = self.client
         try:
@@ -366,6 +395,23 @@ class _Session(Session):
                 params=params,
             )
             async with wire.gate.place(client):
-                return await to_thread.run_sync(run, limiter=wire.limiter)
+                result = await to_thread.run_sync(run, limiter=wire.limiter)
         except Exception as exc:
-            raise pg_error(exc) from None
+            error = pg_error(exc)
+            self._log(access, f"sqlstate={error.sqlstate}", started)
+            raise error from None
+        self._log(access, f"rows={len(result.rows)}", started)
+        return result
+
+    def _log(self, access: Access, outcome: str, started: float) -> None:
+        """The access log's line of a query (logger ``ctr.access``, as HTTP requests'): the
+        key's name (never the key), its role, the outcome; never the SQL."""
+        if self.wire.settings.access_log:
+            _access_log.info(
+                "key=%s role=%s PG query %s ms=%.1f client=%s",
+                access.name,
+                access.role,
+                outcome,
+                (time.perf_counter() - started) * 1000,
+                _peer(self.connection.stream.writer),
+            )

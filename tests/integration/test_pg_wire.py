@@ -328,6 +328,11 @@ def test_a_wrong_key_an_advertisers_raw_table_and_a_revoked_key_are_refused(
 ) -> None:
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         _connect(server, "not-a-key-0123456789")
+    metrics = httpx.get(
+        f"{server.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ).text
+    assert 'ctr_api_pg_refused_connections_total{reason="wrong_key"}' in metrics
+    assert "ctr_api_pg_open_connections" in metrics
     with _connect(server, keys["advertiser"]) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="events"):
             conn.execute("SELECT * FROM events")
