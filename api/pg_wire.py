@@ -283,14 +283,18 @@ class _KeyAuth(AuthPlugin):
     ) -> bool:
         stream.write(pg_messages.make_authentication_cleartext_password())
         await stream.drain()
-        async with asyncio.timeout(self.wire.settings.header_timeout_s):
-            tag, payload = await stream.read_message()
+        try:
+            async with asyncio.timeout(self.wire.settings.header_timeout_s):
+                tag, payload = await stream.read_message()
+        except TimeoutError:
+            self.wire.refused_connections["startup_timeout"] += 1
+            raise ConnectionClosed from None
         if tag != pg_messages.PASSWORD:
             raise ConnectionClosed
         key = payload.rstrip(b"\x00").decode("utf-8", errors="replace")
         access = await self.wire.authenticator.access(f"Bearer {key}")
         if access is None:
-            self.wire._server.refused["wrong_key"] += 1
+            self.wire.refused_connections["wrong_key"] += 1
             return False
         self.wire.logins[stream] = (key, access)
         return True

@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import os
 import shutil
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -421,6 +422,7 @@ def tls_server(
         pg_tls_required=True,
         pg_max_connections_per_client=2,
         sql_max_rows=1,
+        header_timeout_s=1,
     )
 
 
@@ -448,3 +450,15 @@ def test_an_answer_cut_at_the_row_limit_says_so_and_connections_are_capped(
             pytest.raises(psycopg.OperationalError, match="too many connections from"),
         ):
             _connect(tls_server, keys["other-analyst"], sslmode="require")
+
+
+def test_a_client_that_never_starts_is_disconnected_at_the_start_up_deadline(
+    tls_server: Server,
+) -> None:
+    """A connection that sends nothing holds no place past API_HEADER_TIMEOUT_S (1 s here)."""
+    with socket.create_connection(("127.0.0.1", tls_server.pg_port), timeout=60) as idle:
+        assert idle.recv(1) == b"", "the server closes it"
+    metrics = httpx.get(
+        f"{tls_server.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ).text
+    assert 'ctr_api_pg_refused_connections_total{reason="startup_timeout"}' in metrics
