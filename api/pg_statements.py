@@ -44,13 +44,21 @@ class SandboxStatement(Statement):
     """A query of the sandbox. Its columns are known once it ran: a Describe runs it with the
     parameters of the last Bind (NULLs before any), and the Execute that follows takes that
     answer rather than running it again (pg-mimic describes a statement right after each Bind;
-    a simple query describes, binds no parameters and executes)."""
+    a simple query describes, binds no parameters and executes). ``values``: the parameters of
+    SQL's ``EXECUTE name(…)``, bound in place of none."""
 
-    def __init__(self, session: Runner, sql: str, param_oids: list[int | None]) -> None:
+    def __init__(
+        self,
+        session: Runner,
+        sql: str,
+        param_oids: list[int | None],
+        values: list[str | None] | None = None,
+    ) -> None:
         self.session = session
         self.sql = sql
         self.param_oids = param_oids
-        self._bound: list[str | None] | None = None
+        self._values = values
+        self._bound: list[str | None] | None = values
         self._answer: tuple[tuple[str | None, ...], SqlResult, list[PgType]] | None = None
 
     async def describe(self) -> list[ResultColumn] | None:
@@ -62,6 +70,8 @@ class SandboxStatement(Statement):
         if len(params) > _MAX_PARAMS:
             raise PgError("54023", f"at most {_MAX_PARAMS} parameters, got {len(params)}")
         values = [None if p is None else str(p) for p in params]
+        if not values and self._values is not None:
+            values = self._values
         self._bound = values
         return _SandboxPortal(self, values)
 

@@ -62,6 +62,7 @@ from api.pg_catalog import (
     show_statement,
     version_statement,
 )
+from api.pg_prepared import prepared_statement
 from api.pg_statements import SandboxStatement, pg_error
 from api.pg_types import pg_type
 from api.query_gate import QueryGate
@@ -307,6 +308,8 @@ class _Session(Session):
         self.wire = wire
         self.key = ""
         self.access: Access | None = None
+        # SQL's PREPARE'd queries by name (the protocol's own are pg-mimic's).
+        self.prepared: dict[str, str] = {}
 
     async def init(self, connection: Any) -> None:
         await super().init(connection)
@@ -348,12 +351,13 @@ class _Session(Session):
         """What the endpoint answers itself (``version()``, savepoints, settings, the
         catalog) or sends to the sandbox past pg-mimic (DuckDB's ``SHOW TABLES``); None: ask
         pg-mimic, then the sandbox."""
-        version = version_statement(sql)
-        if version is not None:
-            return version
-        savepoint = savepoint_statement(self._connection, sql)
-        if savepoint is not None:
-            return savepoint
+        answered = (
+            version_statement(sql)
+            or prepared_statement(self, self.prepared, sql)
+            or savepoint_statement(self._connection, sql)
+        )
+        if answered is not None:
+            return answered
         show = show_statement(sql, view_columns(self.wire.store, self.access))
         if show is True:  # SHOW TABLES, SHOW <view>: DuckDB's, in the sandbox
             return SandboxStatement(self, sql, param_oids)

@@ -148,6 +148,13 @@ def test_psql_lists_the_views_describes_one_and_queries_it(
             "\\d ctr_batch",
             "-c",
             ROWS_SQL.format("'cmp-1'"),
+            # psql 15 has no \bind: SQL's PREPARE binds the parameter.
+            "-c",
+            "PREPARE by_campaign(text) AS " + ROWS_SQL.format("$1"),
+            "-c",
+            "EXECUTE by_campaign('cmp-1')",
+            "-c",
+            "EXECUTE by_campaign(lower('CMP-1'))",
             "-c",
             "COPY ctr_batch TO '/tmp/out.csv'",
             "-c",
@@ -167,7 +174,9 @@ def test_psql_lists_the_views_describes_one_and_queries_it(
     expected = [
         "|".join(_psql_text(value) for value in row) for row in http
     ]  # psql prints PostgreSQL's text of each value
-    assert all(line in lines for line in expected), (expected, result.stdout)
+    # The literal query's rows, then the prepared one's with the bound value.
+    assert [line for line in lines if line in expected] == expected * 2, result.stdout
+    assert "EXECUTE takes constants only, got LOWER('CMP-1')" in result.stderr
     assert "refused: COPY statements are not allowed" in result.stderr
     assert lines[-1] == "42", "the connection goes on after a refused statement"
 
