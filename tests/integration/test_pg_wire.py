@@ -86,13 +86,17 @@ class Server:
             parts["password"] = key
         return " ".join(f"{k}={v}" for k, v in {**parts, **options}.items())
 
-    def http_rows(self, key: str, sql: str) -> list[list[object]]:
-        response = httpx.post(
+    def http_sql(self, key: str, sql: str) -> httpx.Response:
+        """``sql`` over POST /api/v1/sql with ``key``."""
+        return httpx.post(
             f"{self.url}/api/v1/sql",
             json={"sql": sql},
             headers={"Authorization": f"Bearer {key}"},
             timeout=30,
         )
+
+    def http_rows(self, key: str, sql: str) -> list[list[object]]:
+        response = self.http_sql(key, sql)
         assert response.status_code == 200, response.text
         rows: list[list[object]] = response.json()["rows"]
         return rows
@@ -307,12 +311,7 @@ def test_pgjdbc_lists_the_views_runs_a_prepared_statement_and_survives_a_refusal
 def test_the_sandbox_refuses_over_the_wire_what_it_refuses_over_http(
     server: Server, keys: dict[str, str], sql: str
 ) -> None:
-    response = httpx.post(
-        f"{server.url}/api/v1/sql",
-        json={"sql": sql},
-        headers={"Authorization": f"Bearer {keys['analyst']}"},
-        timeout=30,
-    )
+    response = server.http_sql(keys["analyst"], sql)
     assert response.status_code == 400, response.text
     with _connect(server, keys["analyst"]) as conn:
         with pytest.raises(psycopg.Error) as refused:
