@@ -37,6 +37,7 @@ import contextlib
 import functools
 import logging
 import ssl
+import struct
 import time
 import weakref
 from collections import Counter
@@ -80,6 +81,7 @@ _access_log = logging.getLogger("ctr.access")
 # What clients read from server_version: pgJDBC, SQLAlchemy and Grafana parse a major version.
 SERVER_VERSION: Final = "16.0 (ctr-lambda)"
 _PROTOCOL_3: Final = 196608
+_MAX_STARTUP_BYTES: Final = 10_000
 
 
 class PgWire:
@@ -209,6 +211,10 @@ class _Server(PgServer):
         return None
 
     async def _negotiate_startup(self, stream: PgStream) -> dict[str, str] | None:
+        # Every message of the connection bounded, the password's included.
+        limit = int(self.wire.settings.pg_max_message_bytes)
+        stream.read_startup_packet = functools.partial(_read_startup_packet, stream)
+        stream.read_message = functools.partial(_read_message, stream, limit, self.refused)
         try:
             async with asyncio.timeout(self.wire.settings.header_timeout_s):
                 return await self._startup(stream)
@@ -259,6 +265,42 @@ class _Server(PgServer):
             await stream.drain()
             return None
         return pg_messages.parse_startup_message(payload)
+
+
+async def _read_startup_packet(stream: PgStream) -> tuple[int, bytes]:
+    """pg-mimic's read of a start-up packet, bounded as PostgreSQL's (10,000 bytes)."""
+    header = await _exactly(stream, 8)
+    length, code = struct.unpack("!ii", header)
+    if not 8 <= length <= _MAX_STARTUP_BYTES:
+        raise ConnectionClosed
+    return code, await _exactly(stream, length - 8)
+
+
+async def _read_message(stream: PgStream, limit: int, refused: Counter[str]) -> tuple[bytes, bytes]:
+    """pg-mimic's read of a message, refused past ``limit`` bytes (API_PG_MAX_MESSAGE_BYTES)
+    before its body is read: a query's text is parsed on the event loop."""
+    header = await _exactly(stream, 5)
+    tag, length = header[:1], struct.unpack("!i", header[1:])[0]
+    if length < 4:
+        raise ConnectionClosed
+    if length - 4 > limit:
+        refused["message_too_large"] += 1
+        stream.write(
+            _fatal(
+                "54000",
+                f"a message of {length - 4} bytes, over API_PG_MAX_MESSAGE_BYTES ({limit})",
+            )
+        )
+        await stream.drain()
+        raise ConnectionClosed
+    return tag, await _exactly(stream, length - 4)
+
+
+async def _exactly(stream: PgStream, size: int) -> bytes:
+    try:
+        return await stream.reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise ConnectionClosed from None
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:

@@ -158,6 +158,10 @@ class ApiSettings(BaseSettings):
     # refused (53300). A key's queries also share the SQL workers as over HTTP
     # (API_SQL_WORKERS_PER_KEY).
     pg_max_connections_per_client: int = Field(default=32, ge=1)
+    # The largest PostgreSQL message (a query's text, a Bind's parameters) a connection may
+    # send; a larger one ends the connection (SQLSTATE 54000) before it is read. A query's text
+    # is parsed on the API's event loop: this bounds how long one can hold it.
+    pg_max_message_bytes: ByteSize = Field(default=ByteSize(256 * 2**10), ge=1024)
 
     # -- /api/v1/ctr's answers (the SQL route's discipline) -----------------------------------
     # /api/v1/ctr answers computed at once, each on a thread of its own.

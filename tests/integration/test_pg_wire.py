@@ -431,6 +431,7 @@ def tls_server(
         pg_max_connections_per_client=2,
         sql_max_rows=1,
         header_timeout_s=1,
+        pg_max_message_bytes=ByteSize(4096),
     )
 
 
@@ -470,3 +471,17 @@ def test_a_client_that_never_starts_is_disconnected_at_the_start_up_deadline(
         f"{tls_server.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
     ).text
     assert 'ctr_api_pg_refused_connections_total{reason="startup_timeout"}' in metrics
+
+
+def test_a_message_over_the_limit_ends_the_connection_before_it_is_read(
+    tls_server: Server, keys: dict[str, str]
+) -> None:
+    huge = (
+        "SELECT count(*) FROM ctr_batch WHERE campaign_id IN ("
+        + ", ".join(f"'cmp-{i:05d}'" for i in range(1000))
+        + ")"
+    )
+    with _connect(tls_server, keys["analyst"], sslmode="require") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(psycopg.OperationalError, match="over API_PG_MAX_MESSAGE_BYTES"):
+            conn.execute(huge)
