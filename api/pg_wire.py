@@ -26,6 +26,10 @@ refused before its password is sent. Connections: at most ``API_PG_MAX_CONNECTIO
 them ``API_PG_MAX_CONNECTIONS_PER_CLIENT`` from one address, and the start-up (TLS, the
 startup message, the password) within ``API_HEADER_TIMEOUT_S``.
 
+The protocol runs on an event loop of its own, in a thread: pg-mimic parses each statement with
+sqlglot (pure Python), which must not hold the API's loop; each query and key check is handed to
+the API's loop, where the SQL gate lives (:meth:`PgWire.on_api`).
+
 pg-mimic is pinned (``pg-mimic==0.1.3``): the TLS upgrade and the connection limits override its
 start-up (``_negotiate_startup``, ``_handle_client``), which its tests here exercise.
 """
@@ -33,19 +37,19 @@ start-up (``_negotiate_startup``, ``_handle_client``), which its tests here exer
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
-import ssl
-import struct
+import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 from anyio import CapacityLimiter, to_thread
-from pg_mimic import PgServer, Session
+from pg_mimic import Session
 from pg_mimic import messages as pg_messages
 from pg_mimic.auth import AuthPlugin, IdentityProvider
 from pg_mimic.errors import PgError
@@ -64,6 +68,7 @@ from api.pg_catalog import (
     version_statement,
 )
 from api.pg_prepared import prepared_statement
+from api.pg_server import Listener, peer
 from api.pg_statements import SandboxStatement, pg_error
 from api.pg_types import pg_type
 from api.query_gate import QueryGate
@@ -78,10 +83,7 @@ from serving_layer.sandbox.pool import SqlPool
 from serving_layer.service import ServingLayer
 
 _access_log = logging.getLogger("ctr.access")
-# What clients read from server_version: pgJDBC, SQLAlchemy and Grafana parse a major version.
-SERVER_VERSION: Final = "16.0 (ctr-lambda)"
-_PROTOCOL_3: Final = 196608
-_MAX_STARTUP_BYTES: Final = 10_000
+T = TypeVar("T")
 
 
 class PgWire:
@@ -106,23 +108,67 @@ class PgWire:
         self.pool = pool
         self.gate = gate
         self.limiter = limiter
-        self.tls = tls_context(settings)
         # Who each authenticated connection is, until its session takes it.
         self.logins: weakref.WeakKeyDictionary[PgStream, tuple[str, Access]] = (
             weakref.WeakKeyDictionary()
         )
-        self._server = _Server(self)
+        self._server = Listener(
+            settings,
+            session_factory=lambda: _Session(self),
+            auth_plugin_factory=lambda _user: _KeyAuth(self),
+        )
         self.port: int | None = None
+        self._api_loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
 
     async def start(self) -> None:
-        host = self.settings.pg_host or self.settings.host
-        server = await self._server.start_server(host=host, port=self.settings.pg_port)
-        self.port = server.sockets[0].getsockname()[1]
+        """Listen, on an event loop of the endpoint's own in a thread: the protocol's work
+        (parsing, the catalog's evaluation) never holds the API's loop; queries and key checks
+        run on the API's loop (:meth:`on_api`), by its gate, limiter and pool."""
+        self._api_loop = asyncio.get_running_loop()
+        listening: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._serve, args=(listening,), name="pg-wire", daemon=True
+        )
+        self._thread.start()
+        self.port = await asyncio.wrap_future(listening)
+
+    def _serve(self, listening: concurrent.futures.Future[int]) -> None:
+        loop = asyncio.new_event_loop()
+
+        async def serve() -> None:
+            self._stop = asyncio.Event()
+            host = self.settings.pg_host or self.settings.host
+            server = await self._server.start_server(host=host, port=self.settings.pg_port)
+            self._loop = loop
+            listening.set_result(server.sockets[0].getsockname()[1])
+            await self._stop.wait()
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=5)
+
+        try:
+            loop.run_until_complete(serve())
+        except BaseException as exc:
+            if not listening.done():
+                listening.set_exception(exc)
+        finally:
+            loop.close()
 
     async def close(self) -> None:
-        self._server.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), timeout=5)
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            loop.call_soon_threadsafe(stop.set)
+        if self._thread is not None:
+            await to_thread.run_sync(self._thread.join, 10.0)
+
+    async def on_api(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` run on the API's event loop (where the gate lives), awaited from the
+        endpoint's; cancelling the wait cancels it."""
+        assert self._api_loop is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._api_loop))
 
     @property
     def open_connections(self) -> int:
@@ -156,164 +202,6 @@ class PgWireCollector(Collector):
         yield refused
 
 
-def tls_context(settings: ApiSettings) -> ssl.SSLContext | None:
-    """The server's TLS context from ``API_PG_TLS_CERT`` and ``API_PG_TLS_KEY`` (None
-    without them)."""
-    if settings.pg_tls_cert is None or settings.pg_tls_key is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(settings.pg_tls_cert, settings.pg_tls_key)
-    return context
-
-
-class _Server(PgServer):
-    """pg-mimic's server with TLS, a start-up deadline and connection limits."""
-
-    def __init__(self, wire: PgWire) -> None:
-        super().__init__(
-            session_factory=lambda: _Session(wire),
-            auth_plugin_factory=lambda _user: _KeyAuth(wire),
-            server_version=SERVER_VERSION,
-        )
-        self.wire = wire
-        self.open = 0
-        self.per_client: Counter[str] = Counter()
-        self.refused: Counter[str] = Counter()
-
-    async def _handle_client(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        client = _peer(writer)
-        self.open += 1
-        self.per_client[client] += 1
-        try:
-            await super()._handle_client(reader, writer)
-        finally:
-            self.open -= 1
-            self.per_client[client] -= 1
-            if not self.per_client[client]:
-                del self.per_client[client]
-
-    def _over_limit(self, client: str) -> str | None:
-        """Why a new connection from ``client`` (counted already) is one too many, or None."""
-        settings = self.wire.settings
-        if self.open > settings.pg_max_connections:
-            return (
-                "the server has too many connections "
-                f"(API_PG_MAX_CONNECTIONS={settings.pg_max_connections})"
-            )
-        if self.per_client[client] > settings.pg_max_connections_per_client:
-            return (
-                f"too many connections from {client} "
-                f"(API_PG_MAX_CONNECTIONS_PER_CLIENT={settings.pg_max_connections_per_client})"
-            )
-        return None
-
-    async def _negotiate_startup(self, stream: PgStream) -> dict[str, str] | None:
-        # Every message of the connection bounded, the password's included.
-        limit = int(self.wire.settings.pg_max_message_bytes)
-        stream.read_startup_packet = functools.partial(_read_startup_packet, stream)
-        stream.read_message = functools.partial(_read_message, stream, limit, self.refused)
-        try:
-            async with asyncio.timeout(self.wire.settings.header_timeout_s):
-                return await self._startup(stream)
-        except TimeoutError:
-            self.refused["startup_timeout"] += 1
-            return None
-
-    async def _startup(self, stream: PgStream) -> dict[str, str] | None:
-        tls = False
-        code, payload = await stream.read_startup_packet()
-        # GSSAPI encryption first (libpq's gssencmode=prefer), then TLS, then the startup.
-        while code in (pg_messages.SSL_REQUEST_CODE, pg_messages.GSSENC_REQUEST_CODE):
-            context = self.wire.tls
-            if code == pg_messages.SSL_REQUEST_CODE and context is not None and not tls:
-                stream.write(b"S")
-                await stream.drain()
-                await stream.writer.start_tls(context)
-                tls = True
-            else:
-                stream.write(b"N")
-                await stream.drain()
-            code, payload = await stream.read_startup_packet()
-        if code == pg_messages.CANCEL_REQUEST_CODE:
-            pid, secret = pg_messages.parse_cancel_request(payload)
-            self.cancel(pid, secret)
-            return None
-        if code != _PROTOCOL_3:
-            version = f"{code >> 16}.{code & 0xFFFF}"
-            stream.write(_fatal("08P01", f"unsupported protocol version {version}"))
-            await stream.drain()
-            return None
-        # Refused here, after TLS: the client reads the reason.
-        too_many = self._over_limit(_peer(stream.writer))
-        if too_many is not None:
-            self.refused["too_many_connections"] += 1
-            stream.write(_fatal("53300", too_many))
-            await stream.drain()
-            return None
-        if self.wire.settings.pg_tls_required and not tls:
-            self.refused["tls_required"] += 1
-            stream.write(
-                _fatal(
-                    "28000",
-                    "this server accepts TLS connections only (API_PG_TLS_REQUIRED): connect "
-                    "with sslmode=require",
-                )
-            )
-            await stream.drain()
-            return None
-        return pg_messages.parse_startup_message(payload)
-
-
-async def _read_startup_packet(stream: PgStream) -> tuple[int, bytes]:
-    """pg-mimic's read of a start-up packet, bounded as PostgreSQL's (10,000 bytes)."""
-    header = await _exactly(stream, 8)
-    length, code = struct.unpack("!ii", header)
-    if not 8 <= length <= _MAX_STARTUP_BYTES:
-        raise ConnectionClosed
-    return code, await _exactly(stream, length - 8)
-
-
-async def _read_message(stream: PgStream, limit: int, refused: Counter[str]) -> tuple[bytes, bytes]:
-    """pg-mimic's read of a message, refused past ``limit`` bytes (API_PG_MAX_MESSAGE_BYTES)
-    before its body is read: a query's text is parsed on the event loop."""
-    header = await _exactly(stream, 5)
-    tag, length = header[:1], struct.unpack("!i", header[1:])[0]
-    if length < 4:
-        raise ConnectionClosed
-    if length - 4 > limit:
-        refused["message_too_large"] += 1
-        stream.write(
-            _fatal(
-                "54000",
-                f"a message of {length - 4} bytes, over API_PG_MAX_MESSAGE_BYTES ({limit})",
-            )
-        )
-        await stream.drain()
-        raise ConnectionClosed
-    return tag, await _exactly(stream, length - 4)
-
-
-async def _exactly(stream: PgStream, size: int) -> bytes:
-    try:
-        return await stream.reader.readexactly(size)
-    except asyncio.IncompleteReadError:
-        raise ConnectionClosed from None
-
-
-def _peer(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
-    return str(peer[0]) if peer else "unknown"
-
-
-def _fatal(sqlstate: str, message: str) -> bytes:
-    return pg_messages.make_error_response(
-        {"S": "FATAL", "V": "FATAL", "C": sqlstate, "M": message}
-    )
-
-
 class _KeyAuth(AuthPlugin):
     """The password is an API key (or API_TOKEN), checked as a bearer key; the user name is
     free. A wrong, revoked or expired key fails as a wrong password does (SQLSTATE 28P01)."""
@@ -335,7 +223,7 @@ class _KeyAuth(AuthPlugin):
         if tag != pg_messages.PASSWORD:
             raise ConnectionClosed
         key = payload.rstrip(b"\x00").decode("utf-8", errors="replace")
-        access = await self.wire.authenticator.access(f"Bearer {key}")
+        access = await self.wire.on_api(self.wire.authenticator.access(f"Bearer {key}"))
         if access is None:
             self.wire.refused_connections["wrong_key"] += 1
             return False
@@ -424,6 +312,10 @@ class _Session(Session):
 
     async def run(self, sql: str, params: Sequence[str | None]) -> SqlResult:
         """``sql`` with ``params`` in the sandbox, under ``POST /api/v1/sql``'s rules."""
+        return await self.wire.on_api(self._run(sql, params))
+
+    async def _run(self, sql: str, params: Sequence[str | None]) -> SqlResult:
+        """:meth:`run`, on the API's event loop."""
         wire, settings = self.wire, self.wire.settings
         started = time.perf_counter()
         access = await self.live_access()
@@ -463,5 +355,5 @@ class _Session(Session):
                 access.role,
                 outcome,
                 (time.perf_counter() - started) * 1000,
-                _peer(self.connection.stream.writer),
+                peer(self.connection.stream.writer),
             )
