@@ -68,6 +68,7 @@ def keys(lake: LakeSettings) -> dict[str, str]:
         ("analyst", "analyst", ()),
         ("other-analyst", "analyst", ()),
         ("advertiser", "advertiser", ("cmp-9",)),
+        ("canceller", "analyst", ()),
     ):
         _, made[name] = create_key(lake, name, role, campaigns=campaigns, allow_unknown=True)
     return made
@@ -390,6 +391,22 @@ def test_one_key_stopped_at_the_time_limit_leaves_the_other_keys_answered(
             conn.execute("SELECT 1")
         assert backed_off.value.sqlstate == "53000"
         assert "refused for" in str(backed_off.value)
+
+
+def test_a_cancel_request_ends_the_clients_wait(server: Server, keys: dict[str, str]) -> None:
+    """psql's Ctrl-C: the client's wait ends (57014); the worker runs on to its time limit."""
+    with _connect(server, keys["canceller"]) as conn:
+        pool = server.app.state.sql_pool
+        running = threading.Thread(
+            target=lambda: (
+                wait_until(lambda: bool(pool.query_pids()), timeout_s=60, what="the query runs"),
+                conn.cancel_safe(),
+            )
+        )
+        running.start()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute(ENDLESS)
+        running.join(timeout=60)
 
 
 def _certificate(directory: Path) -> tuple[Path, Path]:
