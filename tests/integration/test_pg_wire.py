@@ -397,12 +397,12 @@ def test_a_cancel_request_ends_the_clients_wait(server: Server, keys: dict[str, 
     """psql's Ctrl-C: the client's wait ends (57014); the worker runs on to its time limit."""
     with _connect(server, keys["canceller"]) as conn:
         pool = server.app.state.sql_pool
-        running = threading.Thread(
-            target=lambda: (
-                wait_until(lambda: bool(pool.query_pids()), timeout_s=60, what="the query runs"),
-                conn.cancel_safe(),
-            )
-        )
+
+        def cancel_once_it_runs() -> None:
+            wait_until(lambda: bool(pool.query_pids()), timeout_s=60, what="the query runs")
+            conn.cancel_safe()
+
+        running = threading.Thread(target=cancel_once_it_runs)
         running.start()
         with pytest.raises(psycopg.errors.QueryCanceled):
             conn.execute(ENDLESS)
