@@ -20,18 +20,16 @@ objects of the same process:
   sandbox's message (:func:`pg_error`); the connection stays usable;
 - an answer cut off at a limit comes with a warning (a NoticeResponse) saying so.
 
-TLS: with ``API_PG_TLS_CERT`` and ``API_PG_TLS_KEY`` a client's SSLRequest is accepted
-(``sslmode=require``); with ``API_PG_TLS_REQUIRED`` a connection that does not ask for TLS is
-refused before its password is sent. Connections: at most ``API_PG_MAX_CONNECTIONS`` open, of
-them ``API_PG_MAX_CONNECTIONS_PER_CLIENT`` from one address, and the start-up (TLS, the
-startup message, the password) within ``API_HEADER_TIMEOUT_S``.
+TLS, the start-up's deadline, bounded messages and the connection caps are the listener's
+(:mod:`api.pg_server`); SQL's ``PREPARE``/``EXECUTE`` :mod:`api.pg_prepared`'s; what a server
+answers itself (``version()``, savepoints, the catalog) :mod:`api.pg_catalog`'s.
 
 The protocol runs on an event loop of its own, in a thread: pg-mimic parses each statement with
 sqlglot (pure Python), which must not hold the API's loop; each query and key check is handed to
 the API's loop, where the SQL gate lives (:meth:`PgWire.on_api`).
 
-pg-mimic is pinned (``pg-mimic==0.1.3``): the TLS upgrade and the connection limits override its
-start-up (``_negotiate_startup``, ``_handle_client``), which its tests here exercise.
+pg-mimic is pinned (``pg-mimic==0.1.3``): the listener overrides its start-up
+(``_negotiate_startup``, ``_handle_client``), which tests/integration/test_pg_wire.py exercises.
 """
 
 from __future__ import annotations
