@@ -9,6 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class DemoSettings(BaseSettings):
+    """Where the demo's helper scripts (make demo-screenshot) find
+    the running demo: its run directory and its API's port."""
+
     model_config = SettingsConfigDict(extra="ignore")
 
     # The running demo's run directory: its API token is in demo/api-token there. Relative: to

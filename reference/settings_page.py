@@ -128,7 +128,16 @@ def _default(info: FieldInfo, factory_source: str | None) -> str:
     value = info.default
     if value is None or value is PydanticUndefined or isinstance(value, SecretStr):
         return "unset"
+    if _octal(info):
+        return markdown.code(f"{value:03o}")
     return markdown.code(_value(value))
+
+
+def _octal(info: FieldInfo) -> bool:
+    """Whether users write the field in octal (a umask): ``json_schema_extra={"octal": True}``;
+    its default and bounds are shown so."""
+    extra = info.json_schema_extra
+    return isinstance(extra, dict) and extra.get("octal") is True
 
 
 def _value(value: object) -> str:
@@ -145,7 +154,7 @@ def _bounds(info: FieldInfo) -> str:
         for attribute, sign in _BOUNDS.items():
             bound = getattr(item, attribute, None)
             if bound is not None:
-                found.append(f"{sign} {bound}")
+                found.append(f"{sign} {bound:03o}" if _octal(info) else f"{sign} {bound}")
         pattern = getattr(item, "pattern", None)
         if pattern:
             found.append("matches " + markdown.code(pattern))
@@ -193,9 +202,10 @@ def settings_of(cls: type[BaseSettings]) -> Iterator[Setting]:
         info = fields[name]
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseSettings):
             continue  # a nested settings object: its own section says its variables
+        octal = _octal(info)
         yield Setting(
             variables=_env_names(name, info, prefix),
-            kind=_kind(info.annotation),
+            kind="octal int" if octal else _kind(info.annotation),
             default=_default(info, factories.get(name)),
             bounds=_bounds(info),
             meaning=" ".join([*block, *after]).strip(),
@@ -207,7 +217,8 @@ def _class_section(cls: type[BaseSettings]) -> Iterator[str]:
     module = cls.__module__.replace(".", "/") + ".py"
     yield f"## {cls.__name__}"
     yield ""
-    yield f"`{module}`. " + " ".join((inspect.getdoc(cls) or "").split())
+    # The class's own docstring only: inspect.getdoc would inherit pydantic's BaseSettings one.
+    yield f"`{module}`. " + " ".join(inspect.cleandoc(cls.__dict__.get("__doc__") or "").split())
     yield ""
     section: str | None = None
     rows: list[list[object]] = []

@@ -80,7 +80,13 @@ class SparkSettings(BaseSettings):
     )
     # What Hadoop takes away from the permissions of the files it writes itself (data files,
     # checkpoints): the platform's umask, CTR_UMASK (octal, e.g. 077; runtime.private).
-    umask: int = Field(default=DEFAULT_UMASK, ge=0, le=0o777, validation_alias="CTR_UMASK")
+    umask: int = Field(
+        default=DEFAULT_UMASK,
+        ge=0,
+        le=0o777,
+        validation_alias="CTR_UMASK",
+        json_schema_extra={"octal": True},
+    )
     # The jar sets `make setup` fetched (runtime.jars): the connectors', the S3 connector's.
     jar_cache: Path = Field(
         default_factory=lambda: default_jar_cache(os.environ), validation_alias="CTR_JAR_CACHE"

@@ -35,6 +35,24 @@ def test_the_configuration_page_lists_every_field_of_every_settings_class() -> N
     assert "| `DEMO_RATE` | `200` | `infra/demo.sh`" in text
 
 
+def test_each_settings_class_is_introduced_by_its_own_docstring_never_an_inherited_one() -> None:
+    """inspect.getdoc inherits pydantic's 4,000-character BaseSettings docstring."""
+    text = settings_page.render()
+    assert "Base class for settings" not in text
+    for cls in settings_page.settings_classes():
+        assert cls.__dict__.get("__doc__"), f"{cls.__name__} has no docstring of its own"
+
+
+def test_a_umask_is_shown_in_octal_as_users_write_it() -> None:
+    (umask,) = [
+        s
+        for cls in settings_page.settings_classes()
+        for s in settings_page.settings_of(cls)
+        if s.variables[0] == "CTR_UMASK"
+    ]
+    assert (umask.kind, umask.default, umask.bounds) == ("octal int", "`077`", "≥ 000, ≤ 777")
+
+
 def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
     from api.settings import ApiSettings
 
