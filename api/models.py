@@ -276,7 +276,9 @@ class SqlFunctionsResponse(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"]
     versions: dict[str, int | None] | None = Field(
-        default=None, description="the lake's table versions; with the API token only"
+        default=None,
+        description="the lake's table versions, by table; only with an admin or analyst key "
+        "(API_TOKEN included)",
     )
 
 

@@ -38,8 +38,10 @@ def sql(
     ] = "1GiB",
     wide: Wide = False,
 ) -> None:
-    """Query events, rejected, ctr_batch, ctr_speed, coverage, covered and ctr (the merged view
-    at minute grain) with DuckDB, read-only, over the current snapshot of the lake.
+    """Query the lake's views with DuckDB, read-only, over the current snapshot of the lake:
+    ctr (the merged view at minute grain), covered, stale, the batch and speed tables, the
+    master tables, drift, the registry and each version's views (SHOW TABLES lists them; the
+    SQL reference, docs/reference/sql.md, says what each holds).
 
     Queries run in a sandboxed worker process, as on the API: read-only, with the time and
     memory limits given here. A table printed to a pipe or a file is as wide as its rows

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from reference import markdown
 
@@ -73,6 +73,19 @@ def _responses(operation: Json) -> Iterator[str]:
         yield markdown.table(("status", "meaning", "body"), rows)
 
 
+NEEDS_KEY: Final = "Needs a key: `Authorization: Bearer <key>`."
+KEY_OPTIONAL: Final = (
+    "A key is optional: anyone may call it; `Authorization: Bearer <key>` adds what the key "
+    "may see."
+)
+
+
+def _auth(operation: Json) -> str:
+    """What the page says of an operation's key: needed when the operation answers 401
+    without one, else optional (a bearer scheme that does not refuse)."""
+    return NEEDS_KEY if "401" in operation.get("responses", {}) else KEY_OPTIONAL
+
+
 def operations(document: Json) -> Iterator[str]:
     """A section per operation, in the document's order."""
     for path, methods in document["paths"].items():
@@ -85,7 +98,7 @@ def operations(document: Json) -> Iterator[str]:
                 yield operation["description"].strip()
                 yield ""
             if operation.get("security"):
-                yield "Needs a key: `Authorization: Bearer <key>`.\n"
+                yield _auth(operation) + "\n"
             yield from _parameters(operation)
             yield from _body(operation)
             yield from _responses(operation)

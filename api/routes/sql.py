@@ -64,7 +64,7 @@ _CSV_EXAMPLE: Final = "source,clicks\r\nbatch,1520\r\nspeed,86\r\n"
             "answer: retry after Retry-After seconds",
         },
     },
-    summary="Read-only SQL over events, rejected, ctr_batch, ctr_speed, coverage, covered, ctr",
+    summary="Read-only SQL over the views the key may read (SHOW TABLES lists them)",
 )
 async def post_sql(
     request: Request,

@@ -53,6 +53,20 @@ def test_a_umask_is_shown_in_octal_as_users_write_it() -> None:
     assert (umask.kind, umask.default, umask.bounds) == ("octal int", "`077`", "≥ 000, ≤ 777")
 
 
+def test_a_page_that_lists_the_sql_views_lists_them_all() -> None:
+    """A list of five or more of the sandbox's views is the whole allow-list (the CLI's and the
+    SQL route's said 7 where there are 34)."""
+    from serving_layer.sandbox.database import VIEW_NAMES
+
+    name = "|".join(sorted(VIEW_NAMES, key=len, reverse=True))
+    runs = re.compile(rf"\b(?:{name})\b(?:(?:,| and| or) (?:{name})\b)+")
+    for page in sorted(Path("docs/reference").glob("*.md")):
+        for run in runs.finditer(page.read_text()):
+            listed = set(re.findall(rf"\b(?:{name})\b", run.group()))
+            if len(listed) >= 5:
+                assert listed == set(VIEW_NAMES), (page.name, sorted(set(VIEW_NAMES) - listed))
+
+
 def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
     from api.settings import ApiSettings
 
