@@ -135,6 +135,9 @@ class ViewRef(BaseModel):
 
 
 class CtrResponse(BaseModel):
+    """The merged view's rows for the range, grouped and ordered as asked, and which view
+    and version answered."""
+
     view: ViewRef
     rows: list[CtrRowBody]
     truncated: bool = Field(description="more rows matched than 'limit'")
@@ -223,6 +226,9 @@ class ViewInfoBody(BaseModel):
 
 
 class AccessResponse(BaseModel):
+    """Who the key is: its name, role and, for an advertiser, its campaigns and ads; whether it
+    may read the raw tables and /metrics."""
+
     name: str = Field(description="the key's name (API_TOKEN for the server's token)")
     scope: Literal["admin", "analyst", "advertiser"]
     campaigns: list[str] | None = Field(
@@ -235,6 +241,9 @@ class AccessResponse(BaseModel):
 
 
 class ViewsResponse(BaseModel):
+    """Per view: covered and stale intervals, runs, the latest batch and speed buckets, each
+    table's rows, files and Delta version; and the freshness of each layer."""
+
     views: list[ViewInfoBody]
     freshness: FreshnessBody
 
@@ -256,6 +265,9 @@ class SqlRequest(BaseModel):
 
 
 class SqlResponse(BaseModel):
+    """The query's columns, their DuckDB types and its rows (JSON values), and whether rows
+    were cut off at a limit."""
+
     columns: list[str]
     types: list[str]
     rows: list[list[object]]
@@ -267,6 +279,8 @@ class SqlResponse(BaseModel):
 
 
 class SqlFunctionsResponse(BaseModel):
+    """The table functions and the scalar, aggregate and window functions a query may call."""
+
     table_functions: list[str] = Field(description="allowed in FROM")
     functions: dict[str, list[str]] = Field(
         description="allowed scalar, aggregate and window functions and operators, by kind"
@@ -274,6 +288,8 @@ class SqlFunctionsResponse(BaseModel):
 
 
 class Health(BaseModel):
+    """The process is up; with an admin or analyst key, the lake's table versions it reads."""
+
     status: Literal["ok"]
     versions: dict[str, int | None] | None = Field(
         default=None,
@@ -385,6 +401,8 @@ class AlertRuleBody(BaseModel):
 
 
 class AlertRuleCreated(AlertRuleBody):
+    """The rule as stored, with its webhook's signing secret (shown this once)."""
+
     secret: str = Field(
         description="the webhook's signing secret, shown this once: a receiver checks "
         "X-Ctr-Signature (HMAC-SHA256 of timestamp.body) with it"
@@ -392,6 +410,8 @@ class AlertRuleCreated(AlertRuleBody):
 
 
 class AlertRulesResponse(BaseModel):
+    """The alert rules the key sees."""
+
     rules: list[AlertRuleBody] = Field(
         description="the rules the key sees: every rule for an admin or analyst key, an "
         "advertiser's those on its campaigns or ads"
@@ -437,6 +457,8 @@ class AlertEventBody(BaseModel):
 
 
 class AlertEventsResponse(BaseModel):
+    """Alert events, newest first, and the alerts open now."""
+
     events: list[AlertEventBody] = Field(description="newest first")
     open: list[AlertEventBody] = Field(
         description="the alerts open now, each its latest fired row (it may be older than "

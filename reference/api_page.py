@@ -45,13 +45,20 @@ def _parameters(operation: Json) -> Iterator[str]:
             markdown.code(parameter["name"]),
             parameter["in"],
             kind(schema),
-            "" if default is None else markdown.code(default),
+            "" if default is None else markdown.code(_json_text(default)),
             "yes" if parameter.get("required") else "",
             parameter.get("description", ""),
         ])  # fmt: skip
     if rows:
         header = ("parameter", "in", "type", "default", "required", "meaning")
         yield markdown.table(header, rows)
+
+
+def _json_text(value: object) -> str:
+    """A default as a client writes it: ``false``, not Python's ``False``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _body(operation: Json) -> Iterator[str]:
@@ -61,16 +68,37 @@ def _body(operation: Json) -> Iterator[str]:
             yield f"Request body ({markdown.code(media)}): {kind(content.get('schema', {}))}.\n"
 
 
-def _responses(operation: Json) -> Iterator[str]:
+def _responses(operation: Json, document: Json) -> Iterator[str]:
     rows = []
     for status, response in sorted(operation.get("responses", {}).items()):
         media = [
             f"{markdown.code(name)} {kind(content.get('schema', {}))}".strip()
             for name, content in response.get("content", {}).items()
         ]
-        rows.append([markdown.code(status), response.get("description", ""), "; ".join(media)])
+        meaning = response.get("description", "")
+        if meaning == _FASTAPI_DEFAULT:
+            meaning = _answer(response, document)
+        rows.append([markdown.code(status), meaning, "; ".join(media)])
     if rows:
         yield markdown.table(("status", "meaning", "body"), rows)
+
+
+_FASTAPI_DEFAULT: Final = "Successful Response"
+
+
+def _answer(response: Json, document: Json) -> str:
+    """What a successful answer is, where the route says only FastAPI's "Successful
+    Response": the first sentence of its body's schema's description (the model's docstring)."""
+    schemas = document.get("components", {}).get("schemas", {})
+    if not response.get("content"):
+        return "done (no body)"
+    for content in response.get("content", {}).values():
+        reference = content.get("schema", {}).get("$ref")
+        if reference:
+            described = schemas.get(str(reference).rsplit("/", 1)[-1], {}).get("description")
+            if described:
+                return " ".join(str(described).split()).split(". ")[0].rstrip(".")
+    return "the answer"
 
 
 NEEDS_KEY: Final = "Needs a key: `Authorization: Bearer <key>`."
@@ -101,7 +129,7 @@ def operations(document: Json) -> Iterator[str]:
                 yield _auth(operation) + "\n"
             yield from _parameters(operation)
             yield from _body(operation)
-            yield from _responses(operation)
+            yield from _responses(operation, document)
             yield ""
 
 

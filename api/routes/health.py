@@ -62,7 +62,11 @@ async def readyz(request: Request, serving: ServingDep) -> Readiness | JSONRespo
     response_class=Response,
     summary="Prometheus metrics (bearer token: API_METRICS_TOKEN or an admin key)",
     responses={
-        200: {"content": {CONTENT_TYPE_LATEST: {}}},
+        200: {
+            "content": {CONTENT_TYPE_LATEST: {}},
+            "description": "Prometheus' text format: requests, latency, the lake, the caches, "
+            "the SQL pool, the edge (Querying: Metrics)",
+        },
         401: {"model": ErrorResponse},
         403: {"model": ErrorResponse, "description": "a key that is not an admin's"},
     },

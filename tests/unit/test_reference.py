@@ -67,6 +67,14 @@ def test_a_page_that_lists_the_sql_views_lists_them_all() -> None:
                 assert listed == set(VIEW_NAMES), (page.name, sorted(set(VIEW_NAMES) - listed))
 
 
+def test_the_api_page_says_what_each_answer_is_in_json_not_python() -> None:
+    text = api_page.render()
+    assert "Successful Response" not in text, "FastAPI's default says nothing"
+    assert "`False`" not in text
+    assert "`True`" not in text
+    assert "| `reach` | query | boolean | `false` |" in text
+
+
 def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
     from api.settings import ApiSettings
 
