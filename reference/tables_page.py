@@ -56,8 +56,10 @@ def _section(table: object, comment: str) -> Iterator[str]:
         yield "Written by: " + "; ".join(table.writers) + "."
         yield ""
     schema: pa.Schema = table.schema
-    rows = [[markdown.code(f.name), str(f.type), "yes" if f.nullable else "no"] for f in schema]
-    yield markdown.table(("column", "type", "nullable"), rows)
+    from lake.column_meanings import meaning
+
+    rows = [[markdown.code(f.name), str(f.type), meaning(table.name, f.name) or ""] for f in schema]
+    yield markdown.table(("column", "type", "meaning"), rows)
 
 
 def tables() -> list[tuple[object, str]]:
@@ -89,7 +91,10 @@ def render() -> str:
     intro = (
         "The lake's Delta tables, each under `LAKE_ROOT` (a local path or `s3://bucket/prefix`). "
         "Readers get these schemas even before a table first exists; a column added later "
-        "reads null in older rows. What the tables mean together: "
+        "reads null in older rows, and a column an event kind does not fill (a key's role "
+        "outside its created row, an alert's test figures outside an evaluation) is null "
+        "there. Each column's meaning is `lake/column_meanings.py`'s. What the tables mean "
+        "together: "
         "[Architecture and contracts](../concepts/architecture.md)."
     )
-    return markdown.page("Tables", "`lake/catalog.py`", intro, body)
+    return markdown.page("Tables", "`lake/catalog.py` and `lake/column_meanings.py`", intro, body)

@@ -75,6 +75,20 @@ def test_the_api_page_says_what_each_answer_is_in_json_not_python() -> None:
     assert "| `reach` | query | boolean | `false` |" in text
 
 
+def test_every_column_of_every_table_has_a_meaning() -> None:
+    from lake.column_meanings import meaning
+
+    missing = [
+        f"{table.name}.{field.name}"  # type: ignore[attr-defined]
+        for table, _ in tables_page.tables()
+        for field in table.schema  # type: ignore[attr-defined]
+        if not meaning(table.name, field.name)  # type: ignore[attr-defined]
+    ]
+    assert not missing
+    text = tables_page.render()
+    assert "| column | type | nullable |" not in text, "every column read nullable"
+
+
 def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
     from api.settings import ApiSettings
 
@@ -103,7 +117,7 @@ def test_the_tables_page_has_every_table_with_its_columns() -> None:
     text = tables_page.render()
     for table, _comment in tables_page.tables():
         assert f"## `{table.name}`" in text  # type: ignore[attr-defined]
-    assert "| `event_id` | string | yes |" in text
+    assert "| `event_id` | string | the event's id: the key of the exact dedup" in text
 
 
 def _site(root: Path, pages: dict[str, str]) -> Path:
