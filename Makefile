@@ -7,13 +7,16 @@ PY := $(VENV)/bin/python
 CTR := $(VENV)/bin/ctr
 export RUN_DIR ?= $(CURDIR)/run
 
-.PHONY: help setup python-archive test-host demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve reference lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
+.PHONY: help setup seaweedfs python-archive test-host demo demo-cluster demo-down s3-up s3-down airflow-up airflow-down postgres-up postgres-down test test-unit test-faults docs docs-serve reference lint format kafka-up kafka-down kafka-status bench bench-table soak lock clean dashboard dashboard-screenshot demo-screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 setup:  ## create .venv with the pinned dependency set (idempotent)
 	@bash infra/setup.sh
+
+seaweedfs:  ## build the local S3 server (SeaweedFS) once from the Go module proxy into ~/.cache/ctr-lambda/bin: needs Go >= 1.26, about 10 minutes the first time (make test, make demo-cluster, make s3-up)
+	@bash infra/seaweedfs.sh > /dev/null
 
 python-archive: setup  ## the packed Python environment a Spark cluster's executors run: dist/ctr-lambda-python.tar.gz (the project's wheel, its dependencies), shipped by every job on spark://, yarn or k8s://
 	@$(PY) -m infra.python_archive
@@ -24,13 +27,13 @@ test-host: setup  ## a shell (or CMD="...") on a fresh test host (root): its own
 demo: setup  ## everything in the background: broker, archiver, speed, Airflow, API + dashboard, traffic
 	@bash infra/demo.sh
 
-demo-cluster: setup  ## make demo PROFILE=cluster: 3 brokers, the lake on the local S3 server, a Spark standalone cluster, Airflow on PostgreSQL
+demo-cluster: setup seaweedfs  ## make demo PROFILE=cluster: 3 brokers, the lake on the local S3 server, a Spark standalone cluster, Airflow on PostgreSQL
 	@PROFILE=cluster bash infra/demo.sh
 
 demo-down:  ## stop every process `make demo` started, by pid (traffic first, jobs drain)
 	@bash infra/demo-down.sh
 
-test: setup  ## build the docs site (strict), then run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
+test: setup seaweedfs  ## build the docs site (strict), then run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
 	@$(MAKE) --no-print-directory docs
 	@bash infra/system-packages.sh chromium postgresql haproxy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -74,7 +77,7 @@ postgres-up:  ## a private PostgreSQL for Airflow on 127.0.0.1:55432 (PG_PORT), 
 postgres-down:  ## stop it (its data stays)
 	@bash infra/postgres.sh down
 
-s3-up: setup  ## the local S3 server (SeaweedFS) on 127.0.0.1:8333 (CTR_S3_PORT), bucket ctr-lake, data under run/s3, settings in run/s3/env
+s3-up: setup seaweedfs  ## the local S3 server (SeaweedFS) on 127.0.0.1:8333 (CTR_S3_PORT), bucket ctr-lake, data under run/s3, settings in run/s3/env
 	@$(CTR) s3 up
 
 s3-down:  ## stop it (its data stays)

@@ -41,9 +41,9 @@ fi
 # PostgreSQL endpoint's tests use), resolved by Maven into a cache outside the repository once; a
 # no-op when they are there.
 bash infra/jars.sh kafka spark s3 pgjdbc
-# The S3-compatible server `ctr s3 up` runs (SeaweedFS), built once from the Go module proxy
-# into the same cache; a no-op when it is there.
-bash infra/seaweedfs.sh > /dev/null
+# The S3-compatible server `ctr s3 up` runs (SeaweedFS) is not built here: the plain demo needs no
+# Go. `make seaweedfs` builds it once (make test, make demo-cluster and make s3-up do first), and
+# `ctr s3 up` builds it on first use.
 
 want="$( (cat constraints.txt pyproject.toml; echo "uv $UV_VERSION") | sha256sum | cut -d' ' -f1)"
 if [[ -x .venv/bin/ctr && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
