@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -130,7 +131,72 @@ def operations(document: Json) -> Iterator[str]:
             yield from _parameters(operation)
             yield from _body(operation)
             yield from _responses(operation, document)
+            yield from _example(operation, document)
             yield ""
+
+
+_SAMPLE_TIME: Final = "2026-11-30T10:00:00Z"
+_MAX_DEPTH: Final = 6
+
+
+def _example(operation: Json, document: Json) -> Iterator[str]:
+    """The successful JSON answer's shape, as an example: each field with a value of its type
+    (the schema's own example or default where it has one, its first allowed value, a sample
+    time), one element per array, from the document's schemas."""
+    for status in ("200", "201"):
+        content = operation.get("responses", {}).get(status, {}).get("content", {})
+        schema = content.get("application/json", {}).get("schema")
+        if schema:
+            value = _sample(schema, document, 0)
+            yield f"Example answer ({markdown.code(status)}, its shape; values illustrative):\n"
+            yield "```json\n" + json.dumps(value, indent=2, ensure_ascii=False) + "\n```\n"
+            return
+
+
+def _sample(schema: Json, document: Json, depth: int) -> object:  # noqa: PLR0911 - a kind each
+    if depth > _MAX_DEPTH:
+        return None
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return _sample(document["components"]["schemas"][name], document, depth + 1)
+    for key in ("example", "default"):
+        if schema.get(key) is not None:
+            return schema[key]
+    if schema.get("examples"):
+        return schema["examples"][0]
+    for union in ("anyOf", "oneOf"):
+        if union in schema:
+            options = [s for s in schema[union] if s.get("type") != "null"]
+            return _sample(options[0], document, depth + 1) if options else None
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind_ = schema.get("type")
+    if kind_ == "object":
+        if "properties" in schema:
+            return {
+                field: _sample(spec, document, depth + 1)
+                for field, spec in schema["properties"].items()
+            }
+        extra = schema.get("additionalProperties")
+        return {"key": _sample(extra, document, depth + 1)} if isinstance(extra, dict) else {}
+    if kind_ == "array":
+        return [_sample(schema.get("items", {}), document, depth + 1)]
+    return _scalar(schema)
+
+
+def _scalar(schema: Json) -> object:
+    kind_ = schema.get("type")
+    if kind_ == "string":
+        return _SAMPLE_TIME if schema.get("format") == "date-time" else "string"
+    if kind_ == "integer":
+        return int(schema.get("minimum", 0))
+    if kind_ == "number":
+        return float(schema.get("minimum", 0.0))
+    if kind_ == "boolean":
+        return False
+    return None
 
 
 def schemas(document: Json) -> Iterator[str]:

@@ -89,6 +89,21 @@ def test_every_column_of_every_table_has_a_meaning() -> None:
     assert "| column | type | nullable |" not in text, "every column read nullable"
 
 
+def test_each_json_answer_has_an_example_of_its_shape() -> None:
+    document = api_page.document()
+    text = api_page.render()
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            answers = operation.get("responses", {})
+            json_answer = any(
+                "application/json" in answers.get(status, {}).get("content", {})
+                for status in ("200", "201")
+            )
+            section = text.split(f"## `{method.upper()} {path}`", 1)[1].split("\n## ", 1)[0]
+            assert ("Example answer" in section) == json_answer, (method, path)
+    assert '"status": "ok"' in text  # /healthz's, from its schema's only value
+
+
 def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
     from api.settings import ApiSettings
 
