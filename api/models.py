@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class ErrorResponse(BaseModel):
-    detail: str
+    detail: str = Field(description="what was wrong, for a person to read")
     parameter: str | None = Field(default=None, description="the request parameter at fault")
 
 
@@ -19,7 +19,10 @@ class FreshnessBody(BaseModel):
     )
     latest_speed_bucket: dt.datetime | None = Field(description="newest minute in speed/ctr")
     speed_updated_at: dt.datetime | None = Field(description="last report of the speed job")
-    speed_watermark: dt.datetime | None
+    speed_watermark: dt.datetime | None = Field(
+        description="the speed job's watermark: events of minutes before it arrive too late "
+        "for the speed layer's counts (the batch layer counts them)"
+    )
     speed_lag_records: int | None = Field(description="Kafka records the speed job has not read")
     versions: dict[str, int | None] = Field(description="Delta table versions the answer read")
     settle_minutes: int = Field(
@@ -37,13 +40,13 @@ class FreshnessBody(BaseModel):
 class CtrRowBody(BaseModel):
     """One bucket and group. Dimension fields are present when grouped by them."""
 
-    bucket_start: dt.datetime
-    campaign_id: str | None = None
-    ad_id: str | None = None
-    site_id: str | None = None
-    country: str | None = None
-    device_type: str | None = None
-    impressions: int
+    bucket_start: dt.datetime = Field(description="the bucket's start, UTC, at the granularity")
+    campaign_id: str | None = Field(None, description="the group's campaign (grouped by it)")
+    ad_id: str | None = Field(None, description="the group's ad (grouped by it)")
+    site_id: str | None = Field(None, description="the group's site (grouped by it)")
+    country: str | None = Field(None, description="the group's country (grouped by it)")
+    device_type: str | None = Field(None, description="the group's device type (grouped by it)")
+    impressions: int = Field(description="impression events (deduplicated by event id)")
     clicks: int = Field(
         description="without attribution (versions 1 and 2): the click events in the bucket; "
         "with attribution (version 3): the impressions of the bucket and group clicked at least "
@@ -120,17 +123,17 @@ class CtrRowBody(BaseModel):
 class CtrQueryEcho(BaseModel):
     """The query as answered (start/end rounded up to the minute)."""
 
-    start: dt.datetime
-    end: dt.datetime
-    granularity: Literal["minute", "hour", "day", "all"]
-    group_by: list[str]
-    filters: dict[str, list[str]]
-    order_by: list[str]
-    limit: int
+    start: dt.datetime = Field(description="the range's start, UTC (inclusive)")
+    end: dt.datetime = Field(description="the range's end, UTC (exclusive)")
+    granularity: Literal["minute", "hour", "day", "all"] = Field(description="the buckets' size")
+    group_by: list[str] = Field(description="the dimensions grouped by")
+    filters: dict[str, list[str]] = Field(description="per dimension, the values kept")
+    order_by: list[str] = Field(description="the order of the rows")
+    limit: int = Field(description="the most rows answered")
 
 
 class ViewRef(BaseModel):
-    name: str
+    name: str = Field(description="the view (ctr)")
     version: int = Field(description="the view version the answer comes from")
 
 
@@ -138,28 +141,31 @@ class CtrResponse(BaseModel):
     """The merged view's rows for the range, grouped and ordered as asked, and which view
     and version answered."""
 
-    view: ViewRef
-    rows: list[CtrRowBody]
+    view: ViewRef = Field(description="the view and version that answered")
+    rows: list[CtrRowBody] = Field(description="the buckets and groups, ordered as asked")
     truncated: bool = Field(description="more rows matched than 'limit'")
-    query: CtrQueryEcho
-    freshness: FreshnessBody
+    query: CtrQueryEcho = Field(description="the query as answered")
+    freshness: FreshnessBody = Field(
+        description="how fresh the answer is: each layer's newest minute, the speed job's lag, "
+        "the tables' versions"
+    )
 
 
 class CoveredIntervalBody(BaseModel):
-    start: dt.datetime
-    end: dt.datetime
+    start: dt.datetime = Field(description="UTC, inclusive")
+    end: dt.datetime = Field(description="UTC, exclusive")
 
 
 class TableInfoBody(BaseModel):
-    table: str
+    table: str = Field(description="the table's name (its path under LAKE_ROOT)")
     version: int | None = Field(description="Delta version; null if the table does not exist")
-    rows: int
-    files: int
+    rows: int = Field(description="rows at that version")
+    files: int = Field(description="data files at that version")
 
 
 class StaleIntervalBody(BaseModel):
-    start: dt.datetime
-    end: dt.datetime
+    start: dt.datetime = Field(description="UTC, inclusive")
+    end: dt.datetime = Field(description="UTC, exclusive")
     events: int = Field(description="late events in the interval no batch run has counted")
     first_archived_at: dt.datetime = Field(
         description="when the oldest of them was archived (the interval is stale since)"
@@ -178,24 +184,30 @@ class DriftBody(BaseModel):
     impressions_weighted: float | None = Field(
         description="sum |speed - batch| / sum batch over the minutes compared (null: none)"
     )
-    clicks_weighted: float | None
+    clicks_weighted: float | None = Field(description="as impressions_weighted, for clicks")
     impressions_p50: float | None = Field(description="over minutes of 100+ batch impressions")
-    impressions_p99: float | None
+    impressions_p99: float | None = Field(description="over minutes of 100+ batch impressions")
     clicks_p50: float | None = Field(description="over minutes of 100+ batch clicks")
-    clicks_p99: float | None
+    clicks_p99: float | None = Field(description="over minutes of 100+ batch clicks")
     speed_minus_batch_impressions: int = Field(
         description="speed - batch over those minutes: duplicates the speed layer counted "
         "minus events it dropped (later than its watermark)"
     )
-    speed_minus_batch_clicks: int
+    speed_minus_batch_clicks: int = Field(
+        description="as speed_minus_batch_impressions, for clicks"
+    )
 
 
 class VersionInfoBody(BaseModel):
-    version: int
+    version: int = Field(description="the version's number")
     summary: str = Field(description="what the version counts (its definition in code)")
     where: str | None = Field(description="the events it keeps; null: all")
-    state: Literal["not built", "building", "ready", "published", "retired"]
-    covered_intervals: list[CoveredIntervalBody]
+    state: Literal["not built", "building", "ready", "published", "retired"] = Field(
+        description="its state in views/registry"
+    )
+    covered_intervals: list[CoveredIntervalBody] = Field(
+        description="the intervals its batch runs covered (merged)"
+    )
     runs: int | None = Field(description="batch runs recorded; null for an advertiser key")
     rows: int | None = Field(
         description="rows in the version's batch table; null for an advertiser key"
@@ -203,15 +215,19 @@ class VersionInfoBody(BaseModel):
 
 
 class ViewInfoBody(BaseModel):
-    name: str
+    name: str = Field(description="the view (ctr)")
     version: int = Field(description="the published version, which the other fields describe")
-    versions: list[VersionInfoBody]
-    covered_intervals: list[CoveredIntervalBody]
+    versions: list[VersionInfoBody] = Field(description="every version of it, in code")
+    covered_intervals: list[CoveredIntervalBody] = Field(
+        description="the intervals the published version's batch runs covered (merged)"
+    )
     runs: int | None = Field(
         description="batch runs recorded in batch/coverage; null for an advertiser key"
     )
-    latest_covered_bucket: dt.datetime | None
-    latest_speed_bucket: dt.datetime | None
+    latest_covered_bucket: dt.datetime | None = Field(
+        description="start of the last minute the batch layer made exact"
+    )
+    latest_speed_bucket: dt.datetime | None = Field(description="newest minute in speed/ctr")
     tables: dict[str, TableInfoBody] = Field(
         description="the tables' versions, rows and files; empty for an advertiser key"
     )
@@ -230,7 +246,7 @@ class AccessResponse(BaseModel):
     may read the raw tables and /metrics."""
 
     name: str = Field(description="the key's name (API_TOKEN for the server's token)")
-    scope: Literal["admin", "analyst", "advertiser"]
+    scope: Literal["admin", "analyst", "advertiser"] = Field(description="the key's role")
     campaigns: list[str] | None = Field(
         description="an advertiser key's campaigns (every answer holds their rows only); "
         "null: every campaign"
@@ -244,8 +260,10 @@ class ViewsResponse(BaseModel):
     """Per view: covered and stale intervals, runs, the latest batch and speed buckets, each
     table's rows, files and Delta version; and the freshness of each layer."""
 
-    views: list[ViewInfoBody]
-    freshness: FreshnessBody
+    views: list[ViewInfoBody] = Field(description="one per view")
+    freshness: FreshnessBody = Field(
+        description="each layer's newest minute, the speed job's lag, the tables' versions"
+    )
 
 
 class SqlRequest(BaseModel):
@@ -268,14 +286,17 @@ class SqlResponse(BaseModel):
     """The query's columns, their DuckDB types and its rows (JSON values), and whether rows
     were cut off at a limit."""
 
-    columns: list[str]
-    types: list[str]
-    rows: list[list[object]]
+    columns: list[str] = Field(description="the columns' names")
+    types: list[str] = Field(description="the columns' DuckDB types")
+    rows: list[list[object]] = Field(
+        description="the rows, each a list in the columns' order: JSON values (times ISO-8601 "
+        "UTC; decimals and integers past 64 bits as strings; bytes as text, or base64: marked)"
+    )
     truncated: bool = Field(description="rows were cut off at a limit (see truncated_by)")
     truncated_by: Literal["max_rows", "max_bytes"] | None = Field(
         description="max_rows: the row limit; max_bytes: API_SQL_MAX_BYTES of JSON rows"
     )
-    elapsed_ms: float
+    elapsed_ms: float = Field(description="the query's time in its worker")
 
 
 class SqlFunctionsResponse(BaseModel):
@@ -290,7 +311,7 @@ class SqlFunctionsResponse(BaseModel):
 class Health(BaseModel):
     """The process is up; with an admin or analyst key, the lake's table versions it reads."""
 
-    status: Literal["ok"]
+    status: Literal["ok"] = Field(description="always ok: the process answers")
     versions: dict[str, int | None] | None = Field(
         default=None,
         description="the lake's table versions, by table; only with an admin or analyst key "
@@ -301,7 +322,7 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     """Whether this replica can answer: a load balancer sends it requests only when ready."""
 
-    status: Literal["ready", "not ready"]
+    status: Literal["ready", "not ready"] = Field(description="whether to send it requests")
     detail: str | None = Field(default=None, description="why not, when not ready")
 
 
@@ -316,7 +337,7 @@ class AlertWhereBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dimension: AlertDimension
+    dimension: AlertDimension = Field(description="the dimension watched")
     value: str = Field(description="an id as the events carry it (campaign_id: cmp-7)")
 
 
@@ -361,7 +382,9 @@ class AlertRuleRequest(BaseModel):
     min_effect: float = Field(
         default=0.2, description="smallest relative change worth an alert (0.2: 20 %)"
     )
-    direction: Literal["drop", "rise", "any"] = "any"
+    direction: Literal["drop", "rise", "any"] = Field(
+        default="any", description="the changes that fire: a drop, a rise, or any"
+    )
     min_trials: int = Field(
         default=1000,
         description="impressions (raw clicks for orphan_share) the window needs before a rate "
@@ -374,22 +397,26 @@ class AlertRuleRequest(BaseModel):
     )
 
 
+# A stored rule's fields mean what they meant in the request that created it.
+_RULE: Final = {name: field.description for name, field in AlertRuleRequest.model_fields.items()}
+
+
 class AlertRuleBody(BaseModel):
     """A stored rule (never its webhook secret)."""
 
-    name: str
+    name: str = Field(description=_RULE["name"])
     description: str = Field(description="what it watches and when it fires, in one line")
-    measure: AlertMeasure
-    where: AlertWhereBody | None
-    per: str | None
-    window_minutes: int
-    baseline: Literal["days", "previous"]
-    baseline_days: int
-    baseline_minutes: int
-    alpha: float
-    min_effect: float
-    direction: Literal["drop", "rise", "any"]
-    min_trials: int
+    measure: AlertMeasure = Field(description=_RULE["measure"])
+    where: AlertWhereBody | None = Field(description=_RULE["where"])
+    per: str | None = Field(description=_RULE["per"])
+    window_minutes: int = Field(description=_RULE["window_minutes"])
+    baseline: Literal["days", "previous"] = Field(description=_RULE["baseline"])
+    baseline_days: int = Field(description=_RULE["baseline_days"])
+    baseline_minutes: int = Field(description=_RULE["baseline_minutes"])
+    alpha: float = Field(description=_RULE["alpha"])
+    min_effect: float = Field(description=_RULE["min_effect"])
+    direction: Literal["drop", "rise", "any"] = Field(description=_RULE["direction"])
+    min_trials: int = Field(description=_RULE["min_trials"])
     webhook_url: str | None = Field(
         description="where its alerts are posted; null: none, or (an advertiser key) a rule "
         "of another key's"
@@ -397,7 +424,7 @@ class AlertRuleBody(BaseModel):
     owner: str = Field(
         description="the key that created it (ctr: the command line); names are per owner"
     )
-    created_at: dt.datetime | None
+    created_at: dt.datetime | None = Field(description="when it was created")
 
 
 class AlertRuleCreated(AlertRuleBody):
@@ -428,22 +455,28 @@ class AlertEventBody(BaseModel):
     )
     event: Literal[
         "evaluated", "fired", "resolved", "confirmed", "withdrawn", "delivered", "dead_letter"
-    ]
-    window_start: dt.datetime
+    ] = Field(
+        description="an alert's transition (fired, resolved; confirmed or withdrawn once the "
+        "batch layer covers its window), a delivery's outcome, or an evaluation"
+    )
+    window_start: dt.datetime = Field(description="the start of the window tested")
     window_end: dt.datetime = Field(description="the end of the window tested (exclusive)")
     group_value: str | None = Field(description="the rule's `per` value; null: the whole rule")
     campaign_id: str | None = Field(description="the campaign the rule watches, if one")
-    measure: str | None
+    measure: str | None = Field(description="what the rule watches")
     current: float | None = Field(description="the window's value (a rate, or per minute)")
     baseline: float | None = Field(description="the baseline's value")
     change: float | None = Field(description="current / baseline - 1")
     p_value: float | None = Field(description="after Holm's correction over the rule's groups")
-    significant: bool | None
+    significant: bool | None = Field(
+        description="beyond chance at the rule's level, at least its minimum effect, in its "
+        "direction"
+    )
     evidence: str | None = Field(
         description="exact (the batch layer's counts), approximate (the speed layer's) or too "
         "little data"
     )
-    trials: int | None
+    trials: int | None = Field(description="the window's impressions (raw clicks for orphan_share)")
     reason: str | None = Field(description="why not tested")
     delivery: str | None = Field(
         description="an alert's: pending or no webhook; a delivery's: delivered, refused (its "

@@ -53,7 +53,7 @@ BY_NAME: Final[dict[str, str]] = {
     "kafka_timestamp": "the Kafka record's timestamp",
     "ingest_time": "the Kafka record's timestamp",
     # coverage, drift, arrivals
-    "view": "the view the row is about (ctr)",
+    "view": "the view version the row is about: ctr for version 1, ctr@v2, ctr@v3 after",
     "interval_start": "the start of the interval the run covered, UTC (inclusive)",
     "interval_end": "the end of the interval the run covered, UTC (exclusive)",
     "input_version": "the master/events version the run read: later arrivals make its buckets "
@@ -105,7 +105,8 @@ BY_NAME: Final[dict[str, str]] = {
 BY_TABLE: Final[dict[tuple[str, str], str]] = {
     ("master/rejected", "value"): "the Kafka record's bytes as they arrived",
     ("master/rejected", "key"): "the Kafka record's key bytes (null: none)",
-    ("master/rejected", "reason"): "why it was rejected: the field and the rule it broke",
+    ("master/rejected", "reason"): "why it was rejected (record: not JSON, or the field and "
+    "the rule it broke)",
     ("batch/ctr_reach", "value"): "the dimension's value (empty with an empty dimension)",
     ("speed/late", "impressions"): "impressions of a bucket the speed job had closed (before "
     "its watermark) when they arrived: not in speed/ctr",
@@ -116,6 +117,7 @@ BY_TABLE: Final[dict[tuple[str, str], str]] = {
     "in the bucket",
     ("speed/ctr", "clicks"): "click events counted so far (partial: readers sum them per key)",
     ("speed/ctr", "impressions"): "impressions counted so far (partial: readers sum them per key)",
+    ("views/registry", "view"): "the view (ctr); the version is its own column",
     ("views/registry", "event"): "building, ready, published or retired",
     ("views/registry", "reason"): "why (a rollback's, a publish's note)",
     ("access/keys", "event"): "created, revoked or used",
@@ -128,7 +130,8 @@ BY_TABLE: Final[dict[tuple[str, str], str]] = {
     ("alerts/events", "event"): "evaluated, fired, resolved, confirmed, withdrawn, or a "
     "delivery's outcome: delivered, dead_letter",
     ("alerts/events", "campaign_id"): "the campaign the rule watches, if one (keys' scopes)",
-    ("alerts/events", "reason"): "why the alert fired, resolved, was confirmed or withdrawn",
+    ("alerts/events", "reason"): "why the window was not tested (too little data, or the "
+    "speed layer's counts held back); null when it was",
     ("alerts/events", "owner"): "the rule's owner (null: written before rule names were per owner)",
 }
 

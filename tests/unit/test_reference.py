@@ -104,6 +104,18 @@ def test_each_json_answer_has_an_example_of_its_shape() -> None:
     assert '"status": "ok"' in text  # /healthz's, from its schema's only value
 
 
+def test_every_field_of_the_apis_own_answers_is_described() -> None:
+    schemas = api_page.document()["components"]["schemas"]
+    undescribed = [
+        f"{name}.{field}"
+        for name, schema in schemas.items()
+        if name not in ("HTTPValidationError", "ValidationError")  # FastAPI's own
+        for field, spec in schema.get("properties", {}).items()
+        if not spec.get("description")
+    ]
+    assert not undescribed
+
+
 def test_a_comment_above_a_field_is_its_description(tmp_path: Path) -> None:
     from api.settings import ApiSettings
 
