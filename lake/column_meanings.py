@@ -27,8 +27,9 @@ BY_NAME: Final[dict[str, str]] = {
     "users": "the distinct user ids with an impression in the row (rows written before the "
     "user dictionary; null since: see user_nos)",
     "clickers": "the distinct user ids with a click in the row (as users)",
-    "reach_sketch": "an HLL sketch (Apache DataSketches, HLL_4) of the users with an "
-    "impression: unioned and estimated by sketch_union / sketch_estimate; sealed below admin",
+    "reach_sketch": "an HLL sketch (Apache DataSketches; compact HLL_4 since 2026-11-30, older "
+    "rows HLL_8) of the users with an impression: unioned and estimated by sketch_union / "
+    "sketch_estimate; sealed below admin",
     "clicker_sketch": "an HLL sketch of the users with a click (as reach_sketch)",
     "user_nos": "the distinct users with an impression, as their numbers in batch/users, sorted "
     "(exact reach; admins only)",
