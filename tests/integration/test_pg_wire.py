@@ -115,6 +115,11 @@ def _serve(lake: LakeSettings, **overrides: Any) -> Iterator[Server]:
             "sql_workers": 2,
             "sql_queue": 2,
             "sql_memory_limit": ByteSize(512 * 2**20),
+            # A key stopped at the time limit stays backed off for the test's next query,
+            # however slow the machine is between the two.
+            "sql_backoff_s": 120,
+            "sql_max_backoff_s": 120,
+            "sql_forgive_s": 600,
             "pg_port": pg_port,
             **overrides,
         },
