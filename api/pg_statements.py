@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 import duckdb
@@ -111,21 +111,19 @@ class _SandboxPortal(Portal):
     def __init__(self, statement: SandboxStatement, params: list[str | None]) -> None:
         self.statement = statement
         self.params = params
-        self._rows: AsyncIterator[tuple[object, ...]] | None = None
+        self._rows: list[tuple[object, ...]] | None = None
+        self._sent = 0
 
     async def execute(self, max_rows: int) -> tuple[list[tuple[object, ...]], bool]:
         if self._rows is None:
             _, result, types = await self.statement.answer(self.params, keep=False)
             if result.truncated_by is not None:
                 self._warn(result)
-            self._rows = _iterate(wire_rows(types, result.rows))
-        rows: list[tuple[object, ...]] = []
-        while max_rows <= 0 or len(rows) < max_rows:
-            try:
-                rows.append(await anext(self._rows))
-            except StopAsyncIteration:
-                return rows, False
-        return rows, True
+            self._rows = wire_rows(types, result.rows)
+        start = self._sent
+        end = len(self._rows) if max_rows <= 0 else min(len(self._rows), start + max_rows)
+        self._sent = end
+        return self._rows[start:end], end < len(self._rows)
 
     def _warn(self, result: SqlResult) -> None:
         settings = self.statement.session.settings
@@ -146,11 +144,6 @@ class _SandboxPortal(Portal):
                 }
             )
         )
-
-
-async def _iterate(rows: list[tuple[object, ...]]) -> AsyncIterator[tuple[object, ...]]:
-    for row in rows:
-        yield row
 
 
 # DuckDB's error kinds (the first words of its messages) as SQLSTATE codes.

@@ -32,6 +32,7 @@ import psycopg
 from bench.serving_api import start_api_server
 from bench.serving_lake import END, build_lake
 from bench.serving_load import AUTH, TOKEN, wait_until_up
+from bench.state_report import percentile
 from infra.broker import free_port
 from lake.settings import LakeSettings
 
@@ -60,11 +61,6 @@ QUERIES: Final = {
 
 def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main(events: int | None = None) -> None:
@@ -127,17 +123,17 @@ def _measure(url: str, pg_port: int, *, rounds: int, warmup: int) -> dict[str, A
         "queries": {
             name: {
                 "http_p50_ms": statistics.median(http_ms[name]),
-                "http_p95_ms": _percentile(http_ms[name], 0.95),
+                "http_p95_ms": percentile(http_ms[name], 0.95),
                 "wire_p50_ms": statistics.median(wire_ms[name]),
-                "wire_p95_ms": _percentile(wire_ms[name], 0.95),
+                "wire_p95_ms": percentile(wire_ms[name], 0.95),
                 "worker_p50_ms": statistics.median(worker_ms[name]),
             }
             for name in QUERIES
         },
         "http_p50_ms": statistics.median(every_http),
-        "http_p95_ms": _percentile(every_http, 0.95),
+        "http_p95_ms": percentile(every_http, 0.95),
         "wire_p50_ms": statistics.median(every_wire),
-        "wire_p95_ms": _percentile(every_wire, 0.95),
+        "wire_p95_ms": percentile(every_wire, 0.95),
         "ratio_p50": statistics.median(every_wire) / statistics.median(every_http),
     }
 

@@ -120,3 +120,21 @@ def test_each_refusal_and_failure_has_its_sqlstate(error: Exception, sqlstate: s
 
 def test_a_limit_says_when_to_retry() -> None:
     assert pg_error(SqlTimeLimitError("stopped", 4.2)).fields == {"H": "retry after 5 s"}
+
+
+def test_a_portal_drains_its_rows_in_a_clients_fetch_size() -> None:
+    """pgJDBC's setFetchSize: Executes of max_rows each, suspended until the last row."""
+    import asyncio
+
+    from api.pg_statements import _SandboxPortal
+    from serving_layer.sandbox.database import SqlResult
+
+    class Answered:
+        async def answer(self, params: object, *, keep: bool) -> object:
+            result = SqlResult(["n"], ["BIGINT"], [[1], [2], [3]], None, 0.0)
+            return (), result, [pg_type("BIGINT")]
+
+    portal = _SandboxPortal(Answered(), [])  # type: ignore[arg-type]
+    drained = [asyncio.run(portal.execute(2)) for _ in range(2)]
+    assert drained == [([(1,), (2,)], True), ([(3,)], False)]
+    assert asyncio.run(_SandboxPortal(Answered(), []).execute(0)) == ([(1,), (2,), (3,)], False)  # type: ignore[arg-type]
