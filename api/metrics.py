@@ -8,12 +8,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from access.roles import Access
+from api import metric_catalog as catalog
 from api.query_gate import QueryGate
 from api.response_cache import ResponseCache
 from api.topic_depth import TopicDepth
@@ -38,19 +39,8 @@ class RequestMetrics:
     def __init__(self, app: ASGIApp, registry: CollectorRegistry, access_log: bool = True) -> None:
         self.app = app
         self.access_log = access_log
-        self.requests = Counter(
-            "ctr_api_requests",
-            "HTTP requests by method, route and status",
-            ["method", "route", "status"],
-            registry=registry,
-        )
-        self.latency = Histogram(
-            "ctr_api_request_duration_seconds",
-            "HTTP request latency by route",
-            ["route"],
-            buckets=_BUCKETS,
-            registry=registry,
-        )
+        self.requests = catalog.REQUESTS.counter(registry)
+        self.latency = catalog.REQUEST_SECONDS.histogram(registry, _BUCKETS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -127,11 +117,7 @@ class LakeCollector(Collector):
         self._key_checks = key_checks
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        errors = GaugeMetricFamily(
-            "ctr_metrics_errors",
-            "parts of this scrape that failed (see the server log)",
-            labels=["part"],
-        )
+        errors = catalog.ERRORS.family()
         serving = self._serving()
         snap: LakeSnapshot | None = None
         try:
@@ -165,91 +151,55 @@ class LakeCollector(Collector):
         yield errors
 
     def _tables(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
-        versions = GaugeMetricFamily(
-            "ctr_table_version",
-            "Delta version of each table (-1: not created yet)",
-            labels=["table"],
-        )
+        versions = catalog.TABLE_VERSION.family()
         for name, version in snap.versions().items():
             versions.add_metric([name], -1 if version is None else version)
         yield versions
-        rows = GaugeMetricFamily(
-            "ctr_table_rows", "rows in each table (0: not created yet)", labels=["table"]
-        )
+        rows = catalog.TABLE_ROWS.family()
         for name in snap.tables:
             rows.add_metric([name], inventory.table_info(snap[name]).rows)
         yield rows
 
     def _freshness(self, serving: ServingLayer, snap: LakeSnapshot) -> Iterator[Metric]:
         fresh = serving.freshness(snap)
-        for name, value, help_text in (
-            ("ctr_latest_covered_bucket", fresh.latest_covered_bucket, "last exact minute"),
-            ("ctr_latest_speed_bucket", fresh.latest_speed_bucket, "newest speed minute"),
-            ("ctr_speed_status_updated", fresh.speed_updated_at, "last speed job report"),
-            ("ctr_speed_watermark", fresh.speed_watermark, "speed job watermark"),
+        for spec, value in (
+            (catalog.LATEST_COVERED, fresh.latest_covered_bucket),
+            (catalog.LATEST_SPEED, fresh.latest_speed_bucket),
+            (catalog.SPEED_UPDATED, fresh.speed_updated_at),
+            (catalog.SPEED_WATERMARK, fresh.speed_watermark),
         ):
             if value is not None:
-                yield GaugeMetricFamily(
-                    f"{name}_timestamp_seconds", f"{help_text} (Unix time)", value.timestamp()
-                )
+                yield spec.family(value.timestamp())
         status = snap.status
         if status is not None:
-            for name, number, help_text in (
-                ("ctr_speed_lag_records", status.offsets_behind, "Kafka records not read yet"),
-                ("ctr_speed_input_rows_per_second", status.input_rows_per_second, "input rate"),
-                (
-                    "ctr_speed_processed_rows_per_second",
-                    status.processed_rows_per_second,
-                    "processing rate",
-                ),
-                ("ctr_speed_batch_duration_seconds", status.batch_duration_ms, "last micro-batch"),
+            for spec, number, scale in (
+                (catalog.SPEED_LAG, status.offsets_behind, 1.0),
+                (catalog.SPEED_INPUT_RATE, status.input_rows_per_second, 1.0),
+                (catalog.SPEED_PROCESSED_RATE, status.processed_rows_per_second, 1.0),
+                (catalog.SPEED_BATCH_SECONDS, status.batch_duration_ms, 0.001),
             ):
                 if number is not None:
-                    scale = 0.001 if name.endswith("duration_seconds") else 1.0
-                    yield GaugeMetricFamily(name, help_text, number * scale)
+                    yield spec.family(number * scale)
             if status.invalid_records_total is not None:
-                yield CounterMetricFamily(
-                    "ctr_speed_invalid_records",
-                    "records the speed job skipped as invalid, since its checkpoint began",
-                    status.invalid_records_total,
-                )
+                yield catalog.SPEED_INVALID.family(status.invalid_records_total)
 
     def _rejected(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
-        rejected = CounterMetricFamily(
-            "ctr_rejected_records",
-            "records in master/rejected by reason kind (the field a reason names)",
-            labels=["reason"],
-        )
+        rejected = catalog.REJECTED.family()
         for reason, count in inventory.rejected_by_reason(snap).items():
             rejected.add_metric([reason], count)
         yield rejected
 
     def _stale(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
         buckets = inventory.stale_buckets(snap)
-        yield GaugeMetricFamily(
-            "ctr_stale_buckets",
-            "covered minute buckets with events no batch run has counted yet",
-            len(buckets),
-        )
-        yield GaugeMetricFamily(
-            "ctr_stale_events", "late events not yet recomputed", sum(b.events for b in buckets)
-        )
+        yield catalog.STALE_BUCKETS.family(len(buckets))
+        yield catalog.STALE_EVENTS.family(sum(b.events for b in buckets))
         oldest = min((b.first_archived_at for b in buckets), default=None)
         age = 0.0 if oldest is None else max(time.time() - oldest.timestamp(), 0.0)
-        yield GaugeMetricFamily(
-            "ctr_stale_age_seconds",
-            "how long the oldest uncounted late event has waited for a recompute (0: none)",
-            age,
-        )
+        yield catalog.STALE_AGE.family(age)
 
     def _drift(self, inventory: Inventory, snap: LakeSnapshot) -> Iterator[Metric]:
         drift = inventory.drift(snap)
-        error = GaugeMetricFamily(
-            "ctr_drift_relative_error",
-            "|speed - batch| / batch per minute the latest runs covered for the first time "
-            "(minutes of 100 or more batch events)",
-            labels=["measure", "quantile"],
-        )
+        error = catalog.DRIFT_RELATIVE.family()
         for measure, q, value in (
             ("impressions", "0.5", drift.impressions_p50),
             ("impressions", "0.99", drift.impressions_p99),
@@ -259,11 +209,7 @@ class LakeCollector(Collector):
             if value is not None:
                 error.add_metric([measure, q], value)
         yield error
-        weighted = GaugeMetricFamily(
-            "ctr_drift_weighted_error",
-            "sum |speed - batch| / sum batch over the minutes the latest runs covered first",
-            labels=["measure"],
-        )
+        weighted = catalog.DRIFT_WEIGHTED.family()
         for measure, value in (
             ("impressions", drift.impressions_weighted),
             ("clicks", drift.clicks_weighted),
@@ -271,50 +217,30 @@ class LakeCollector(Collector):
             if value is not None:
                 weighted.add_metric([measure], value)
         yield weighted
-        yield GaugeMetricFamily(
-            "ctr_drift_buckets", "minutes the drift figures compare", drift.buckets
-        )
+        yield catalog.DRIFT_BUCKETS.family(drift.buckets)
 
     def _dlq(self) -> Iterator[Metric]:
         if self._dead_letters is not None:
             depth = self._dead_letters.records()
             if depth is not None:  # Kafka unreachable: left out (and logged), never an error
-                dlq = GaugeMetricFamily(
-                    "ctr_dlq_records", "records in the dead-letter topic", labels=["topic"]
-                )
+                dlq = catalog.DLQ.family()
                 dlq.add_metric([self._dead_letters.topic], depth)
                 yield dlq
 
     def _cache_counts(self) -> Iterator[Metric]:
         cache = self._cache()
-        yield CounterMetricFamily("ctr_api_cache_hits", "response cache hits", cache.hits)
-        yield CounterMetricFamily("ctr_api_cache_misses", "response cache misses", cache.misses)
-        yield CounterMetricFamily(
-            "ctr_api_cache_stale_hits",
-            "answers from the previous snapshot while the new one is computed",
-            cache.stale_hits,
-        )
-        yield CounterMetricFamily(
-            "ctr_api_cache_refusals",
-            "refused answers (over a limit) given again from memory, not computed again",
-            cache.refusal_hits,
-        )
-        yield GaugeMetricFamily("ctr_api_cache_bytes", "bytes of cached answers", cache.bytes)
+        yield catalog.CACHE_HITS.family(cache.hits)
+        yield catalog.CACHE_MISSES.family(cache.misses)
+        yield catalog.CACHE_STALE_HITS.family(cache.stale_hits)
+        yield catalog.CACHE_REFUSALS.family(cache.refusal_hits)
+        yield catalog.CACHE_BYTES.family(cache.bytes)
 
     def _gate(self) -> Iterator[Metric]:
         assert self._ctr_gate is not None
         stats = self._ctr_gate().stats()
-        yield GaugeMetricFamily(
-            "ctr_api_queries_running", "CTR answers being computed", stats.running
-        )
-        yield GaugeMetricFamily(
-            "ctr_api_queries_waiting", "CTR queries waiting for a place", stats.waiting
-        )
-        yield CounterMetricFamily(
-            "ctr_api_queries_busy",
-            "CTR queries refused with 429 (queue full or wait too long)",
-            stats.rejected_busy,
-        )
+        yield catalog.QUERIES_RUNNING.family(stats.running)
+        yield catalog.QUERIES_WAITING.family(stats.waiting)
+        yield catalog.QUERIES_BUSY.family(stats.rejected_busy)
 
     def _sql(self) -> Iterator[Metric]:
         assert self._sql_pool is not None
@@ -323,12 +249,10 @@ class LakeCollector(Collector):
         gate = self._sql_gate().stats() if self._sql_gate is not None else None
         waiting = stats.waiting + (gate.waiting if gate is not None else 0)
         busy = stats.rejected_busy + (gate.rejected_busy if gate is not None else 0)
-        yield GaugeMetricFamily("ctr_sql_workers", "SQL worker processes", stats.workers)
-        yield GaugeMetricFamily("ctr_sql_workers_busy", "SQL workers running a query", stats.busy)
-        yield GaugeMetricFamily("ctr_sql_queued", "SQL queries waiting for a worker", waiting)
-        outcomes = CounterMetricFamily(
-            "ctr_sql_queries", "SQL queries by outcome", labels=["outcome"]
-        )
+        yield catalog.SQL_WORKERS.family(stats.workers)
+        yield catalog.SQL_BUSY.family(stats.busy)
+        yield catalog.SQL_QUEUED.family(waiting)
+        outcomes = catalog.SQL_QUERIES.family()
         for outcome, count in (
             ("run", stats.queries),
             ("refused", stats.refused),
@@ -339,27 +263,14 @@ class LakeCollector(Collector):
         ):
             outcomes.add_metric([outcome], count)
         yield outcomes
-        yield CounterMetricFamily(
-            "ctr_sql_worker_restarts",
-            "SQL worker processes replaced (killed at the time limit, died, or recycled)",
-            stats.worker_restarts,
-        )
+        yield catalog.SQL_RESTARTS.family(stats.worker_restarts)
 
 
 def object_store_requests(
     serving: ServingLayer, key_checks: Callable[[], int] | None
 ) -> Iterator[Metric]:
     """The object-store requests of keeping this process's view of the lake current."""
-    requests = CounterMetricFamily(
-        "ctr_object_store_requests",
-        "object-store requests this process made to keep its lake snapshot current (stats "
-        "and reads of a local disk for a local lake), by kind: commit (a look for a "
-        "table's next commit, found or not), reload (a table read whole by delta-rs, a "
-        "few requests), exists (a table not created yet looked for), status (the speed "
-        "job's status: a stat, and a read when it changed), keys (a look for a new commit "
-        "of the key store)",
-        labels=["kind"],
-    )
+    requests = catalog.OBJECT_STORE_REQUESTS.family()
     counts = dict(serving.reader.snapshots.requests)
     if key_checks is not None:
         counts["keys"] = key_checks()

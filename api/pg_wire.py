@@ -57,6 +57,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from access.roles import Access
+from api import metric_catalog as catalog
 from api.authn import Authenticator
 from api.pg_catalog import (
     CatalogStatement,
@@ -185,16 +186,8 @@ class PgWireCollector(Collector):
         self._wire = wire
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        yield GaugeMetricFamily(
-            "ctr_api_pg_open_connections",
-            "open connections of the PostgreSQL endpoint (API_PG_PORT)",
-            value=self._wire.open_connections,
-        )
-        refused = CounterMetricFamily(
-            "ctr_api_pg_refused_connections",
-            "PostgreSQL connections refused before their first query, by reason",
-            labels=["reason"],
-        )
+        yield catalog.PG_OPEN.family(self._wire.open_connections)
+        refused = catalog.PG_REFUSED.family()
         for reason, count in sorted(self._wire.refused_connections.copy().items()):
             refused.add_metric([reason], count)
         yield refused

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from api import metric_catalog as catalog
 from api.edge import EdgeLimits, EdgeState, edge_protocol
 from api.settings import ApiSettings
 
@@ -77,17 +78,8 @@ class EdgeCollector(Collector):
         self._edge = edge
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        refused = CounterMetricFamily(
-            "ctr_api_edge_refused",
-            "requests refused before parsing: head too large, too many headers, request line "
-            "too long, head or body too slow, too many connections",
-            labels=["reason"],
-        )
+        refused = catalog.EDGE_REFUSED.family()
         for reason, count in sorted(self._edge.refused.copy().items()):
             refused.add_metric([reason], count)
         yield refused
-        yield GaugeMetricFamily(
-            "ctr_api_open_connections",
-            "open HTTP connections",
-            value=self._edge.open_connections,
-        )
+        yield catalog.OPEN_CONNECTIONS.family(self._edge.open_connections)
