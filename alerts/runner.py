@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from alerts import store, webhooks
 from alerts.evaluate import CountSource, Finding, evaluate, evaluate_settled
@@ -32,6 +32,9 @@ from alerts.hysteresis import Hysteresis
 from alerts.rules import Rule
 from alerts.settings import AlertSettings
 from lake.settings import LakeSettings
+
+if TYPE_CHECKING:
+    from alerts.metrics import AlertMetrics
 
 log = logging.getLogger("ctr.alerts")
 
@@ -70,6 +73,7 @@ class Tick:
     alerts: list[dict[str, object]] = field(default_factory=list)
     committed: bool = False
     held: str | None = None  # why the speed layer's counts went untested
+    deliveries: list[dict[str, object]] = field(default_factory=list)  # finished since the last
 
     def __str__(self) -> str:
         kinds = [f"{a['event']} {a['owner']}/{a['rule']}"
@@ -161,7 +165,7 @@ class Evaluator:
         tick.rules, tick.tests = len(rules), sum(f.result.tested for f in findings)
         tick.rows = [_row(f, "evaluated", end) for f in findings]
         tick.alerts = self._transitions(findings, end) + self._confirmations(rules, source, end)
-        delivered = self._finished_deliveries()
+        delivered = tick.deliveries = self._finished_deliveries()
         tick.committed = store.append_events(
             self.lake,
             [*tick.rows, *tick.alerts, *delivered],
@@ -249,17 +253,29 @@ class Evaluator:
         self.outcomes = [f for f in self.outcomes if not f.done()]
         return [f.result() for f in done]
 
-    def run(self, stop: threading.Event, *, now: Callable[[], dt.datetime]) -> None:
-        """Evaluate each minute as it settles until ``stop`` is set."""
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        now: Callable[[], dt.datetime],
+        metrics: AlertMetrics | None = None,
+    ) -> None:
+        """Evaluate each minute as it settles until ``stop`` is set (each counted in
+        ``metrics``)."""
         last: dt.datetime | None = None
         while not stop.is_set():
             end = due_end(now(), self.settings.settle_s)
             if end != last:
                 try:
-                    log.info("%s", self.tick(end))
+                    tick = self.tick(end)
+                    log.info("%s", tick)
                     last = end
+                    if metrics is not None:
+                        metrics.record(tick)
                 except Exception:  # one bad minute must not end the evaluator: retried
                     log.exception("alerts: the window ending %s failed; retried", end)
+                    if metrics is not None:
+                        metrics.failed()
             stop.wait(self.settings.poll_s)
 
 

@@ -14,6 +14,10 @@ class AlertSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ALERTS_", extra="ignore")
 
+    # The port the alerts runner serves its Prometheus metrics on (http://CTR_METRICS_HOST:port/metrics;
+    # docs/reference/metrics.md); unset: none. 0: a port the system chooses (logged).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
     # Seconds between two looks at the clock: a minute is evaluated within this after it is due.
     poll_s: float = Field(default=5.0, gt=0)
     # Seconds after a minute ends before it is evaluated: the speed layer has committed it by

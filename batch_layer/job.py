@@ -19,10 +19,12 @@ stale recompute, ``ctr_batch``) retries the whole run on the newer input version
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from batch_layer import metrics as batch_metrics
 from batch_layer.drift import record_drift
 from batch_layer.errors import BatchError
 from batch_layer.hours import write_hours
@@ -77,6 +79,7 @@ class BatchRun:
     input_version: int
     rows_written: int
     view: str = VIEW  # the version's key (``ctr``, ``ctr@v3``)
+    input_bytes: int = 0  # of master/events: the files the interval touches
 
 
 def deduplicate(events: DataFrame, partitions: int) -> DataFrame:
@@ -258,6 +261,23 @@ class BatchJob:
         if replay is None:
             _require_events(self.lake)
         definition = definition or self.registry.published(VIEW)
+        started = time.monotonic()
+        try:
+            run = self._run_retried(interval, definition, run_id, replay, reach)
+        except Exception:
+            batch_metrics.push_failed(definition.key, time.monotonic() - started)
+            raise
+        batch_metrics.push_succeeded(run, time.monotonic() - started)
+        return run
+
+    def _run_retried(
+        self,
+        interval: Interval,
+        definition: Definition,
+        run_id: str | None,
+        replay: Replay | None,
+        reach: bool,
+    ) -> BatchRun:
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 return self._run_once(
@@ -361,7 +381,7 @@ class BatchJob:
         )
         coverage_log.record(lake, run)
         self._forget_arrivals(interval, definition, version)
-        return BatchRun(run_id, interval, version, rows, definition.key)
+        return BatchRun(run_id, interval, version, rows, definition.key, input_bytes)
 
     def _forget_arrivals(self, interval: Interval, definition: Definition, version: int) -> None:
         """Forget the master/arrivals rows the run counted, only while no other version may

@@ -252,12 +252,20 @@ def run() -> None:
     lake, settings = LakeSettings(), AlertSettings()
     reader = SnapshotReader(lake, refresh_s=0)
     evaluator = Evaluator(lake, settings, lambda: LakeCounts(reader))
+    metrics = None
+    if settings.metrics_port is not None:
+        from alerts.metrics import AlertMetrics
+        from runtime.metrics import MetricsSettings, new_registry, serve
+
+        registry = new_registry()
+        metrics = AlertMetrics(registry)
+        serve(registry, settings.metrics_port, MetricsSettings().host)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     console.print(f"alerts: evaluating the rules of {lake.lake_root} each minute", highlight=False)
     try:
-        evaluator.run(stop, now=lambda: dt.datetime.now(dt.UTC))
+        evaluator.run(stop, now=lambda: dt.datetime.now(dt.UTC), metrics=metrics)
     finally:
         evaluator.close()
         reader.close()

@@ -50,8 +50,10 @@ def archive(
     )
     check_kafka_login(kafka)
     from runtime.spark import spark_session
+    from runtime.stream_metrics import served
 
     log_lines_unless_a_terminal()
+    metrics = served("archiver", settings.metrics_port, kafka)
     spark = spark_session(spark_settings, lake.object_store)
 
     def rate(progress: StreamProgress) -> str:
@@ -61,6 +63,7 @@ def archive(
         run,
         spark,
         StreamDisplay("archiving", rate),
+        metrics,
         kafka=kafka,
         lake=lake,
         settings=settings,

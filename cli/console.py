@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from lake.settings import LakeSettings
     from runtime.kafka_settings import KafkaSettings
+    from runtime.stream_metrics import StreamMetrics
     from runtime.streaming import StreamProgress
 
 # C0 and C1 controls but newline and tab, DEL, and the Unicode format characters that reorder
@@ -183,12 +184,25 @@ def run_streaming_job(
     job: StreamingJob,
     spark: SparkSession,
     display: StreamDisplay,
+    metrics: StreamMetrics | None = None,
     **arguments: Any,
 ) -> int:
-    """Run a streaming job until caught up or Ctrl-C, with a progress display; its errors
-    (lost records, a foreign table, ...) end the command with the message, no traceback."""
+    """Run a streaming job until caught up or Ctrl-C, with a progress display (and its
+    ``metrics`` counted); its errors (lost records, a foreign table, ...) end the command with
+    the message, no traceback."""
     with StopRequest() as stop, stream_bar(display.first, display.detail) as show:
+
+        def on_progress(progress: StreamProgress) -> None:
+            if metrics is not None:
+                metrics.record(progress)
+            show(progress)
+
         try:
-            return job(spark, on_progress=show, should_stop=lambda: stop.requested, **arguments)
+            return job(
+                spark, on_progress=on_progress, should_stop=lambda: stop.requested, **arguments
+            )
         except RuntimeError as exc:
             fail(str(exc))
+        finally:
+            if metrics is not None:
+                metrics.close()

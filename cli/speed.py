@@ -69,8 +69,10 @@ def speed(
     )
     check_kafka_login(kafka)
     from runtime.spark import spark_session
+    from runtime.stream_metrics import served
 
     log_lines_unless_a_terminal()
+    metrics = served("speed", settings.metrics_port, kafka)
     spark = spark_session(spark_settings, lake.object_store)
 
     def duration(progress: StreamProgress) -> str:
@@ -80,6 +82,7 @@ def speed(
         run_speed,
         spark,
         StreamDisplay("starting", duration),
+        metrics,
         kafka=kafka,
         lake=lake,
         settings=settings,

@@ -11,6 +11,10 @@ class ArchiverSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ARCHIVER_", extra="ignore")
 
+    # The port the archiver serves its Prometheus metrics on (http://CTR_METRICS_HOST:port/metrics;
+    # docs/reference/metrics.md); unset: none. 0: a port the system chooses (logged).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
     # Seconds between the starts of two micro-batches of `ctr archive` (Spark's processing-time
     # trigger); --available-now ignores it.
     trigger_seconds: float = Field(default=10.0, gt=0)

@@ -245,8 +245,10 @@ class SpeedBatchWriter:
         rows = answers.to_pylist()
         files = [r for r in rows if r["table"] != SUMMARY]
         summaries = [json.loads(r["summary"]) for r in rows if r["table"] == SUMMARY]
+        late_events = 0
         if late_due and self._commit(self.late, files, SPEED_LATE.name, app_id, batch_id):
-            self.late_events += sum(int(s["late_events"]) for s in summaries)
+            late_events = sum(int(s["late_events"]) for s in summaries)
+            self.late_events += late_events
         clock.lap("late_commit")
         newest = [int(s["newest_event_ms"]) for s in summaries if s["newest_event_ms"] is not None]
         watermark = self._watermark_ms
@@ -267,6 +269,7 @@ class SpeedBatchWriter:
             for name in ("records", "invalid", "events", "view_rows", "open_impressions",
                          "state_files_read", "state_snapshots")
         }  # fmt: skip
+        totals["late_events"] = late_events
         self.phases.record(batch_id, {**totals, "result_bytes": answers.nbytes, **clock.ms})
         self.watermarks[batch_id] = plan.watermark_ms
         for old in sorted(self.watermarks)[:-8]:
@@ -446,7 +449,7 @@ def run(
         log.info("batch %d phases (ms): %s", progress.batch_id,
                  json.dumps({**phases, **clock.ms}))  # fmt: skip
         if on_progress is not None:
-            on_progress(progress)
+            on_progress(dataclasses.replace(progress, phases_ms={**phases, **clock.ms}))
 
     try:
         return drive(query, "the speed job", on_progress=report, should_stop=should_stop)

@@ -16,6 +16,10 @@ class SpeedSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SPEED_", extra="ignore")
 
+    # The port the speed job serves its Prometheus metrics on (http://CTR_METRICS_HOST:port/metrics;
+    # docs/reference/metrics.md); unset: none. 0: a port the system chooses (logged).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
     # Seconds between the starts of two micro-batches of `ctr speed` (Spark's processing-time
     # trigger); --available-now ignores it.
     trigger_seconds: float = Field(default=1.0, gt=0)

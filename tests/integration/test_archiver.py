@@ -8,6 +8,7 @@ import time
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from ingest.producer import EventProducer
@@ -19,6 +20,7 @@ from lake.settings import LakeSettings
 from master_dataset.archiver import run
 from master_dataset.settings import ArchiverSettings
 from runtime.kafka_settings import KafkaSettings
+from runtime.stream_metrics import StreamMetrics
 from tests.support import faults
 from tests.support.consume import coordinates, read_topic
 from views.columns import DIMENSIONS
@@ -71,7 +73,16 @@ def test_available_now_archives_every_record_once(
 ) -> None:
     summary = _produce_mixed(topics, 3000, seed=21)
     settings = ArchiverSettings(max_offsets_per_trigger=1000)
-    archived = run(spark, kafka=topics, lake=lake, settings=settings, available_now=True)
+    registry = CollectorRegistry()
+    metrics = StreamMetrics(registry, "archiver", topics)
+    archived = run(
+        spark,
+        kafka=topics,
+        lake=lake,
+        settings=settings,
+        available_now=True,
+        on_progress=metrics.record,
+    )
     assert archived == 3000
     events, rejected = _assert_exactly_once(topics, lake)
     assert (events, rejected) == (summary.events + summary.duplicates, summary.malformed)
@@ -100,6 +111,27 @@ def test_available_now_archives_every_record_once(
     version = table.version()
     assert run(spark, kafka=topics, lake=lake, settings=settings, available_now=True) == 0
     assert DeltaTable(MASTER_EVENTS.path(lake)).version() == version
+
+    # Its metrics: what it read and rejected, its batches and their phases, and its lag per
+    # partition asked of the broker at each scrape (none: caught up; then the records sent since).
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"query": "archiver", **labels})
+
+    def lag() -> dict[str, float]:
+        return {s.labels["partition"]: s.value for family in registry.collect()
+                if family.name == "ctr_stream_lag_records" for s in family.samples}  # fmt: skip
+
+    assert sample("ctr_stream_records_total") == 3000
+    assert sample("ctr_stream_invalid_records_total") == summary.malformed
+    batches = sample("ctr_stream_batches_total") or 0
+    assert batches >= 3
+    assert sample("ctr_stream_batch_duration_seconds_count") == batches
+    assert (sample("ctr_stream_phase_seconds_total", phase="events_commit") or 0) > 0
+    assert (sample("ctr_stream_last_batch_timestamp_seconds") or 0) > time.time() - 600
+    assert lag() == dict.fromkeys(map(str, range(6)), 0.0)  # the topic's 6 partitions
+    _produce_mixed(topics, 40, seed=22)
+    assert sum(lag().values()) == 40
+    metrics.close()
 
 
 @pytest.mark.faults

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute
 import pytest
 from deltalake import DeltaTable
+from prometheus_client import CollectorRegistry
 from pyspark.sql import SparkSession
 
 import batch_layer.job
@@ -23,6 +24,7 @@ from events.model import Event, validate
 from lake.settings import LakeSettings
 from lake.speed_status import read_status, speed_status_path
 from runtime.kafka_settings import KafkaSettings
+from runtime.stream_metrics import StreamMetrics
 from runtime.streaming import Periodic, StreamProgress
 from speed_layer.job import SpeedStateError, reset, run
 from speed_layer.settings import SpeedSettings
@@ -126,8 +128,12 @@ def test_events_later_than_the_watermark_are_dropped_and_counted(
     sent_late = False
     reported = 0
 
+    registry = CollectorRegistry()
+    metrics = StreamMetrics(registry, "speed")
+
     def after_batch(progress: StreamProgress) -> None:
         nonlocal sent_late, reported
+        metrics.record(progress)
         reported += progress.input_rows
         if not sent_late and progress.input_rows:
             send(topics, *late, *on_time)
@@ -149,6 +155,13 @@ def test_events_later_than_the_watermark_are_dropped_and_counted(
         (at(30), "ad-1", 1, 0),
     ]
     assert late_rows(lake) == {at(5): (1, 1), at(19): (1, 0)}
+    # Its metrics count what it read, what it dropped as late, and where the watermark is.
+    assert registry.get_sample_value("ctr_stream_records_total", {"query": "speed"}) == 6
+    assert registry.get_sample_value("ctr_speed_late_events_total") == 3
+    watermark = registry.get_sample_value(
+        "ctr_stream_watermark_timestamp_seconds", {"query": "speed"}
+    )
+    assert watermark == at(20).timestamp()
 
 
 def _caught_up(lake: LakeSettings, events: int) -> bool:
