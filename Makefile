@@ -36,6 +36,7 @@ demo-down:  ## stop every process `make demo` started, by pid (traffic first, jo
 test: setup seaweedfs  ## build the docs site (strict), then run every tier: unit, integration (Spark, Kafka), e2e (browser, Airflow, clusters)
 	@$(MAKE) --no-print-directory docs
 	@bash infra/system-packages.sh chromium postgresql haproxy
+	@bash infra/prometheus.sh > /dev/null
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup  ## the unit tier only (no JVM, broker or browser): a pure change checked in seconds

@@ -9,7 +9,8 @@
 RUN_DIR="$(mkdir -p "${RUN_DIR:-run}" && cd "${RUN_DIR:-run}" && pwd)"
 DEMO="$RUN_DIR/demo"
 # What `make demo` starts, in the order `make demo-down` stops it (Airflow and broker apart).
-DEMO_PROCESSES=(broker-watch history producer archiver speed api alerts batch-loop batch-history)
+DEMO_PROCESSES=(broker-watch history producer archiver speed api alerts batch-loop batch-history
+    prometheus pushgateway node-exporter)
 
 say() { echo "demo: $*"; }
 

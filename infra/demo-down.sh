@@ -2,8 +2,8 @@
 # `make demo-down`: stop everything `make demo` started, by pid and process group, never by
 # name: the traffic generator first (it flushes and reports), then the archiver and the speed
 # job (SIGTERM: they finish their micro-batch and stop), the API, the batch loop (a running
-# batch job finishes), Airflow, and the broker if the demo started it (its records are gone).
-# The Delta tables and logs under $RUN_DIR/demo stay; `make clean` removes them.
+# batch job finishes), Prometheus, Airflow, and the broker if the demo started it (its records
+# are gone). The Delta tables and logs under $RUN_DIR/demo stay; `make clean` removes them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source infra/demo-common.sh
@@ -67,6 +67,9 @@ wait
 stop_component api 15
 stop_component alerts 15
 stop_component batch-loop 120
+stop_component prometheus 15
+stop_component pushgateway 5
+stop_component node-exporter 5
 
 if [[ -f "$DEMO/airflow.pid" ]]; then
     pid="$(cat "$DEMO/airflow.pid")"

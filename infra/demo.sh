@@ -123,6 +123,19 @@ export API_HOST=127.0.0.1 API_PORT="${API_PORT:-8000}"
 #: password): docs/guides/sql-clients.md.
 export API_PG_PORT="${API_PG_PORT:-5433}"
 export AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
+#: The port of the demo's Prometheus (its UI and API), scraping every process with the rules of
+#: ops/prometheus/rules (docs/guides/operations.md).
+PROMETHEUS_PORT="${PROMETHEUS_PORT:-9090}"
+#: The port of the Pushgateway the demo's batch runs push their figures to.
+PUSHGATEWAY_PORT="${PUSHGATEWAY_PORT:-9091}"
+#: The port of the node exporter reporting the broker host's disks in the demo.
+NODE_EXPORTER_PORT="${NODE_EXPORTER_PORT:-9100}"
+#: Seconds between two scrapes (and rule evaluations) of the demo's Prometheus.
+DEMO_SCRAPE_SECONDS="${DEMO_SCRAPE_SECONDS:-15}"
+# Each job's metrics on a port of its own (docs/reference/metrics.md).
+export ARCHIVER_METRICS_PORT="${ARCHIVER_METRICS_PORT:-9401}" SPEED_METRICS_PORT="${SPEED_METRICS_PORT:-9402}"
+export ALERTS_METRICS_PORT="${ALERTS_METRICS_PORT:-9403}"
+export CTR_METRICS_PUSHGATEWAY="${CTR_METRICS_PUSHGATEWAY:-http://127.0.0.1:$PUSHGATEWAY_PORT}"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
 CTR="$ROOT/.venv/bin/ctr"
 # The batch layer's processes at DEMO_BATCH_NICE, their session too (each component has one:
@@ -201,6 +214,7 @@ print_summary() {
   Dashboard   $API/#token=$token
   API token   $token        (API docs: $API/docs)
   SQL         psql "host=127.0.0.1 port=$API_PG_PORT dbname=ctr user=demo" (password: the API token; docs/guides/sql-clients.md)
+  Prometheus  http://127.0.0.1:$PROMETHEUS_PORT/alerts   every process scraped, the rules of ops/prometheus/rules (docs/guides/operations.md)
 EOF
     if [[ -f "$DEMO/airflow.pid" ]]; then
         local password
@@ -293,7 +307,12 @@ if ! [[ "$DEMO_AIRFLOW" =~ ^[01]$ ]]; then
         "got '$DEMO_AIRFLOW'" >&2
     exit 2
 fi
-ports=("$API_PORT:the API (API_PORT)" "$API_PG_PORT:the API's PostgreSQL endpoint (API_PG_PORT)")
+ports=("$API_PORT:the API (API_PORT)" "$API_PG_PORT:the API's PostgreSQL endpoint (API_PG_PORT)"
+    "$PROMETHEUS_PORT:Prometheus (PROMETHEUS_PORT)" "$PUSHGATEWAY_PORT:the Pushgateway (PUSHGATEWAY_PORT)"
+    "$NODE_EXPORTER_PORT:the node exporter (NODE_EXPORTER_PORT)"
+    "$ARCHIVER_METRICS_PORT:the archiver's metrics (ARCHIVER_METRICS_PORT)"
+    "$SPEED_METRICS_PORT:the speed job's metrics (SPEED_METRICS_PORT)"
+    "$ALERTS_METRICS_PORT:the alerts runner's metrics (ALERTS_METRICS_PORT)")
 if ((DEMO_AIRFLOW)); then
     # Only Airflow's API server listens: infra/airflow-up.sh runs no log servers (8793/8794).
     ports+=("$AIRFLOW_PORT:Airflow (AIRFLOW_PORT)")
@@ -316,6 +335,11 @@ elif [[ ! -s "$DEMO/api-token" ]]; then
         > "$DEMO/api-token")
 fi
 export API_TOKEN="$(cat "$DEMO/api-token")"
+# Prometheus scrapes the API's /metrics with a scrape-only token of its own.
+mkdir -p "$DEMO/prometheus"
+[[ -s "$DEMO/prometheus/metrics-token" ]] || (umask 077 && "$ROOT/.venv/bin/python" -c \
+    'import secrets; print(secrets.token_urlsafe(32))' > "$DEMO/prometheus/metrics-token")
+export API_METRICS_TOKEN="$(cat "$DEMO/prometheus/metrics-token")"
 # The env file and the summary hold the API token and the Airflow password: owner-only from
 # their first byte.
 chmod 700 "$DEMO"
@@ -325,7 +349,7 @@ cat > "$DEMO/env" << EOF
 export PATH="$ROOT/.venv/bin:\$PATH"
 export KAFKA_BOOTSTRAP_SERVERS="$KAFKA_BOOTSTRAP_SERVERS" LAKE_ROOT="$LAKE_ROOT" CHECKPOINT_ROOT="$CHECKPOINT_ROOT" KAFKA_RUN_DIR="$DEMO"
 export API_TOKEN="$API_TOKEN" PYSPARK_PYTHON="$PYSPARK_PYTHON" SPARK_LOCAL_IP=127.0.0.1
-export CTR_BATCH_LOOKBACK_MINUTES="$CTR_BATCH_LOOKBACK_MINUTES"
+export CTR_BATCH_LOOKBACK_MINUTES="$CTR_BATCH_LOOKBACK_MINUTES" CTR_METRICS_PUSHGATEWAY="$CTR_METRICS_PUSHGATEWAY"
 EOF
 if [[ "$LAKE_ROOT" == s3://* ]]; then
     cat >> "$DEMO/env" << EOF
@@ -462,7 +486,7 @@ else
     say "[2/7] batch loop (DEMO_AIRFLOW=0): ctr batch every $DEMO_BATCH_MINUTES min"
 fi
 
-say "[3/7] archiver, speed job, API and traffic generator starting in the background"
+say "[3/7] archiver, speed job, API, alerts runner, Prometheus and traffic generator starting in the background"
 # Each under infra/supervise.sh: started again when it dies (SUPERVISE_DIR: its child's pid
 # and a line per restart in restarts.log).
 export SUPERVISE_DIR="$DEMO"
@@ -482,6 +506,20 @@ if ! "$CTR" alerts list 2>&1 | grep -q "ad-ctr"; then
         --min-effect 0.3 > /dev/null 2>> "$DEMO/alerts.log"
 fi
 supervised alerts "$CTR" alerts run
+# Prometheus (Debian's, fetched once into the binary cache), its Pushgateway and node exporter.
+prometheus_bin="$(bash infra/prometheus.sh)" || fail "Prometheus could not be fetched (infra/prometheus.sh)"
+start pushgateway "$prometheus_bin/prometheus-pushgateway" --web.listen-address="127.0.0.1:$PUSHGATEWAY_PORT" \
+    --persistence.file="$DEMO/prometheus/pushgateway.data"
+start node-exporter "$prometheus_bin/prometheus-node-exporter" --web.listen-address="127.0.0.1:$NODE_EXPORTER_PORT" \
+    --collector.disable-defaults --collector.filesystem
+"$ROOT/.venv/bin/python" -m infra.prometheus_config --out "$DEMO/prometheus/prometheus.yml" \
+    --interval "$DEMO_SCRAPE_SECONDS" --api "127.0.0.1:$API_PORT" \
+    --api-token-file "$DEMO/prometheus/metrics-token" --archiver "127.0.0.1:$ARCHIVER_METRICS_PORT" \
+    --speed "127.0.0.1:$SPEED_METRICS_PORT" --alerts "127.0.0.1:$ALERTS_METRICS_PORT" \
+    --pushgateway "127.0.0.1:$PUSHGATEWAY_PORT" --broker-host "127.0.0.1:$NODE_EXPORTER_PORT"
+start prometheus "$prometheus_bin/prometheus" --config.file="$DEMO/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$DEMO/prometheus/data" --storage.tsdb.retention.time=7d \
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT"
 traffic=(--duplicates 0.01 --late 0.02 --malformed 0.005 --repeat-clicks 0.05 --orphan-clicks 0.02)
 producer_args=(--rate "$DEMO_RATE" "${traffic[@]}")
 #: A CSV path: the traffic generator writes the exact counts of every record it delivered

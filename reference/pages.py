@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from reference import api_page, cli_page, settings_page, sql_page, tables_page
+from reference import api_page, cli_page, metrics_page, settings_page, sql_page, tables_page
 
 DOCS: Final = Path(__file__).resolve().parent.parent / "docs"
 PAGES: Final[dict[str, Callable[[], str]]] = {
@@ -17,6 +17,7 @@ PAGES: Final[dict[str, Callable[[], str]]] = {
     "reference/http-api.md": api_page.render,
     "reference/sql.md": sql_page.render,
     "reference/tables.md": tables_page.render,
+    "reference/metrics.md": metrics_page.render,
 }
 
 
