@@ -259,7 +259,7 @@ def run() -> None:
 
         registry = new_registry()
         metrics = AlertMetrics(registry)
-        serve(registry, settings.metrics_port, MetricsSettings().host)
+        serve(registry, settings.metrics_port, MetricsSettings().host, "ALERTS_METRICS_PORT")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Final, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runtime.errors import CtrError
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -126,12 +128,22 @@ def new_registry() -> CollectorRegistry:
     return registry
 
 
-def serve(registry: CollectorRegistry, port: int, host: str) -> int:
+class MetricsPortError(CtrError, RuntimeError):
+    """The metrics port could not be listened on (taken, or an address not this host's)."""
+
+
+def serve(registry: CollectorRegistry, port: int, host: str, setting: str = "the port") -> int:
     """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread; returns the
-    port (0: one the system chose)."""
+    port (0: one the system chose). A port that cannot be had is an error naming ``setting``."""
     from prometheus_client import start_http_server
 
-    server, _ = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise MetricsPortError(
+            f"cannot serve metrics on {host}:{port} ({setting}, CTR_METRICS_HOST): "
+            f"{exc.strerror or exc}; choose another port, or unset it for no metrics"
+        ) from exc
     bound = int(server.server_address[1])
     log.info("metrics at http://%s:%d/metrics", host, bound)
     return bound

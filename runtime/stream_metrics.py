@@ -213,5 +213,6 @@ def served(query: str, port: int | None, kafka: KafkaSettings) -> StreamMetrics 
 
     registry = new_registry()
     metrics = StreamMetrics(registry, query, kafka)
-    serve(registry, port, MetricsSettings().host)
+    setting = "ARCHIVER_METRICS_PORT" if query == "archiver" else "SPEED_METRICS_PORT"
+    serve(registry, port, MetricsSettings().host, setting)
     return metrics

@@ -28,7 +28,7 @@ from infra.ports import free_port
 from infra.prometheus_config import JOBS, Targets, render
 from lake.settings import LakeSettings
 from reference import metrics_page
-from runtime.metrics import MetricsSettings, new_registry, serve
+from runtime.metrics import MetricsPortError, MetricsSettings, new_registry, serve
 from runtime.stream_metrics import StreamMetrics
 from runtime.streaming import StreamProgress
 from tests.support.api_server import running_api
@@ -273,3 +273,10 @@ def test_prometheus_scrapes_every_process_and_sees_one_go_down(
 
             wait_until(pending, timeout_s=30, what="CtrProcessDown pending", poll_s=0.5)
     stream.close()
+
+
+def test_a_taken_metrics_port_is_a_clear_error() -> None:
+    registry = new_registry()
+    port = serve(registry, 0, "127.0.0.1")
+    with pytest.raises(MetricsPortError, match=rf"127\.0\.0\.1:{port} \(SPEED_METRICS_PORT"):
+        serve(new_registry(), port, "127.0.0.1", "SPEED_METRICS_PORT")
