@@ -52,6 +52,13 @@ def _processes() -> Iterator[str]:
         yield markdown.table(("metric", "type", "labels", "meaning"), rows)
 
 
+def _rules() -> Iterator[dict[str, Any]]:
+    """The shipped rules, file by file, in their order."""
+    for path in sorted(RULES.glob("*.yml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            yield from group["rules"]
+
+
 def _alerts() -> Iterator[str]:
     yield "## Alerts"
     yield ""
@@ -61,28 +68,17 @@ def _alerts() -> Iterator[str]:
         "do: [Operate it](../guides/operations.md#alerts)."
     )
     yield ""
-    rows = []
-    for path in sorted(RULES.glob("*.yml")):
-        for group in yaml.safe_load(path.read_text())["groups"]:
-            for rule in group["rules"]:
-                if "alert" in rule:
-                    anchor = rule["annotations"]["runbook"].split("#")[1]
-                    rows.append([
-                        f"[{rule['alert']}](../guides/operations.md#{anchor})",
-                        rule.get("labels", {}).get("severity", ""),
-                        rule.get("for", "0s"),
-                        markdown.code(" ".join(rule["expr"].split())),
-                    ])  # fmt: skip
+    rows = [
+        [f"[{rule['alert']}](../guides/operations.md#{rule['annotations']['runbook'].split('#')[1]})",
+         rule.get("labels", {}).get("severity", ""), rule.get("for", "0s"),
+         markdown.code(" ".join(rule["expr"].split()))]
+        for rule in _rules() if "alert" in rule
+    ]  # fmt: skip
     yield markdown.table(("alert", "severity", "for", "expression"), rows)
     yield "## Recording rules"
     yield ""
-    recorded = []
-    for path in sorted(RULES.glob("*.yml")):
-        for group in yaml.safe_load(path.read_text())["groups"]:
-            for rule in group["rules"]:
-                if "record" in rule:
-                    recorded.append([markdown.code(rule["record"]),
-                                     markdown.code(" ".join(rule["expr"].split()))])  # fmt: skip
+    recorded = [[markdown.code(rule["record"]), markdown.code(" ".join(rule["expr"].split()))]
+                for rule in _rules() if "record" in rule]  # fmt: skip
     yield markdown.table(("series", "expression"), recorded)
 
 

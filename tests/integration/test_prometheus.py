@@ -50,27 +50,23 @@ def bin_dir() -> Path:
     return Path(found.stdout.strip())
 
 
+def _promtool(bin_dir: Path, *args: object) -> str:
+    """promtool's output; an assertion with it when promtool says no."""
+    done = subprocess.run(
+        [bin_dir / "promtool", *map(str, args)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def _rules() -> list[dict[str, Any]]:
     groups = yaml.safe_load((OPS / "rules" / "ctr.yml").read_text())["groups"]
     return [rule for group in groups for rule in group["rules"]]
 
 
 def test_the_rules_pass_their_promtool_tests(bin_dir: Path) -> None:
-    checked = subprocess.run(
-        [bin_dir / "promtool", "check", "rules", OPS / "rules" / "ctr.yml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = subprocess.run(
-        [bin_dir / "promtool", "test", "rules", OPS / "tests" / "ctr.test.yml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "SUCCESS" in tested.stdout
+    _promtool(bin_dir, "check", "rules", OPS / "rules" / "ctr.yml")
+    assert "SUCCESS" in _promtool(bin_dir, "test", "rules", OPS / "tests" / "ctr.test.yml")
 
 
 def test_every_alert_is_tested_firing_and_quiet() -> None:
@@ -106,13 +102,7 @@ def test_every_metric_a_rule_reads_is_exported_by_the_code() -> None:
 
 
 def test_the_shipped_and_the_demo_configurations_are_valid(bin_dir: Path, tmp_path: Path) -> None:
-    example = subprocess.run(
-        [bin_dir / "promtool", "check", "config", "--syntax-only", OPS / "prometheus.yml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert example.returncode == 0, example.stdout + example.stderr
+    _promtool(bin_dir, "check", "config", "--syntax-only", OPS / "prometheus.yml")
     shipped_jobs = {c["job_name"] for c in yaml.safe_load((OPS / "prometheus.yml").read_text())[
         "scrape_configs"]}  # fmt: skip
     assert shipped_jobs == set(JOBS)
@@ -121,14 +111,8 @@ def test_the_shipped_and_the_demo_configurations_are_valid(bin_dir: Path, tmp_pa
     config = tmp_path / "prometheus.yml"
     targets = Targets({job: [f"127.0.0.1:{9400 + i}"] for i, job in enumerate(JOBS)}, str(token))
     config.write_text(render(targets))
-    demo = subprocess.run(
-        [bin_dir / "promtool", "check", "config", config],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "21 rules found" in demo.stdout
+    demo = _promtool(bin_dir, "check", "config", config)
+    assert "21 rules found" in demo
 
 
 @contextlib.contextmanager
