@@ -57,7 +57,9 @@ pyspark_version="$(sed -n 's/^pyspark==//p' constraints.txt)"
 mkdir -p "$WHEEL_CACHE"
 if ! compgen -G "$WHEEL_CACHE/pyspark-${pyspark_version}-*.whl" >/dev/null; then
     echo "setup: building the pyspark ${pyspark_version} wheel once into $WHEEL_CACHE (about a minute)"
-    .venv/bin/pip wheel --quiet --no-deps "pyspark==${pyspark_version}" -w "$WHEEL_CACHE"
+    # PEP 517, in an isolated build environment: a fresh venv has no `wheel` package for the
+    # sdist's setup.py (pip: "invalid command 'bdist_wheel'").
+    .venv/bin/pip wheel --quiet --use-pep517 --no-deps "pyspark==${pyspark_version}" -w "$WHEEL_CACHE"
 fi
 
 echo "setup: installing the pinned dependency set into .venv"
