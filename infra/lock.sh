@@ -14,4 +14,14 @@ python3.11 -m venv "$scratch/venv"
     echo "# Regenerate with 'make lock' after changing dependencies in pyproject.toml."
     "$scratch/venv/bin/pip" freeze --exclude ctr-lambda
 } > constraints.txt
+# The set must install on Debian 12's own Python (3.11.2), not only on the newer 3.11 that made
+# it: a package asking for a later 3.11 breaks a fresh machine's make setup (the demo's and
+# CI's machines keep a newer Python, so nothing else would say so).
+"$scratch/venv/bin/pip" install --quiet "uv==$(sed -n 's/^UV_VERSION=//p' infra/setup.sh)"
+echo "-e .[dev]" | UV_SYSTEM_CERTS=1 "$scratch/venv/bin/uv" pip compile --quiet \
+    --python-version 3.11.2 --find-links "$WHEEL_CACHE" -c constraints.txt - -o /dev/null || {
+    echo "lock: error: the new set does not install on Python 3.11.2 (Debian 12's); pin the" \
+        "package named above to a version that does, in pyproject.toml, and lock again" >&2
+    exit 1
+}
 echo "constraints.txt updated; review with git diff"
