@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable as DeltaLakeTable
     from pyspark.sql import DataFrame, SparkSession
 
+    from runtime.metrics import MetricsSettings
+
 VIEW = "ctr"
 COMMIT_ATTEMPTS = 4
 # Parquet bytes of master/events per partition of the dedup's sort. A partition's rows are
@@ -230,7 +232,8 @@ def interval_events(
 
 class BatchJob:
     """The batch job of one command (``ctr batch``, a backfill, a build, a stale recompute):
-    the view registry read once, then :meth:`run` per interval. ``on_step`` hears each step."""
+    the view registry read once, then :meth:`run` per interval. ``on_step`` hears each step;
+    each run's figures go to ``metrics``' Pushgateway when it ends (none: not pushed)."""
 
     def __init__(
         self,
@@ -239,11 +242,13 @@ class BatchJob:
         *,
         registry: Registry | None = None,
         on_step: Callable[[str], None] = lambda step: None,
+        metrics: MetricsSettings | None = None,
     ) -> None:
         self.spark = spark
         self.lake = lake
         self.registry = registry or read_registry(lake)
         self.on_step = on_step
+        self.metrics = metrics
 
     def run(
         self,
@@ -265,9 +270,11 @@ class BatchJob:
         try:
             run = self._run_retried(interval, definition, run_id, replay, reach)
         except Exception:
-            batch_metrics.push_failed(definition.key, time.monotonic() - started)
+            if self.metrics is not None:
+                batch_metrics.push_failed(definition.key, time.monotonic() - started, self.metrics)
             raise
-        batch_metrics.push_succeeded(run, time.monotonic() - started)
+        if self.metrics is not None:
+            batch_metrics.push_succeeded(run, time.monotonic() - started, self.metrics)
         return run
 
     def _run_retried(

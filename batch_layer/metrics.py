@@ -57,9 +57,8 @@ COVERED_END: Final = metric(
 )
 
 
-def push_succeeded(run: BatchRun, seconds: float, settings: MetricsSettings | None = None) -> bool:
+def push_succeeded(run: BatchRun, seconds: float, settings: MetricsSettings) -> bool:
     """Push a finished run's figures (nothing without a Pushgateway)."""
-    settings = settings or MetricsSettings()
     if settings.pushgateway is None:
         return False
     registry = CollectorRegistry()
@@ -71,9 +70,8 @@ def push_succeeded(run: BatchRun, seconds: float, settings: MetricsSettings | No
     return push(registry, settings, JOB, view=run.view)
 
 
-def push_failed(view: str, seconds: float, settings: MetricsSettings | None = None) -> bool:
+def push_failed(view: str, seconds: float, settings: MetricsSettings) -> bool:
     """Push a failed run's figures (the last success's stay)."""
-    settings = settings or MetricsSettings()
     if settings.pushgateway is None:
         return False
     registry = CollectorRegistry()

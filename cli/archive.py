@@ -49,11 +49,12 @@ def archive(
         f"(checkpoint {lake.checkpoint(settings.checkpoint_name)})"
     )
     check_kafka_login(kafka)
+    from runtime.metrics import MetricsSettings
     from runtime.spark import spark_session
     from runtime.stream_metrics import served
 
     log_lines_unless_a_terminal()
-    metrics = served("archiver", settings.metrics_port, kafka)
+    metrics = served("archiver", settings.metrics_port, MetricsSettings().host, kafka)
     spark = spark_session(spark_settings, lake.object_store)
 
     def rate(progress: StreamProgress) -> str:

@@ -13,6 +13,7 @@ from batch_layer.interval import Interval, IntervalError
 from cli.console import console, progress_bar
 from cli.tables import Column, Listing, minute, one_output, print_json, print_table
 from lake.settings import LakeSettings
+from runtime.metrics import MetricsSettings
 from runtime.spark_settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -78,7 +79,9 @@ def batch(
     lake = LakeSettings()
     spark = spark_session(SparkSettings(), lake.object_store, batch=True)
     on_step = _pausing(console.print, pause_after) if pause_after else console.print
-    runs = recompute(spark, lake, [interval], on_step=on_step, unsettled=unsettled)
+    runs = recompute(
+        spark, lake, [interval], on_step=on_step, unsettled=unsettled, metrics=MetricsSettings()
+    )
     for result in runs:
         console.print(
             f"done: run {result.run_id}, {result.rows_written:,} rows for {result.interval}"
@@ -117,7 +120,14 @@ def _recompute_stale() -> None:
         def show(interval: Interval) -> None:
             bar.update(task, description=f"{interval.start:%Y-%m-%d %H:%M}")
 
-        runs = recompute(spark, lake, stale, on_interval=show, on_run=lambda _: bar.advance(task))
+        runs = recompute(
+            spark,
+            lake,
+            stale,
+            on_interval=show,
+            on_run=lambda _: bar.advance(task),
+            metrics=MetricsSettings(),
+        )
     for done in runs:
         console.print(f"done: run {done.run_id}, {done.rows_written:,} rows for {done.interval}")
     left = plan(lake)
@@ -190,6 +200,7 @@ def backfill(
                 on_done=done,
                 on_unsettled=bar.console.print,
                 unsettled=unsettled,
+                metrics=MetricsSettings(),
             )
     if preview:
         _print_previews(found, as_json=as_json, wide=wide)

@@ -105,9 +105,12 @@ def _guarded(step: Callable[[], int]) -> int:
 def _recompute(
     spark: SparkSession, lake: LakeSettings, interval: Interval, run_id: str | None
 ) -> int:
+    from runtime.metrics import MetricsSettings
     from workflows.batch import recompute
 
-    runs = recompute(spark, lake, [interval], run_id=run_id, on_step=print)
+    runs = recompute(
+        spark, lake, [interval], run_id=run_id, on_step=print, metrics=MetricsSettings()
+    )
     for result in runs:
         print(f"done: run {result.run_id}, {result.rows_written} rows for {result.interval}")
     return 0
@@ -115,6 +118,7 @@ def _recompute(
 
 def _stale() -> int:
     from lake.settings import LakeSettings
+    from runtime.metrics import MetricsSettings
     from workflows.stale import plan, recompute
 
     lake = LakeSettings()
@@ -125,7 +129,13 @@ def _stale() -> int:
     print(f"{stale.buckets} stale minute(s), {stale.events} late event(s)")
 
     def run() -> int:
-        runs = recompute(_spark(lake), lake, stale, on_interval=lambda i: print(f"recomputing {i}"))
+        runs = recompute(
+            _spark(lake),
+            lake,
+            stale,
+            on_interval=lambda i: print(f"recomputing {i}"),
+            metrics=MetricsSettings(),
+        )
         for done in runs:
             print(f"done: run {done.run_id}, {done.rows_written} rows for {done.interval}")
         return 0
@@ -146,6 +156,7 @@ def _preview(spark: SparkSession, lake: LakeSettings, interval: Interval) -> int
 
 def _build(view: str, version: int, source: str) -> int:
     from lake.settings import LakeSettings
+    from runtime.metrics import MetricsSettings
     from views.definitions import UnknownVersionError, definition
     from workflows.build import build, plan_build, replay_and_build
 
@@ -167,6 +178,7 @@ def _build(view: str, version: int, source: str) -> int:
                 target,
                 on_plan=lambda p: print(f"{len(p.intervals)} hour(s) to build"),
                 on_interval=lambda i: print(f"building {i}"),
+                metrics=MetricsSettings(),
             )
             if plan.outside:
                 print(f"{len(plan.outside)} hour(s) before the retained log begins left out")
@@ -178,7 +190,13 @@ def _build(view: str, version: int, source: str) -> int:
     spark = _spark(lake) if plan.intervals else None
 
     def run() -> int:
-        build(spark, lake, plan, on_interval=lambda i: print(f"building {i}"))
+        build(
+            spark,
+            lake,
+            plan,
+            on_interval=lambda i: print(f"building {i}"),
+            metrics=MetricsSettings(),
+        )
         return 0
 
     return _guarded(run)

@@ -154,6 +154,7 @@ def build(
     retained log begins are left out (build them --from master)."""
     from batch_layer.job import MissingTableError
     from lake.settings import LakeSettings
+    from runtime.metrics import MetricsSettings
     from runtime.spark import spark_session
     from runtime.spark_settings import SparkSettings
     from workflows.build import build as build_version
@@ -183,6 +184,7 @@ def build(
                 plan,
                 on_interval=lambda i: bar.update(task, description=f"{i.start:%Y-%m-%d %H:%M}"),
                 on_run=lambda _: bar.advance(task),
+                metrics=MetricsSettings(),
             )
         except MissingTableError as exc:
             fail(str(exc))
@@ -196,6 +198,7 @@ def build(
 def _build_from_kafka(lake: LakeSettings, target: Definition) -> None:
     from batch_layer.job import MissingTableError
     from runtime.kafka_settings import KafkaSettings
+    from runtime.metrics import MetricsSettings
     from runtime.spark import spark_session
     from runtime.spark_settings import SparkSettings
     from workflows.build import replay_and_build
@@ -217,6 +220,7 @@ def _build_from_kafka(lake: LakeSettings, target: Definition) -> None:
                 ),
                 on_interval=lambda i: bar.update(task, description=f"{i.start:%Y-%m-%d %H:%M}"),
                 on_run=lambda _: bar.advance(task),
+                metrics=MetricsSettings(),
             )
         except MissingTableError as exc:
             fail(str(exc))

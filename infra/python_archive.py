@@ -58,7 +58,6 @@ LEFT_OUT: Final = {
     "asyncpg": "Airflow's metadata database",
     "fastapi": "the API",
     "uvicorn": "the API",
-    "prometheus-client": "the API",
     # duckdb itself stays: two lake modules import it at their top (lake.coverage.staleness,
     # lake.duckdb_delta), and its extensions only inside functions the tasks never call.
     "duckdb-extension-delta": "the serving layer's reader, loaded by path in the API",

@@ -205,14 +205,14 @@ class PartitionLag(Collector):
                 self._consumer = None
 
 
-def served(query: str, port: int | None, kafka: KafkaSettings) -> StreamMetrics | None:
-    """The job's metrics, served on ``port`` at CTR_METRICS_HOST (None: no port, none)."""
+def served(query: str, port: int | None, host: str, kafka: KafkaSettings) -> StreamMetrics | None:
+    """The job's metrics, served on ``host:port`` (None: no port, none)."""
     if port is None:
         return None
-    from runtime.metrics import MetricsSettings, new_registry, serve
+    from runtime.metrics import new_registry, serve
 
     registry = new_registry()
     metrics = StreamMetrics(registry, query, kafka)
     setting = "ARCHIVER_METRICS_PORT" if query == "archiver" else "SPEED_METRICS_PORT"
-    serve(registry, port, MetricsSettings().host, setting)
+    serve(registry, port, host, setting)
     return metrics

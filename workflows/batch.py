@@ -22,6 +22,8 @@ from views.comparison import Comparison
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from runtime.metrics import MetricsSettings
+
 
 def recompute(  # noqa: PLR0913 - keyword-only options of a recompute
     spark: SparkSession,
@@ -35,6 +37,7 @@ def recompute(  # noqa: PLR0913 - keyword-only options of a recompute
     unsettled: bool = False,
     on_unsettled: Callable[[str], None] | None = None,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    metrics: MetricsSettings | None = None,
 ) -> list[BatchRun]:
     """Run the batch job over each of ``intervals`` in turn (``on_interval`` before each,
     ``on_done`` after; ``run_id``: for a single one, the id to record, e.g. Airflow's).
@@ -43,11 +46,12 @@ def recompute(  # noqa: PLR0913 - keyword-only options of a recompute
     (:meth:`views.definitions.Definition.settled_before`): the rest of an interval is left to
     the speed layer and a later run (``on_unsettled``, default ``on_step``, says so), an
     interval with none is skipped.
-    ``unsettled`` covers them too (they turn stale as on-time events arrive)."""
+    ``unsettled`` covers them too (they turn stale as on-time events arrive). Each run's
+    figures are pushed to ``metrics``' Pushgateway."""
     todo = list(intervals)
     if run_id is not None and len(todo) != 1:
         raise ValueError(f"a run id names one interval's run, got {len(todo)} intervals")
-    job = BatchJob(spark, lake, on_step=on_step)
+    job = BatchJob(spark, lake, on_step=on_step, metrics=metrics)
     view = job.registry.published("ctr")
     edge = view.settled_before(clock())
     runs = []

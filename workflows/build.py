@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from runtime.kafka_settings import KafkaSettings
+    from runtime.metrics import MetricsSettings
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,11 @@ def build(
     on_interval: Callable[[Interval], None] = lambda interval: None,
     on_run: Callable[[BatchRun], None] = lambda done: None,
     replay: Replay | None = None,
+    metrics: MetricsSettings | None = None,
 ) -> list[BatchRun]:
     """Run the batch job for ``plan.definition`` over every interval of the plan (``spark``
-    may be None when there is none); records ``building`` first and ``ready`` once the version
-    has caught up."""
+    may be None when there is none; each run's figures pushed to ``metrics``' Pushgateway);
+    records ``building`` first and ``ready`` once the version has caught up."""
     target = plan.definition
     registry = plan.registry or read_registry(lake)
     state = registry.state(target.view, target.version)
@@ -129,7 +131,7 @@ def build(
     if plan.intervals:
         if spark is None:
             raise ValueError("a SparkSession is needed to build intervals")
-        job = BatchJob(spark, lake, registry=registry)
+        job = BatchJob(spark, lake, registry=registry, metrics=metrics)
         for interval in plan.intervals:
             on_interval(interval)
             runs.append(job.run(interval, definition=target, replay=replay))
@@ -139,7 +141,7 @@ def build(
     return runs
 
 
-def replay_and_build(
+def replay_and_build(  # noqa: PLR0913 - keyword-only options of a build
     spark: SparkSession,
     lake: LakeSettings,
     kafka: KafkaSettings,
@@ -148,6 +150,7 @@ def replay_and_build(
     on_plan: Callable[[BuildPlan], None] = lambda plan: None,
     on_interval: Callable[[Interval], None] = lambda interval: None,
     on_run: Callable[[BatchRun], None] = lambda done: None,
+    metrics: MetricsSettings | None = None,
 ) -> tuple[BuildPlan, list[BatchRun]]:
     """A Kappa build: a second archiving query replays the event topic from its earliest
     offset (AvailableNow, a checkpoint of its own) into a private master dataset, then the
@@ -174,5 +177,7 @@ def replay_and_build(
     plan = plan_build(lake, target, since=since)
     on_plan(plan)
     replay = Replay(MASTER_EVENTS.path(private), before)
-    runs = build(spark, lake, plan, on_interval=on_interval, on_run=on_run, replay=replay)
+    runs = build(
+        spark, lake, plan, on_interval=on_interval, on_run=on_run, replay=replay, metrics=metrics
+    )
     return plan, runs

@@ -22,6 +22,8 @@ from lake.settings import LakeSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from runtime.metrics import MetricsSettings
+
 
 @dataclass(frozen=True)
 class StalePlan:
@@ -52,10 +54,11 @@ def recompute(
     *,
     on_interval: Callable[[Interval], None] = lambda interval: None,
     on_run: Callable[[BatchRun], None] = lambda done: None,
+    metrics: MetricsSettings | None = None,
 ) -> list[BatchRun]:
     """Run the batch job over every interval of ``stale`` (``on_interval`` before each,
-    ``on_run`` after); returns the runs."""
-    job = BatchJob(spark, lake, registry=stale.registry)
+    ``on_run`` after; each run's figures pushed to ``metrics``' Pushgateway); returns the runs."""
+    job = BatchJob(spark, lake, registry=stale.registry, metrics=metrics)
     runs = []
     for interval in stale.intervals:
         on_interval(interval)

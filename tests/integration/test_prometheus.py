@@ -9,6 +9,7 @@ import contextlib
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,11 +20,12 @@ import httpx
 import pytest
 import yaml
 from pydantic import SecretStr
+from pyspark.sql import SparkSession
 
 from api.settings import ApiSettings
 from batch_layer import metrics as batch_metrics
 from batch_layer.interval import Interval
-from batch_layer.job import BatchRun
+from batch_layer.job import BatchJob, BatchRun
 from infra.ports import free_port
 from infra.prometheus_config import JOBS, Targets, render
 from lake.settings import LakeSettings
@@ -32,6 +34,7 @@ from runtime.metrics import MetricsPortError, MetricsSettings, new_registry, ser
 from runtime.stream_metrics import StreamMetrics
 from runtime.streaming import StreamProgress
 from tests.support.api_server import running_api
+from tests.support.events import archive, event
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -264,3 +267,60 @@ def test_a_taken_metrics_port_is_a_clear_error() -> None:
     port = serve(registry, 0, "127.0.0.1")
     with pytest.raises(MetricsPortError, match=rf"127\.0\.0\.1:{port} \(SPEED_METRICS_PORT"):
         serve(new_registry(), port, "127.0.0.1", "SPEED_METRICS_PORT")
+
+
+def _gateway_samples(url: str) -> dict[str, float]:
+    """The Pushgateway's own exposition, ``name{labels}`` -> value, for ctr_batch_ samples."""
+    found = {}
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("ctr_batch_"):
+            series, value = line.rsplit(" ", 1)
+            found[re.sub(r'instance="",?', "", series)] = float(value)
+    return found
+
+
+def test_a_batch_run_pushes_its_figures_and_a_failed_one_its_failure(
+    bin_dir: Path, spark: SparkSession, lake: LakeSettings, tmp_path: Path
+) -> None:
+    start = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+    hour = Interval(start, start + dt.timedelta(hours=1))
+    minute = dt.timedelta(minutes=1)
+    archive(spark, lake, [event("a", "impression", start), event("b", "click", start + minute),
+                          event("c", "impression", start + 2 * minute, ad="ad-2")])  # fmt: skip
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with _process(
+        [bin_dir / "prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}"],
+        tmp_path / "pushgateway.log",
+    ):
+        wait_until(lambda: _answers(url), timeout_s=30, what="the Pushgateway up", poll_s=0.2)
+        job = BatchJob(spark, lake, metrics=MetricsSettings(pushgateway=url))
+        done = job.run(hour)
+        pushed = _gateway_samples(url)
+        assert pushed['ctr_batch_run_rows{job="ctr_batch",view="ctr"}'] == done.rows_written == 3
+        assert pushed['ctr_batch_covered_end_timestamp_seconds{job="ctr_batch",view="ctr"}'] == (
+            hour.end.timestamp()
+        )
+        assert pushed['ctr_batch_run_input_bytes{job="ctr_batch",view="ctr"}'] > 0
+        succeeded = pushed['ctr_batch_last_success_timestamp_seconds{job="ctr_batch",view="ctr"}']
+        # A run that fails (the view's table is a file) pushes its failure; the success stays.
+        blocker = Path(lake.table("batch/ctr"))
+        shutil.rmtree(blocker)
+        blocker.write_text("not a table")
+        with pytest.raises(OSError, match="Not a directory"):
+            job.run(hour)
+        pushed = _gateway_samples(url)
+        failed = pushed['ctr_batch_last_failure_timestamp_seconds{job="ctr_batch",view="ctr"}']
+        assert failed >= succeeded
+        assert pushed['ctr_batch_last_success_timestamp_seconds{job="ctr_batch",view="ctr"}'] == (
+            succeeded
+        )
+        assert 'ctr_batch_run_duration_seconds{job="ctr_batch",outcome="failure",view="ctr"}' in (
+            pushed
+        )
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
+    return False
