@@ -185,9 +185,6 @@ class ArchiveBatchWriter:
             self._commit(self.rejected, files, MASTER_REJECTED.name, app_id, batch_id)
         clock.lap("rejected_commit")
         counted = [r for r in rows if r["table"] == _COUNTS]
-        # The batch's valid and rejected records, from the files' statistics (the metrics').
-        for name, table in (("events", MASTER_EVENTS.name), ("rejected", MASTER_REJECTED.name)):
-            clock.ms[name] = sum(_records(r) for r in files if r["table"] == table)
         # The tasks' counts, not summed: readers of master/arrivals sum per bucket anyway, and
         # two tasks' events rarely share a bucket and dimensions (summing saved <1 % of rows).
         parts = [_ipc_table(r["counts"]) for r in counted]
@@ -210,7 +207,12 @@ class ArchiveBatchWriter:
         if self.maintenance_due.due():
             self.start_maintenance()
             clock.lap("maintenance_start")
-        self.phases.record(batch_id, clock.ms)
+        # The batch's valid and rejected records, from the files' statistics (the metrics').
+        counts = {
+            name: sum(_records(r) for r in files if r["table"] == table)
+            for name, table in (("events", MASTER_EVENTS.name), ("rejected", MASTER_REJECTED.name))
+        }
+        self.phases.record(batch_id, clock.ms, counts)
 
     def start_maintenance(self) -> bool:
         """Start a maintenance pass in its own thread (:meth:`maintain`), unless one is still
@@ -322,7 +324,8 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Run the archiver until caught up (available_now) or told to stop; returns rows archived.
-    Each batch's phases (ms) are logged, and reach ``on_progress`` as ``progress.phases_ms``."""
+    Each batch's phases (ms) are logged, and reach ``on_progress`` as ``progress.phases_ms``,
+    its counts of events and rejected records as ``progress.counts``."""
     writer = ArchiveBatchWriter(lake, lake.checkpoint(settings.checkpoint_name), settings)
     query = build_query(
         spark,
@@ -337,7 +340,8 @@ def run(
         phases = writer.phases.of(progress)
         log.info("batch %d phases (ms): %s", progress.batch_id, json.dumps(phases))
         if on_progress is not None:
-            on_progress(dataclasses.replace(progress, phases_ms=phases))
+            counts = writer.phases.counts_of(progress)
+            on_progress(dataclasses.replace(progress, phases_ms=phases, counts=counts))
 
     try:
         return drive(query, "the archiver", on_progress=report, should_stop=should_stop)

@@ -12,6 +12,7 @@ from typing import Any, Final
 import yaml
 
 from reference import markdown
+from runtime.metrics import MetricSpec
 
 # The modules that declare metrics (each imports ``metric`` from runtime.metrics; a unit test
 # checks none is missing).
@@ -24,7 +25,7 @@ DECLARING: Final = (
 RULES: Final = Path(__file__).resolve().parent.parent / "ops" / "prometheus" / "rules"
 
 
-def specs() -> list[Any]:
+def specs() -> list[MetricSpec]:
     """Every declared metric (the declaring modules imported), by process then name."""
     from runtime.metrics import CATALOG, PROCESSES
 

@@ -97,11 +97,6 @@ LATE_EVENTS: Final = metric(
     "counter",
     "events older than the watermark, counted in speed/late instead of speed/ctr",
 )
-# The figures a job records beside its phases' milliseconds (counts, not phases).
-_COUNTS: Final = frozenset({
-    "records", "invalid", "events", "rejected", "view_rows", "open_impressions",
-    "state_files_read", "state_snapshots", "result_bytes", "late_events",
-})  # fmt: skip
 _BUCKETS: Final = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -135,15 +130,15 @@ class StreamMetrics:
             registry.register(self.lag)
 
     def record(self, progress: StreamProgress) -> None:
-        """Count one micro-batch's report (the job's phases and counts in ``phases_ms``)."""
-        own = progress.phases_ms
+        """Count one micro-batch's report (the job's phases in ``phases_ms``, its counts in
+        ``counts``)."""
+        counts = progress.counts
         self.batches.inc()
         self.records.inc(progress.input_rows)
-        invalid = own.get("invalid", own.get("rejected", 0))
-        self.invalid.inc(invalid)
+        self.invalid.inc(counts.get("invalid", counts.get("rejected", 0)))
         self.duration.observe(progress.batch_duration_ms / 1000)
-        for phase, ms in own.items():
-            if phase not in _COUNTS and phase != "spark.triggerExecution":
+        for phase, ms in progress.phases_ms.items():
+            if phase != "spark.triggerExecution":  # the whole trigger: the others' sum
                 self.phases.labels(self.query, phase).inc(ms / 1000)
         self.input_rate.set(progress.input_rows_per_second)
         self.processed_rate.set(progress.processed_rows_per_second)
@@ -152,10 +147,10 @@ class StreamMetrics:
             self.watermark.labels(self.query).set(progress.watermark.timestamp())
         if self.speed is not None:
             files_read, open_impressions, late = self.speed
-            files_read.inc(own.get("state_files_read", 0))
-            if "open_impressions" in own:
-                open_impressions.set(own["open_impressions"])
-            late.inc(own.get("late_events", 0))
+            files_read.inc(counts.get("state_files_read", 0))
+            if "open_impressions" in counts:
+                open_impressions.set(counts["open_impressions"])
+            late.inc(counts.get("late_events", 0))
         if self.lag is not None and progress.end_offsets:
             self.lag.end_offsets = progress.end_offsets
 

@@ -98,16 +98,25 @@ class BackgroundPass:
 
 class RecentPhases:
     """The callback's phases of the last few micro-batches (ms per phase, by batch id), joined
-    with Spark's trigger phases when the batch's progress is reported."""
+    with Spark's trigger phases when the batch's progress is reported, and its counts (records,
+    invalid ones...) beside them."""
 
     def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self._by_batch: dict[int, dict[str, int]] = {}
+        self._counts: dict[int, dict[str, int]] = {}
 
-    def record(self, batch_id: int, phases: dict[str, int]) -> None:
+    def record(
+        self, batch_id: int, phases: dict[str, int], counts: dict[str, int] | None = None
+    ) -> None:
         self._by_batch[batch_id] = phases
+        self._counts[batch_id] = counts or {}
         for old in sorted(self._by_batch)[: -self.keep]:
-            del self._by_batch[old]
+            del self._by_batch[old], self._counts[old]
+
+    def counts_of(self, progress: StreamProgress) -> dict[str, int]:
+        """The callback's counts of the reported batch."""
+        return self._counts.get(progress.batch_id, {})
 
     def of(self, progress: StreamProgress) -> dict[str, int]:
         """Spark's phases of the trigger (``spark.*``; addBatch holds the callback), then the
@@ -143,6 +152,8 @@ class StreamProgress:
     durations_ms: dict[str, int] = field(default_factory=dict)
     # The job's own phases of the batch (its writes...), when it reports them.
     phases_ms: dict[str, int] = field(default_factory=dict)
+    # The job's own counts of the batch (records, invalid ones, ...), when it reports them.
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def parse_progress(progress: dict[str, Any]) -> StreamProgress:

@@ -269,8 +269,8 @@ class SpeedBatchWriter:
             for name in ("records", "invalid", "events", "view_rows", "open_impressions",
                          "state_files_read", "state_snapshots")
         }  # fmt: skip
-        totals["late_events"] = late_events
-        self.phases.record(batch_id, {**totals, "result_bytes": answers.nbytes, **clock.ms})
+        totals.update(late_events=late_events, result_bytes=answers.nbytes)
+        self.phases.record(batch_id, clock.ms, totals)
         self.watermarks[batch_id] = plan.watermark_ms
         for old in sorted(self.watermarks)[:-8]:
             del self.watermarks[old]
@@ -426,19 +426,23 @@ def run(
         behind = lag.behind(progress.end_offsets)
         # The watermark and the invalid records are the job's own (the tasks parse the
         # records; no Spark operator sees the events).
-        own = writer.phases.of(progress)
+        counts = writer.phases.counts_of(progress)
         watermark = writer.watermarks.get(progress.batch_id)
         progress = dataclasses.replace(
             progress,
             offsets_behind=behind if behind is not None else progress.offsets_behind,
             watermark=EPOCH + dt.timedelta(milliseconds=watermark) if watermark else None,
-            metrics={f"{OBSERVATION}.{k}": own.get(k, 0) for k in ("records", "invalid")},
+            metrics={f"{OBSERVATION}.{k}": counts.get(k, 0) for k in ("records", "invalid")},
+            counts=counts,
         )
         clock.lap("lag")
         # Where the batch's time went: Spark's phases of the trigger (addBatch is the callback),
-        # the callback's own phases, and (from this report) asking the lag, writing the status.
+        # the callback's own phases, and (from this report) asking the lag, writing the status
+        # (which keeps the batch's counts beside its phases, as `ctr speed status` shows them).
         phases = {**writer.phases.of(progress), **clock.ms}
-        write_status(lake, progress, phases=phases, watermark_delay_ms=settings.watermark_ms)
+        write_status(
+            lake, progress, phases={**phases, **counts}, watermark_delay_ms=settings.watermark_ms
+        )
         clock.lap("status")
         log.info(
             "batch %d: %d rows, %.0f rows/s in, %.0f rows/s processed, %d ms, %s offsets behind",
@@ -446,10 +450,11 @@ def run(
             progress.processed_rows_per_second, progress.batch_duration_ms,
             "?" if progress.offsets_behind is None else progress.offsets_behind,
         )  # fmt: skip
-        log.info("batch %d phases (ms): %s", progress.batch_id,
-                 json.dumps({**phases, **clock.ms}))  # fmt: skip
+        phases.update(clock.ms)
+        log.info("batch %d phases (ms): %s; counts: %s", progress.batch_id, json.dumps(phases),
+                 json.dumps(counts))  # fmt: skip
         if on_progress is not None:
-            on_progress(dataclasses.replace(progress, phases_ms={**phases, **clock.ms}))
+            on_progress(dataclasses.replace(progress, phases_ms=phases))
 
     try:
         return drive(query, "the speed job", on_progress=report, should_stop=should_stop)

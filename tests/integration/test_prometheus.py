@@ -153,7 +153,8 @@ def _progress(batch_id: int, rows: int) -> StreamProgress:
         offsets_behind=0,
         watermark=None,
         metrics={},
-        phases_ms={"tasks": 700, "events_commit": 200, "rejected": 3},
+        phases_ms={"tasks": 700, "events_commit": 200},
+        counts={"events": rows - 3, "rejected": 3},
     )
 
 
